@@ -1,0 +1,1 @@
+"""Adapters: one module or package per outside world (HTTP, persistence, CLI...)."""

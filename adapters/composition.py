@@ -1,0 +1,89 @@
+"""The composition root: builds the whole service from settings.
+
+The CLI, the HTTP server, the scheduler, the benchmarks and the tests all build it here,
+so there is one way to wire the parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
+from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
+from healthledger.adapters.persistence.read_models import ReadModels, erasure_effects
+from healthledger.adapters.persistence.recorder import (
+    LedgerInfrastructure,
+    LedgerRecorder,
+    SnapshotRecorder,
+)
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import BOOTSTRAP, CommandContext
+from healthledger.domain.ledger import Clock, Ledger, utc_now
+from healthledger.domain.team_directory import Bootstrap, TeamDirectory
+from healthledger.domain.user_lifecycle import UserLifecycle
+
+
+@dataclass
+class Service:
+    settings: Settings
+    clock: Clock
+    db: Database
+    recorder: LedgerRecorder
+    ledger: Ledger
+    key_store: KeyStore
+    read_models: ReadModels
+    users: UserLifecycle
+    teams: TeamDirectory
+    user_queries: UserQueries
+    team_queries: TeamQueries
+
+    def bootstrap(self) -> Bootstrap | None:
+        """On an empty database: the default organization, team and key (else None)."""
+        if self.team_queries.has_any_team():
+            return None
+        from eventsourcing.persistence import IntegrityError
+
+        try:
+            return self.teams.bootstrap(CommandContext.system(BOOTSTRAP))
+        except IntegrityError:
+            return None  # another process bootstrapped the same database first
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.db.dispose()
+
+
+def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -> Service:
+    settings = settings or Settings()
+    db = Database(settings.database_url)
+    db.create_schema()
+    read_models = ReadModels(db)
+
+    def on_record(conn: Connection, events: Sequence[Any]) -> None:
+        read_models.project(conn, events)
+        erasure_effects(conn, events)
+
+    recorder = LedgerRecorder(db, on_record)
+    ledger = Ledger(
+        LedgerInfrastructure(recorder, SnapshotRecorder(db)),
+        user_snapshot_interval=settings.user_snapshot_interval,
+    )
+    key_store = KeyStore(db, load_master_key(settings.master_key_file), clock)
+    return Service(
+        settings=settings,
+        clock=clock,
+        db=db,
+        recorder=recorder,
+        ledger=ledger,
+        key_store=key_store,
+        read_models=read_models,
+        users=UserLifecycle(ledger, key_store, clock, settings.grace_period),
+        teams=TeamDirectory(ledger, clock),
+        user_queries=UserQueries(db, key_store),
+        team_queries=TeamQueries(db),
+    )

@@ -1,0 +1,1 @@
+"""Persistence on SQLAlchemy: one URL (SQLite file by default, PostgreSQL when it grows)."""

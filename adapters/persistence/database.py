@@ -1,0 +1,138 @@
+"""Engines, connections and pre-compiled statements for one database URL.
+
+SQLite: WAL, synchronous=FULL (a committed deletion survives power loss), secure_delete
+(erased rows are overwritten, not left in free pages), and one writer at a time: writes
+begin IMMEDIATE under a process lock, so writers queue instead of failing to upgrade a
+read lock. PostgreSQL (psycopg 3): one pooled engine; the recorder serialises writers.
+
+Hot paths run pre-compiled statements through the driver (`Prepared`): SQLAlchemy
+compiles each statement once per dialect, and its bind processors convert the values,
+so the SQL still comes from the table definitions but costs what raw SQL costs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Insert, Table, bindparam, create_engine, event, insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.sql import ClauseElement
+
+from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata
+
+
+def insert_statement(table: Table, columns: Sequence[str]) -> Insert:
+    """INSERT of the named columns, each bound to a parameter of the same name."""
+    return insert(table).values({name: bindparam(name) for name in columns})
+
+
+class Prepared:
+    """A statement compiled once for a dialect, executed through the DBAPI driver."""
+
+    def __init__(self, statement: ClauseElement, dialect: Any) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        self._processors: Mapping[str, Any] = dict(compiled._bind_processors)
+        self._positions: Sequence[str] | None = (
+            tuple(compiled.positiontup or ()) if compiled.positional else None
+        )
+
+    def params(self, values: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        processors = self._processors
+        converted = {
+            k: (processors[k](v) if v is not None and k in processors else v)
+            for k, v in values.items()
+        }
+        if self._positions is None:
+            return converted
+        return tuple(converted[name] for name in self._positions)
+
+    def execute(self, conn: Connection, values: Mapping[str, Any]) -> Any:
+        return conn.exec_driver_sql(self.sql, self.params(values))  # type: ignore[arg-type]
+
+    def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            conn.exec_driver_sql(self.sql, [self.params(r) for r in rows])  # type: ignore[arg-type]
+
+
+class Database:
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = make_url(url)
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            if self.url.database in (None, "", ":memory:"):
+                raise ValueError("SQLite needs a file path (sqlite:///path/to/file.db)")
+            self.writer = self._sqlite_engine(begin="BEGIN IMMEDIATE")
+            self.reader = self._sqlite_engine(begin="BEGIN")
+            self._write_lock: Any = threading.Lock()
+        else:
+            self.writer = create_engine(
+                self.url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True
+            )
+            self.reader = self.writer
+            self._write_lock = nullcontext()
+        self.dialect = self.writer.dialect
+        self._prepared: dict[Any, Prepared] = {}
+
+    def _sqlite_engine(self, begin: str) -> Engine:
+        # The driver's own transaction handling is off; we emit BEGIN ourselves.
+        engine = create_engine(
+            self.url,
+            connect_args={"isolation_level": None, "check_same_thread": False, "timeout": 30},
+        )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute("PRAGMA secure_delete=ON")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql(begin)
+
+        return engine
+
+    def prepare(self, key: Any, build: Any) -> Prepared:
+        """The statement `build()` compiled once for this database, cached under `key`."""
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = Prepared(build(), self.dialect)
+        return prepared
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction (committed on success, rolled back on error)."""
+        with self._write_lock, self.writer.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.reader.connect() as conn:
+            yield conn
+
+    def create_schema(self) -> None:
+        metadata.create_all(self.writer)
+
+    def drop_read_models(self) -> None:
+        metadata.drop_all(self.writer, tables=list(READ_MODEL_TABLES))
+        metadata.create_all(self.writer, tables=list(READ_MODEL_TABLES))
+
+    def vacuum_key_store(self) -> None:
+        """Reclaim the space of destroyed keys (PostgreSQL keeps dead rows until vacuum)."""
+        if self.is_sqlite:
+            return  # secure_delete already overwrote them
+        with self.writer.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM user_data_keys")
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        if self.reader is not self.writer:
+            self.reader.dispose()

@@ -1,0 +1,192 @@
+"""The read side: what the API and the scheduler read from the read models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Row, func, select
+
+from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.schema import (
+    pending_erasures,
+    team_api_keys,
+    teams,
+    users,
+)
+from healthledger.domain.errors import (
+    DemographicsNotFound,
+    UserNotFound,
+    UserScheduledForDeletion,
+)
+from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.users import ACTIVE, PENDING_ERASURE
+
+
+@dataclass(frozen=True)
+class ApiKeyRecord:
+    key_id: UUID
+    team_id: UUID
+    key_hash: str
+    revoked: bool
+
+
+class UserQueries:
+    def __init__(self, db: Database, vault: PersonalDataVault) -> None:
+        self.db = db
+        self.vault = vault
+
+    def resolved_user(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(users).where(users.c.user_id == user_id, users.c.team_id == team_id)
+            ).first()
+        return self._live(row)
+
+    def resolve(self, team_id: UUID, client_user_id: str) -> dict[str, Any]:
+        """The live user holding `client_user_id`; else 404 (scheduled-for-deletion if so)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(users)
+                .where(users.c.team_id == team_id, users.c.client_user_id == client_user_id)
+                .order_by(users.c.created_on.desc())
+            ).all()
+        live = [r for r in rows if r.status == ACTIVE]
+        return self._live(live[0] if live else (rows[0] if rows else None))
+
+    def list_users(self, team_id: UUID, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+        live = (users.c.team_id == team_id) & (users.c.status == ACTIVE)
+        with self.db.read() as conn:
+            total = conn.execute(select(func.count()).select_from(users).where(live)).scalar_one()
+            rows = conn.execute(
+                select(users)
+                .where(live)
+                .order_by(users.c.created_on, users.c.user_id)
+                .offset(offset)
+                .limit(limit)
+            ).all()
+        return [self._render(r) for r in rows], total
+
+    def pending_user_id(self, team_id: UUID, client_user_id: str) -> UUID:
+        """The most recently deleted user of the team that held `client_user_id`."""
+        with self.db.read() as conn:
+            user_id = conn.execute(
+                select(users.c.user_id)
+                .where(
+                    users.c.team_id == team_id,
+                    users.c.client_user_id == client_user_id,
+                    users.c.status == PENDING_ERASURE,
+                )
+                .order_by(users.c.deleted_at.desc())
+                .limit(1)
+            ).scalar()
+        if user_id is None:
+            raise UserNotFound()
+        return user_id
+
+    def demographics(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(users).where(users.c.user_id == user_id, users.c.team_id == team_id)
+            ).first()
+        row = self._require_live(row)
+        if row.sealed_demographics is None:
+            raise DemographicsNotFound()
+        value = self.vault.open(row.user_id, row.sealed_demographics)
+        if value is None:
+            raise UserNotFound()
+        return value
+
+    def due_for_erasure(self, now: datetime, limit: int) -> list[UUID]:
+        with self.db.read() as conn:
+            return list(
+                conn.execute(
+                    select(pending_erasures.c.user_id)
+                    .where(pending_erasures.c.due_at <= now)
+                    .order_by(pending_erasures.c.due_at)
+                    .limit(limit)
+                ).scalars()
+            )
+
+    def status(self, user_id: UUID) -> str | None:
+        with self.db.read() as conn:
+            return conn.execute(select(users.c.status).where(users.c.user_id == user_id)).scalar()
+
+    # -- rendering ------------------------------------------------------------------------
+
+    @staticmethod
+    def _require_live(row: Row[Any] | None) -> Row[Any]:
+        if row is None:
+            raise UserNotFound()
+        if row.status == PENDING_ERASURE:
+            raise UserScheduledForDeletion()
+        return row
+
+    def _live(self, row: Row[Any] | None) -> dict[str, Any]:
+        return self._render(self._require_live(row))
+
+    def _render(self, row: Row[Any]) -> dict[str, Any]:
+        """Spec 2.3, the resolved user."""
+        time_zone = None
+        if row.fallback_time_zone is not None:
+            time_zone = {
+                "id": row.fallback_time_zone,
+                "source_slug": row.fallback_time_zone_source,
+                "updated_at": row.fallback_time_zone_updated_at,
+            }
+        birth_date = None
+        if row.sealed_birth_date is not None:
+            value = self.vault.open(row.user_id, row.sealed_birth_date)
+            if value is not None:
+                birth_date = {
+                    "value": value,
+                    "source_slug": row.birth_date_source,
+                    "updated_at": row.birth_date_updated_at,
+                }
+        return {
+            "user_id": row.user_id,
+            "team_id": row.team_id,
+            "client_user_id": row.client_user_id,
+            "created_on": row.created_on,
+            "connected_sources": [],
+            "fallback_time_zone": time_zone,
+            "fallback_birth_date": birth_date,
+            "ingestion_start": row.ingestion_start,
+            "ingestion_end": row.ingestion_end,
+        }
+
+
+class TeamQueries:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def api_key(self, key_id: UUID) -> ApiKeyRecord | None:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(
+                    team_api_keys.c.key_id,
+                    team_api_keys.c.team_id,
+                    team_api_keys.c.key_hash,
+                    team_api_keys.c.revoked_at,
+                ).where(team_api_keys.c.key_id == key_id)
+            ).first()
+        if row is None:
+            return None
+        return ApiKeyRecord(row.key_id, row.team_id, row.key_hash, row.revoked_at is not None)
+
+    def features(self, team_id: UUID) -> set[str]:
+        with self.db.read() as conn:
+            features = conn.execute(
+                select(teams.c.features).where(teams.c.team_id == team_id)
+            ).scalar()
+        return set(features or ())
+
+    def has_any_team(self) -> bool:
+        with self.db.read() as conn:
+            return conn.execute(select(teams.c.team_id).limit(1)).first() is not None
+
+    def team_ids(self) -> list[UUID]:
+        with self.db.read() as conn:
+            return list(conn.execute(select(teams.c.team_id).order_by(teams.c.created_on)).scalars())

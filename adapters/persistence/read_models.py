@@ -1,0 +1,275 @@
+"""Read models: projections of the event log into SQL tables the API reads.
+
+`project` runs inside the transaction that stores the events (so a read model is never
+behind its log), and again, page by page, when `rebuild` recreates the tables from the
+whole log. Write-time effects that must not run on a rebuild (destroying a data key)
+live in `erasure_effects`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import Mapper
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
+
+from healthledger.adapters.persistence.database import Database, insert_statement
+from healthledger.adapters.persistence.key_store import KeyStore
+from healthledger.adapters.persistence.recorder import LedgerRecorder, delete_snapshots
+from healthledger.adapters.persistence.schema import (
+    READ_MODEL_TABLES,
+    metadata,
+    organizations,
+    pending_erasures,
+    team_api_keys,
+    teams,
+    users,
+)
+from healthledger.domain.teams import Organization, Team, TeamApiKey
+from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
+
+_USER_COLUMNS = (
+    "user_id",
+    "team_id",
+    "client_user_id",
+    "status",
+    "created_on",
+    "fallback_time_zone",
+    "fallback_time_zone_source",
+    "fallback_time_zone_updated_at",
+    "sealed_birth_date",
+    "birth_date_source",
+    "birth_date_updated_at",
+    "ingestion_start",
+    "ingestion_end",
+    "version",
+)
+
+
+def _update_user(columns: Sequence[str]) -> Any:
+    return (
+        update(users)
+        .where(users.c.user_id == bindparam("uid"))
+        .values({name: bindparam(name) for name in columns})
+    )
+
+
+class ReadModels:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._handlers: dict[type, Callable[[Connection, Any], None]] = {
+            User.Created: self._user_created,
+            User.SettingsChanged: self._user_settings_changed,
+            User.ClientUserIdChanged: self._user_client_user_id_changed,
+            User.DemographicsRecorded: self._user_demographics_recorded,
+            User.Deleted: self._user_deleted,
+            User.DeletionUndone: self._user_deletion_undone,
+            User.Erased: self._user_erased,
+            Organization.Created: self._organization_created,
+            Team.Created: self._team_created,
+            Team.FeatureEnabled: self._team_features_changed,
+            Team.FeatureDisabled: self._team_features_changed,
+            TeamApiKey.Created: self._team_api_key_created,
+            TeamApiKey.Revoked: self._team_api_key_revoked,
+        }
+        prepare = db.prepare
+        self._insert_user = prepare("rm.users.insert", lambda: insert_statement(users, _USER_COLUMNS))
+        self._set_status = prepare(
+            "rm.users.status",
+            lambda: _update_user(("status", "deleted_at", "erasure_due_at", "version")),
+        )
+        self._insert_pending = prepare(
+            "rm.pending.insert",
+            lambda: insert_statement(pending_erasures, ("user_id", "due_at")),
+        )
+        self._delete_pending = prepare(
+            "rm.pending.delete",
+            lambda: delete(pending_erasures).where(pending_erasures.c.user_id == bindparam("uid")),
+        )
+
+    def project(self, conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
+        for event in events:
+            handler = self._handlers.get(type(event))
+            if handler is not None:
+                handler(conn, event)
+
+    # -- users ----------------------------------------------------------------------------
+
+    def _user_created(self, conn: Connection, e: User.Created) -> None:
+        self._insert_user.execute(
+            conn,
+            {
+                "user_id": e.originator_id,
+                "team_id": e.team_id,
+                "client_user_id": e.client_user_id,
+                "status": ACTIVE,
+                "created_on": e.timestamp,
+                "fallback_time_zone": e.fallback_time_zone,
+                "fallback_time_zone_source": e.fallback_time_zone and MANUAL_SOURCE,
+                "fallback_time_zone_updated_at": e.fallback_time_zone and e.timestamp,
+                "sealed_birth_date": e.sealed_birth_date,
+                "birth_date_source": e.sealed_birth_date and MANUAL_SOURCE,
+                "birth_date_updated_at": e.sealed_birth_date and e.timestamp,
+                "ingestion_start": e.ingestion_start,
+                "ingestion_end": e.ingestion_end,
+                "version": e.originator_version,
+            },
+        )
+
+    def _user_settings_changed(self, conn: Connection, e: User.SettingsChanged) -> None:
+        values: dict[str, Any] = {"version": e.originator_version}
+        for key, value in e.changes.items():
+            if key == "fallback_time_zone":
+                values["fallback_time_zone"] = value
+                values["fallback_time_zone_source"] = value and MANUAL_SOURCE
+                values["fallback_time_zone_updated_at"] = value and e.timestamp
+            elif key == "sealed_birth_date":
+                values["sealed_birth_date"] = value
+                values["birth_date_source"] = value and MANUAL_SOURCE
+                values["birth_date_updated_at"] = value and e.timestamp
+            elif key in ("ingestion_start", "ingestion_end"):
+                values[key] = value
+        conn.execute(update(users).where(users.c.user_id == e.originator_id).values(values))
+
+    def _user_client_user_id_changed(self, conn: Connection, e: User.ClientUserIdChanged) -> None:
+        conn.execute(
+            update(users)
+            .where(users.c.user_id == e.originator_id)
+            .values(client_user_id=e.new_client_user_id, version=e.originator_version)
+        )
+
+    def _user_demographics_recorded(self, conn: Connection, e: User.DemographicsRecorded) -> None:
+        conn.execute(
+            update(users)
+            .where(users.c.user_id == e.originator_id)
+            .values(
+                sealed_demographics=e.sealed_demographics,
+                demographics_updated_at=e.timestamp,
+                version=e.originator_version,
+            )
+        )
+
+    def _user_deleted(self, conn: Connection, e: User.Deleted) -> None:
+        self._set_status.execute(
+            conn,
+            {
+                "uid": e.originator_id,
+                "status": PENDING_ERASURE,
+                "deleted_at": e.timestamp,
+                "erasure_due_at": e.erasure_due_at,
+                "version": e.originator_version,
+            },
+        )
+        self._insert_pending.execute(conn, {"user_id": e.originator_id, "due_at": e.erasure_due_at})
+
+    def _user_deletion_undone(self, conn: Connection, e: User.DeletionUndone) -> None:
+        self._set_status.execute(
+            conn,
+            {
+                "uid": e.originator_id,
+                "status": ACTIVE,
+                "deleted_at": None,
+                "erasure_due_at": None,
+                "version": e.originator_version,
+            },
+        )
+        self._delete_pending.execute(conn, {"uid": e.originator_id})
+
+    def _user_erased(self, conn: Connection, e: User.Erased) -> None:
+        # An erased user is 404 everywhere: no row of it is left to read.
+        conn.execute(delete(users).where(users.c.user_id == e.originator_id))
+        self._delete_pending.execute(conn, {"uid": e.originator_id})
+
+    # -- organizations, teams, keys --------------------------------------------------------
+
+    def _organization_created(self, conn: Connection, e: Organization.Created) -> None:
+        conn.execute(
+            insert(organizations).values(org_id=e.originator_id, name=e.name, created_on=e.timestamp)
+        )
+
+    def _team_created(self, conn: Connection, e: Team.Created) -> None:
+        conn.execute(
+            insert(teams).values(
+                team_id=e.originator_id,
+                org_id=e.org_id,
+                name=e.name,
+                region=e.region,
+                features=[],
+                created_on=e.timestamp,
+            )
+        )
+
+    def _team_features_changed(self, conn: Connection, e: Any) -> None:
+        current = conn.execute(
+            select(teams.c.features).where(teams.c.team_id == e.originator_id)
+        ).scalar_one()
+        features = set(current)
+        if isinstance(e, Team.FeatureEnabled):
+            features.add(e.feature)
+        else:
+            features.discard(e.feature)
+        conn.execute(
+            update(teams).where(teams.c.team_id == e.originator_id).values(features=sorted(features))
+        )
+
+    def _team_api_key_created(self, conn: Connection, e: TeamApiKey.Created) -> None:
+        conn.execute(
+            insert(team_api_keys).values(
+                key_id=e.originator_id,
+                team_id=e.team_id,
+                environment=e.environment,
+                region=e.region,
+                key_hash=e.key_hash,
+                created_on=e.timestamp,
+            )
+        )
+
+    def _team_api_key_revoked(self, conn: Connection, e: TeamApiKey.Revoked) -> None:
+        conn.execute(
+            update(team_api_keys)
+            .where(team_api_keys.c.key_id == e.originator_id)
+            .values(revoked_at=e.timestamp)
+        )
+
+    # -- rebuild --------------------------------------------------------------------------
+
+    def rebuild(
+        self,
+        recorder: LedgerRecorder,
+        mapper: Mapper[Any],
+        progress: Callable[[int], None] = lambda n: None,
+        page_size: int = 500,
+    ) -> int:
+        """Drop and recreate every read model from the log, in one transaction.
+
+        Writers wait for it (SQLite: the one writer; PostgreSQL: the event table lock),
+        readers keep seeing the old tables until it commits. Returns the events replayed.
+        """
+        replayed = 0
+        with self.db.write() as conn:
+            if not self.db.is_sqlite:
+                conn.exec_driver_sql("LOCK TABLE stored_events IN EXCLUSIVE MODE")
+            metadata.drop_all(conn, tables=list(READ_MODEL_TABLES))
+            metadata.create_all(conn, tables=list(READ_MODEL_TABLES))
+            position = 0
+            while True:
+                page = recorder.select_notifications(
+                    position, page_size, inclusive_of_start=False
+                )
+                if not page:
+                    break
+                self.project(conn, [mapper.to_domain_event(n) for n in page])
+                position = page[-1].id
+                replayed += len(page)
+                progress(len(page))
+        return replayed
+
+
+def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
+    """Destroy the data key and the snapshots of each user erased in this transaction."""
+    for event in events:
+        if isinstance(event, User.Erased):
+            KeyStore.destroy(conn, event.originator_id)
+            delete_snapshots(conn, event.originator_id)

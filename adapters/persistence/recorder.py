@@ -1,0 +1,345 @@
+"""The event recorder: eventsourcing's ApplicationRecorder on our SQLAlchemy database.
+
+In the transaction that stores a command's events it also writes their timestamps (the
+time-travel index), their read-model rows, and the erasure effects (`on_record`), so
+the log and everything derived from it change together or not at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    InfrastructureFactory,
+    IntegrityError,
+    ListenNotifySubscription,
+    Notification,
+    ProcessRecorder,
+    StoredEvent,
+    Subscription,
+    Tracking,
+    TrackingRecorder,
+)
+from sqlalchemy import Connection, bindparam, delete, func, insert, select
+from sqlalchemy import exc as sa_exc
+
+from healthledger.adapters.persistence.database import Database, insert_statement
+from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
+
+OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
+
+_SELECT_COLUMNS = (
+    stored_events.c.originator_version,
+    stored_events.c.topic,
+    stored_events.c.state,
+)
+
+
+class LedgerRecorder(ProcessRecorder):
+    """Events, notifications and tracking on one table set; effects in the same txn."""
+
+    def __init__(self, db: Database, on_record: OnRecord | None = None) -> None:
+        self.db = db
+        self.on_record = on_record
+        self._subscriptions: set[PollingSubscription] = set()
+        self._subscriptions_lock = threading.Lock()
+        columns = ("originator_id", "originator_version", "topic", "state", "timestamp")
+        self._insert = db.prepare("events.insert", lambda: insert_statement(stored_events, columns))
+        self._insert_returning = db.prepare(
+            "events.insert.returning",
+            lambda: insert_statement(stored_events, columns).returning(
+                stored_events.c.notification_id
+            ),
+        )
+
+    # -- writing ------------------------------------------------------------------------
+
+    def insert_events(
+        self,
+        stored_events_: Sequence[StoredEvent],
+        *,
+        aggregate_events: Sequence[DomainEventProtocol[Any]] = (),
+        tracking: Tracking | None = None,
+        **kwargs: Any,
+    ) -> Sequence[int] | None:
+        domain_events = aggregate_events
+        if len(domain_events) != len(stored_events_):
+            raise ValueError("the ledger passes each stored event's domain event")
+        rows = [
+            {
+                "originator_id": s.originator_id,
+                "originator_version": s.originator_version,
+                "topic": s.topic,
+                "state": s.state,
+                "timestamp": d.timestamp,
+            }
+            for s, d in zip(stored_events_, domain_events, strict=True)
+        ]
+        try:
+            with self.db.write() as conn:
+                ids = self._insert_rows(conn, rows)
+                if tracking is not None:
+                    self._insert_tracking(conn, tracking)
+                if self.on_record is not None and domain_events:
+                    self.on_record(conn, domain_events)
+        except sa_exc.IntegrityError as exc:
+            raise IntegrityError(str(exc.orig)) from exc
+        self._notify_subscribers()
+        return ids
+
+    def _insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
+        if not rows:
+            return []
+        if self.db.is_sqlite:
+            # One writer holds the database (BEGIN IMMEDIATE), so the rowids just taken
+            # are contiguous and end at last_insert_rowid().
+            self._insert.execute_many(conn, rows)
+            last = conn.exec_driver_sql("SELECT last_insert_rowid()").scalar_one()
+            return list(range(last - len(rows) + 1, last + 1))
+        # PostgreSQL: an exclusive table lock (readers still read) makes notification ids
+        # commit in the order they are assigned, so a follower never skips a late id.
+        conn.exec_driver_sql("LOCK TABLE stored_events IN EXCLUSIVE MODE")
+        return [self._insert_returning.execute(conn, row).scalar_one() for row in rows]
+
+    def _insert_tracking(self, conn: Connection, record: Tracking) -> None:
+        conn.execute(
+            insert(tracking).values(
+                application_name=record.application_name,
+                notification_id=record.notification_id,
+            )
+        )
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        with self.db.write() as conn:
+            self._insert_tracking(conn, tracking)
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        with self.db.read() as conn:
+            return conn.execute(
+                select(func.max(tracking.c.notification_id)).where(
+                    tracking.c.application_name == application_name
+                )
+            ).scalar()
+
+    # -- reading ------------------------------------------------------------------------
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        key = ("events.select", gt is not None, lte is not None, desc, limit is not None)
+        prepared = self.db.prepare(key, lambda: _select_events(gt, lte, desc, limit))
+        params: dict[str, Any] = {"originator_id": originator_id}
+        if gt is not None:
+            params["gt"] = gt
+        if lte is not None:
+            params["lte"] = lte
+        if limit is not None:
+            params["limit"] = limit
+        with self.db.read() as conn:
+            rows = prepared.execute(conn, params).fetchall()
+        return [
+            StoredEvent(
+                originator_id=originator_id,
+                originator_version=version,
+                topic=topic,
+                state=bytes(state),
+            )
+            for version, topic, state in rows
+        ]
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        c = stored_events.c
+        query = select(c.notification_id, c.originator_id, c.originator_version, c.topic, c.state)
+        if start is not None:
+            query = query.where(
+                c.notification_id >= start if inclusive_of_start else c.notification_id > start
+            )
+        if stop is not None:
+            query = query.where(c.notification_id <= stop)
+        if topics:
+            query = query.where(c.topic.in_(topics))
+        query = query.order_by(c.notification_id).limit(limit)
+        with self.db.read() as conn:
+            return [
+                Notification(
+                    id=row.notification_id,
+                    originator_id=row.originator_id,
+                    originator_version=row.originator_version,
+                    topic=row.topic,
+                    state=bytes(row.state),
+                )
+                for row in conn.execute(query)
+            ]
+
+    def max_notification_id(self) -> int | None:
+        with self.db.read() as conn:
+            return conn.execute(select(func.max(stored_events.c.notification_id))).scalar()
+
+    def version_at(self, originator_id: UUID, instant: Any) -> int | None:
+        """The aggregate's version as of `instant`, from the timestamp index."""
+        c = stored_events.c
+        with self.db.read() as conn:
+            return conn.execute(
+                select(func.max(c.originator_version)).where(
+                    c.originator_id == originator_id, c.timestamp <= instant
+                )
+            ).scalar()
+
+    # -- following ----------------------------------------------------------------------
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        return PollingSubscription(self, gt=gt, topics=topics)
+
+    def _notify_subscribers(self) -> None:
+        with self._subscriptions_lock:
+            for subscription in self._subscriptions:
+                subscription.wake()
+
+    def _register(self, subscription: PollingSubscription) -> None:
+        with self._subscriptions_lock:
+            self._subscriptions.add(subscription)
+
+    def _unregister(self, subscription: PollingSubscription) -> None:
+        with self._subscriptions_lock:
+            self._subscriptions.discard(subscription)
+
+
+def _select_events(gt: bool, lte: bool, desc: bool, limit: bool) -> Any:
+    c = stored_events.c
+    query = select(*_SELECT_COLUMNS).where(c.originator_id == bindparam("originator_id"))
+    if gt:
+        query = query.where(c.originator_version > bindparam("gt"))
+    if lte:
+        query = query.where(c.originator_version <= bindparam("lte"))
+    query = query.order_by(c.originator_version.desc() if desc else c.originator_version)
+    if limit:
+        query = query.limit(bindparam("limit"))
+    return query
+
+
+class PollingSubscription(ListenNotifySubscription[LedgerRecorder]):
+    """Woken at once by this process's own writes, and by a poll for other processes."""
+
+    def __init__(
+        self,
+        recorder: LedgerRecorder,
+        gt: int | None = None,
+        topics: Sequence[str] = (),
+        poll_interval: float = 0.5,
+    ) -> None:
+        self._poll_interval = poll_interval
+        self._poll_stop = threading.Event()
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        recorder._register(self)
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._poller.start()
+
+    def wake(self) -> None:
+        self._has_been_notified.set()
+
+    def _poll(self) -> None:
+        while not self._poll_stop.wait(self._poll_interval):
+            self.wake()
+
+    def stop(self) -> None:
+        self._poll_stop.set()
+        self._recorder._unregister(self)
+        super().stop()
+
+
+class SnapshotRecorder(AggregateRecorder):
+    """Snapshots in their own table; erasure deletes a user's rows (see erasure policy)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def insert_events(self, stored_events_: Sequence[StoredEvent], **kwargs: Any) -> None:
+        rows = [
+            {
+                "originator_id": s.originator_id,
+                "originator_version": s.originator_version,
+                "topic": s.topic,
+                "state": s.state,
+            }
+            for s in stored_events_
+        ]
+        try:
+            with self.db.write() as conn:
+                conn.execute(insert(snapshots), rows)
+        except sa_exc.IntegrityError as exc:
+            raise IntegrityError(str(exc.orig)) from exc
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        c = snapshots.c
+        query = select(c.originator_version, c.topic, c.state).where(
+            c.originator_id == originator_id
+        )
+        if gt is not None:
+            query = query.where(c.originator_version > gt)
+        if lte is not None:
+            query = query.where(c.originator_version <= lte)
+        query = query.order_by(c.originator_version.desc() if desc else c.originator_version)
+        if limit is not None:
+            query = query.limit(limit)
+        with self.db.read() as conn:
+            return [
+                StoredEvent(originator_id, version, topic, bytes(state))
+                for version, topic, state in conn.execute(query)
+            ]
+
+
+def delete_snapshots(conn: Connection, originator_id: UUID) -> None:
+    conn.execute(delete(snapshots).where(snapshots.c.originator_id == originator_id))
+
+
+class LedgerInfrastructure(InfrastructureFactory[TrackingRecorder]):
+    """Hands the ledger our recorders instead of eventsourcing's own persistence modules."""
+
+    def __init__(self, recorder: LedgerRecorder, snapshot_recorder: SnapshotRecorder) -> None:
+        super().__init__(env={})
+        self.recorder = recorder
+        self.snapshot_recorder = snapshot_recorder
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        return self.snapshot_recorder if purpose == "snapshots" else self.recorder
+
+    def application_recorder(self) -> ApplicationRecorder:
+        return self.recorder
+
+    def tracking_recorder(
+        self, tracking_recorder_class: type[TrackingRecorder] | None = None
+    ) -> TrackingRecorder:
+        return self.recorder
+
+    def process_recorder(self) -> ProcessRecorder:
+        return self.recorder

@@ -1,0 +1,27 @@
+"""Settings from environment variables, all prefixed HEALTHLEDGER_ (see docs/operations.md)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HEALTHLEDGER_", extra="ignore")
+
+    # One SQLAlchemy URL for everything; a SQLite file in the current directory by default.
+    database_url: str = "sqlite:///healthledger.db"
+    # The master key that wraps every user's data key; never stored in the database.
+    master_key_file: Path = Path("healthledger.master.key")
+    # Seconds or ISO 8601 (P7D). The spec's grace period is 7 days.
+    grace_period: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))
+    host: str = "127.0.0.1"
+    team_api_port: int = Field(default=8000, ge=0, le=65535)
+    management_api_port: int = Field(default=8001, ge=0, le=65535)
+    erasure_sweep_interval: timedelta = Field(default=timedelta(seconds=60), gt=timedelta(0))
+    erasure_batch_size: int = Field(default=500, ge=1)
+    user_snapshot_interval: int = Field(default=50, ge=2)
+    log_level: str = "info"

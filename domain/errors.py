@@ -1,0 +1,81 @@
+"""Domain errors. The HTTP adapter maps each to a status; none of them carries personal data."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+
+class LedgerError(Exception):
+    """Base class: `message` is safe to show to the caller."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UserNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("User not found.")
+
+
+class UserScheduledForDeletion(LedgerError):
+    def __init__(self) -> None:
+        super().__init__(
+            "User is scheduled for deletion: it can be restored with undo_delete "
+            "until its grace period ends."
+        )
+
+
+class GracePeriodEnded(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("User not found: its deletion grace period has ended.")
+
+
+class UserNotDeleted(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("User is not scheduled for deletion: there is nothing to undo.")
+
+
+class ClientUserIdTaken(LedgerError):
+    """Create with a client_user_id that a live user of the team already holds."""
+
+    def __init__(self, user_id: UUID, created_on: datetime) -> None:
+        super().__init__("Client user id already exists.")
+        self.user_id = user_id
+        self.created_on = created_on
+
+
+class ClientUserIdInUse(LedgerError):
+    """A change (patch, undo) would take a client_user_id another live user holds."""
+
+    def __init__(self) -> None:
+        super().__init__("Client user id is held by another live user of this team.")
+
+
+class ConcurrentChange(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("The resource was changed by another request; retry with fresh data.")
+
+
+class NothingToUpdate(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("The patch is empty: send at least one field to change.")
+
+
+class InvalidRequest(LedgerError):
+    """A rule that a request breaks, found after the request shape was valid."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class DemographicsNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("No demographics recorded for this user.")
+
+
+class TeamNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("Team not found.")

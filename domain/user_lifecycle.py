@@ -1,0 +1,268 @@
+"""Use cases of the user lifecycle: create, change, delete, undo, erase, demographics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+from eventsourcing.persistence import IntegrityError
+
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import (
+    ClientUserIdInUse,
+    ClientUserIdTaken,
+    ConcurrentChange,
+    InvalidRequest,
+    NothingToUpdate,
+    UserNotFound,
+)
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.personal_data import Demographics, PersonalDataVault
+from healthledger.domain.users import (
+    PENDING_ERASURE,
+    ClientUserIdClaim,
+    User,
+    birth_date_problem,
+    client_user_id_problem,
+    ingestion_bounds_problem,
+    time_zone_problem,
+)
+
+# What an erasure removes; the persistence adapter's erasure policy removes exactly these
+# in the transaction that records the Erased event (tests hold it to that).
+ERASURE_REMOVES = [
+    "user_data_key",
+    "snapshots",
+    "read_model:users",
+    "read_model:pending_erasures",
+]
+
+UPDATABLE_FIELDS = (
+    "client_user_id",
+    "fallback_time_zone",
+    "fallback_birth_date",
+    "ingestion_start",
+    "ingestion_end",
+)
+
+_CREATE_ATTEMPTS = 3
+
+
+class UserLifecycle:
+    def __init__(
+        self, ledger: Ledger, vault: PersonalDataVault, clock: Clock, grace_period: timedelta
+    ) -> None:
+        self.ledger = ledger
+        self.vault = vault
+        self.clock = clock
+        self.grace_period = grace_period
+
+    # -- loading ------------------------------------------------------------------------
+
+    def load(self, team_id: UUID, user_id: UUID) -> User:
+        """The user in any state; another team's user does not exist (404, never 403)."""
+        user = self.ledger.find(user_id)
+        if not isinstance(user, User) or user.team_id != team_id:
+            raise UserNotFound()
+        return user
+
+    def load_live(self, team_id: UUID, user_id: UUID) -> User:
+        user = self.load(team_id, user_id)
+        user.require_live()
+        return user
+
+    # -- commands -----------------------------------------------------------------------
+
+    def create_user(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        *,
+        client_user_id: str,
+        fallback_time_zone: str | None = None,
+        fallback_birth_date: date | None = None,
+        ingestion_start: date | None = None,
+        ingestion_end: date | None = None,
+    ) -> User:
+        self._check_client_user_id(client_user_id)
+        self._check_settings(
+            fallback_time_zone, fallback_birth_date, ingestion_start, ingestion_end
+        )
+        user_id = uuid4()
+        sealed_birth_date = (
+            None
+            if fallback_birth_date is None
+            else self.vault.seal(user_id, fallback_birth_date.isoformat())
+        )
+        claim_id = ClientUserIdClaim.id_for(team_id, client_user_id)
+        for attempt in range(_CREATE_ATTEMPTS):
+            now = self.clock()
+            user = User.register(
+                ctx,
+                now,
+                user_id=user_id,
+                team_id=team_id,
+                client_user_id=client_user_id,
+                fallback_time_zone=fallback_time_zone,
+                sealed_birth_date=sealed_birth_date,
+                ingestion_start=ingestion_start,
+                ingestion_end=ingestion_end,
+            )
+            # Optimistic: most ids are new, so the first attempt starts the claim without
+            # reading it; the event store refuses it if the claim exists (a conflict).
+            claim = None if attempt == 0 else self.ledger.find(claim_id)
+            if claim is None:
+                claim = ClientUserIdClaim.start(ctx, now, team_id, client_user_id, user_id)
+            else:
+                assert isinstance(claim, ClientUserIdClaim)
+                if claim.holder is not None:
+                    holder = self.ledger.find(claim.holder)
+                    assert isinstance(holder, User)
+                    raise ClientUserIdTaken(holder.id, holder.created_on)
+                claim.claim(ctx, now, user_id)
+            try:
+                self.ledger.save(claim, user)
+            except IntegrityError:
+                continue  # the claim exists, or another request moved it: read it
+            return user
+        raise ConcurrentChange()
+
+    def update_user(
+        self, ctx: CommandContext, team_id: UUID, user_id: UUID, changes: Mapping[str, Any]
+    ) -> User:
+        unknown = set(changes) - set(UPDATABLE_FIELDS)
+        if unknown:
+            raise InvalidRequest(f"Unknown field {sorted(unknown)[0]!r}.", sorted(unknown)[0])
+        if not changes:
+            raise NothingToUpdate()
+        user = self.load_live(team_id, user_id)
+        now = self.clock()
+        start = changes.get("ingestion_start", user.ingestion_start)
+        end = changes.get("ingestion_end", user.ingestion_end)
+        self._check_settings(
+            changes.get("fallback_time_zone"), changes.get("fallback_birth_date"), start, end
+        )
+        settings: dict[str, Any] = {}
+        for key in ("fallback_time_zone", "ingestion_start", "ingestion_end"):
+            if key in changes:
+                settings[key] = changes[key]
+        if "fallback_birth_date" in changes:
+            birth_date = changes["fallback_birth_date"]
+            settings["sealed_birth_date"] = (
+                None if birth_date is None else self.vault.seal(user.id, birth_date.isoformat())
+            )
+        touched: list[Any] = [user]
+        new_client_user_id = changes.get("client_user_id")
+        if new_client_user_id is not None and new_client_user_id != user.client_user_id:
+            self._check_client_user_id(new_client_user_id)
+            touched += self._move_claim(ctx, now, user, new_client_user_id)
+            user.change_client_user_id(ctx, now, new_client_user_id)
+        if settings:
+            user.change_settings(ctx, now, settings)
+        self._save(*touched)
+        return user
+
+    def record_demographics(
+        self, ctx: CommandContext, team_id: UUID, user_id: UUID, fields: Mapping[str, Any]
+    ) -> Demographics:
+        """Merge `fields` into the user's demographics; the result must be complete."""
+        if not fields:
+            raise NothingToUpdate()
+        user = self.load_live(team_id, user_id)
+        current: dict[str, Any] = {}
+        if user.sealed_demographics is not None:
+            current = self.vault.open(user.id, user.sealed_demographics) or {}
+        merged = Demographics.model_validate({**current, **fields})
+        sealed = self.vault.seal(user.id, merged.model_dump(mode="json"))
+        user.record_demographics(ctx, self.clock(), sealed, sorted(fields))
+        self._save(user)
+        return merged
+
+    def delete_user(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
+        user = self.load_live(team_id, user_id)
+        now = self.clock()
+        claim = self._claim_of(user)
+        user.delete(ctx, now, now + self.grace_period)
+        # The client_user_id is released at once: a new user may take it.
+        claim.release(ctx, now, user.id)
+        self._save(user, claim)
+        return user
+
+    def undo_deletion(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
+        user = self.load(team_id, user_id)
+        now = self.clock()
+        user.undo_deletion(ctx, now)  # checks state and grace period
+        claim = self._claim_of(user)
+        claim.claim(ctx, now, user.id)  # refused if another live user holds it now
+        self._save(user, claim)
+        return user
+
+    def erase_user(self, ctx: CommandContext, user_id: UUID) -> bool:
+        """Erase a user whose grace period has ended. Idempotent: False when nothing to do."""
+        user = self.ledger.find(user_id)
+        if not isinstance(user, User) or user.status != PENDING_ERASURE:
+            return False
+        now = self.clock()
+        if not user.is_due_for_erasure(now):
+            return False
+        user.erase(ctx, now, removed=list(ERASURE_REMOVES))
+        try:
+            self.ledger.save(user)
+        except IntegrityError:
+            return False  # another sweeper recorded the erasure first
+        return True
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _claim_of(self, user: User) -> ClientUserIdClaim:
+        claim = self.ledger.find(ClientUserIdClaim.id_for(user.team_id, user.client_user_id))
+        assert isinstance(claim, ClientUserIdClaim), "every user holds or held its claim"
+        return claim
+
+    def _move_claim(
+        self, ctx: CommandContext, now: Any, user: User, new_client_user_id: str
+    ) -> list[ClientUserIdClaim]:
+        old = self._claim_of(user)
+        new = self.ledger.find(ClientUserIdClaim.id_for(user.team_id, new_client_user_id))
+        if new is None:
+            new = ClientUserIdClaim.start(ctx, now, user.team_id, new_client_user_id, user.id)
+        else:
+            assert isinstance(new, ClientUserIdClaim)
+            new.claim(ctx, now, user.id)  # ClientUserIdInUse when held by another
+        old.release(ctx, now, user.id)
+        return [old, new]
+
+    def _save(self, *aggregates: Any) -> None:
+        try:
+            self.ledger.save(*aggregates)
+        except IntegrityError as exc:
+            # Someone changed one of these aggregates (or took the claim) meanwhile.
+            if any(isinstance(a, ClientUserIdClaim) for a in aggregates):
+                raise ClientUserIdInUse() from exc
+            raise ConcurrentChange() from exc
+
+    def _check_client_user_id(self, value: str) -> None:
+        problem = client_user_id_problem(value)
+        if problem:
+            raise InvalidRequest(problem, "client_user_id")
+
+    def _check_settings(
+        self,
+        time_zone: str | None,
+        birth_date: date | None,
+        start: date | None,
+        end: date | None,
+    ) -> None:
+        checks = (
+            ("fallback_time_zone", time_zone is not None and time_zone_problem(time_zone)),
+            (
+                "fallback_birth_date",
+                birth_date is not None and birth_date_problem(birth_date, self.clock().date()),
+            ),
+            ("ingestion_start", ingestion_bounds_problem(start, end)),
+        )
+        for field, problem in checks:
+            if problem:
+                raise InvalidRequest(problem, field)

@@ -1,0 +1,384 @@
+"""The user and the claim of its client_user_id: the two aggregates of the user lifecycle.
+
+States: active -> pending_erasure (on delete, due after the grace period) -> erased.
+Undo inside the grace period returns to active. Event bodies only apply state (they
+run again on every replay); the rules live in the command methods before them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import uuid
+import zoneinfo
+from datetime import date, datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import (
+    ClientUserIdInUse,
+    GracePeriodEnded,
+    UserNotDeleted,
+    UserNotFound,
+    UserScheduledForDeletion,
+)
+
+ACTIVE = "active"
+PENDING_ERASURE = "pending_erasure"
+ERASED = "erased"
+
+MANUAL_SOURCE = "manual"
+CLIENT_USER_ID_MAX_LENGTH = 255
+
+# The spec forbids personal data in client_user_id. We refuse what is clearly an e-mail
+# address or a phone number; a bare run of digits stays allowed (teams use numeric ids).
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
+_PHONE_SHAPED = re.compile(r"^\+?[\d\s().\-/]+$")
+
+
+def client_user_id_problem(value: str) -> str | None:
+    """Why `value` may not be a client_user_id, or None when it may."""
+    if not value or not value.strip():
+        return "client_user_id must not be empty."
+    if len(value) > CLIENT_USER_ID_MAX_LENGTH:
+        return f"client_user_id must be at most {CLIENT_USER_ID_MAX_LENGTH} characters."
+    if _EMAIL.search(value):
+        return "client_user_id must not contain personal data such as an e-mail address."
+    if _PHONE_SHAPED.match(value):
+        digits = sum(ch.isdigit() for ch in value)
+        separated = value.startswith("+") or any(ch in value for ch in " ().-/")
+        if 7 <= digits <= 15 and separated:
+            return "client_user_id must not contain personal data such as a phone number."
+    return None
+
+
+class User(Aggregate):
+    """An end user of a team. Personal values are held only sealed (per-user key)."""
+
+    TOPIC = "healthledger:User"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "healthledger:User.Created.v1"
+        PERSONAL_FIELDS = ("sealed_birth_date",)
+        team_id: UUID
+        client_user_id: str
+        fallback_time_zone: str | None
+        sealed_birth_date: str | None
+        ingestion_start: date | None
+        ingestion_end: date | None
+
+        def apply(self, user: User) -> None:
+            user.team_id = self.team_id
+            user.client_user_id = self.client_user_id
+            user.status = ACTIVE
+            user.fallback_time_zone = None
+            user.sealed_birth_date = None
+            if self.fallback_time_zone is not None:
+                user.fallback_time_zone = (self.fallback_time_zone, MANUAL_SOURCE, self.timestamp)
+            if self.sealed_birth_date is not None:
+                user.sealed_birth_date = (self.sealed_birth_date, MANUAL_SOURCE, self.timestamp)
+            user.ingestion_start = self.ingestion_start
+            user.ingestion_end = self.ingestion_end
+            user.sealed_demographics = None
+            user.demographics_updated_at = None
+            user.deleted_at = None
+            user.erasure_due_at = None
+            user.erased_at = None
+
+    class SettingsChanged(Event):
+        """Fallbacks or ingestion bounds changed; `changes` holds only the changed keys."""
+
+        TOPIC = "healthledger:User.SettingsChanged.v1"
+        PERSONAL_FIELDS = ("sealed_birth_date",)
+        changes: dict[str, Any]
+
+        def apply(self, user: User) -> None:
+            for key, value in self.changes.items():
+                if key == "fallback_time_zone":
+                    user.fallback_time_zone = (
+                        None if value is None else (value, MANUAL_SOURCE, self.timestamp)
+                    )
+                elif key == "sealed_birth_date":
+                    user.sealed_birth_date = (
+                        None if value is None else (value, MANUAL_SOURCE, self.timestamp)
+                    )
+                elif key in ("ingestion_start", "ingestion_end"):
+                    setattr(user, key, value)
+
+    class ClientUserIdChanged(Event):
+        TOPIC = "healthledger:User.ClientUserIdChanged.v1"
+        old_client_user_id: str
+        new_client_user_id: str
+
+        def apply(self, user: User) -> None:
+            user.client_user_id = self.new_client_user_id
+
+    class DemographicsRecorded(Event):
+        """The whole demographics object, sealed; `fields` names what this change set."""
+
+        TOPIC = "healthledger:User.DemographicsRecorded.v1"
+        PERSONAL_FIELDS = ("sealed_demographics",)
+        sealed_demographics: str
+        fields: list[str]
+
+        def apply(self, user: User) -> None:
+            user.sealed_demographics = self.sealed_demographics
+            user.demographics_updated_at = self.timestamp
+
+    class Deleted(Event):
+        TOPIC = "healthledger:User.Deleted.v1"
+        erasure_due_at: datetime
+
+        def apply(self, user: User) -> None:
+            user.status = PENDING_ERASURE
+            user.deleted_at = self.timestamp
+            user.erasure_due_at = self.erasure_due_at
+
+    class DeletionUndone(Event):
+        TOPIC = "healthledger:User.DeletionUndone.v1"
+
+        def apply(self, user: User) -> None:
+            user.status = ACTIVE
+            user.deleted_at = None
+            user.erasure_due_at = None
+
+    class Erased(Event):
+        """Personal data destroyed for good; `removed` says what went, for the audit."""
+
+        TOPIC = "healthledger:User.Erased.v1"
+        removed: list[str]
+
+        def apply(self, user: User) -> None:
+            user.status = ERASED
+            user.erased_at = self.timestamp
+            user.sealed_birth_date = None
+            user.sealed_demographics = None
+
+    # State (set by Created.apply; class annotations would become __init__ parameters):
+    # team_id, client_user_id, status, fallback_time_zone and sealed_birth_date as
+    # (value, source_slug, updated_at) or None, ingestion_start, ingestion_end,
+    # sealed_demographics, demographics_updated_at, deleted_at, erasure_due_at, erased_at.
+
+    @classmethod
+    def register(
+        cls,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        user_id: UUID,
+        team_id: UUID,
+        client_user_id: str,
+        fallback_time_zone: str | None,
+        sealed_birth_date: str | None,
+        ingestion_start: date | None,
+        ingestion_end: date | None,
+    ) -> User:
+        return cls._create(
+            cls.Created,
+            id=user_id,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            team_id=team_id,
+            client_user_id=client_user_id,
+            fallback_time_zone=fallback_time_zone,
+            sealed_birth_date=sealed_birth_date,
+            ingestion_start=ingestion_start,
+            ingestion_end=ingestion_end,
+        )
+
+    # -- rules ------------------------------------------------------------------------
+
+    def require_live(self) -> None:
+        """Commands and reads on a user need it active."""
+        if self.status == ERASED:
+            raise UserNotFound()
+        if self.status == PENDING_ERASURE:
+            raise UserScheduledForDeletion()
+
+    # -- commands ---------------------------------------------------------------------
+
+    def change_settings(self, ctx: CommandContext, now: datetime, changes: dict[str, Any]) -> None:
+        self.require_live()
+        self.trigger_event(
+            self.SettingsChanged,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            changes=changes,
+        )
+
+    def change_client_user_id(self, ctx: CommandContext, now: datetime, new_value: str) -> None:
+        self.require_live()
+        self.trigger_event(
+            self.ClientUserIdChanged,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            old_client_user_id=self.client_user_id,
+            new_client_user_id=new_value,
+        )
+
+    def record_demographics(
+        self, ctx: CommandContext, now: datetime, sealed: str, fields: list[str]
+    ) -> None:
+        self.require_live()
+        self.trigger_event(
+            self.DemographicsRecorded,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            sealed_demographics=sealed,
+            fields=fields,
+        )
+
+    def delete(self, ctx: CommandContext, now: datetime, erasure_due_at: datetime) -> None:
+        self.require_live()
+        self.trigger_event(
+            self.Deleted,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            erasure_due_at=erasure_due_at,
+        )
+
+    def undo_deletion(self, ctx: CommandContext, now: datetime) -> None:
+        if self.status == ERASED:
+            raise UserNotFound()
+        if self.status == ACTIVE:
+            raise UserNotDeleted()
+        if self.grace_period_over(now):
+            raise GracePeriodEnded()
+        self.trigger_event(
+            self.DeletionUndone, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
+        )
+
+    def grace_period_over(self, now: datetime) -> bool:
+        return self.erasure_due_at is not None and now >= self.erasure_due_at
+
+    def is_due_for_erasure(self, now: datetime) -> bool:
+        return self.status == PENDING_ERASURE and self.grace_period_over(now)
+
+    def erase(self, ctx: CommandContext, now: datetime, removed: list[str]) -> None:
+        """Only a user whose grace period has ended can be erased (callers check first)."""
+        if not self.is_due_for_erasure(now):
+            raise UserNotDeleted()
+        self.trigger_event(
+            self.Erased,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            removed=removed,
+        )
+
+
+# A fixed namespace: claim ids must never change, or uniqueness would be lost.
+CLAIM_NAMESPACE = uuid.UUID("6f1c7a52-4c1e-5b7e-9a43-2d8e0b1f6c11")
+
+
+class ClientUserIdClaim(Aggregate):
+    """Who holds a client_user_id within a team.
+
+    Its id is derived from (team, client_user_id), so two concurrent creates race on the
+    event store's (originator_id, version) uniqueness: the loser gets a conflict, never a
+    duplicate. Released at deletion, claimed again by a new user or an undo.
+    """
+
+    TOPIC = "healthledger:ClientUserIdClaim"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "healthledger:ClientUserIdClaim.Created.v1"
+        team_id: UUID
+        client_user_id: str
+        user_id: UUID
+
+        def apply(self, claim: ClientUserIdClaim) -> None:
+            claim.team_id = self.team_id
+            claim.client_user_id = self.client_user_id
+            claim.holder = self.user_id
+
+    class Claimed(Event):
+        TOPIC = "healthledger:ClientUserIdClaim.Claimed.v1"
+        user_id: UUID
+
+        def apply(self, claim: ClientUserIdClaim) -> None:
+            claim.holder = self.user_id
+
+    class Released(Event):
+        TOPIC = "healthledger:ClientUserIdClaim.Released.v1"
+        user_id: UUID
+
+        def apply(self, claim: ClientUserIdClaim) -> None:
+            claim.holder = None
+
+    # State: team_id, client_user_id, holder (the user id, or None when released).
+
+    @staticmethod
+    def id_for(team_id: UUID, client_user_id: str) -> UUID:
+        return uuid.uuid5(CLAIM_NAMESPACE, f"{team_id}\x1f{client_user_id}")
+
+    @classmethod
+    def start(
+        cls, ctx: CommandContext, now: datetime, team_id: UUID, client_user_id: str, user_id: UUID
+    ) -> ClientUserIdClaim:
+        return cls._create(
+            cls.Created,
+            id=cls.id_for(team_id, client_user_id),
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            team_id=team_id,
+            client_user_id=client_user_id,
+            user_id=user_id,
+        )
+
+    def claim(self, ctx: CommandContext, now: datetime, user_id: UUID) -> None:
+        if self.holder == user_id:
+            return
+        if self.holder is not None:
+            raise ClientUserIdInUse()
+        self.trigger_event(
+            self.Claimed, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, user_id=user_id
+        )
+
+    def release(self, ctx: CommandContext, now: datetime, user_id: UUID) -> None:
+        if self.holder != user_id:
+            return
+        self.trigger_event(
+            self.Released, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, user_id=user_id
+        )
+
+
+def time_zone_problem(value: str) -> str | None:
+    """Why `value` is not an IANA time zone id, or None when it is one."""
+    if value not in _iana_zones():
+        return f"{value!r} is not an IANA time zone identifier (for example Europe/Berlin)."
+    return None
+
+
+def ingestion_bounds_problem(start: date | None, end: date | None) -> str | None:
+    if start is not None and end is not None and start > end:
+        return "ingestion_start must not be after ingestion_end."
+    return None
+
+
+def birth_date_problem(value: date, today: date) -> str | None:
+    if value > today or value.year < 1900:
+        return "fallback_birth_date must be a real birth date, not in the future."
+    return None
+
+
+@functools.cache
+def _iana_zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
