@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
-
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
@@ -26,6 +24,7 @@ from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.team_directory import Bootstrap, TeamDirectory
 from healthledger.domain.user_lifecycle import UserLifecycle
+from sqlalchemy import Connection
 
 
 @dataclass

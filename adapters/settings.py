@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _seconds_or_iso(value: Any) -> Any:
+    # An environment variable is a string: "604800" means seconds, "P7D" is ISO 8601.
+    if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+        return float(value)
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
 
 
 class Settings(BaseSettings):
@@ -17,11 +28,11 @@ class Settings(BaseSettings):
     # The master key that wraps every user's data key; never stored in the database.
     master_key_file: Path = Path("healthledger.master.key")
     # Seconds or ISO 8601 (P7D). The spec's grace period is 7 days.
-    grace_period: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))
+    grace_period: Duration = Field(default=timedelta(days=7), gt=timedelta(0))
     host: str = "127.0.0.1"
     team_api_port: int = Field(default=8000, ge=0, le=65535)
     management_api_port: int = Field(default=8001, ge=0, le=65535)
-    erasure_sweep_interval: timedelta = Field(default=timedelta(seconds=60), gt=timedelta(0))
+    erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     erasure_batch_size: int = Field(default=500, ge=1)
     user_snapshot_interval: int = Field(default=50, ge=2)
     log_level: str = "info"

@@ -24,7 +24,6 @@ from eventsourcing.persistence import (
     Transcoding,
     UUIDAsHex,
 )
-
 from healthledger.domain.users import User
 
 Clock = Callable[[], datetime]

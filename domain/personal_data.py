@@ -113,5 +113,3 @@ class Demographics(BaseModel):
         if value > date.today() or value.year < 1900:
             raise ValueError("dob must be a real date of birth, not in the future")
         return value
-
-

@@ -44,6 +44,18 @@ class TeamDirectory:
         self.ledger.save(org, team, key)
         return Bootstrap(org.id, team.id, IssuedKey(key.id, team.id, plain))
 
+    def create_organization(self, ctx: CommandContext, name: str) -> UUID:
+        org = Organization.found(ctx, self.clock(), name)
+        self.ledger.save(org)
+        return org.id
+
+    def create_team(self, ctx: CommandContext, org_id: UUID, name: str, region: str) -> UUID:
+        if not isinstance(self.ledger.find(org_id), Organization):
+            raise TeamNotFound()
+        team = Team.create(ctx, self.clock(), org_id, name, region)
+        self.ledger.save(team)
+        return team.id
+
     def team(self, team_id: UUID) -> Team:
         team = self.ledger.find(team_id)
         if not isinstance(team, Team):
@@ -67,9 +79,7 @@ class TeamDirectory:
         key.revoke(ctx, self.clock())
         self.ledger.save(key)
 
-    def set_feature(
-        self, ctx: CommandContext, team_id: UUID, feature: str, enabled: bool
-    ) -> None:
+    def set_feature(self, ctx: CommandContext, team_id: UUID, feature: str, enabled: bool) -> None:
         team = self.team(team_id)
         team.set_feature(ctx, self.clock(), feature, enabled)
         self.ledger.save(team)

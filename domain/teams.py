@@ -16,7 +16,6 @@ from datetime import datetime
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
-
 from healthledger.domain.context import CommandContext
 
 REGIONS = ("us", "eu")

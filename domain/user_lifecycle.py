@@ -8,7 +8,6 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
-
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,

@@ -16,7 +16,6 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
-
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -356,7 +355,11 @@ class ClientUserIdClaim(Aggregate):
         if self.holder != user_id:
             return
         self.trigger_event(
-            self.Released, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, user_id=user_id
+            self.Released,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            user_id=user_id,
         )
 
 

@@ -17,11 +17,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata
 from sqlalchemy import Connection, Engine, Insert, Table, bindparam, create_engine, event, insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ClauseElement
-
-from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata
 
 
 def insert_statement(table: Table, columns: Sequence[str]) -> Insert:

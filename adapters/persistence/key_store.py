@@ -14,12 +14,11 @@ from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Connection, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
-
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import user_data_keys
 from healthledger.domain.ledger import Clock
+from sqlalchemy import Connection, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 _SEALED_PREFIX = "v1."
 _NONCE_BYTES = 12

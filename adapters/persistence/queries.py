@@ -7,8 +7,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Row, func, select
-
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import (
     pending_erasures,
@@ -23,6 +21,7 @@ from healthledger.domain.errors import (
 )
 from healthledger.domain.personal_data import PersonalDataVault
 from healthledger.domain.users import ACTIVE, PENDING_ERASURE
+from sqlalchemy import Row, func, select
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,9 @@ class UserQueries:
         live = [r for r in rows if r.status == ACTIVE]
         return self._live(live[0] if live else (rows[0] if rows else None))
 
-    def list_users(self, team_id: UUID, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+    def list_users(
+        self, team_id: UUID, offset: int, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
         live = (users.c.team_id == team_id) & (users.c.status == ACTIVE)
         with self.db.read() as conn:
             total = conn.execute(select(func.count()).select_from(users).where(live)).scalar_one()
@@ -189,4 +190,6 @@ class TeamQueries:
 
     def team_ids(self) -> list[UUID]:
         with self.db.read() as conn:
-            return list(conn.execute(select(teams.c.team_id).order_by(teams.c.created_on)).scalars())
+            return list(
+                conn.execute(select(teams.c.team_id).order_by(teams.c.created_on)).scalars()
+            )

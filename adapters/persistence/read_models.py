@@ -13,8 +13,6 @@ from typing import Any
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
-
 from healthledger.adapters.persistence.database import Database, insert_statement
 from healthledger.adapters.persistence.key_store import KeyStore
 from healthledger.adapters.persistence.recorder import LedgerRecorder, delete_snapshots
@@ -29,6 +27,7 @@ from healthledger.adapters.persistence.schema import (
 )
 from healthledger.domain.teams import Organization, Team, TeamApiKey
 from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 _USER_COLUMNS = (
     "user_id",
@@ -75,7 +74,9 @@ class ReadModels:
             TeamApiKey.Revoked: self._team_api_key_revoked,
         }
         prepare = db.prepare
-        self._insert_user = prepare("rm.users.insert", lambda: insert_statement(users, _USER_COLUMNS))
+        self._insert_user = prepare(
+            "rm.users.insert", lambda: insert_statement(users, _USER_COLUMNS)
+        )
         self._set_status = prepare(
             "rm.users.status",
             lambda: _update_user(("status", "deleted_at", "erasure_due_at", "version")),
@@ -186,7 +187,9 @@ class ReadModels:
 
     def _organization_created(self, conn: Connection, e: Organization.Created) -> None:
         conn.execute(
-            insert(organizations).values(org_id=e.originator_id, name=e.name, created_on=e.timestamp)
+            insert(organizations).values(
+                org_id=e.originator_id, name=e.name, created_on=e.timestamp
+            )
         )
 
     def _team_created(self, conn: Connection, e: Team.Created) -> None:
@@ -211,7 +214,9 @@ class ReadModels:
         else:
             features.discard(e.feature)
         conn.execute(
-            update(teams).where(teams.c.team_id == e.originator_id).values(features=sorted(features))
+            update(teams)
+            .where(teams.c.team_id == e.originator_id)
+            .values(features=sorted(features))
         )
 
     def _team_api_key_created(self, conn: Connection, e: TeamApiKey.Created) -> None:
@@ -255,9 +260,7 @@ class ReadModels:
             metadata.create_all(conn, tables=list(READ_MODEL_TABLES))
             position = 0
             while True:
-                page = recorder.select_notifications(
-                    position, page_size, inclusive_of_start=False
-                )
+                page = recorder.select_notifications(position, page_size, inclusive_of_start=False)
                 if not page:
                     break
                 self.project(conn, [mapper.to_domain_event(n) for n in page])

@@ -26,11 +26,10 @@ from eventsourcing.persistence import (
     Tracking,
     TrackingRecorder,
 )
-from sqlalchemy import Connection, bindparam, delete, func, insert, select
-from sqlalchemy import exc as sa_exc
-
 from healthledger.adapters.persistence.database import Database, insert_statement
 from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
+from sqlalchemy import Connection, bindparam, delete, func, insert, select
+from sqlalchemy import exc as sa_exc
 
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 
@@ -329,6 +328,9 @@ class LedgerInfrastructure(InfrastructureFactory[TrackingRecorder]):
         super().__init__(env={})
         self.recorder = recorder
         self.snapshot_recorder = snapshot_recorder
+
+    def is_snapshotting_enabled(self) -> bool:
+        return True
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         return self.snapshot_recorder if purpose == "snapshots" else self.recorder

@@ -1,0 +1,178 @@
+"""The `healthledger` command line: serve, audit, rebuild, keys, features, erase-due."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from healthledger.adapters.settings import Settings
+from pydantic import ValidationError
+
+
+def _uuid(value: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a UUID: {value!r}") from None
+
+
+def _instant(value: str) -> datetime:
+    try:
+        instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 instant: {value!r} (e.g. 2026-03-01T12:00:00Z)"
+        ) from None
+    if instant.tzinfo is None:
+        raise argparse.ArgumentTypeError("give the instant with an offset, e.g. ...Z")
+    return instant.astimezone(UTC)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="healthledger",
+        description="Event-sourced user lifecycle and compliance engine. Settings come "
+        "from HEALTHLEDGER_* environment variables (see docs/operations.md).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the team API and the scheduler")
+    serve.add_argument("--host", help="overrides HEALTHLEDGER_HOST")
+    serve.add_argument("--port", type=int, help="overrides HEALTHLEDGER_TEAM_API_PORT")
+
+    audit = commands.add_parser("audit", help="a user's full history, or its state at an instant")
+    audit.add_argument("user_id", type=_uuid)
+    audit.add_argument("--as-of", type=_instant, help="ISO 8601 instant, e.g. 2026-03-01T12:00:00Z")
+    audit.add_argument("--json", action="store_true", help="machine-readable output")
+
+    commands.add_parser("rebuild", help="drop and rebuild every read model from the event log")
+
+    keys = commands.add_parser("keys", help="team API keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="issue a team API key (printed once)")
+    create.add_argument("--team", type=_uuid, required=True)
+    create.add_argument("--environment", choices=("sandbox", "production"), default="sandbox")
+
+    features = commands.add_parser("features", help="closed-beta switches of a team")
+    features.add_argument("action", choices=("enable", "disable"))
+    features.add_argument("feature", choices=("demographics", "portal_url", "aggregate_query"))
+    features.add_argument("--team", type=_uuid, required=True)
+
+    commands.add_parser("erase-due", help="erase now every user whose grace period has ended")
+    return parser
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "HEALTHLEDGER_" + "_".join(str(part) for part in error["loc"]).upper()
+            print(f"healthledger: setting {name}: {error['msg']}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        from healthledger.adapters.server import serve
+
+        updates = {k: v for k, v in (("host", args.host), ("team_api_port", args.port)) if v}
+        serve(settings.model_copy(update=updates))
+        return 0
+
+    from healthledger.adapters.composition import build_service
+
+    service = build_service(settings)
+    try:
+        return _run(args, service)
+    finally:
+        service.close()
+
+
+def _run(args: argparse.Namespace, service: Any) -> int:
+    from healthledger.domain.context import OPERATOR_CLI, CommandContext
+    from healthledger.domain.errors import TeamNotFound
+
+    out = sys.stdout
+    if args.command == "audit":
+        from healthledger.adapters.audit import history, state_as_of
+
+        if args.as_of is not None:
+            state = state_as_of(service, args.user_id, args.as_of)
+            if state is None:
+                print(f"no user {args.user_id} at {args.as_of.isoformat()}", file=sys.stderr)
+                return 1
+            if args.json:
+                print(json.dumps(_jsonable(state), indent=2), file=out)
+            else:
+                for key, value in state.items():
+                    shown = value.isoformat() if isinstance(value, datetime) else value
+                    print(f"{key:<20} {shown}", file=out)
+            return 0
+        entries = history(service, args.user_id)
+        if not entries:
+            print(f"no user {args.user_id} in the event log", file=sys.stderr)
+            return 1
+        if args.json:
+            print(json.dumps([_jsonable(vars(e)) for e in entries], indent=2), file=out)
+        else:
+            for entry in entries:
+                print(entry.line(), file=out)
+        return 0
+
+    if args.command == "rebuild":
+        from tqdm import tqdm
+
+        total = service.recorder.max_notification_id() or 0
+        with tqdm(total=total, unit="event", desc="rebuilding read models", file=sys.stderr) as bar:
+            replayed = service.read_models.rebuild(
+                service.recorder, service.ledger.mapper, progress=bar.update
+            )
+        print(f"rebuilt the read models from {replayed} events", file=out)
+        return 0
+
+    ctx = CommandContext.system(OPERATOR_CLI)
+    if args.command == "keys":
+        try:
+            issued = service.teams.issue_team_api_key(ctx, args.team, args.environment)
+        except TeamNotFound:
+            print(f"no team {args.team}", file=sys.stderr)
+            return 1
+        print(f"team API key {issued.key_id} for team {issued.team_id} (shown once):", file=out)
+        print(issued.plain, file=out)
+        return 0
+
+    if args.command == "features":
+        try:
+            service.teams.set_feature(ctx, args.team, args.feature, args.action == "enable")
+        except TeamNotFound:
+            print(f"no team {args.team}", file=sys.stderr)
+            return 1
+        print(f"{args.feature} {args.action}d for team {args.team}", file=out)
+        return 0
+
+    if args.command == "erase-due":
+        from healthledger.scheduler.erasure import sweep_erasures
+
+        print(f"erased {sweep_erasures(service)} user(s)", file=out)
+        return 0
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,22 @@
+"""The team API application ({base_url}): FastAPI, with OpenAPI at /openapi.json."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.errors import install_error_handlers
+from healthledger.adapters.http.requests import RequestIdMiddleware
+from healthledger.adapters.http.users import users_router
+
+
+def create_team_api(service: Service) -> FastAPI:
+    app = FastAPI(
+        title="healthledger team API",
+        version="2",
+        description="Users, their lifecycle and their data. Authenticate with the "
+        "`x-service-api-key` header.",
+    )
+    install_error_handlers(app)
+    app.include_router(users_router(service))
+    app.add_middleware(RequestIdMiddleware)
+    return app

@@ -1,0 +1,33 @@
+"""The in-process APScheduler that wakes the sweeps up.
+
+Facts that shape it (see docs/adr/0003-scheduling.md): a 3.x job is removed from its
+store before it runs, a default misfire grace of one second silently skips a job that
+fell due while the process was down, and two schedulers sharing a job store run jobs
+twice. So: an in-memory store, interval jobs that sweep our own tables, a first run at
+start (what fell due while the service was down is erased at once), no misfire skips.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from healthledger.adapters.composition import Service
+from healthledger.scheduler.erasure import sweep_erasures
+
+
+def start_scheduler(service: Service) -> BackgroundScheduler:
+    scheduler = BackgroundScheduler(
+        timezone=UTC,
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+    )
+    scheduler.add_job(
+        sweep_erasures,
+        "interval",
+        seconds=service.settings.erasure_sweep_interval.total_seconds(),
+        args=[service],
+        id="erasure-sweep",
+        next_run_time=datetime.now(UTC),
+    )
+    scheduler.start()
+    return scheduler

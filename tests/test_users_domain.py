@@ -1,0 +1,146 @@
+"""Domain tests: aggregates and rules, no I/O."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import (
+    ClientUserIdInUse,
+    GracePeriodEnded,
+    UserNotDeleted,
+    UserNotFound,
+    UserScheduledForDeletion,
+)
+from healthledger.domain.users import (
+    ACTIVE,
+    ERASED,
+    PENDING_ERASURE,
+    ClientUserIdClaim,
+    User,
+    client_user_id_problem,
+    ingestion_bounds_problem,
+    time_zone_problem,
+)
+
+CTX = CommandContext(actor="team_api_key:k", request_id="req-1")
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+GRACE = timedelta(days=7)
+
+
+def new_user(**overrides: object) -> User:
+    fields: dict = {
+        "user_id": uuid.uuid4(),
+        "team_id": uuid.uuid4(),
+        "client_user_id": "client-1",
+        "fallback_time_zone": "Europe/Berlin",
+        "sealed_birth_date": None,
+        "ingestion_start": None,
+        "ingestion_end": None,
+    }
+    fields.update(overrides)
+    return User.register(CTX, T0, **fields)
+
+
+def test_created_user_is_active_and_records_actor_and_request() -> None:
+    user = new_user()
+    assert user.status == ACTIVE
+    assert user.fallback_time_zone == ("Europe/Berlin", "manual", T0)
+    (event,) = user.collect_events()
+    assert isinstance(event, User.Created)
+    assert (event.actor, event.request_id) == ("team_api_key:k", "req-1")
+    assert type(event).TOPIC == "healthledger:User.Created.v1"
+
+
+def test_delete_then_undo_inside_grace_returns_to_active() -> None:
+    user = new_user()
+    user.delete(CTX, T0, T0 + GRACE)
+    assert user.status == PENDING_ERASURE
+    assert user.erasure_due_at == T0 + GRACE
+    with pytest.raises(UserScheduledForDeletion):
+        user.delete(CTX, T0, T0 + GRACE)
+    user.undo_deletion(CTX, T0 + GRACE - timedelta(seconds=1))
+    assert user.status == ACTIVE
+    assert user.erasure_due_at is None
+
+
+def test_undo_refused_after_grace_and_on_active_user() -> None:
+    user = new_user()
+    with pytest.raises(UserNotDeleted):
+        user.undo_deletion(CTX, T0)
+    user.delete(CTX, T0, T0 + GRACE)
+    with pytest.raises(GracePeriodEnded):
+        user.undo_deletion(CTX, T0 + GRACE)
+
+
+def test_erase_only_when_due_and_then_everything_is_gone() -> None:
+    user = new_user(sealed_birth_date="v1.sealed")
+    user.record_demographics(CTX, T0, "v1.demo", ["first_name"])
+    with pytest.raises(UserNotDeleted):
+        user.erase(CTX, T0, removed=[])
+    user.delete(CTX, T0, T0 + GRACE)
+    with pytest.raises(UserNotDeleted):
+        user.erase(CTX, T0 + GRACE - timedelta(microseconds=1), removed=[])
+    user.erase(CTX, T0 + GRACE, removed=["user_data_key"])
+    assert user.status == ERASED
+    assert user.sealed_demographics is None and user.sealed_birth_date is None
+    with pytest.raises(UserNotFound):
+        user.require_live()
+    with pytest.raises(UserNotFound):
+        user.undo_deletion(CTX, T0 + GRACE)
+
+
+def test_replay_rebuilds_the_same_state() -> None:
+    user = new_user()
+    user.change_settings(CTX, T0, {"ingestion_start": date(2024, 1, 1)})
+    user.delete(CTX, T0, T0 + GRACE)
+    events = user.collect_events()
+    replayed = None
+    for event in events:
+        replayed = event.mutate(replayed)
+    assert replayed is not None
+    assert replayed.__dict__ == user.__dict__
+
+
+def test_claim_id_is_derived_and_claims_are_exclusive() -> None:
+    team_id = uuid.uuid4()
+    a, b = uuid.uuid4(), uuid.uuid4()
+    claim = ClientUserIdClaim.start(CTX, T0, team_id, "x", a)
+    assert claim.id == ClientUserIdClaim.id_for(team_id, "x")
+    assert ClientUserIdClaim.id_for(uuid.uuid4(), "x") != claim.id
+    with pytest.raises(ClientUserIdInUse):
+        claim.claim(CTX, T0, b)
+    claim.release(CTX, T0, b)  # not the holder: nothing happens
+    assert claim.holder == a
+    claim.release(CTX, T0, a)
+    claim.claim(CTX, T0, b)
+    assert claim.holder == b
+    assert [type(e).__name__ for e in claim.collect_events()] == ["Created", "Released", "Claimed"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "   ", "x" * 256, "jane@example.com", "id-jane.doe@mail.co.uk", "+1 555 123 4567",
+     "(555) 123-4567", "+4915112345678", "555-123-4567"],
+)
+def test_client_user_id_rejects_personal_data_and_bad_lengths(value: str) -> None:
+    assert client_user_id_problem(value) is not None
+
+
+@pytest.mark.parametrize(
+    "value", ["user-42", "1234567890", "x" * 255, "a1b2c3", "550e8400-e29b-41d4-a716-446655440000"]
+)
+def test_client_user_id_accepts_ordinary_ids(value: str) -> None:
+    assert client_user_id_problem(value) is None
+
+
+def test_time_zone_and_bounds_rules() -> None:
+    assert time_zone_problem("Europe/Berlin") is None
+    assert time_zone_problem("UTC") is None
+    assert time_zone_problem("Mars/Olympus") is not None
+    assert ingestion_bounds_problem(date(2024, 2, 1), date(2024, 1, 1)) is not None
+    assert ingestion_bounds_problem(date(2024, 1, 1), date(2024, 1, 1)) is None
+    assert ingestion_bounds_problem(None, date(2024, 1, 1)) is None
