@@ -49,6 +49,8 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
     )
     try:
         uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises Ctrl-C after its graceful shutdown: ours follows
     finally:
         scheduler.shutdown(wait=True)
         service.close()

@@ -24,7 +24,7 @@ from eventsourcing.persistence import (
     Transcoding,
     UUIDAsHex,
 )
-from healthledger.domain.users import User
+from healthledger.domain.users import ERASED, User
 
 Clock = Callable[[], datetime]
 
@@ -91,6 +91,15 @@ class Ledger(Application[UUID]):
             aggregate_events=processing_event.events,
             **processing_event.saved_kwargs,
         )
+
+    def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
+        # Erasure deletes a user's snapshots in its own transaction; a snapshot taken
+        # after it (snapshots follow the save) would bring one back. Erased users are
+        # never snapshotted.
+        for aggregate_id, aggregate in list(processing_event.aggregates.items()):
+            if isinstance(aggregate, User) and aggregate.status == ERASED:
+                del processing_event.aggregates[aggregate_id]
+        super()._take_snapshots(processing_event)
 
     def find(self, aggregate_id: UUID, version: int | None = None) -> Aggregate | None:
         try:

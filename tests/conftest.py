@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
-
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext

@@ -6,8 +6,6 @@ import threading
 from datetime import date, timedelta
 
 import pytest
-from sqlalchemy import func, select
-
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.schema import pending_erasures, stored_events, users
 from healthledger.adapters.settings import Settings
@@ -20,6 +18,8 @@ from healthledger.domain.errors import (
     UserScheduledForDeletion,
 )
 from healthledger.domain.users import ClientUserIdClaim, User
+from sqlalchemy import func, select
+
 from tests.conftest import Team
 
 
@@ -157,9 +157,7 @@ def test_other_teams_users_do_not_exist(
             attempt()
 
 
-def test_birth_date_is_sealed_in_the_log(
-    service: Service, team: Team, ctx: CommandContext
-) -> None:
+def test_birth_date_is_sealed_in_the_log(service: Service, team: Team, ctx: CommandContext) -> None:
     user = service.users.create_user(
         ctx, team.team_id, client_user_id="bd", fallback_birth_date=date(1984, 5, 6)
     )

@@ -6,7 +6,6 @@ import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -123,8 +122,17 @@ def test_claim_id_is_derived_and_claims_are_exclusive() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["", "   ", "x" * 256, "jane@example.com", "id-jane.doe@mail.co.uk", "+1 555 123 4567",
-     "(555) 123-4567", "+4915112345678", "555-123-4567"],
+    [
+        "",
+        "   ",
+        "x" * 256,
+        "jane@example.com",
+        "id-jane.doe@mail.co.uk",
+        "+1 555 123 4567",
+        "(555) 123-4567",
+        "+4915112345678",
+        "555-123-4567",
+    ],
 )
 def test_client_user_id_rejects_personal_data_and_bad_lengths(value: str) -> None:
     assert client_user_id_problem(value) is not None

@@ -1,0 +1,129 @@
+"""The command line: audit (history and --as-of), rebuild, keys, features, erase-due."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from freezegun import freeze_time
+from healthledger.adapters.cli import main
+from healthledger.adapters.composition import Service
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import CommandContext
+from healthledger.domain.teams import team_api_key_id
+
+from tests.conftest import Team, create_user
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", settings.database_url)
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(settings.master_key_file))
+
+
+def test_audit_prints_history_and_state_as_of(
+    service: Service, team: Team, ctx: CommandContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with freeze_time(T0):
+        user = service.users.create_user(
+            ctx, team.team_id, client_user_id="aud", fallback_time_zone="UTC"
+        )
+    with freeze_time(T0 + timedelta(days=1)):
+        service.users.update_user(ctx, team.team_id, user.id, {"fallback_time_zone": "Asia/Tokyo"})
+    with freeze_time(T0 + timedelta(days=2)):
+        service.users.delete_user(ctx, team.team_id, user.id)
+
+    assert main(["audit", str(user.id)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[2] for line in out] == ["Created", "SettingsChanged", "Deleted"]
+    assert "fallback_time_zone=Asia/Tokyo" in out[1] and "actor=test:actor" in out[1]
+
+    assert main(["audit", str(user.id), "--as-of", "2026-03-01T18:00:00Z", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert state["status"] == "active" and state["fallback_time_zone"] == "UTC"
+    assert state["version"] == 1
+
+    assert main(["audit", str(user.id), "--as-of", "2026-03-02T18:00:00Z", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fallback_time_zone"] == "Asia/Tokyo"
+
+    assert main(["audit", str(user.id), "--as-of", "2026-02-01T00:00:00Z"]) == 1
+    assert main(["audit", "00000000-0000-0000-0000-000000000000"]) == 1
+
+
+def test_audit_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as bad_id:
+        main(["audit", "not-a-uuid"])
+    assert bad_id.value.code == 2
+    with pytest.raises(SystemExit) as naive:
+        main(["audit", "00000000-0000-0000-0000-000000000000", "--as-of", "2026-03-01T12:00"])
+    assert naive.value.code == 2
+    assert "offset" in capsys.readouterr().err
+
+
+def test_rebuild_recreates_read_models_and_the_api_answers_the_same(
+    service: Service, team: Team, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept = create_user(
+        client, team, "kept", fallback_time_zone="Europe/Rome", fallback_birth_date="1990-01-01"
+    )
+    gone = create_user(client, team, "gone")
+    assert client.delete(f"/v2/user/{gone['user_id']}", headers=team.headers).status_code == 200
+    before = [
+        client.get("/v2/user", headers=team.headers).json(),
+        client.get(f"/v2/user/{kept['user_id']}", headers=team.headers).json(),
+        client.get(f"/v2/user/{gone['user_id']}", headers=team.headers).json(),
+        client.get("/v2/user/resolve/kept", headers=team.headers).json(),
+    ]
+    assert main(["rebuild"]) == 0
+    assert "rebuilt the read models from" in capsys.readouterr().out
+    after = [
+        client.get("/v2/user", headers=team.headers).json(),
+        client.get(f"/v2/user/{kept['user_id']}", headers=team.headers).json(),
+        client.get(f"/v2/user/{gone['user_id']}", headers=team.headers).json(),
+        client.get("/v2/user/resolve/kept", headers=team.headers).json(),
+    ]
+    assert after == before
+    # The team key still works (its read model was rebuilt too) and writes go on.
+    create_user(client, team, "after-rebuild")
+
+
+def test_keys_create_prints_a_working_key_once(
+    service: Service, team: Team, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["keys", "create", "--team", str(team.team_id)]) == 0
+    plain = capsys.readouterr().out.splitlines()[-1]
+    key_id = team_api_key_id(plain)
+    assert key_id is not None
+    assert client.get("/v2/user", headers={"x-service-api-key": plain}).status_code == 200
+    # Only the hash is stored: the plain text is nowhere in the log.
+    assert plain.encode() not in b"".join(
+        n.state for n in service.recorder.select_notifications(1, 1000)
+    )
+    assert main(["keys", "create", "--team", "00000000-0000-0000-0000-000000000000"]) == 1
+
+
+def test_features_switch_the_closed_beta_on_and_off(team: Team, client: TestClient) -> None:
+    user = create_user(client, team, "beta")
+    path = f"/v2/user/{user['user_id']}/info/latest"
+    assert client.get(path, headers=team.headers).status_code == 403
+    assert main(["features", "enable", "demographics", "--team", str(team.team_id)]) == 0
+    assert client.get(path, headers=team.headers).status_code == 404  # enabled, none recorded
+    assert main(["features", "disable", "demographics", "--team", str(team.team_id)]) == 0
+    assert client.get(path, headers=team.headers).status_code == 403
+
+
+def test_bad_settings_are_reported_not_raised(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HEALTHLEDGER_GRACE_PERIOD", "soon")
+    assert main(["erase-due"]) == 2
+    assert "HEALTHLEDGER_GRACE_PERIOD" in capsys.readouterr().err
+
+
+def test_grace_period_setting_accepts_seconds_and_iso() -> None:
+    assert Settings(grace_period="3600").grace_period == timedelta(hours=1)  # type: ignore[arg-type]
+    assert Settings(grace_period="P7D").grace_period == timedelta(days=7)  # type: ignore[arg-type]

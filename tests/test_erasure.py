@@ -1,0 +1,228 @@
+"""Erasure at the end of the grace period: crypto-shredding, idempotence, crash safety,
+and an audit trail that outlives the person's data."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+from healthledger.adapters.audit import history, state_as_of
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.schema import (
+    pending_erasures,
+    snapshots,
+    stored_events,
+    user_data_keys,
+    users,
+)
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import UserNotFound
+from healthledger.domain.user_lifecycle import ERASURE_REMOVES
+from healthledger.domain.users import ERASED, User
+from healthledger.scheduler.erasure import sweep_erasures
+from healthledger.scheduler.runner import start_scheduler
+from sqlalchemy import func, select
+
+from tests.conftest import Team
+
+DEMOGRAPHICS: dict[str, Any] = {
+    "first_name": "Ada",
+    "last_name": "Lovelace",
+    "email": "ada.lovelace@example.org",
+    "phone_number": "+44 20 7946 0958",
+    "gender": "female",
+    "dob": "1985-12-10",
+    "address": {
+        "first_line": "12 Analytical Row",
+        "zip_code": "10001",
+        "state": "NY",
+        "city": "New York",
+    },
+}
+PERSONAL_STRINGS = [b"Lovelace", b"ada.lovelace", b"Analytical", b"1985-12-10", b"1970-01-02"]
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def rows(service: Service, table: Any, **where: Any) -> int:
+    query = select(func.count()).select_from(table)
+    for column, value in where.items():
+        query = query.where(table.c[column] == value)
+    with service.db.read() as conn:
+        return conn.execute(query).scalar_one()
+
+
+def make_user_with_personal_data(service: Service, team: Team, ctx: CommandContext) -> User:
+    user = service.users.create_user(
+        ctx, team.team_id, client_user_id="erase-me", fallback_birth_date=date(1970, 1, 2)
+    )
+    service.users.record_demographics(ctx, team.team_id, user.id, DEMOGRAPHICS)
+    return user
+
+
+def test_sweep_erases_only_what_is_due_and_everything_it_promises(
+    settings: Settings, team: Team, ctx: CommandContext
+) -> None:
+    svc = build_service(settings.model_copy(update={"user_snapshot_interval": 2}))
+    try:
+        with freeze_time(T0):
+            user = make_user_with_personal_data(svc, team, ctx)
+            keeper = svc.users.create_user(ctx, team.team_id, client_user_id="keeper")
+            svc.users.delete_user(ctx, team.team_id, user.id)
+        assert rows(svc, snapshots, originator_id=user.id) >= 1
+        assert rows(svc, user_data_keys, user_id=user.id) == 1
+
+        with freeze_time(T0 + timedelta(days=7) - timedelta(seconds=1)):
+            assert sweep_erasures(svc) == 0
+            svc.users.load(team.team_id, user.id)  # still there, pending
+
+        with freeze_time(T0 + timedelta(days=7)):
+            assert sweep_erasures(svc) == 1
+
+        # Each thing the Erased event says it removed is gone.
+        assert set(ERASURE_REMOVES) == {
+            "user_data_key",
+            "snapshots",
+            "read_model:users",
+            "read_model:pending_erasures",
+        }
+        assert rows(svc, user_data_keys, user_id=user.id) == 0
+        assert rows(svc, snapshots, originator_id=user.id) == 0
+        assert rows(svc, users, user_id=user.id) == 0
+        assert rows(svc, pending_erasures, user_id=user.id) == 0
+        last = list(svc.ledger.events.get(user.id))[-1]
+        assert isinstance(last, User.Erased)
+        assert last.removed == ERASURE_REMOVES and last.actor == "system:scheduler"
+
+        # The erased user is 404 everywhere; the other user is untouched.
+        with pytest.raises(UserNotFound):
+            svc.user_queries.resolved_user(team.team_id, user.id)
+        with pytest.raises(UserNotFound):
+            svc.users.undo_deletion(ctx, team.team_id, user.id)
+        assert svc.user_queries.resolved_user(team.team_id, keeper.id)["client_user_id"] == "keeper"
+
+        # Personal data was never in clear in the log, and the key that sealed it is gone.
+        with svc.db.read() as conn:
+            raw = b"".join(
+                bytes(s)
+                for s in conn.execute(
+                    select(stored_events.c.state).where(stored_events.c.originator_id == user.id)
+                ).scalars()
+            )
+        for secret in PERSONAL_STRINGS:
+            assert secret not in raw
+        sealed = svc.ledger.find(user.id, version=3)
+        assert isinstance(sealed, User) and sealed.sealed_demographics is not None
+        assert svc.key_store.open(user.id, sealed.sealed_demographics) is None
+    finally:
+        svc.close()
+
+
+def test_erasing_twice_is_a_no_op(service: Service, team: Team, ctx: CommandContext) -> None:
+    with freeze_time(T0):
+        user = make_user_with_personal_data(service, team, ctx)
+        service.users.delete_user(ctx, team.team_id, user.id)
+    with freeze_time(T0 + timedelta(days=8)):
+        assert service.users.erase_user(ctx, user.id) is True
+        events = service.recorder.max_notification_id()
+        assert service.users.erase_user(ctx, user.id) is False
+        assert sweep_erasures(service) == 0
+        assert service.recorder.max_notification_id() == events
+
+
+def test_an_undone_deletion_is_never_erased(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    with freeze_time(T0):
+        user = make_user_with_personal_data(service, team, ctx)
+        service.users.delete_user(ctx, team.team_id, user.id)
+    with freeze_time(T0 + timedelta(days=6)):
+        service.users.undo_deletion(ctx, team.team_id, user.id)
+    with freeze_time(T0 + timedelta(days=30)):
+        assert sweep_erasures(service) == 0
+        assert service.user_queries.demographics(team.team_id, user.id)["last_name"] == "Lovelace"
+
+
+def test_a_crash_mid_sweep_loses_nothing(
+    service: Service, team: Team, ctx: CommandContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with freeze_time(T0):
+        ids = []
+        for n in range(3):
+            user = service.users.create_user(ctx, team.team_id, client_user_id=f"c{n}")
+            service.users.delete_user(ctx, team.team_id, user.id)
+            ids.append(user.id)
+    real_erase = service.users.erase_user
+    calls = {"n": 0}
+
+    def crashing_erase(ctx_: CommandContext, user_id: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("process killed mid-sweep")
+        return real_erase(ctx_, user_id)
+
+    with freeze_time(T0 + timedelta(days=8)):
+        monkeypatch.setattr(service.users, "erase_user", crashing_erase)
+        with pytest.raises(RuntimeError):
+            sweep_erasures(service)
+        assert rows(service, pending_erasures) == 2  # one done, two still recorded as due
+        monkeypatch.setattr(service.users, "erase_user", real_erase)
+        assert sweep_erasures(service) == 2
+    assert rows(service, pending_erasures) == 0
+    for user_id in ids:
+        assert service.ledger.find(user_id).status == ERASED  # type: ignore[union-attr]
+
+
+def test_a_user_due_while_the_service_was_down_is_erased_on_start(
+    settings: Settings, team: Team, ctx: CommandContext
+) -> None:
+    svc = build_service(settings)
+    user = svc.users.create_user(ctx, team.team_id, client_user_id="offline")
+    svc.users.delete_user(ctx, team.team_id, user.id)
+    svc.close()
+    # "Later": the service starts again after the grace period ended.
+    later = datetime.now(UTC) + timedelta(days=7, minutes=1)
+    restarted = build_service(settings, clock=lambda: later)
+    scheduler = start_scheduler(restarted)
+    try:
+        deadline = datetime.now(UTC) + timedelta(seconds=10)
+        while restarted.user_queries.status(user.id) is not None:
+            assert datetime.now(UTC) < deadline, "the start-up sweep did not erase the user"
+            scheduler.wakeup()
+            import time
+
+            time.sleep(0.05)
+        erased = restarted.ledger.find(user.id)
+        assert isinstance(erased, User) and erased.status == ERASED
+    finally:
+        scheduler.shutdown(wait=True)
+        restarted.close()
+
+
+def test_history_survives_erasure_without_personal_values(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    with freeze_time(T0):
+        user = make_user_with_personal_data(service, team, ctx)
+    with freeze_time(T0 + timedelta(hours=1)):
+        service.users.delete_user(ctx, team.team_id, user.id)
+    with freeze_time(T0 + timedelta(days=8)):
+        sweep_erasures(service)
+    entries = history(service, user.id)
+    assert [e.event for e in entries] == ["Created", "DemographicsRecorded", "Deleted", "Erased"]
+    text = "\n".join(e.line() for e in entries)
+    assert "<personal data: erased>" in text
+    for secret in PERSONAL_STRINGS:
+        assert secret.decode() not in text
+    assert "system:scheduler" in text and "test:actor" in text
+
+    before_delete = state_as_of(service, user.id, T0 + timedelta(minutes=30))
+    assert before_delete is not None
+    assert before_delete["status"] == "active"
+    assert before_delete["demographics"] == "<personal data: erased>"
+    assert state_as_of(service, user.id, T0 - timedelta(seconds=1)) is None
+    after = state_as_of(service, user.id, T0 + timedelta(days=9))
+    assert after is not None and after["status"] == ERASED

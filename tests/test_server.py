@@ -1,0 +1,88 @@
+"""`healthledger serve` as a real process: first run, a real HTTP server, restart."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from healthledger.adapters.settings import Settings
+
+KEY = re.compile(r"team API key\s+(hlk_\S+)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, list[str]]]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "HEALTHLEDGER_DATABASE_URL": settings.database_url,
+        "HEALTHLEDGER_MASTER_KEY_FILE": str(settings.master_key_file),
+        "HEALTHLEDGER_TEAM_API_PORT": str(port),
+        "HEALTHLEDGER_LOG_LEVEL": "warning",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "healthledger.adapters.cli", "serve"],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            try:
+                httpx.get(f"{base}/openapi.json", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.1)
+        output: list[str] = []
+        yield base, output
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+        output.extend(out.splitlines())
+        assert process.returncode == 0, out
+
+
+def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
+    settings: Settings, tmp_path: Path
+) -> None:
+    with running_server(settings, tmp_path) as (base, output):
+        pass
+    keys = [m.group(1) for line in output if (m := KEY.search(line))]
+    assert len(keys) == 1
+    key = keys[0]
+
+    with running_server(settings, tmp_path) as (base, output):
+        headers = {"x-service-api-key": key}
+        created = httpx.post(f"{base}/v2/user", json={"client_user_id": "http-1"}, headers=headers)
+        assert created.status_code == 200
+        user_id = created.json()["user_id"]
+        assert httpx.get(f"{base}/v2/user/{user_id}", headers=headers).json()["client_user_id"] == (
+            "http-1"
+        )
+        assert (
+            httpx.get(f"{base}/v2/user", headers={"x-service-api-key": "nope"}).status_code == 401
+        )
+        assert httpx.get(f"{base}/docs").status_code == 200
+    # A later start prints nothing secret.
+    assert not any("hlk_" in line for line in output)
