@@ -4,6 +4,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Response
+from fastapi.exceptions import RequestValidationError
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.errors import FeatureNotEnabled
@@ -105,8 +106,7 @@ def users_router(service: Service) -> APIRouter:
         try:
             return service.users.record_demographics(caller.ctx, caller.team_id, user_id, fields)
         except ValidationError as exc:
-            from fastapi.exceptions import RequestValidationError
-
+            # The merged object is checked in the domain; report it like a body error.
             raise RequestValidationError(
                 [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
             ) from None
