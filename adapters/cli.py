@@ -91,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         from healthledger.adapters.server import serve
 
-        updates = {k: v for k, v in (("host", args.host), ("team_api_port", args.port)) if v}
+        updates = {
+            k: v for k, v in (("host", args.host), ("team_api_port", args.port)) if v is not None
+        }
         serve(settings.model_copy(update=updates))
         return 0
 

@@ -72,7 +72,10 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         LedgerInfrastructure(recorder, SnapshotRecorder(db)),
         user_snapshot_interval=settings.user_snapshot_interval,
     )
-    key_store = KeyStore(db, load_master_key(settings.master_key_file), clock)
+    # A new master key is made only for a database that holds no data key yet: pointing
+    # an existing database at a missing key file must fail, not mint a second master key.
+    master_key = load_master_key(settings.master_key_file, create=not db.has_data_keys())
+    key_store = KeyStore(db, master_key, clock)
     return Service(
         settings=settings,
         clock=clock,

@@ -31,6 +31,10 @@ class PersonalDataVault(Protocol):
 
     def has_key(self, user_id: UUID) -> bool: ...
 
+    def discard(self, user_id: UUID) -> None:
+        """Drop the key of a user that was never recorded (a create that failed)."""
+        ...
+
 
 class Race(StrEnum):
     african_american_or_black = "african_american_or_black"

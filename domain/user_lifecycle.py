@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -14,6 +14,7 @@ from healthledger.domain.errors import (
     ClientUserIdTaken,
     ConcurrentChange,
     InvalidRequest,
+    LedgerError,
     NothingToUpdate,
     UserNotFound,
 )
@@ -95,6 +96,34 @@ class UserLifecycle:
             if fallback_birth_date is None
             else self.vault.seal(user_id, fallback_birth_date.isoformat())
         )
+        try:
+            return self._register(
+                ctx,
+                team_id,
+                user_id,
+                client_user_id,
+                fallback_time_zone,
+                sealed_birth_date,
+                ingestion_start,
+                ingestion_end,
+            )
+        except (ClientUserIdTaken, ConcurrentChange):
+            # Nothing was recorded for this user id: drop its key rather than orphan it.
+            if sealed_birth_date is not None:
+                self.vault.discard(user_id)
+            raise
+
+    def _register(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        user_id: UUID,
+        client_user_id: str,
+        fallback_time_zone: str | None,
+        sealed_birth_date: str | None,
+        ingestion_start: date | None,
+        ingestion_end: date | None,
+    ) -> User:
         claim_id = ClientUserIdClaim.id_for(team_id, client_user_id)
         for attempt in range(_CREATE_ATTEMPTS):
             now = self.clock()
@@ -160,7 +189,8 @@ class UserLifecycle:
             user.change_client_user_id(ctx, now, new_client_user_id)
         if settings:
             user.change_settings(ctx, now, settings)
-        self._save(*touched)
+        moved_claim = len(touched) > 1
+        self._save(*touched, conflict=ClientUserIdInUse if moved_claim else ConcurrentChange)
         return user
 
     def record_demographics(
@@ -186,7 +216,7 @@ class UserLifecycle:
         user.delete(ctx, now, now + self.grace_period)
         # The client_user_id is released at once: a new user may take it.
         claim.release(ctx, now, user.id)
-        self._save(user, claim)
+        self._save(user, claim, conflict=lambda: self._reason_for_conflict(team_id, user_id))
         return user
 
     def undo_deletion(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
@@ -195,7 +225,7 @@ class UserLifecycle:
         user.undo_deletion(ctx, now)  # checks state and grace period
         claim = self._claim_of(user)
         claim.claim(ctx, now, user.id)  # refused if another live user holds it now
-        self._save(user, claim)
+        self._save(user, claim, conflict=ClientUserIdInUse)
         return user
 
     def erase_user(self, ctx: CommandContext, user_id: UUID) -> bool:
@@ -206,7 +236,13 @@ class UserLifecycle:
         now = self.clock()
         if not user.is_due_for_erasure(now):
             return False
-        user.erase(ctx, now, removed=list(ERASURE_REMOVES))
+        removed = [
+            item
+            for item in ERASURE_REMOVES
+            if (item != "user_data_key" or self.vault.has_key(user.id))
+            and (item != "snapshots" or self._has_snapshots(user.id))
+        ]
+        user.erase(ctx, now, removed=removed)
         try:
             self.ledger.save(user)
         except IntegrityError:
@@ -233,14 +269,26 @@ class UserLifecycle:
         old.release(ctx, now, user.id)
         return [old, new]
 
-    def _save(self, *aggregates: Any) -> None:
+    def _save(
+        self, *aggregates: Any, conflict: Callable[[], LedgerError] = ConcurrentChange
+    ) -> None:
+        """Save; a version conflict (someone changed one of these meanwhile) is `conflict`."""
         try:
             self.ledger.save(*aggregates)
         except IntegrityError as exc:
-            # Someone changed one of these aggregates (or took the claim) meanwhile.
-            if any(isinstance(a, ClientUserIdClaim) for a in aggregates):
-                raise ClientUserIdInUse() from exc
-            raise ConcurrentChange() from exc
+            raise conflict() from exc
+
+    def _reason_for_conflict(self, team_id: UUID, user_id: UUID) -> LedgerError:
+        """What a command lost to: a concurrent delete makes the user not live any more."""
+        try:
+            self.load_live(team_id, user_id)
+        except LedgerError as reason:
+            return reason
+        return ConcurrentChange()
+
+    def _has_snapshots(self, user_id: UUID) -> bool:
+        snapshots = self.ledger.snapshots
+        return snapshots is not None and any(True for _ in snapshots.get(user_id, limit=1))
 
     def _check_client_user_id(self, value: str) -> None:
         problem = client_user_id_problem(value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 import uuid
 import zoneinfo
 from datetime import date, datetime
@@ -44,6 +45,9 @@ def client_user_id_problem(value: str) -> str | None:
         return "client_user_id must not be empty."
     if len(value) > CLIENT_USER_ID_MAX_LENGTH:
         return f"client_user_id must be at most {CLIENT_USER_ID_MAX_LENGTH} characters."
+    if any(unicodedata.category(ch)[0] == "C" for ch in value):
+        # Control and format characters (NUL above all) cannot be stored on PostgreSQL.
+        return "client_user_id must not contain control characters."
     if _EMAIL.search(value):
         return "client_user_id must not contain personal data such as an e-mail address."
     if _PHONE_SHAPED.match(value):
@@ -366,7 +370,8 @@ class ClientUserIdClaim(Aggregate):
 def time_zone_problem(value: str) -> str | None:
     """Why `value` is not an IANA time zone id, or None when it is one."""
     if value not in _iana_zones():
-        return f"{value!r} is not an IANA time zone identifier (for example Europe/Berlin)."
+        # The value is not repeated: errors never echo what a caller sent.
+        return "fallback_time_zone must be an IANA time zone identifier (e.g. Europe/Berlin)."
     return None
 
 

@@ -118,15 +118,3 @@ def install_error_handlers(app: FastAPI) -> None:
             content={"detail": "The database is busy or unreachable; retry shortly."},
             headers={"Retry-After": "1"},
         )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # Log the type and the request id only: messages may carry values.
-        log.error(
-            "unexpected %s on %s %s (request %s)",
-            type(exc).__name__,
-            request.method,
-            request.scope.get("route").path if request.scope.get("route") else "?",
-            getattr(request.state, "request_id", "?"),
-        )
-        return JSONResponse(status_code=500, content={"detail": "Internal error."})

@@ -1,12 +1,21 @@
-"""Request ids: taken from `x-request-id` when it is a sane token, else made; echoed back
-and recorded on every event the request causes."""
+"""Request ids and the last line of defence.
+
+The id is taken from `x-request-id` when it is a sane token, else made; it is echoed on
+every response and recorded on every event the request causes. An unexpected exception
+becomes a JSON 500 that carries the id, and is logged by type only: exception messages
+can hold values a caller sent, and nothing personal may reach a log.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("healthledger.http")
 
 REQUEST_ID_HEADER = "x-request-id"
 _SANE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -35,4 +44,35 @@ class RequestIdMiddleware:
                 message["headers"] = headers
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send_with_id(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception as exc:
+            route = scope.get("route")
+            log.error(
+                "unexpected %s on %s %s (request %s)",
+                type(exc).__name__,
+                scope.get("method"),
+                getattr(route, "path", "?"),
+                request_id,
+            )
+            if started:
+                return  # the response is under way; the client sees a cut-off body
+            body = json.dumps({"detail": "Internal error.", "request_id": request_id}).encode()
+            await send_with_id(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send_with_id({"type": "http.response.body", "body": body})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -35,9 +36,14 @@ def _rule(problem_of: Any) -> Any:
     return AfterValidator(check)
 
 
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
 def _iso_date_only(value: Any) -> Any:
-    # pydantic would also take a number as a Unix time; a date here is YYYY-MM-DD only.
-    if not isinstance(value, (str, date)):
+    # pydantic would also take a Unix time or a midnight datetime; a date is YYYY-MM-DD.
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
         raise ValueError("a date must be a string in the form YYYY-MM-DD")
     return value
 

@@ -53,14 +53,15 @@ def users_router(service: Service) -> APIRouter:
     @router.get("/v2/user", response_model=UserList)
     def list_users(
         caller: Caller,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
     ) -> Any:
         users, total = service.user_queries.list_users(caller.team_id, offset, limit)
         return {"users": users, "total": total, "offset": offset, "limit": limit}
 
+    # `:path` so that a client_user_id holding a slash can be resolved too.
     @router.get(
-        "/v2/user/resolve/{client_user_id}", response_model=ResolvedUser, responses=_NOT_FOUND
+        "/v2/user/resolve/{client_user_id:path}", response_model=ResolvedUser, responses=_NOT_FOUND
     )
     def resolve_user(client_user_id: str, caller: Caller) -> Any:
         return service.user_queries.resolve(caller.team_id, client_user_id)

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata
+from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata, user_data_keys
 from sqlalchemy import Connection, Engine, Insert, Table, bindparam, create_engine, event, insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ClauseElement
@@ -118,7 +118,18 @@ class Database:
             yield conn
 
     def create_schema(self) -> None:
-        metadata.create_all(self.writer)
+        with self.writer.begin() as conn:
+            if not self.is_sqlite:
+                # Several processes starting on an empty database would race on CREATE
+                # TABLE; a transaction-scoped advisory lock makes them take turns.
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7201931)")
+            metadata.create_all(conn)
+
+    def has_data_keys(self) -> bool:
+        from sqlalchemy import select
+
+        with self.read() as conn:
+            return conn.execute(select(user_data_keys.c.user_id).limit(1)).first() is not None
 
     def drop_read_models(self) -> None:
         metadata.drop_all(self.writer, tables=list(READ_MODEL_TABLES))

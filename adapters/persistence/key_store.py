@@ -32,7 +32,10 @@ def load_master_key(path: Path, *, create: bool = True) -> bytes:
     """The 32-byte master key from `path` (base64), created with mode 0600 if missing."""
     if not path.exists():
         if not create:
-            raise MasterKeyError(f"master key file {path} does not exist")
+            raise MasterKeyError(
+                f"master key file {path} does not exist, but the database holds data keys "
+                "wrapped by a master key: set HEALTHLEDGER_MASTER_KEY_FILE to its file"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
         with os.fdopen(fd, "w") as handle:
@@ -76,6 +79,11 @@ class KeyStore:
             return self._wrapped(conn, user_id) is not None
 
     # -- erasure ------------------------------------------------------------------------
+
+    def discard(self, user_id: UUID) -> None:
+        """Drop a key made for a user that was never recorded (a failed create)."""
+        with self.db.write() as conn:
+            self.destroy(conn, user_id)
 
     @staticmethod
     def destroy(conn: Connection, user_id: UUID) -> None:

@@ -20,7 +20,7 @@ from healthledger.domain.errors import (
     UserScheduledForDeletion,
 )
 from healthledger.domain.personal_data import PersonalDataVault
-from healthledger.domain.users import ACTIVE, PENDING_ERASURE
+from healthledger.domain.users import ACTIVE, PENDING_ERASURE, client_user_id_problem
 from sqlalchemy import Row, func, select
 
 
@@ -30,6 +30,12 @@ class ApiKeyRecord:
     team_id: UUID
     key_hash: str
     revoked: bool
+
+
+def _require_possible(client_user_id: str) -> None:
+    # A value no user could hold (a NUL, say) is not looked up: no user has it.
+    if client_user_id_problem(client_user_id) is not None:
+        raise UserNotFound()
 
 
 class UserQueries:
@@ -46,6 +52,7 @@ class UserQueries:
 
     def resolve(self, team_id: UUID, client_user_id: str) -> dict[str, Any]:
         """The live user holding `client_user_id`; else 404 (scheduled-for-deletion if so)."""
+        _require_possible(client_user_id)
         with self.db.read() as conn:
             rows = conn.execute(
                 select(users)
@@ -72,6 +79,7 @@ class UserQueries:
 
     def pending_user_id(self, team_id: UUID, client_user_id: str) -> UUID:
         """The most recently deleted user of the team that held `client_user_id`."""
+        _require_possible(client_user_id)
         with self.db.read() as conn:
             user_id = conn.execute(
                 select(users.c.user_id)

@@ -249,8 +249,10 @@ class ReadModels:
     ) -> int:
         """Drop and recreate every read model from the log, in one transaction.
 
-        Writers wait for it (SQLite: the one writer; PostgreSQL: the event table lock),
-        readers keep seeing the old tables until it commits. Returns the events replayed.
+        Writers wait for it (SQLite: the one writer; PostgreSQL: the event table lock).
+        On SQLite readers keep seeing the old tables until it commits; on PostgreSQL the
+        dropped tables are locked, so reads wait for the commit. Returns the events
+        replayed.
         """
         replayed = 0
         with self.db.write() as conn:

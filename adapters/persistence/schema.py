@@ -124,7 +124,8 @@ users = Table(
     Column("erasure_due_at", UTCDateTime),
     Column("version", Integer, nullable=False),
     Index("ix_users_team_client_user_id", "team_id", "client_user_id"),
-    Index("ix_users_team_status_created", "team_id", "status", "created_on"),
+    # Status stays out of the index: delete and undo then move no index entry.
+    Index("ix_users_team_created", "team_id", "created_on"),
 )
 
 # The source of truth for erasure deadlines: the sweep selects what is due from here.

@@ -1,0 +1,84 @@
+"""How the service fails: unexpected errors, a lost master key, leftovers of failed writes."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from freezegun import freeze_time
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.key_store import MasterKeyError
+from healthledger.adapters.persistence.schema import user_data_keys
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import ClientUserIdTaken
+from healthledger.domain.users import User
+from sqlalchemy import func, select
+
+from tests.conftest import Team
+
+
+def key_rows(service: Service) -> int:
+    with service.db.read() as conn:
+        return conn.execute(select(func.count()).select_from(user_data_keys)).scalar_one()
+
+
+def test_an_unexpected_error_is_a_json_500_with_the_request_id_and_no_message_logged(
+    service: Service,
+    team: Team,
+    client: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("jane.doe@example.org leaked into an exception")
+
+    monkeypatch.setattr(service.user_queries, "list_users", broken)
+    with caplog.at_level(logging.ERROR):
+        response = client.get("/v2/user", headers={**team.headers, "x-request-id": "req-500"})
+    assert response.status_code == 500
+    assert response.json() == {"detail": "Internal error.", "request_id": "req-500"}
+    assert response.headers["x-request-id"] == "req-500"
+    assert "RuntimeError" in caplog.text and "req-500" in caplog.text
+    assert "jane.doe" not in caplog.text
+
+
+def test_a_missing_master_key_is_refused_once_data_keys_exist(
+    settings: Settings, service: Service, team: Team, ctx: CommandContext
+) -> None:
+    service.users.create_user(
+        ctx, team.team_id, client_user_id="k", fallback_birth_date=date(1990, 1, 1)
+    )
+    moved = settings.model_copy(update={"master_key_file": settings.master_key_file.with_name("x")})
+    with pytest.raises(MasterKeyError, match="HEALTHLEDGER_MASTER_KEY_FILE"):
+        build_service(moved)
+    assert not moved.master_key_file.exists()
+
+
+def test_a_refused_create_leaves_no_orphan_data_key(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    service.users.create_user(ctx, team.team_id, client_user_id="dup")
+    before = key_rows(service)
+    with pytest.raises(ClientUserIdTaken):
+        service.users.create_user(
+            ctx, team.team_id, client_user_id="dup", fallback_birth_date=date(1990, 1, 1)
+        )
+    assert key_rows(service) == before
+
+
+def test_erased_says_only_what_it_removed(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    with freeze_time("2026-03-01T12:00:00Z"):
+        user = service.users.create_user(ctx, team.team_id, client_user_id="plain")
+        service.users.delete_user(ctx, team.team_id, user.id)
+    with freeze_time("2026-03-01T12:00:00Z") as frozen:
+        frozen.tick(timedelta(days=8))
+        assert service.users.erase_user(ctx, user.id)
+    erased = list(service.ledger.events.get(user.id))[-1]
+    assert isinstance(erased, User.Erased)
+    # No personal data was ever given: no data key, no snapshot to remove.
+    assert erased.removed == ["read_model:users", "read_model:pending_erasures"]
