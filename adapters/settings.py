@@ -35,4 +35,6 @@ class Settings(BaseSettings):
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     erasure_batch_size: int = Field(default=500, ge=1)
     user_snapshot_interval: int = Field(default=50, ge=2)
+    # Aggregates kept in memory per process (0: none); each get still reads newer events.
+    aggregate_cache_size: int = Field(default=10_000, ge=0)
     log_level: str = "info"

@@ -62,11 +62,23 @@ class LedgerTranscoder(JSONTranscoder):
 class Ledger(Application[UUID]):
     name = "healthledger"
 
-    def __init__(self, factory: InfrastructureFactory, *, user_snapshot_interval: int = 50):
+    def __init__(
+        self,
+        factory: InfrastructureFactory,
+        *,
+        user_snapshot_interval: int = 50,
+        aggregate_cache_size: int = 10_000,
+    ):
         self._given_factory = factory
         # Long-lived users replay from a snapshot; erasure deletes their snapshots.
         self.snapshotting_intervals = {User: user_snapshot_interval}
-        super().__init__(env={"IS_SNAPSHOTTING_ENABLED": "y"})
+        env = {"IS_SNAPSHOTTING_ENABLED": "y"}
+        if aggregate_cache_size > 0:
+            # An LRU cache of aggregates, fast-forwarded from the log on every get (one
+            # query for newer events), so it is right when other processes write too.
+            env[self.AGGREGATE_CACHE_MAXSIZE] = str(aggregate_cache_size)
+            env[self.AGGREGATE_CACHE_FASTFORWARD] = "y"
+        super().__init__(env=env)
 
     def construct_factory(self, env: Any) -> InfrastructureFactory:
         return self._given_factory
@@ -85,12 +97,19 @@ class Ledger(Application[UUID]):
     def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
         # The recorder gets the domain events too: it projects them into the read
         # models and applies erasure effects inside the transaction that stores them.
-        return self.events.put(
+        recordings = self.events.put(
             processing_event.events,
             tracking=processing_event.tracking,
             aggregate_events=processing_event.events,
             **processing_event.saved_kwargs,
         )
+        # What was just saved is the freshest copy there is: the next command on it (a
+        # delete after a create, say) starts from the cache instead of the database.
+        cache = self.repository.cache
+        if cache is not None:
+            for aggregate_id, aggregate in processing_event.aggregates.items():
+                cache.put(aggregate_id, aggregate)
+        return recordings
 
     def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
         # Erasure deletes a user's snapshots in its own transaction; a snapshot taken

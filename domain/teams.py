@@ -17,6 +17,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
+from healthledger.domain.users import CheapCopy
 
 REGIONS = ("us", "eu")
 ENVIRONMENTS = ("sandbox", "production")
@@ -45,7 +46,7 @@ def team_api_key_id(plain: str) -> UUID | None:
     return UUID(match.group(1)) if match else None
 
 
-class Organization(Aggregate):
+class Organization(CheapCopy, Aggregate):
     TOPIC = "healthledger:Organization"
 
     class Event(Aggregate.Event):
@@ -73,7 +74,7 @@ class Organization(Aggregate):
         )
 
 
-class Team(Aggregate):
+class Team(CheapCopy, Aggregate):
     TOPIC = "healthledger:Team"
 
     class Event(Aggregate.Event):
@@ -90,21 +91,21 @@ class Team(Aggregate):
             team.org_id = self.org_id
             team.name = self.name
             team.region = self.region
-            team.features = []
+            team.features = ()
 
     class FeatureEnabled(Event):
         TOPIC = "healthledger:Team.FeatureEnabled.v1"
         feature: str
 
         def apply(self, team: Team) -> None:
-            team.features = sorted({*team.features, self.feature})
+            team.features = tuple(sorted({*team.features, self.feature}))
 
     class FeatureDisabled(Event):
         TOPIC = "healthledger:Team.FeatureDisabled.v1"
         feature: str
 
         def apply(self, team: Team) -> None:
-            team.features = [f for f in team.features if f != self.feature]
+            team.features = tuple(f for f in team.features if f != self.feature)
 
     @classmethod
     def create(
@@ -134,7 +135,7 @@ class Team(Aggregate):
         )
 
 
-class TeamApiKey(Aggregate):
+class TeamApiKey(CheapCopy, Aggregate):
     TOPIC = "healthledger:TeamApiKey"
 
     class Event(Aggregate.Event):

@@ -7,6 +7,7 @@ run again on every replay); the rules live in the command methods before them.
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 import unicodedata
@@ -58,7 +59,20 @@ def client_user_id_problem(value: str) -> str | None:
     return None
 
 
-class User(Aggregate):
+class CheapCopy:
+    """The aggregate cache hands out deep copies (so a failed command cannot corrupt the
+    cached aggregate); `copy.deepcopy` walks every datetime and UUID, which cost more than
+    the database read it saves. Our aggregates hold only immutable values, and their event
+    bodies replace attributes rather than mutate them in place, so a shallow copy with its
+    own pending-event list is a deep copy."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        clone = copy.copy(self)
+        clone._pending_events = list(self._pending_events)  # type: ignore[attr-defined]
+        return clone
+
+
+class User(CheapCopy, Aggregate):
     """An end user of a team. Personal values are held only sealed (per-user key)."""
 
     TOPIC = "healthledger:User"
@@ -286,7 +300,7 @@ class User(Aggregate):
 CLAIM_NAMESPACE = uuid.UUID("6f1c7a52-4c1e-5b7e-9a43-2d8e0b1f6c11")
 
 
-class ClientUserIdClaim(Aggregate):
+class ClientUserIdClaim(CheapCopy, Aggregate):
     """Who holds a client_user_id within a team.
 
     Its id is derived from (team, client_user_id), so two concurrent creates race on the

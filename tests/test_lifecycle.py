@@ -194,3 +194,39 @@ def test_snapshots_are_taken_for_long_lived_users(
         assert svc.users.load(team.team_id, user.id).fallback_time_zone[0] == "Asia/Tokyo"
     finally:
         svc.close()
+
+
+def test_the_aggregate_cache_sees_what_another_process_wrote(
+    settings: Settings, service: Service, team: Team, ctx: CommandContext
+) -> None:
+    user = service.users.create_user(ctx, team.team_id, client_user_id="cached")
+    assert service.ledger.repository.cache is not None
+    other = build_service(settings)  # a second process on the same database
+    try:
+        other.users.delete_user(ctx, team.team_id, user.id)
+        with pytest.raises(UserScheduledForDeletion):
+            service.users.delete_user(ctx, team.team_id, user.id)
+        service.users.undo_deletion(ctx, team.team_id, user.id)
+        assert other.users.load(team.team_id, user.id).status == "active"
+    finally:
+        other.close()
+
+
+def test_a_failed_save_leaves_the_cached_aggregate_untouched(
+    service: Service, team: Team, ctx: CommandContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventsourcing.persistence import IntegrityError
+    from healthledger.domain.errors import ConcurrentChange
+
+    user = service.users.create_user(ctx, team.team_id, client_user_id="fragile")
+
+    def conflicting_save(*aggregates: object, **kwargs: object) -> None:
+        raise IntegrityError("simulated version conflict")
+
+    monkeypatch.setattr(service.ledger, "save", conflicting_save)
+    with pytest.raises(ConcurrentChange):
+        service.users.delete_user(ctx, team.team_id, user.id)
+    monkeypatch.undo()
+    cached = service.users.load(team.team_id, user.id)
+    assert cached.status == "active" and cached.version == 1
+    assert not cached.pending_events

@@ -35,6 +35,10 @@ class Prepared:
         compiled = statement.compile(dialect=dialect)
         self.sql = compiled.string
         self._processors: Mapping[str, Any] = dict(compiled._bind_processors)
+        # Values the statement binds itself (an OFFSET 0 that SQLite adds to a LIMIT...).
+        self._defaults = {
+            k: v for k, v in compiled.construct_params(_check=False).items() if v is not None
+        }
         self._positions: Sequence[str] | None = (
             tuple(compiled.positiontup or ()) if compiled.positional else None
         )
@@ -43,7 +47,7 @@ class Prepared:
         processors = self._processors
         converted = {
             k: (processors[k](v) if v is not None and k in processors else v)
-            for k, v in values.items()
+            for k, v in (({**self._defaults, **values}) if self._defaults else values).items()
         }
         if self._positions is None:
             return converted

@@ -28,16 +28,11 @@ from eventsourcing.persistence import (
 )
 from healthledger.adapters.persistence.database import Database, insert_statement
 from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
-from sqlalchemy import Connection, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy import exc as sa_exc
 
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 
-_SELECT_COLUMNS = (
-    stored_events.c.originator_version,
-    stored_events.c.topic,
-    stored_events.c.state,
-)
 
 
 class LedgerRecorder(ProcessRecorder):
@@ -137,26 +132,7 @@ class LedgerRecorder(ProcessRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        key = ("events.select", gt is not None, lte is not None, desc, limit is not None)
-        prepared = self.db.prepare(key, lambda: _select_events(gt, lte, desc, limit))
-        params: dict[str, Any] = {"originator_id": originator_id}
-        if gt is not None:
-            params["gt"] = gt
-        if lte is not None:
-            params["lte"] = lte
-        if limit is not None:
-            params["limit"] = limit
-        with self.db.read() as conn:
-            rows = prepared.execute(conn, params).fetchall()
-        return [
-            StoredEvent(
-                originator_id=originator_id,
-                originator_version=version,
-                topic=topic,
-                state=bytes(state),
-            )
-            for version, topic, state in rows
-        ]
+        return select_stream(self.db, stored_events, originator_id, gt, lte, desc, limit)
 
     def select_notifications(
         self,
@@ -225,17 +201,48 @@ class LedgerRecorder(ProcessRecorder):
             self._subscriptions.discard(subscription)
 
 
-def _select_events(gt: bool, lte: bool, desc: bool, limit: bool) -> Any:
-    c = stored_events.c
-    query = select(*_SELECT_COLUMNS).where(c.originator_id == bindparam("originator_id"))
-    if gt:
-        query = query.where(c.originator_version > bindparam("gt"))
-    if lte:
-        query = query.where(c.originator_version <= bindparam("lte"))
-    query = query.order_by(c.originator_version.desc() if desc else c.originator_version)
-    if limit:
-        query = query.limit(bindparam("limit"))
-    return query
+def select_stream(
+    db: Database,
+    table: Table,
+    originator_id: UUID | str,
+    gt: int | None,
+    lte: int | None,
+    desc: bool,
+    limit: int | None,
+) -> list[StoredEvent]:
+    """One aggregate's stored events (or snapshots) from `table`, through a statement
+    compiled once per shape: aggregates load on every command, so this is a hot path."""
+
+    def build() -> Any:
+        c = table.c
+        query = select(c.originator_version, c.topic, c.state).where(
+            c.originator_id == bindparam("originator_id")
+        )
+        if gt is not None:
+            query = query.where(c.originator_version > bindparam("gt"))
+        if lte is not None:
+            query = query.where(c.originator_version <= bindparam("lte"))
+        query = query.order_by(c.originator_version.desc() if desc else c.originator_version)
+        if limit is not None:
+            query = query.limit(bindparam("limit"))
+        return query
+
+    key = (table.name, gt is not None, lte is not None, desc, limit is not None)
+    params: dict[str, Any] = {"originator_id": originator_id}
+    for name, value in (("gt", gt), ("lte", lte), ("limit", limit)):
+        if value is not None:
+            params[name] = value
+    with db.read() as conn:
+        rows = db.prepare(key, build).execute(conn, params).fetchall()
+    return [
+        StoredEvent(
+            originator_id=originator_id,
+            originator_version=version,
+            topic=topic,
+            state=bytes(state),
+        )
+        for version, topic, state in rows
+    ]
 
 
 class PollingSubscription(ListenNotifySubscription[LedgerRecorder]):
@@ -299,22 +306,7 @@ class SnapshotRecorder(AggregateRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        c = snapshots.c
-        query = select(c.originator_version, c.topic, c.state).where(
-            c.originator_id == originator_id
-        )
-        if gt is not None:
-            query = query.where(c.originator_version > gt)
-        if lte is not None:
-            query = query.where(c.originator_version <= lte)
-        query = query.order_by(c.originator_version.desc() if desc else c.originator_version)
-        if limit is not None:
-            query = query.limit(limit)
-        with self.db.read() as conn:
-            return [
-                StoredEvent(originator_id, version, topic, bytes(state))
-                for version, topic, state in conn.execute(query)
-            ]
+        return select_stream(self.db, snapshots, originator_id, gt, lte, desc, limit)
 
 
 def delete_snapshots(conn: Connection, originator_id: UUID) -> None:
