@@ -19,6 +19,7 @@ from typing import Any
 
 from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata, user_data_keys
 from sqlalchemy import Connection, Engine, Insert, Table, bindparam, create_engine, event, insert
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ClauseElement
 
@@ -33,6 +34,7 @@ class Prepared:
 
     def __init__(self, statement: ClauseElement, dialect: Any) -> None:
         compiled = statement.compile(dialect=dialect)
+        self._dbapi = dialect.loaded_dbapi
         self.sql = compiled.string
         self._processors: Mapping[str, Any] = dict(compiled._bind_processors)
         # Values the statement binds itself (an OFFSET 0 that SQLite adds to a LIMIT...).
@@ -53,12 +55,32 @@ class Prepared:
             return converted
         return tuple(converted[name] for name in self._positions)
 
+    # Straight to the driver's cursor, inside the transaction SQLAlchemy opened on `conn`:
+    # SQLAlchemy's per-statement machinery (contexts, events, result proxies) costs more
+    # than the statement itself here. Driver errors are re-raised as SQLAlchemy's, so
+    # callers handle one family of exceptions.
+
     def execute(self, conn: Connection, values: Mapping[str, Any]) -> Any:
-        return conn.exec_driver_sql(self.sql, self.params(values))  # type: ignore[arg-type]
+        """Run once; returns the DBAPI cursor (fetchone/fetchall)."""
+        params = self.params(values)
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self.sql, params)
+        except self._dbapi.Error as exc:
+            raise sa_exc.DBAPIError.instance(self.sql, params, exc, self._dbapi.Error) from exc
+        return cursor
 
     def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        if rows:
-            conn.exec_driver_sql(self.sql, [self.params(r) for r in rows])  # type: ignore[arg-type]
+        if not rows:
+            return
+        params = [self.params(r) for r in rows]
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(self.sql, params)
+        except self._dbapi.Error as exc:
+            raise sa_exc.DBAPIError.instance(self.sql, params, exc, self._dbapi.Error) from exc
+        finally:
+            cursor.close()
 
 
 class Database:
@@ -99,7 +121,7 @@ class Database:
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
-            conn.exec_driver_sql(begin)
+            conn.connection.driver_connection.execute(begin)  # type: ignore[union-attr]
 
         return engine
 

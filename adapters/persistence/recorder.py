@@ -34,7 +34,6 @@ from sqlalchemy import exc as sa_exc
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 
 
-
 class LedgerRecorder(ProcessRecorder):
     """Events, notifications and tracking on one table set; effects in the same txn."""
 
@@ -94,12 +93,13 @@ class LedgerRecorder(ProcessRecorder):
             # One writer holds the database (BEGIN IMMEDIATE), so the rowids just taken
             # are contiguous and end at last_insert_rowid().
             self._insert.execute_many(conn, rows)
-            last = conn.exec_driver_sql("SELECT last_insert_rowid()").scalar_one()
+            driver = conn.connection.driver_connection
+            last = driver.execute("SELECT last_insert_rowid()").fetchone()[0]  # type: ignore[union-attr]
             return list(range(last - len(rows) + 1, last + 1))
         # PostgreSQL: an exclusive table lock (readers still read) makes notification ids
         # commit in the order they are assigned, so a follower never skips a late id.
         conn.exec_driver_sql("LOCK TABLE stored_events IN EXCLUSIVE MODE")
-        return [self._insert_returning.execute(conn, row).scalar_one() for row in rows]
+        return [self._insert_returning.execute(conn, row).fetchone()[0] for row in rows]
 
     def _insert_tracking(self, conn: Connection, record: Tracking) -> None:
         conn.execute(
