@@ -21,6 +21,7 @@ from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata
 from sqlalchemy import Connection, Engine, Insert, Table, bindparam, create_engine, event, insert
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql import ClauseElement
 
 
@@ -90,7 +91,11 @@ class Database:
         if self.is_sqlite:
             if self.url.database in (None, "", ":memory:"):
                 raise ValueError("SQLite needs a file path (sqlite:///path/to/file.db)")
-            self.writer = self._sqlite_engine(begin="BEGIN IMMEDIATE")
+            # One writer: a single connection (StaticPool) used under the write lock, with
+            # no pool bookkeeping or reset-on-return rollback around each command.
+            self.writer = self._sqlite_engine(
+                begin="BEGIN IMMEDIATE", poolclass=StaticPool, pool_reset_on_return=None
+            )
             self.reader = self._sqlite_engine(begin="BEGIN")
             self._write_lock: Any = threading.Lock()
         else:
@@ -102,11 +107,12 @@ class Database:
         self.dialect = self.writer.dialect
         self._prepared: dict[Any, Prepared] = {}
 
-    def _sqlite_engine(self, begin: str) -> Engine:
+    def _sqlite_engine(self, begin: str, **options: Any) -> Engine:
         # The driver's own transaction handling is off; we emit BEGIN ourselves.
         engine = create_engine(
             self.url,
             connect_args={"isolation_level": None, "check_same_thread": False, "timeout": 30},
+            **options,
         )
 
         @event.listens_for(engine, "connect")

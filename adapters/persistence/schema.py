@@ -126,6 +126,9 @@ users = Table(
     Index("ix_users_team_client_user_id", "team_id", "client_user_id"),
     # Status stays out of the index: delete and undo then move no index entry.
     Index("ix_users_team_created", "team_id", "created_on"),
+    # Keyed by user_id itself (no hidden rowid b-tree beside the primary key): one
+    # b-tree fewer to write on every command, on SQLite.
+    sqlite_with_rowid=False,
 )
 
 # The source of truth for erasure deadlines: the sweep selects what is due from here.
@@ -134,6 +137,7 @@ pending_erasures = Table(
     metadata,
     Column("user_id", Uuid, primary_key=True),
     Column("due_at", UTCDateTime, nullable=False, index=True),
+    sqlite_with_rowid=False,
 )
 
 organizations = Table(
