@@ -13,6 +13,7 @@ so the SQL still comes from the table definitions but costs what raw SQL costs.
 from __future__ import annotations
 
 import threading
+from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -45,6 +46,11 @@ class Prepared:
         self._positions: Sequence[str] | None = (
             tuple(compiled.positiontup or ()) if compiled.positional else None
         )
+        # For SELECTs: rows as named tuples, each value through its type's result
+        # processor (UUIDs, aware datetimes and dates come back as on any other read).
+        columns = list(getattr(statement, "selected_columns", ()))
+        self._row = namedtuple("Row", [c.key for c in columns]) if columns else None  # type: ignore[misc]
+        self._result_processors = [c.type._cached_result_processor(dialect, None) for c in columns]
 
     def params(self, values: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         processors = self._processors
@@ -70,6 +76,25 @@ class Prepared:
         except self._dbapi.Error as exc:
             raise sa_exc.DBAPIError.instance(self.sql, params, exc, self._dbapi.Error) from exc
         return cursor
+
+    def fetch(self, conn: Connection, values: Mapping[str, Any]) -> list[Any]:
+        """Run a SELECT; rows as named tuples of processed values."""
+        assert self._row is not None, "fetch is for SELECT statements"
+        cursor = self.execute(conn, values)
+        try:
+            raw_rows = cursor.fetchall()
+        finally:
+            cursor.close()
+        make, processors = self._row, self._result_processors
+        return [
+            make(
+                *(
+                    p(v) if p is not None and v is not None else v
+                    for p, v in zip(processors, r, strict=True)
+                )
+            )
+            for r in raw_rows
+        ]
 
     def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:

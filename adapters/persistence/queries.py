@@ -21,7 +21,7 @@ from healthledger.domain.errors import (
 )
 from healthledger.domain.personal_data import PersonalDataVault
 from healthledger.domain.users import ACTIVE, PENDING_ERASURE, client_user_id_problem
-from sqlalchemy import Row, func, select
+from sqlalchemy import Row, bindparam, func, select
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,19 @@ class UserQueries:
         self.vault = vault
 
     def resolved_user(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
+        return self._live(self._user_row(team_id, user_id))
+
+    def _user_row(self, team_id: UUID, user_id: UUID) -> Any:
+        # Every read of one user (and the answer to every create) comes through here.
+        prepared = self.db.prepare(
+            "q.users.by_id",
+            lambda: select(users).where(
+                users.c.user_id == bindparam("user_id"), users.c.team_id == bindparam("team_id")
+            ),
+        )
         with self.db.read() as conn:
-            row = conn.execute(
-                select(users).where(users.c.user_id == user_id, users.c.team_id == team_id)
-            ).first()
-        return self._live(row)
+            rows = prepared.fetch(conn, {"user_id": user_id, "team_id": team_id})
+        return rows[0] if rows else None
 
     def resolve(self, team_id: UUID, client_user_id: str) -> dict[str, Any]:
         """The live user holding `client_user_id`; else 404 (scheduled-for-deletion if so)."""
@@ -96,11 +104,7 @@ class UserQueries:
         return user_id
 
     def demographics(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
-        with self.db.read() as conn:
-            row = conn.execute(
-                select(users).where(users.c.user_id == user_id, users.c.team_id == team_id)
-            ).first()
-        row = self._require_live(row)
+        row = self._require_live(self._user_row(team_id, user_id))
         if row.sealed_demographics is None:
             raise DemographicsNotFound()
         value = self.vault.open(row.user_id, row.sealed_demographics)
@@ -172,17 +176,21 @@ class TeamQueries:
         self.db = db
 
     def api_key(self, key_id: UUID) -> ApiKeyRecord | None:
+        # Every team API request authenticates through this lookup.
+        prepared = self.db.prepare(
+            "q.team_api_keys.by_id",
+            lambda: select(
+                team_api_keys.c.key_id,
+                team_api_keys.c.team_id,
+                team_api_keys.c.key_hash,
+                team_api_keys.c.revoked_at,
+            ).where(team_api_keys.c.key_id == bindparam("key_id")),
+        )
         with self.db.read() as conn:
-            row = conn.execute(
-                select(
-                    team_api_keys.c.key_id,
-                    team_api_keys.c.team_id,
-                    team_api_keys.c.key_hash,
-                    team_api_keys.c.revoked_at,
-                ).where(team_api_keys.c.key_id == key_id)
-            ).first()
-        if row is None:
+            rows = prepared.fetch(conn, {"key_id": key_id})
+        if not rows:
             return None
+        row = rows[0]
         return ApiKeyRecord(row.key_id, row.team_id, row.key_hash, row.revoked_at is not None)
 
     def features(self, team_id: UUID) -> set[str]:
