@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from healthledger.adapters.http.cursors import cursor_secret
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
@@ -19,6 +20,7 @@ from healthledger.adapters.persistence.recorder import (
     LedgerRecorder,
     SnapshotRecorder,
 )
+from healthledger.adapters.reference import provider_slugs
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.ledger import Clock, Ledger, utc_now
@@ -40,6 +42,7 @@ class Service:
     teams: TeamDirectory
     user_queries: UserQueries
     team_queries: TeamQueries
+    cursor_secret: bytes
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -77,6 +80,8 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
     # an existing database at a missing key file must fail, not mint a second master key.
     master_key = load_master_key(settings.master_key_file, create=not db.has_data_keys())
     key_store = KeyStore(db, master_key, clock)
+    users = UserLifecycle(ledger, key_store, clock, settings.grace_period)
+    user_queries = UserQueries(db, key_store)
     return Service(
         settings=settings,
         clock=clock,
@@ -85,8 +90,16 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         ledger=ledger,
         key_store=key_store,
         read_models=read_models,
-        users=UserLifecycle(ledger, key_store, clock, settings.grace_period),
-        teams=TeamDirectory(ledger, clock),
-        user_queries=UserQueries(db, key_store),
+        users=users,
+        teams=TeamDirectory(
+            ledger,
+            clock,
+            vault=key_store,
+            users=users,
+            live_user_ids=user_queries.live_user_ids,
+            provider_slugs=provider_slugs(),
+        ),
+        user_queries=user_queries,
         team_queries=TeamQueries(db),
+        cursor_secret=cursor_secret(master_key),
     )

@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     team_api_port: int = Field(default=8000, ge=0, le=65535)
     management_api_port: int = Field(default=8001, ge=0, le=65535)
+    # Where callers reach the team API (used in URLs we hand out, e.g. OAuth redirects).
+    public_base_url: str = "http://127.0.0.1:8000"
+    # Largest request body either API accepts (bytes).
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     erasure_batch_size: int = Field(default=500, ge=1)
     user_snapshot_interval: int = Field(default=50, ge=2)

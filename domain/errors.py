@@ -79,3 +79,23 @@ class DemographicsNotFound(LedgerError):
 class TeamNotFound(LedgerError):
     def __init__(self) -> None:
         super().__init__("Team not found.")
+
+
+class OrganizationNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("Organization not found.")
+
+
+class KeyNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("Key not found.")
+
+
+class CredentialsNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("No custom credentials for this provider.")
+
+
+class CredentialsNotPrepared(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("Prepare the custom credentials for this provider before setting them.")

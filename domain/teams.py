@@ -1,49 +1,51 @@
-"""Organizations, teams and team API keys: just enough to authenticate the team API.
-
-The management API issue completes them (management keys, settings, brand information).
-Key text is shown once at creation; only its SHA-256 is stored (the secret part has 256
-bits of entropy, so a fast hash is enough) and comparisons are constant-time.
-"""
+"""Organizations, teams and team API keys, event-sourced: every administrative act is in
+the audit trail with the key that did it (its actor)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import re
-import secrets
-import uuid
 from datetime import datetime
-from uuid import UUID
+from typing import Any
+from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
+from healthledger.domain.keys import TEAM_API_KEY, hash_key, new_key
 from healthledger.domain.users import CheapCopy
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl, model_validator
 
 REGIONS = ("us", "eu")
 ENVIRONMENTS = ("sandbox", "production")
 CLOSED_BETA_FEATURES = ("demographics", "portal_url", "aggregate_query")
 
-_TEAM_API_KEY = re.compile(r"^hlk_([0-9a-f]{32})_[A-Za-z0-9_-]{43}$")
+
+class BrandInformation(BaseModel):
+    """Shown by the hosted link widget, lab-testing communications and booking pages."""
+
+    model_config = ConfigDict(extra="forbid")
+    company_name: str | None = Field(default=None, min_length=1, max_length=255)
+    company_website: HttpUrl | None = None
+    support_email: EmailStr | None = None
+    support_contact: str | None = Field(default=None, max_length=255)
+    company_address: str | None = Field(default=None, max_length=1000)
+    brand_color: str | None = Field(default=None, pattern=r"^#[0-9A-Fa-f]{6}$")
 
 
-def hash_key(plain: str) -> str:
-    return hashlib.sha256(plain.encode()).hexdigest()
+class EnvironmentSettings(BaseModel):
+    """A team's settings for one environment (sandbox or production)."""
+
+    model_config = ConfigDict(extra="forbid")
+    logo_url: HttpUrl | None = None
+    brand_information: BrandInformation | None = None
+
+    @model_validator(mode="after")
+    def _logo_with_company(self) -> EnvironmentSettings:
+        if self.brand_information and self.brand_information.company_name and not self.logo_url:
+            raise ValueError("logo_url is required when brand_information.company_name is set")
+        return self
 
 
-def key_matches(plain: str, stored_hash: str) -> bool:
-    return hmac.compare_digest(hash_key(plain), stored_hash)
-
-
-def new_team_api_key() -> tuple[UUID, str]:
-    """A fresh key id and the plain key text that embeds it."""
-    key_id = uuid.uuid4()
-    return key_id, f"hlk_{key_id.hex}_{secrets.token_urlsafe(32)}"
-
-
-def team_api_key_id(plain: str) -> UUID | None:
-    """The key id inside a well-formed team API key, or None for anything else."""
-    match = _TEAM_API_KEY.match(plain)
-    return UUID(match.group(1)) if match else None
+def default_settings() -> dict[str, Any]:
+    return {env: EnvironmentSettings().model_dump(mode="json") for env in ENVIRONMENTS}
 
 
 class Organization(CheapCopy, Aggregate):
@@ -60,18 +62,31 @@ class Organization(CheapCopy, Aggregate):
         def apply(self, org: Organization) -> None:
             org.name = self.name
 
+    class Renamed(Event):
+        TOPIC = "healthledger:Organization.Renamed.v1"
+        name: str
+
+        def apply(self, org: Organization) -> None:
+            org.name = self.name
+
     @classmethod
     def found(
         cls, ctx: CommandContext, now: datetime, name: str, org_id: UUID | None = None
     ) -> Organization:
         return cls._create(
             cls.Created,
-            id=org_id or uuid.uuid4(),
+            id=org_id or uuid4(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
             name=name,
         )
+
+    def rename(self, ctx: CommandContext, now: datetime, name: str) -> None:
+        if name != self.name:
+            self.trigger_event(
+                self.Renamed, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, name=name
+            )
 
 
 class Team(CheapCopy, Aggregate):
@@ -92,6 +107,34 @@ class Team(CheapCopy, Aggregate):
             team.name = self.name
             team.region = self.region
             team.features = ()
+            team.settings = default_settings()
+            team.deleted_at = None
+
+    class Renamed(Event):
+        TOPIC = "healthledger:Team.Renamed.v1"
+        name: str
+
+        def apply(self, team: Team) -> None:
+            team.name = self.name
+
+    class SettingsChanged(Event):
+        """One environment's settings, whole (brand information included)."""
+
+        TOPIC = "healthledger:Team.SettingsChanged.v1"
+        environment: str
+        settings: dict[str, Any]
+
+        def apply(self, team: Team) -> None:
+            team.settings = {**team.settings, self.environment: self.settings}
+
+    class Deleted(Event):
+        """The team is gone; its users were deleted through their own lifecycle."""
+
+        TOPIC = "healthledger:Team.Deleted.v1"
+        deleted_users: int
+
+        def apply(self, team: Team) -> None:
+            team.deleted_at = self.timestamp
 
     class FeatureEnabled(Event):
         TOPIC = "healthledger:Team.FeatureEnabled.v1"
@@ -115,13 +158,42 @@ class Team(CheapCopy, Aggregate):
             raise ValueError(f"region must be one of {', '.join(REGIONS)}")
         return cls._create(
             cls.Created,
-            id=uuid.uuid4(),
+            id=uuid4(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
             org_id=org_id,
             name=name,
             region=region,
+        )
+
+    def rename(self, ctx: CommandContext, now: datetime, name: str) -> None:
+        if name != self.name:
+            self.trigger_event(
+                self.Renamed, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, name=name
+            )
+
+    def change_settings(
+        self, ctx: CommandContext, now: datetime, environment: str, settings: EnvironmentSettings
+    ) -> None:
+        value = settings.model_dump(mode="json")
+        if self.settings.get(environment) != value:
+            self.trigger_event(
+                self.SettingsChanged,
+                timestamp=now,
+                actor=ctx.actor,
+                request_id=ctx.request_id,
+                environment=environment,
+                settings=value,
+            )
+
+    def delete(self, ctx: CommandContext, now: datetime, deleted_users: int) -> None:
+        self.trigger_event(
+            self.Deleted,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            deleted_users=deleted_users,
         )
 
     def set_feature(self, ctx: CommandContext, now: datetime, feature: str, enabled: bool) -> None:
@@ -172,7 +244,7 @@ class TeamApiKey(CheapCopy, Aggregate):
         region: str,
     ) -> tuple[TeamApiKey, str]:
         """The new key and its plain text, which is never stored."""
-        key_id, plain = new_team_api_key()
+        key_id, plain = new_key(TEAM_API_KEY)
         key = cls._create(
             cls.Created,
             id=key_id,

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.domain.context import CommandContext
-from healthledger.domain.teams import new_team_api_key, team_api_key_id
+from healthledger.domain.keys import TEAM_API_KEY, new_key, team_api_key_id
 from httpx import Response
 
 from tests.conftest import Team, create_user
@@ -619,11 +619,11 @@ MISSING_KEY = "Missing API key: send the team API key in the x-service-api-key h
 def _key_variants(team_key: str) -> dict[str, str | None]:
     key_id = team_api_key_id(team_key)
     assert key_id is not None
-    other_secret = new_team_api_key()[1].split("_", 2)[2]
+    other_secret = new_key(TEAM_API_KEY)[1].split("_", 2)[2]
     return {
         "missing": None,
         "empty": "",
-        "unknown": new_team_api_key()[1],
+        "unknown": new_key(TEAM_API_KEY)[1],
         "wrong-secret": f"hlk_{key_id.hex}_{other_secret}",
         "garbage": "not-a-key",
         "truncated": team_key[:-1],

@@ -12,7 +12,7 @@ from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
-from healthledger.domain.teams import team_api_key_id
+from healthledger.domain.keys import team_api_key_id
 
 from tests.conftest import Team, create_user
 

@@ -7,7 +7,8 @@ from fastapi import HTTPException, Request, Security
 from fastapi.security import APIKeyHeader
 from healthledger.adapters.persistence.queries import TeamQueries
 from healthledger.domain.context import CommandContext, team_api_key_actor
-from healthledger.domain.teams import key_matches, team_api_key_id
+from healthledger.domain.keys import MANAGEMENT_KEY, key_matches, parse_key, team_api_key_id
+from healthledger.domain.management_keys import ORG_ADMIN
 
 TEAM_API_KEY_HEADER = "x-service-api-key"
 
@@ -37,6 +38,12 @@ def team_caller_dependency(team_queries: TeamQueries):  # type: ignore[no-untype
             raise _unauthorized(
                 f"Missing API key: send the team API key in the {TEAM_API_KEY_HEADER} header."
             )
+        parsed = parse_key(api_key)
+        if parsed is not None and parsed[0] == MANAGEMENT_KEY:
+            raise _unauthorized(
+                "This is a management key: the team API expects a team API key in the "
+                f"{TEAM_API_KEY_HEADER} header."
+            )
         key_id = team_api_key_id(api_key)
         if key_id is None:
             raise _unauthorized("Invalid API key: the team API expects a team API key.")
@@ -50,3 +57,77 @@ def team_caller_dependency(team_queries: TeamQueries):  # type: ignore[no-untype
         return TeamCaller(team_id=record.team_id, key_id=record.key_id, ctx=ctx)
 
     return team_caller
+
+
+# -- the management API -------------------------------------------------------------------
+
+MANAGEMENT_KEY_HEADER = "X-Management-Key"
+LEGACY_MANAGEMENT_KEY_HEADER = "X-Service-Org-Key"
+
+management_key_scheme = APIKeyHeader(
+    name=MANAGEMENT_KEY_HEADER, auto_error=False, description="A management key."
+)
+legacy_management_key_scheme = APIKeyHeader(
+    name=LEGACY_MANAGEMENT_KEY_HEADER,
+    auto_error=False,
+    description="Deprecated name of X-Management-Key (same keys).",
+)
+
+
+@dataclass(frozen=True)
+class ManagementCaller:
+    key_id: UUID
+    org_id: UUID
+    role: str
+    team_ids: frozenset[UUID]
+    ctx: CommandContext
+
+    @property
+    def is_org_admin(self) -> bool:
+        return self.role == ORG_ADMIN
+
+    def require_org(self, org_id: UUID) -> None:
+        """Another organization's resources do not exist for this key."""
+        if org_id != self.org_id:
+            raise HTTPException(status_code=404, detail="Organization not found.")
+
+    def require_org_admin(self) -> None:
+        if not self.is_org_admin:
+            raise HTTPException(
+                status_code=403,
+                detail="A team management key cannot reach organization-level resources "
+                "or actions; use an org management key.",
+            )
+
+    def require_team(self, team_id: UUID) -> None:
+        """An unbound team is as unknown to a team key as a missing one."""
+        if not self.is_org_admin and team_id not in self.team_ids:
+            raise HTTPException(status_code=404, detail="Team not found.")
+
+
+def management_caller_dependency(team_queries: TeamQueries):  # type: ignore[no-untyped-def]
+    def management_caller(
+        request: Request,
+        key: str | None = Security(management_key_scheme),
+        legacy_key: str | None = Security(legacy_management_key_scheme),
+    ) -> ManagementCaller:
+        plain = key or legacy_key
+        if not plain:
+            raise _unauthorized(
+                f"Missing management key: send it in the {MANAGEMENT_KEY_HEADER} header."
+            )
+        parsed = parse_key(plain)
+        if parsed is not None and parsed[0] != MANAGEMENT_KEY:
+            raise _unauthorized(
+                "This is a team API key: the management API expects a management key in "
+                f"the {MANAGEMENT_KEY_HEADER} header."
+            )
+        record = team_queries.management_key(parsed[1]) if parsed else None
+        if record is None or record.revoked or not key_matches(plain, record.key_hash):
+            raise _unauthorized("Invalid management key.")
+        ctx = CommandContext(
+            actor=f"management_key:{record.key_id}", request_id=request.state.request_id
+        )
+        return ManagementCaller(record.key_id, record.org_id, record.role, record.team_ids, ctx)
+
+    return management_caller

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.domain import errors
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -27,6 +28,10 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     errors.NothingToUpdate: 400,
     errors.ClientUserIdInUse: 409,
     errors.ConcurrentChange: 409,
+    errors.OrganizationNotFound: 404,
+    errors.KeyNotFound: 404,
+    errors.CredentialsNotFound: 404,
+    errors.CredentialsNotPrepared: 409,
 }
 
 
@@ -84,6 +89,13 @@ def install_error_handlers(app: FastAPI) -> None:
             }
         ]
         return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(InvalidCursor)
+    async def _cursor(request: Request, exc: InvalidCursor) -> JSONResponse:
+        return JSONResponse(
+            status_code=400,
+            content={"detail": {"error_type": "INVALID_CURSOR", "error_message": exc.message}},
+        )
 
     @app.exception_handler(errors.LedgerError)
     async def _ledger(request: Request, exc: errors.LedgerError) -> JSONResponse:

@@ -76,3 +76,86 @@ class RequestIdMiddleware:
                 }
             )
             await send_with_id({"type": "http.response.body", "body": body})
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over `max_bytes` with a JSON 413, before any handler reads
+    them: by Content-Length when given, else while the body streams in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
+                await _too_large(send, self.max_bytes)
+                return
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except _BodyTooLarge:
+            await _too_large(send, self.max_bytes)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _too_large(send: Send, max_bytes: int) -> None:
+    body = json.dumps({"detail": f"Request body larger than {max_bytes} bytes."}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+_SUCCESSOR_LINK = b'</docs#/management>; rel="deprecation"; title="Use X-Management-Key"'
+
+
+class DeprecatedHeaderMiddleware:
+    """Answer requests that authenticate with the legacy X-Service-Org-Key header with
+    `Deprecation` and `Link` headers that name its successor, X-Management-Key."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        names = {name for name, _ in scope.get("headers", ())} if scope["type"] == "http" else ()
+        if b"x-service-org-key" not in names or b"x-management-key" in names:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_deprecation(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    (b"deprecation", b"true"),
+                    (
+                        b"link",
+                        b'</docs#/management>; rel="deprecation"; title="Use X-Management-Key"',
+                    ),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_with_deprecation)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.errors import install_error_handlers
-from healthledger.adapters.http.requests import RequestIdMiddleware
+from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from healthledger.adapters.http.users import users_router
 
 
@@ -18,5 +18,6 @@ def create_team_api(service: Service) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(users_router(service))
+    app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -9,6 +10,9 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import (
+    custom_credentials,
+    management_keys,
+    organizations,
     pending_erasures,
     team_api_keys,
     teams,
@@ -22,6 +26,38 @@ from healthledger.domain.errors import (
 from healthledger.domain.personal_data import PersonalDataVault
 from healthledger.domain.users import ACTIVE, PENDING_ERASURE, client_user_id_problem
 from sqlalchemy import Row, bindparam, func, select
+
+
+@dataclass(frozen=True)
+class ManagementKeyRecord:
+    key_id: UUID
+    org_id: UUID
+    role: str
+    team_ids: frozenset[UUID]
+    key_hash: str
+    revoked: bool
+
+
+def _team(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.team_id,
+        "name": row.name,
+        "created_on": row.created_on,
+        "region": row.region,
+        "org_id": row.org_id,
+        "settings": row.settings,
+        "features": sorted(row.features),
+    }
+
+
+def _management_key(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.key_id,
+        "label": row.label,
+        "role": row.role,
+        "team_role_bindings": [{"team_id": t} for t in row.team_ids],
+        "created_on": row.created_on,
+    }
 
 
 @dataclass(frozen=True)
@@ -123,6 +159,16 @@ class UserQueries:
                 ).scalars()
             )
 
+    def live_user_ids(self, team_id: UUID) -> list[UUID]:
+        with self.db.read() as conn:
+            return list(
+                conn.execute(
+                    select(users.c.user_id).where(
+                        users.c.team_id == team_id, users.c.status == ACTIVE
+                    )
+                ).scalars()
+            )
+
     def status(self, user_id: UUID) -> str | None:
         with self.db.read() as conn:
             return conn.execute(select(users.c.status).where(users.c.user_id == user_id)).scalar()
@@ -176,22 +222,142 @@ class TeamQueries:
         self.db = db
 
     def api_key(self, key_id: UUID) -> ApiKeyRecord | None:
-        # Every team API request authenticates through this lookup.
+        # Every team API request authenticates through this lookup. A deleted team's
+        # keys stop working with it.
         prepared = self.db.prepare(
             "q.team_api_keys.by_id",
-            lambda: select(
-                team_api_keys.c.key_id,
-                team_api_keys.c.team_id,
-                team_api_keys.c.key_hash,
-                team_api_keys.c.revoked_at,
-            ).where(team_api_keys.c.key_id == bindparam("key_id")),
+            lambda: (
+                select(
+                    team_api_keys.c.key_id,
+                    team_api_keys.c.team_id,
+                    team_api_keys.c.key_hash,
+                    team_api_keys.c.revoked_at,
+                    teams.c.deleted_at,
+                )
+                .join(teams, teams.c.team_id == team_api_keys.c.team_id)
+                .where(team_api_keys.c.key_id == bindparam("key_id"))
+            ),
         )
         with self.db.read() as conn:
             rows = prepared.fetch(conn, {"key_id": key_id})
         if not rows:
             return None
         row = rows[0]
-        return ApiKeyRecord(row.key_id, row.team_id, row.key_hash, row.revoked_at is not None)
+        revoked = row.revoked_at is not None or row.deleted_at is not None
+        return ApiKeyRecord(row.key_id, row.team_id, row.key_hash, revoked)
+
+    def management_key(self, key_id: UUID) -> ManagementKeyRecord | None:
+        prepared = self.db.prepare(
+            "q.management_keys.by_id",
+            lambda: select(management_keys).where(management_keys.c.key_id == bindparam("key_id")),
+        )
+        with self.db.read() as conn:
+            rows = prepared.fetch(conn, {"key_id": key_id})
+        if not rows:
+            return None
+        row = rows[0]
+        return ManagementKeyRecord(
+            key_id=row.key_id,
+            org_id=row.org_id,
+            role=row.role,
+            team_ids=frozenset(UUID(t) for t in row.team_ids),
+            key_hash=row.key_hash,
+            revoked=row.revoked_at is not None,
+        )
+
+    def organization(self, org_id: UUID) -> dict[str, Any] | None:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(organizations).where(organizations.c.org_id == org_id)
+            ).first()
+        if row is None:
+            return None
+        return {"id": row.org_id, "name": row.name, "created_on": row.created_on}
+
+    def team(self, team_id: UUID) -> dict[str, Any] | None:
+        """A live team, rendered (spec 2.12 plus settings and features)."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(teams).where(teams.c.team_id == team_id, teams.c.deleted_at.is_(None))
+            ).first()
+        return None if row is None else _team(row)
+
+    def teams_page(
+        self,
+        org_id: UUID,
+        *,
+        regions: Sequence[str] = (),
+        search: str | None = None,
+        after: tuple[datetime, UUID] | None = None,
+        limit: int = 50,
+        only: frozenset[UUID] | None = None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """One page of the organization's live teams, oldest first; and whether more follow."""
+        c = teams.c
+        query = select(teams).where(c.org_id == org_id, c.deleted_at.is_(None))
+        if regions:
+            query = query.where(c.region.in_(list(regions)))
+        if search:
+            query = query.where(func.lower(c.name).contains(search.lower(), autoescape=True))
+        if only is not None:
+            query = query.where(c.team_id.in_(list(only)))
+        if after is not None:
+            created_on, team_id = after
+            query = query.where(
+                (c.created_on > created_on) | ((c.created_on == created_on) & (c.team_id > team_id))
+            )
+        query = query.order_by(c.created_on, c.team_id).limit(limit + 1)
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+        return [_team(r) for r in rows[:limit]], len(rows) > limit
+
+    def management_keys(self, org_id: UUID) -> list[dict[str, Any]]:
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(management_keys)
+                .where(management_keys.c.org_id == org_id, management_keys.c.revoked_at.is_(None))
+                .order_by(management_keys.c.created_on)
+            ).all()
+        return [_management_key(r) for r in rows]
+
+    def team_api_keys(self, team_id: UUID, environment: str) -> list[dict[str, Any]]:
+        c = team_api_keys.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(team_api_keys)
+                .where(c.team_id == team_id, c.environment == environment, c.revoked_at.is_(None))
+                .order_by(c.created_on)
+            ).all()
+        return [
+            {
+                "id": r.key_id,
+                "team_id": r.team_id,
+                "environment": r.environment,
+                "region": r.region,
+                "created_on": r.created_on,
+            }
+            for r in rows
+        ]
+
+    def credentials(self, team_id: UUID) -> list[dict[str, Any]]:
+        """Custom credentials without their secrets (which no read ever returns)."""
+        c = custom_credentials.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(c.provider, c.status, c.client_id, c.updated_at)
+                .where(c.team_id == team_id, c.status != "deleted")
+                .order_by(c.provider)
+            ).all()
+        return [
+            {
+                "provider": r.provider,
+                "status": r.status,
+                "client_id": r.client_id,
+                "has_client_secret": r.status == "set",
+                "updated_at": r.updated_at,
+            }
+            for r in rows
+        ]
 
     def features(self, team_id: UUID) -> set[str]:
         with self.db.read() as conn:

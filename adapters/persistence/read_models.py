@@ -18,6 +18,8 @@ from healthledger.adapters.persistence.key_store import KeyStore
 from healthledger.adapters.persistence.recorder import LedgerRecorder, delete_snapshots
 from healthledger.adapters.persistence.schema import (
     READ_MODEL_TABLES,
+    custom_credentials,
+    management_keys,
     metadata,
     organizations,
     pending_erasures,
@@ -25,7 +27,9 @@ from healthledger.adapters.persistence.schema import (
     teams,
     users,
 )
-from healthledger.domain.teams import Organization, Team, TeamApiKey
+from healthledger.domain.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
+from healthledger.domain.management_keys import ManagementKey
+from healthledger.domain.teams import Organization, Team, TeamApiKey, default_settings
 from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
@@ -72,6 +76,18 @@ class ReadModels:
             Team.FeatureDisabled: self._team_features_changed,
             TeamApiKey.Created: self._team_api_key_created,
             TeamApiKey.Revoked: self._team_api_key_revoked,
+            Organization.Renamed: self._organization_renamed,
+            Team.Renamed: self._team_renamed,
+            Team.SettingsChanged: self._team_settings_changed,
+            Team.Deleted: self._team_deleted,
+            ManagementKey.Created: self._management_key_created,
+            ManagementKey.Relabeled: self._management_key_relabeled,
+            ManagementKey.TeamsBound: self._management_key_teams_bound,
+            ManagementKey.Revoked: self._management_key_revoked,
+            CustomCredentials.Created: self._credentials_prepared,
+            CustomCredentials.Reprepared: self._credentials_reprepared,
+            CustomCredentials.Set: self._credentials_set,
+            CustomCredentials.Deleted: self._credentials_deleted,
         }
         prepare = db.prepare
         self._insert_user = prepare(
@@ -200,8 +216,100 @@ class ReadModels:
                 name=e.name,
                 region=e.region,
                 features=[],
+                settings=default_settings(),
                 created_on=e.timestamp,
             )
+        )
+
+    def _organization_renamed(self, conn: Connection, e: Organization.Renamed) -> None:
+        conn.execute(
+            update(organizations)
+            .where(organizations.c.org_id == e.originator_id)
+            .values(name=e.name)
+        )
+
+    def _team_renamed(self, conn: Connection, e: Team.Renamed) -> None:
+        conn.execute(update(teams).where(teams.c.team_id == e.originator_id).values(name=e.name))
+
+    def _team_settings_changed(self, conn: Connection, e: Team.SettingsChanged) -> None:
+        current = conn.execute(
+            select(teams.c.settings).where(teams.c.team_id == e.originator_id)
+        ).scalar_one()
+        conn.execute(
+            update(teams)
+            .where(teams.c.team_id == e.originator_id)
+            .values(settings={**current, e.environment: e.settings})
+        )
+
+    def _team_deleted(self, conn: Connection, e: Team.Deleted) -> None:
+        conn.execute(
+            update(teams).where(teams.c.team_id == e.originator_id).values(deleted_at=e.timestamp)
+        )
+
+    def _management_key_created(self, conn: Connection, e: ManagementKey.Created) -> None:
+        conn.execute(
+            insert(management_keys).values(
+                key_id=e.originator_id,
+                org_id=e.org_id,
+                role=e.role,
+                team_ids=[str(t) for t in e.team_ids],
+                label=e.label,
+                key_hash=e.key_hash,
+                created_on=e.timestamp,
+            )
+        )
+
+    def _management_key_relabeled(self, conn: Connection, e: ManagementKey.Relabeled) -> None:
+        conn.execute(
+            update(management_keys)
+            .where(management_keys.c.key_id == e.originator_id)
+            .values(label=e.label)
+        )
+
+    def _management_key_teams_bound(self, conn: Connection, e: ManagementKey.TeamsBound) -> None:
+        conn.execute(
+            update(management_keys)
+            .where(management_keys.c.key_id == e.originator_id)
+            .values(team_ids=[str(t) for t in e.team_ids])
+        )
+
+    def _management_key_revoked(self, conn: Connection, e: ManagementKey.Revoked) -> None:
+        conn.execute(
+            update(management_keys)
+            .where(management_keys.c.key_id == e.originator_id)
+            .values(revoked_at=e.timestamp)
+        )
+
+    def _credentials_prepared(self, conn: Connection, e: CustomCredentials.Created) -> None:
+        conn.execute(
+            insert(custom_credentials).values(
+                credentials_id=e.originator_id,
+                team_id=e.team_id,
+                provider=e.provider,
+                status=PREPARED,
+                updated_at=e.timestamp,
+            )
+        )
+
+    def _credentials_reprepared(self, conn: Connection, e: Any) -> None:
+        self._credentials_update(
+            conn, e, status=PREPARED, client_id=None, sealed_client_secret=None
+        )
+
+    def _credentials_set(self, conn: Connection, e: CustomCredentials.Set) -> None:
+        self._credentials_update(
+            conn, e, status=SET, client_id=e.client_id, sealed_client_secret=e.sealed_client_secret
+        )
+
+    def _credentials_deleted(self, conn: Connection, e: Any) -> None:
+        cleared = {"client_id": None, "sealed_client_secret": None}
+        self._credentials_update(conn, e, status=DELETED, **cleared)
+
+    def _credentials_update(self, conn: Connection, e: Any, **values: Any) -> None:
+        conn.execute(
+            update(custom_credentials)
+            .where(custom_credentials.c.credentials_id == e.originator_id)
+            .values(updated_at=e.timestamp, **values)
         )
 
     def _team_features_changed(self, conn: Connection, e: Any) -> None:

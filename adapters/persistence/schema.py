@@ -156,7 +156,11 @@ teams = Table(
     Column("name", String(255), nullable=False),
     Column("region", String(8), nullable=False),
     Column("features", JSON, nullable=False),
+    # Per environment: {"sandbox": {...}, "production": {...}} (brand information...).
+    Column("settings", JSON, nullable=False),
     Column("created_on", UTCDateTime, nullable=False),
+    Column("deleted_at", UTCDateTime),
+    Index("ix_teams_org_created", "org_id", "created_on", "team_id"),
 )
 
 team_api_keys = Table(
@@ -171,4 +175,40 @@ team_api_keys = Table(
     Column("revoked_at", UTCDateTime),
 )
 
-READ_MODEL_TABLES = (users, pending_erasures, organizations, teams, team_api_keys)
+management_keys = Table(
+    "management_keys",
+    metadata,
+    Column("key_id", Uuid, primary_key=True),
+    Column("org_id", Uuid, nullable=False, index=True),
+    Column("role", String(16), nullable=False),
+    Column("team_ids", JSON, nullable=False),
+    Column("label", String(255), nullable=False),
+    Column("key_hash", String(64), nullable=False),
+    Column("created_on", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime),
+)
+
+custom_credentials = Table(
+    "custom_credentials",
+    metadata,
+    # The aggregate's id (derived from team and provider): later events carry only it.
+    Column("credentials_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("client_id", String(512)),
+    # Never returned by any read; kept here only so that the provider adapters can use it.
+    Column("sealed_client_secret", Text),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("team_id", "provider", name="uq_custom_credentials_team_provider"),
+)
+
+READ_MODEL_TABLES = (
+    users,
+    pending_erasures,
+    organizations,
+    teams,
+    team_api_keys,
+    management_keys,
+    custom_credentials,
+)

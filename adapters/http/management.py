@@ -1,0 +1,348 @@
+"""Management API routes (spec section 5, endpoint 13; gaps.md Management API).
+
+Who may do what: an org key (org_admin) everything in its organization; a team key
+(team_admin) only its bound teams, never organization-level resources or actions (403);
+another organization's or an unbound team's resources do not exist (404).
+"""
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
+from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
+from healthledger.domain.errors import InvalidRequest, OrganizationNotFound, TeamNotFound
+from healthledger.domain.management_keys import ROLES
+from healthledger.domain.teams import CLOSED_BETA_FEATURES, EnvironmentSettings
+from pydantic import BaseModel, ConfigDict, Field
+
+Environment = Literal["sandbox", "production"]
+Region = Literal["us", "eu"]
+Feature = Literal["demographics", "portal_url", "aggregate_query"]
+
+# Spec endpoint 13: letters (accented Latin included), digits, spaces and ( ) , / : ' | & _ -
+# and the typographic apostrophe; at most 80 characters.
+SEARCH_QUERY = re.compile(
+    r"^[A-Za-z0-9\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u024F (),/:'|&_\-\u2019]*$"
+)
+_Name = Field(min_length=1, max_length=255)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OrganizationPatch(_Body):
+    name: str = _Name
+
+
+class TeamCreate(_Body):
+    name: str = _Name
+    region: Region
+    sandbox: EnvironmentSettings | None = None
+    production: EnvironmentSettings | None = None
+
+
+class TeamPatch(_Body):
+    name: str | None = _Name
+    sandbox: EnvironmentSettings | None = None
+    production: EnvironmentSettings | None = None
+
+
+class TeamRoleBinding(_Body):
+    team_id: UUID
+
+
+class ManagementKeyCreate(_Body):
+    label: str = _Name
+    role: Literal["org_admin", "team_admin"]
+    team_role_bindings: list[TeamRoleBinding] = Field(default_factory=list, max_length=100)
+
+
+class ManagementKeyPatch(_Body):
+    label: str | None = _Name
+    team_role_bindings: list[TeamRoleBinding] | None = Field(default=None, max_length=100)
+
+
+class TeamApiKeyCreate(_Body):
+    team_id: UUID
+
+
+class CredentialsSet(_Body):
+    client_id: str = Field(min_length=1, max_length=512)
+    client_secret: str = Field(min_length=1, max_length=4096)
+
+
+class Team(BaseModel):
+    """Spec 2.12, plus the settings and closed-beta switches of the team."""
+
+    id: UUID
+    name: str
+    created_on: datetime
+    region: Region
+    org_id: UUID
+    settings: dict[str, Any]
+    features: list[str]
+
+
+class TeamPage(BaseModel):
+    teams: list[Team]
+    next_cursor: str | None
+
+
+def _settings(body: TeamCreate | TeamPatch) -> dict[str, EnvironmentSettings]:
+    return {
+        env: value
+        for env, value in (("sandbox", body.sandbox), ("production", body.production))
+        if value is not None
+    }
+
+
+def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
+    router = APIRouter(prefix="/v1/org/{org_id}", tags=["management"])
+    Caller = Annotated[
+        ManagementCaller, Depends(management_caller_dependency(service.team_queries))
+    ]
+    queries = service.team_queries
+    directory = service.teams
+
+    def team_of(caller: ManagementCaller, org_id: UUID, team_id: UUID) -> dict[str, Any]:
+        caller.require_org(org_id)
+        caller.require_team(team_id)
+        team = queries.team(team_id)
+        if team is None or team["org_id"] != org_id:
+            raise TeamNotFound()
+        return team
+
+    # -- the organization ---------------------------------------------------------------
+
+    @router.get("")
+    def get_organization(org_id: UUID, caller: Caller) -> Any:
+        caller.require_org(org_id)
+        caller.require_org_admin()
+        org = queries.organization(org_id)
+        if org is None:
+            raise OrganizationNotFound()
+        return org
+
+    @router.patch("")
+    def patch_organization(org_id: UUID, body: OrganizationPatch, caller: Caller) -> Any:
+        caller.require_org(org_id)
+        caller.require_org_admin()
+        directory.rename_organization(caller.ctx, org_id, body.name)
+        return queries.organization(org_id)
+
+    # -- teams ----------------------------------------------------------------------------
+
+    @router.get("/team", response_model=TeamPage)
+    def list_teams(
+        org_id: UUID,
+        caller: Caller,
+        region: Annotated[list[Region] | None, Query()] = None,
+        search_query: Annotated[
+            str | None, Query(max_length=80, pattern=SEARCH_QUERY.pattern)
+        ] = None,
+        next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    ) -> Any:
+        """Endpoint 13. A team key sees only the teams it is bound to."""
+        caller.require_org(org_id)
+        regions = sorted(set(region or ()))
+        scope = f"teams:{org_id}:{caller.key_id}:{','.join(regions)}:{search_query or ''}:{limit}"
+        after = None
+        if next_cursor:
+            position = cursors.decode(next_cursor, scope)
+            try:
+                after = (datetime.fromisoformat(position["c"]), UUID(position["t"]))
+            except (KeyError, TypeError, ValueError):
+                raise InvalidCursor() from None
+        only = None if caller.is_org_admin else caller.team_ids
+        teams, more = queries.teams_page(
+            org_id, regions=regions, search=search_query, after=after, limit=limit, only=only
+        )
+        cursor = None
+        if more and teams:
+            last = teams[-1]
+            cursor = cursors.encode(
+                {"c": last["created_on"].isoformat(), "t": str(last["id"])}, scope
+            )
+        return {"teams": teams, "next_cursor": cursor}
+
+    @router.post("/team", response_model=Team)
+    def create_team(org_id: UUID, body: TeamCreate, caller: Caller) -> Any:
+        """Team names need not be unique (the spec is silent; the id is the identity)."""
+        caller.require_org(org_id)
+        caller.require_org_admin()
+        team_id = directory.create_team(caller.ctx, org_id, body.name, body.region, _settings(body))
+        return queries.team(team_id)
+
+    @router.get("/team/{team_id}", response_model=Team)
+    def get_team(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
+        return team_of(caller, org_id, team_id)
+
+    @router.patch("/team/{team_id}", response_model=Team)
+    def patch_team(org_id: UUID, team_id: UUID, body: TeamPatch, caller: Caller) -> Any:
+        team_of(caller, org_id, team_id)
+        if not body.model_fields_set:
+            raise InvalidRequest("The patch is empty: send at least one field.", "name")
+        directory.update_team(caller.ctx, org_id, team_id, name=body.name, settings=_settings(body))
+        return queries.team(team_id)
+
+    @router.delete("/team/{team_id}")
+    def delete_team(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
+        """Its users are deleted through their lifecycle (grace period, then erasure)."""
+        team_of(caller, org_id, team_id)
+        caller.require_org_admin()
+        deleted = directory.delete_team(caller.ctx, org_id, team_id)
+        return {"success": True, "deleted_users": deleted}
+
+    # -- closed-beta switches -------------------------------------------------------------
+
+    @router.get("/team/{team_id}/features")
+    def get_features(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
+        team = team_of(caller, org_id, team_id)
+        return {"enabled": team["features"], "available": list(CLOSED_BETA_FEATURES)}
+
+    @router.put("/team/{team_id}/features/{feature}")
+    def enable_feature(org_id: UUID, team_id: UUID, feature: Feature, caller: Caller) -> Any:
+        team_of(caller, org_id, team_id)
+        caller.require_org_admin()
+        directory.set_feature(caller.ctx, team_id, feature, True, org_id)
+        return {"enabled": queries.team(team_id)["features"]}  # type: ignore[index]
+
+    @router.delete("/team/{team_id}/features/{feature}")
+    def disable_feature(org_id: UUID, team_id: UUID, feature: Feature, caller: Caller) -> Any:
+        team_of(caller, org_id, team_id)
+        caller.require_org_admin()
+        directory.set_feature(caller.ctx, team_id, feature, False, org_id)
+        return {"enabled": queries.team(team_id)["features"]}  # type: ignore[index]
+
+    # -- management keys ------------------------------------------------------------------
+
+    @router.get("/management_key")
+    def list_management_keys(org_id: UUID, caller: Caller) -> Any:
+        caller.require_org(org_id)
+        caller.require_org_admin()
+        return {"management_keys": queries.management_keys(org_id)}
+
+    @router.post("/management_key")
+    def create_management_key(org_id: UUID, body: ManagementKeyCreate, caller: Caller) -> Any:
+        """The key text is in this response only; keep it, it is stored only as a hash."""
+        caller.require_org(org_id)
+        caller.require_org_admin()
+        issued = directory.issue_management_key(
+            caller.ctx,
+            org_id,
+            role=body.role,
+            team_ids=[b.team_id for b in body.team_role_bindings],
+            label=body.label,
+        )
+        listed = {k["id"]: k for k in queries.management_keys(org_id)}
+        return {**listed[issued.key_id], "key": issued.plain}
+
+    @router.patch("/management_key/{key_id}")
+    def patch_management_key(
+        org_id: UUID, key_id: UUID, body: ManagementKeyPatch, caller: Caller
+    ) -> Any:
+        caller.require_org(org_id)
+        caller.require_org_admin()
+        if not body.model_fields_set:
+            raise InvalidRequest("The patch is empty: send at least one field.", "label")
+        bindings = body.team_role_bindings
+        directory.update_management_key(
+            caller.ctx,
+            org_id,
+            key_id,
+            label=body.label,
+            team_ids=None if bindings is None else [b.team_id for b in bindings],
+        )
+        listed = {k["id"]: k for k in queries.management_keys(org_id)}
+        return listed[key_id]
+
+    @router.delete("/management_key/{key_id}")
+    def revoke_management_key(org_id: UUID, key_id: UUID, caller: Caller) -> Any:
+        caller.require_org(org_id)
+        caller.require_org_admin()
+        directory.revoke_management_key(caller.ctx, org_id, key_id)
+        return {"success": True}
+
+    # -- team API keys ----------------------------------------------------------------------
+
+    @router.get("/team_api_keys/{env}/{region}")
+    def list_team_api_keys(
+        org_id: UUID, env: Environment, region: Region, team_id: UUID, caller: Caller
+    ) -> Any:
+        team = team_of(caller, org_id, team_id)
+        keys = queries.team_api_keys(team_id, env) if team["region"] == region else []
+        return {"team_api_keys": keys}
+
+    @router.post("/team_api_keys/{env}/{region}")
+    def create_team_api_key(
+        org_id: UUID, env: Environment, region: Region, body: TeamApiKeyCreate, caller: Caller
+    ) -> Any:
+        """The key text is in this response only; keep it, it is stored only as a hash."""
+        team_of(caller, org_id, body.team_id)
+        issued = directory.issue_team_api_key(caller.ctx, body.team_id, env, region, org_id)
+        return {
+            "id": issued.key_id,
+            "team_id": body.team_id,
+            "environment": env,
+            "region": region,
+            "key": issued.plain,
+        }
+
+    @router.delete("/team_api_keys/{env}/{region}/{key_id}")
+    def revoke_team_api_key(
+        org_id: UUID,
+        env: Environment,
+        region: Region,
+        key_id: UUID,
+        team_id: UUID,
+        caller: Caller,
+    ) -> Any:
+        team_of(caller, org_id, team_id)
+        directory.revoke_team_api_key(caller.ctx, key_id, team_id)
+        return {"success": True}
+
+    # -- custom provider credentials ------------------------------------------------------
+
+    @router.get("/team_custom_credentials/{team_id}")
+    def list_credentials(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
+        team_of(caller, org_id, team_id)
+        return {"credentials": queries.credentials(team_id)}
+
+    @router.post("/team_custom_credentials/{team_id}/{provider}/prepare")
+    def prepare_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
+        team_of(caller, org_id, team_id)
+        directory.prepare_credentials(caller.ctx, team_id, provider, org_id)
+        base = service.settings.public_base_url.rstrip("/")
+        return {
+            "provider": provider,
+            "status": "prepared",
+            # Register this in the provider's developer console before setting the pair.
+            "redirect_uri": f"{base}/v2/link/oauth/callback/{provider}",
+        }
+
+    @router.put("/team_custom_credentials/{team_id}/{provider}")
+    def set_credentials(
+        org_id: UUID, team_id: UUID, provider: str, body: CredentialsSet, caller: Caller
+    ) -> Any:
+        """The client secret is write-only: stored sealed, never returned."""
+        team_of(caller, org_id, team_id)
+        directory.set_credentials(
+            caller.ctx, team_id, provider, body.client_id, body.client_secret, org_id
+        )
+        listed = {c["provider"]: c for c in queries.credentials(team_id)}
+        return listed[provider]
+
+    @router.delete("/team_custom_credentials/{team_id}/{provider}")
+    def delete_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
+        team_of(caller, org_id, team_id)
+        directory.delete_credentials(caller.ctx, team_id, provider, org_id)
+        return {"success": True}
+
+    assert set(ROLES) == {"org_admin", "team_admin"}
+    return router

@@ -1,0 +1,29 @@
+"""The management API application ({management_url}): its own port and OpenAPI."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.cursors import CursorCodec
+from healthledger.adapters.http.errors import install_error_handlers
+from healthledger.adapters.http.management import management_router
+from healthledger.adapters.http.requests import (
+    BodyLimitMiddleware,
+    DeprecatedHeaderMiddleware,
+    RequestIdMiddleware,
+)
+
+
+def create_management_api(service: Service) -> FastAPI:
+    app = FastAPI(
+        title="healthledger management API",
+        version="1",
+        description="Organizations, teams, management keys and team API keys. Authenticate "
+        "with the `X-Management-Key` header (`X-Service-Org-Key` is its deprecated name).",
+    )
+    install_error_handlers(app)
+    app.include_router(management_router(service, CursorCodec(service.cursor_secret)))
+    app.add_middleware(DeprecatedHeaderMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)
+    return app

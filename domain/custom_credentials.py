@@ -1,0 +1,113 @@
+"""A team's own OAuth credentials for a provider: prepared, then set, then maybe deleted.
+
+The client id is kept in clear; the client secret is write-only and stored only sealed
+(the team's own data key in the key store), never returned by any read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import CredentialsNotPrepared
+from healthledger.domain.users import CheapCopy
+
+PREPARED = "prepared"
+SET = "set"
+DELETED = "deleted"
+
+_NAMESPACE = uuid.UUID("2d3c1b7e-9f0a-5c4d-8e6f-1a2b3c4d5e6f")
+
+
+class CustomCredentials(CheapCopy, Aggregate):
+    TOPIC = "healthledger:CustomCredentials"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        """First prepared."""
+
+        TOPIC = "healthledger:CustomCredentials.Created.v1"
+        team_id: UUID
+        provider: str
+
+        def apply(self, creds: CustomCredentials) -> None:
+            creds.team_id = self.team_id
+            creds.provider = self.provider
+            creds.status = PREPARED
+            creds.client_id = None
+            creds.sealed_client_secret = None
+
+    class Reprepared(Event):
+        TOPIC = "healthledger:CustomCredentials.Reprepared.v1"
+
+        def apply(self, creds: CustomCredentials) -> None:
+            creds.status = PREPARED
+            creds.client_id = None
+            creds.sealed_client_secret = None
+
+    class Set(Event):
+        TOPIC = "healthledger:CustomCredentials.Set.v1"
+        PERSONAL_FIELDS = ("sealed_client_secret",)  # a secret: never printed either
+        client_id: str
+        sealed_client_secret: str
+
+        def apply(self, creds: CustomCredentials) -> None:
+            creds.status = SET
+            creds.client_id = self.client_id
+            creds.sealed_client_secret = self.sealed_client_secret
+
+    class Deleted(Event):
+        TOPIC = "healthledger:CustomCredentials.Deleted.v1"
+
+        def apply(self, creds: CustomCredentials) -> None:
+            creds.status = DELETED
+            creds.client_id = None
+            creds.sealed_client_secret = None
+
+    @staticmethod
+    def id_for(team_id: UUID, provider: str) -> UUID:
+        return uuid.uuid5(_NAMESPACE, f"{team_id}\x1f{provider}")
+
+    @classmethod
+    def prepare_new(
+        cls, ctx: CommandContext, now: datetime, team_id: UUID, provider: str
+    ) -> CustomCredentials:
+        return cls._create(
+            cls.Created,
+            id=cls.id_for(team_id, provider),
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            team_id=team_id,
+            provider=provider,
+        )
+
+    def prepare_again(self, ctx: CommandContext, now: datetime) -> None:
+        if self.status == DELETED:
+            self.trigger_event(
+                self.Reprepared, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
+            )
+
+    def set(self, ctx: CommandContext, now: datetime, client_id: str, sealed_secret: str) -> None:
+        if self.status == DELETED:
+            raise CredentialsNotPrepared()
+        self.trigger_event(
+            self.Set,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            client_id=client_id,
+            sealed_client_secret=sealed_secret,
+        )
+
+    def delete(self, ctx: CommandContext, now: datetime) -> None:
+        if self.status != DELETED:
+            self.trigger_event(
+                self.Deleted, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
+            )

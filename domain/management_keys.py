@@ -1,0 +1,128 @@
+"""Management keys: the keys of the management API.
+
+An org key (`org_admin`) controls the whole organization. A team key (`team_admin`) is
+bound to one or more teams of that organization and reaches only them, never
+organization-level resources or actions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.domain.context import CommandContext
+from healthledger.domain.keys import MANAGEMENT_KEY, hash_key, new_key
+from healthledger.domain.users import CheapCopy
+
+ORG_ADMIN = "org_admin"
+TEAM_ADMIN = "team_admin"
+ROLES = (ORG_ADMIN, TEAM_ADMIN)
+
+
+class ManagementKey(CheapCopy, Aggregate):
+    TOPIC = "healthledger:ManagementKey"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "healthledger:ManagementKey.Created.v1"
+        org_id: UUID
+        role: str
+        team_ids: list[UUID]
+        label: str
+        key_hash: str
+
+        def apply(self, key: ManagementKey) -> None:
+            key.org_id = self.org_id
+            key.role = self.role
+            key.team_ids = tuple(self.team_ids)
+            key.label = self.label
+            key.key_hash = self.key_hash
+            key.revoked_at = None
+
+    class Relabeled(Event):
+        TOPIC = "healthledger:ManagementKey.Relabeled.v1"
+        label: str
+
+        def apply(self, key: ManagementKey) -> None:
+            key.label = self.label
+
+    class TeamsBound(Event):
+        """The whole new set of bound teams (team keys only)."""
+
+        TOPIC = "healthledger:ManagementKey.TeamsBound.v1"
+        team_ids: list[UUID]
+
+        def apply(self, key: ManagementKey) -> None:
+            key.team_ids = tuple(self.team_ids)
+
+    class Revoked(Event):
+        TOPIC = "healthledger:ManagementKey.Revoked.v1"
+
+        def apply(self, key: ManagementKey) -> None:
+            key.revoked_at = self.timestamp
+
+    @classmethod
+    def issue(
+        cls,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        org_id: UUID,
+        role: str,
+        team_ids: list[UUID],
+        label: str,
+    ) -> tuple[ManagementKey, str]:
+        """The new key and its plain text, which is never stored."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        if (role == TEAM_ADMIN) != bool(team_ids):
+            raise ValueError("a team_admin key is bound to at least one team; an org key to none")
+        key_id, plain = new_key(MANAGEMENT_KEY)
+        key = cls._create(
+            cls.Created,
+            id=key_id,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            org_id=org_id,
+            role=role,
+            team_ids=sorted(set(team_ids)),
+            label=label,
+            key_hash=hash_key(plain),
+        )
+        return key, plain
+
+    def relabel(self, ctx: CommandContext, now: datetime, label: str) -> None:
+        if label != self.label:
+            self.trigger_event(
+                self.Relabeled,
+                timestamp=now,
+                actor=ctx.actor,
+                request_id=ctx.request_id,
+                label=label,
+            )
+
+    def bind_teams(self, ctx: CommandContext, now: datetime, team_ids: list[UUID]) -> None:
+        if self.role != TEAM_ADMIN:
+            raise ValueError("only a team_admin key is bound to teams")
+        if not team_ids:
+            raise ValueError("a team_admin key is bound to at least one team")
+        wanted = sorted(set(team_ids))
+        if tuple(wanted) != self.team_ids:
+            self.trigger_event(
+                self.TeamsBound,
+                timestamp=now,
+                actor=ctx.actor,
+                request_id=ctx.request_id,
+                team_ids=wanted,
+            )
+
+    def revoke(self, ctx: CommandContext, now: datetime) -> None:
+        if self.revoked_at is None:
+            self.trigger_event(
+                self.Revoked, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
+            )
