@@ -54,8 +54,15 @@ def _parser() -> argparse.ArgumentParser:
 
     keys = commands.add_parser("keys", help="team API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
-    create = key_commands.add_parser("create", help="issue a team API key (printed once)")
-    create.add_argument("--team", type=_uuid, required=True)
+    create = key_commands.add_parser(
+        "create",
+        help="issue a team API key (--team) or an org management key (--org), printed once",
+    )
+    owner = create.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--team", type=_uuid, help="a team API key for this team")
+    owner.add_argument(
+        "--org", type=_uuid, help="an org_admin management key for this organization"
+    )
     create.add_argument("--environment", choices=("sandbox", "production"), default="sandbox")
 
     features = commands.add_parser("features", help="closed-beta switches of a team")
@@ -108,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, service: Any) -> int:
     from healthledger.domain.context import OPERATOR_CLI, CommandContext
-    from healthledger.domain.errors import TeamNotFound
+    from healthledger.domain.errors import OrganizationNotFound, TeamNotFound
 
     out = sys.stdout
     if args.command == "audit":
@@ -150,6 +157,17 @@ def _run(args: argparse.Namespace, service: Any) -> int:
 
     ctx = CommandContext.system(OPERATOR_CLI)
     if args.command == "keys":
+        if args.org is not None:
+            try:
+                issued = service.teams.issue_management_key(
+                    ctx, args.org, role="org_admin", team_ids=[], label="issued by the CLI"
+                )
+            except OrganizationNotFound:
+                print(f"no organization {args.org}", file=sys.stderr)
+                return 1
+            print(f"org management key {issued.key_id} for {args.org} (shown once):", file=out)
+            print(issued.plain, file=out)
+            return 0
         try:
             issued = service.teams.issue_team_api_key(ctx, args.team, args.environment)
         except TeamNotFound:

@@ -1,13 +1,19 @@
-"""`healthledger serve`: the team API under uvicorn, with the scheduler beside it."""
+"""`healthledger serve`: the team API and the management API under uvicorn, each on its
+own port, in one process, with the scheduler beside them."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Iterator
 from typing import TextIO
 
 import uvicorn
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.settings import Settings
 from healthledger.scheduler.runner import start_scheduler
@@ -16,20 +22,40 @@ log = logging.getLogger("healthledger.server")
 
 
 def announce_bootstrap(service: Service, out: TextIO) -> None:
-    """On an empty database, create the default team and print its key, once."""
+    """On an empty database, create the default organization and keys; print them once."""
     created = service.bootstrap()
     if created is None:
         return
     print(
         "healthledger: first run on an empty database.\n"
-        f"  organization  {created.org_id}\n"
-        f"  team          {created.team_id}\n"
-        f"  team API key  {created.team_api_key.plain}\n"
-        "The key is shown only this once (only its hash is stored). Send it in the\n"
-        "x-service-api-key header. `healthledger keys create --team TEAM_ID` makes another.",
+        f"  organization    {created.org_id}\n"
+        f"  team            {created.team_id}\n"
+        f"  team API key    {created.team_api_key.plain}\n"
+        f"  management key  {created.management_key.plain}  (org_admin)\n"
+        "The keys are shown only this once (only their hashes are stored). Send the team\n"
+        "API key in x-service-api-key, the management key in X-Management-Key.",
         file=out,
         flush=True,
     )
+
+
+class _Server(uvicorn.Server):
+    # Two servers share one process: signals are handled once, for both, in serve().
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _serve_all(servers: list[_Server]) -> None:
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    await asyncio.gather(*(server.serve() for server in servers))
 
 
 def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
@@ -41,16 +67,17 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
     service = build_service(settings)
     announce_bootstrap(service, out)
     scheduler = start_scheduler(service)
-    config = uvicorn.Config(
-        create_team_api(service),
-        host=settings.host,
-        port=settings.team_api_port,
-        log_level=settings.log_level.lower(),
-    )
+    servers = [
+        _Server(
+            uvicorn.Config(app, host=settings.host, port=port, log_level=settings.log_level.lower())
+        )
+        for app, port in (
+            (create_team_api(service), settings.team_api_port),
+            (create_management_api(service), settings.management_api_port),
+        )
+    ]
     try:
-        uvicorn.Server(config).run()
-    except KeyboardInterrupt:
-        pass  # uvicorn re-raises Ctrl-C after its graceful shutdown: ours follows
+        asyncio.run(_serve_all(servers))
     finally:
         scheduler.shutdown(wait=True)
         service.close()

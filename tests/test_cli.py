@@ -127,3 +127,18 @@ def test_bad_settings_are_reported_not_raised(
 def test_grace_period_setting_accepts_seconds_and_iso() -> None:
     assert Settings(grace_period="3600").grace_period == timedelta(hours=1)  # type: ignore[arg-type]
     assert Settings(grace_period="P7D").grace_period == timedelta(days=7)  # type: ignore[arg-type]
+
+
+def test_keys_create_for_an_org_prints_a_working_management_key(
+    service: Service, team: Team, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from healthledger.adapters.http.management_api import create_management_api
+    from healthledger.domain.team_directory import DEFAULT_ORG_ID
+
+    assert main(["keys", "create", "--org", str(DEFAULT_ORG_ID)]) == 0
+    plain = capsys.readouterr().out.splitlines()[-1]
+    assert plain.startswith("hlm_")
+    with TestClient(create_management_api(service)) as management:
+        answer = management.get(f"/v1/org/{DEFAULT_ORG_ID}", headers={"X-Management-Key": plain})
+    assert answer.status_code == 200
+    assert main(["keys", "create", "--org", "00000000-0000-0000-0000-000000000000"]) == 1

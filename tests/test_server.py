@@ -17,6 +17,7 @@ import httpx
 from healthledger.adapters.settings import Settings
 
 KEY = re.compile(r"team API key\s+(hlk_\S+)")
+MANAGEMENT_KEY = re.compile(r"management key\s+(hlm_\S+)")
 
 
 def free_port() -> int:
@@ -26,13 +27,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, list[str]]]:
-    port = free_port()
+def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str, list[str]]]:
+    port, management_port = free_port(), free_port()
     env = {
         **os.environ,
         "HEALTHLEDGER_DATABASE_URL": settings.database_url,
         "HEALTHLEDGER_MASTER_KEY_FILE": str(settings.master_key_file),
         "HEALTHLEDGER_TEAM_API_PORT": str(port),
+        "HEALTHLEDGER_MANAGEMENT_API_PORT": str(management_port),
         "HEALTHLEDGER_LOG_LEVEL": "warning",
     }
     process = subprocess.Popen(
@@ -44,18 +46,20 @@ def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, lis
         text=True,
     )
     base = f"http://127.0.0.1:{port}"
+    management = f"http://127.0.0.1:{management_port}"
     try:
         deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                httpx.get(f"{base}/openapi.json", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.1)
+        for url in (base, management):
+            while True:
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                try:
+                    httpx.get(f"{url}/openapi.json", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "server did not start"
+                    time.sleep(0.1)
         output: list[str] = []
-        yield base, output
+        yield base, management, output
     finally:
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=30)
@@ -66,13 +70,14 @@ def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, lis
 def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
     settings: Settings, tmp_path: Path
 ) -> None:
-    with running_server(settings, tmp_path) as (base, output):
+    with running_server(settings, tmp_path) as (base, management, output):
         pass
     keys = [m.group(1) for line in output if (m := KEY.search(line))]
-    assert len(keys) == 1
+    management_keys = [m.group(1) for line in output if (m := MANAGEMENT_KEY.search(line))]
+    assert len(keys) == 1 and len(management_keys) == 1
     key = keys[0]
 
-    with running_server(settings, tmp_path) as (base, output):
+    with running_server(settings, tmp_path) as (base, management, output):
         headers = {"x-service-api-key": key}
         created = httpx.post(f"{base}/v2/user", json={"client_user_id": "http-1"}, headers=headers)
         assert created.status_code == 200
@@ -84,5 +89,13 @@ def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
             httpx.get(f"{base}/v2/user", headers={"x-service-api-key": "nope"}).status_code == 401
         )
         assert httpx.get(f"{base}/docs").status_code == 200
+        # The management API answers on its own port, with its own OpenAPI document.
+        mheaders = {"X-Management-Key": management_keys[0]}
+        teams = httpx.get(
+            f"{management}/v1/org/0f6c2d1e-8b0a-5e59-9d53-3c1f4a7b2e10/team", headers=mheaders
+        )
+        assert teams.status_code == 200 and len(teams.json()["teams"]) == 1
+        assert "/v1/org/{org_id}/team" in httpx.get(f"{management}/openapi.json").json()["paths"]
+        assert "/v2/user" not in httpx.get(f"{management}/openapi.json").json()["paths"]
     # A later start prints nothing secret.
-    assert not any("hlk_" in line for line in output)
+    assert not any("hlk_" in line or "hlm_" in line for line in output)
