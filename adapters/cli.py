@@ -41,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the team API and the scheduler")
+    serve = commands.add_parser(
+        "serve", help="run the team API, the management API and the scheduler"
+    )
     serve.add_argument("--host", help="overrides HEALTHLEDGER_HOST")
     serve.add_argument("--port", type=int, help="overrides HEALTHLEDGER_TEAM_API_PORT")
 
@@ -52,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("rebuild", help="drop and rebuild every read model from the event log")
 
-    keys = commands.add_parser("keys", help="team API keys")
+    keys = commands.add_parser("keys", help="team API keys and org management keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser(
         "create",

@@ -66,9 +66,10 @@ class NothingToUpdate(LedgerError):
 class InvalidRequest(LedgerError):
     """A rule that a request breaks, found after the request shape was valid."""
 
-    def __init__(self, message: str, field: str) -> None:
+    def __init__(self, message: str, field: str, location: str = "body") -> None:
         super().__init__(message)
         self.field = field
+        self.location = location  # body, path or query: where the offending value was
 
 
 class DemographicsNotFound(LedgerError):

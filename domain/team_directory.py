@@ -162,6 +162,16 @@ class TeamDirectory:
         erasure), its keys stop working. Returns how many users were deleted."""
         team = self.team(team_id, org_id)
         assert self.users is not None and self.live_user_ids is not None
+        # The team goes first: its keys stop working at once, so no user can be added
+        # while its users are being deleted. Users a crash leaves live in a deleted team
+        # are deleted by the scheduler's sweep (`delete_team_users`), so none is missed.
+        team.delete(ctx, self.clock(), len(self.live_user_ids(team_id)))
+        self._save(team)
+        return self.delete_team_users(ctx, team_id)
+
+    def delete_team_users(self, ctx: CommandContext, team_id: UUID) -> int:
+        """Delete (grace period, then erasure) every live user of a deleted team."""
+        assert self.users is not None and self.live_user_ids is not None
         deleted = 0
         for user_id in self.live_user_ids(team_id):
             try:
@@ -169,8 +179,6 @@ class TeamDirectory:
                 deleted += 1
             except (UserNotFound, UserScheduledForDeletion):
                 continue  # deleted meanwhile by another request
-        team.delete(ctx, self.clock(), deleted)
-        self._save(team)
         return deleted
 
     def set_feature(
@@ -196,19 +204,31 @@ class TeamDirectory:
         org_id: UUID | None = None,
     ) -> IssuedKey:
         if environment not in ENVIRONMENTS:
-            raise InvalidRequest(f"environment must be one of {', '.join(ENVIRONMENTS)}.", "env")
+            raise InvalidRequest(
+                f"environment must be one of {', '.join(ENVIRONMENTS)}.", "env", "path"
+            )
         team = self.team(team_id, org_id)
         if region is not None and region != team.region:
-            raise InvalidRequest(f"the team's region is {team.region}.", "region")
+            raise InvalidRequest(f"the team's region is {team.region}.", "region", "path")
         key, plain = TeamApiKey.issue(ctx, self.clock(), team.id, environment, team.region)
         self.ledger.save(key)
         return IssuedKey(key.id, team.id, plain)
 
     def revoke_team_api_key(
-        self, ctx: CommandContext, key_id: UUID, team_id: UUID | None = None
+        self,
+        ctx: CommandContext,
+        key_id: UUID,
+        team_id: UUID | None = None,
+        environment: str | None = None,
+        region: str | None = None,
     ) -> None:
         key = self.ledger.find(key_id)
-        if not isinstance(key, TeamApiKey) or (team_id is not None and key.team_id != team_id):
+        if (
+            not isinstance(key, TeamApiKey)
+            or (team_id is not None and key.team_id != team_id)
+            or (environment is not None and key.environment != environment)
+            or (region is not None and key.region != region)
+        ):
             raise KeyNotFound()
         key.revoke(ctx, self.clock())
         self._save(key)
@@ -236,8 +256,9 @@ class TeamDirectory:
         return IssuedKey(key.id, None, plain)
 
     def management_key(self, org_id: UUID, key_id: UUID) -> ManagementKey:
+        """A live (unrevoked) management key of the organization."""
         key = self.ledger.find(key_id)
-        if not isinstance(key, ManagementKey) or key.org_id != org_id:
+        if not isinstance(key, ManagementKey) or key.org_id != org_id or key.revoked_at:
             raise KeyNotFound()
         return key
 
@@ -319,7 +340,7 @@ class TeamDirectory:
 
     def _check_provider(self, provider: str) -> None:
         if provider not in self.provider_slugs:
-            raise InvalidRequest("Unknown provider slug.", "provider")
+            raise InvalidRequest("Unknown provider slug.", "provider", "path")
 
     def _check_teams_of(self, org_id: UUID, team_ids: list[UUID]) -> None:
         for team_id in team_ids:

@@ -17,8 +17,14 @@ log = logging.getLogger("healthledger.scheduler.erasure")
 
 
 def sweep_erasures(service: Service) -> int:
-    """Erase what is due now; returns how many users this call erased."""
+    """Erase what is due now; returns how many users this call erased.
+
+    It first finishes any team deletion a crash cut short: live users of a deleted team
+    are deleted (grace period, then erasure) like the team's other users.
+    """
     ctx = CommandContext.system(SCHEDULER)
+    for team_id in service.team_queries.deleted_teams_with_live_users():
+        service.teams.delete_team_users(ctx, team_id)
     batch = service.settings.erasure_batch_size
     erased = 0
     while True:

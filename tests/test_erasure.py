@@ -226,3 +226,21 @@ def test_history_survives_erasure_without_personal_values(
     assert state_as_of(service, user.id, T0 - timedelta(seconds=1)) is None
     after = state_as_of(service, user.id, T0 + timedelta(days=9))
     assert after is not None and after["status"] == ERASED
+
+
+def test_the_sweep_finishes_a_team_deletion_a_crash_cut_short(
+    service: Service, team: Team, ctx: CommandContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from healthledger.domain.team_directory import DEFAULT_ORG_ID
+
+    kept = [
+        service.users.create_user(ctx, team.team_id, client_user_id=f"t{n}").id for n in range(3)
+    ]
+    # The process dies right after recording the team's deletion, before its users.
+    monkeypatch.setattr(service.teams, "delete_team_users", lambda ctx_, team_id: 0)
+    service.teams.delete_team(ctx, DEFAULT_ORG_ID, team.team_id)
+    monkeypatch.undo()
+    assert all(service.user_queries.status(u) == "active" for u in kept)
+    sweep_erasures(service)
+    assert all(service.user_queries.status(u) == "pending_erasure" for u in kept)
+    assert service.team_queries.deleted_teams_with_live_users() == []

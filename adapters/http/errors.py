@@ -83,7 +83,7 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = [
             {
                 "type": "value_error",
-                "loc": ["body", exc.field],
+                "loc": [exc.location, exc.field],
                 "msg": exc.message,
                 "input": REDACTED,
             }

@@ -47,7 +47,7 @@ class TeamCreate(_Body):
 
 
 class TeamPatch(_Body):
-    name: str | None = _Name
+    name: str | None = Field(default=None, min_length=1, max_length=255)
     sandbox: EnvironmentSettings | None = None
     production: EnvironmentSettings | None = None
 
@@ -63,7 +63,7 @@ class ManagementKeyCreate(_Body):
 
 
 class ManagementKeyPatch(_Body):
-    label: str | None = _Name
+    label: str | None = Field(default=None, min_length=1, max_length=255)
     team_role_bindings: list[TeamRoleBinding] | None = Field(default=None, max_length=100)
 
 
@@ -240,8 +240,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
             team_ids=[b.team_id for b in body.team_role_bindings],
             label=body.label,
         )
-        listed = {k["id"]: k for k in queries.management_keys(org_id)}
-        return {**listed[issued.key_id], "key": issued.plain}
+        return {**queries.management_key_view(issued.key_id), "key": issued.plain}
 
     @router.patch("/management_key/{key_id}")
     def patch_management_key(
@@ -259,8 +258,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
             label=body.label,
             team_ids=None if bindings is None else [b.team_id for b in bindings],
         )
-        listed = {k["id"]: k for k in queries.management_keys(org_id)}
-        return listed[key_id]
+        return queries.management_key_view(key_id)
 
     @router.delete("/management_key/{key_id}")
     def revoke_management_key(org_id: UUID, key_id: UUID, caller: Caller) -> Any:
@@ -304,7 +302,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         caller: Caller,
     ) -> Any:
         team_of(caller, org_id, team_id)
-        directory.revoke_team_api_key(caller.ctx, key_id, team_id)
+        directory.revoke_team_api_key(caller.ctx, key_id, team_id, env, region)
         return {"success": True}
 
     # -- custom provider credentials ------------------------------------------------------
@@ -317,11 +315,11 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
     @router.post("/team_custom_credentials/{team_id}/{provider}/prepare")
     def prepare_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
-        directory.prepare_credentials(caller.ctx, team_id, provider, org_id)
+        creds = directory.prepare_credentials(caller.ctx, team_id, provider, org_id)
         base = service.settings.public_base_url.rstrip("/")
         return {
             "provider": provider,
-            "status": "prepared",
+            "status": creds.status,  # "set" stays set: preparing again changes nothing
             # Register this in the provider's developer console before setting the pair.
             "redirect_uri": f"{base}/v2/link/oauth/callback/{provider}",
         }

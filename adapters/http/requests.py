@@ -151,10 +151,7 @@ class DeprecatedHeaderMiddleware:
                 message["headers"] = [
                     *message.get("headers", ()),
                     (b"deprecation", b"true"),
-                    (
-                        b"link",
-                        b'</docs#/management>; rel="deprecation"; title="Use X-Management-Key"',
-                    ),
+                    (b"link", _SUCCESSOR_LINK),
                 ]
             await send(message)
 

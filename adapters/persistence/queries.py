@@ -298,7 +298,8 @@ class TeamQueries:
         if regions:
             query = query.where(c.region.in_(list(regions)))
         if search:
-            query = query.where(func.lower(c.name).contains(search.lower(), autoescape=True))
+            # Folded in Python at projection time: SQLite's lower() knows ASCII only.
+            query = query.where(c.name_folded.contains(search.casefold(), autoescape=True))
         if only is not None:
             query = query.where(c.team_id.in_(list(only)))
         if after is not None:
@@ -319,6 +320,13 @@ class TeamQueries:
                 .order_by(management_keys.c.created_on)
             ).all()
         return [_management_key(r) for r in rows]
+
+    def management_key_view(self, key_id: UUID) -> dict[str, Any]:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(management_keys).where(management_keys.c.key_id == key_id)
+            ).one()
+        return _management_key(row)
 
     def team_api_keys(self, team_id: UUID, environment: str) -> list[dict[str, Any]]:
         c = team_api_keys.c
@@ -365,6 +373,20 @@ class TeamQueries:
                 select(teams.c.features).where(teams.c.team_id == team_id)
             ).scalar()
         return set(features or ())
+
+    def deleted_teams_with_live_users(self) -> list[UUID]:
+        with self.db.read() as conn:
+            return list(
+                conn.execute(
+                    select(teams.c.team_id)
+                    .where(teams.c.deleted_at.is_not(None))
+                    .where(
+                        select(users.c.user_id)
+                        .where(users.c.team_id == teams.c.team_id, users.c.status == ACTIVE)
+                        .exists()
+                    )
+                ).scalars()
+            )
 
     def has_any_team(self) -> bool:
         with self.db.read() as conn:

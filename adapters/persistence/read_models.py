@@ -214,6 +214,7 @@ class ReadModels:
                 team_id=e.originator_id,
                 org_id=e.org_id,
                 name=e.name,
+                name_folded=e.name.casefold(),
                 region=e.region,
                 features=[],
                 settings=default_settings(),
@@ -229,7 +230,11 @@ class ReadModels:
         )
 
     def _team_renamed(self, conn: Connection, e: Team.Renamed) -> None:
-        conn.execute(update(teams).where(teams.c.team_id == e.originator_id).values(name=e.name))
+        conn.execute(
+            update(teams)
+            .where(teams.c.team_id == e.originator_id)
+            .values(name=e.name, name_folded=e.name.casefold())
+        )
 
     def _team_settings_changed(self, conn: Connection, e: Team.SettingsChanged) -> None:
         current = conn.execute(
@@ -244,6 +249,12 @@ class ReadModels:
     def _team_deleted(self, conn: Connection, e: Team.Deleted) -> None:
         conn.execute(
             update(teams).where(teams.c.team_id == e.originator_id).values(deleted_at=e.timestamp)
+        )
+        # Its custom credentials go with it (their secrets' key is destroyed with it too).
+        conn.execute(
+            update(custom_credentials)
+            .where(custom_credentials.c.team_id == e.originator_id)
+            .values(status=DELETED, client_id=None, sealed_client_secret=None)
         )
 
     def _management_key_created(self, conn: Connection, e: ManagementKey.Created) -> None:
@@ -381,8 +392,11 @@ class ReadModels:
 
 
 def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
-    """Destroy the data key and the snapshots of each user erased in this transaction."""
+    """Destroy the data key and the snapshots of each user erased in this transaction, and
+    the data key of each team deleted in it (which sealed its custom credential secrets)."""
     for event in events:
         if isinstance(event, User.Erased):
             KeyStore.destroy(conn, event.originator_id)
             delete_snapshots(conn, event.originator_id)
+        elif isinstance(event, Team.Deleted):
+            KeyStore.destroy(conn, event.originator_id)

@@ -154,6 +154,8 @@ teams = Table(
     Column("team_id", Uuid, primary_key=True),
     Column("org_id", Uuid, nullable=False, index=True),
     Column("name", String(255), nullable=False),
+    # The name case-folded (str.casefold) for search_query, on every backend alike.
+    Column("name_folded", String(255), nullable=False),
     Column("region", String(8), nullable=False),
     Column("features", JSON, nullable=False),
     # Per environment: {"sandbox": {...}, "production": {...}} (brand information...).
