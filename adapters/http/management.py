@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
-from healthledger.domain.errors import InvalidRequest, OrganizationNotFound, TeamNotFound
+from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, TeamNotFound
 from healthledger.domain.management_keys import ROLES
 from healthledger.domain.teams import CLOSED_BETA_FEATURES, EnvironmentSettings
 from pydantic import BaseModel, ConfigDict, Field
@@ -187,7 +187,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
     def patch_team(org_id: UUID, team_id: UUID, body: TeamPatch, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         if not body.model_fields_set:
-            raise InvalidRequest("The patch is empty: send at least one field.", "name")
+            raise NothingToUpdate()
         directory.update_team(caller.ctx, org_id, team_id, name=body.name, settings=_settings(body))
         return queries.team(team_id)
 
@@ -249,7 +249,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         caller.require_org(org_id)
         caller.require_org_admin()
         if not body.model_fields_set:
-            raise InvalidRequest("The patch is empty: send at least one field.", "label")
+            raise NothingToUpdate()
         bindings = body.team_role_bindings
         directory.update_management_key(
             caller.ctx,
