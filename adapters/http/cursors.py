@@ -30,7 +30,9 @@ class CursorCodec:
     def decode(self, token: str, scope: str) -> dict[str, Any]:
         """The payload of a cursor issued for `scope` (the listing and its filters)."""
         body, _, signature = token.partition(".")
-        if not body or not hmac.compare_digest(signature, self._sign(body.encode())):
+        if not body or not body.isascii() or not signature.isascii():
+            raise InvalidCursor()
+        if not hmac.compare_digest(signature.encode(), self._sign(body.encode()).encode()):
             raise InvalidCursor()
         try:
             data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))

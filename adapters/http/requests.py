@@ -94,25 +94,36 @@ class BodyLimitMiddleware:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
                 await _too_large(send, self.max_bytes)
                 return
+        if any(name == b"content-length" for name, _ in scope.get("headers", ())):
+            await self.app(scope, receive, send)
+            return
+        # No length given (a chunked body): read it here, up to the limit, and hand the
+        # application the whole of it; the framework would turn an error raised while
+        # it reads the body into a 400 of its own.
+        chunks: list[bytes] = []
         received = 0
-
-        async def counting_receive() -> Message:
-            nonlocal received
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _BodyTooLarge()
-            return message
+            if message["type"] != "http.request":
+                break  # the client went away
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > self.max_bytes:
+                await _too_large(send, self.max_bytes)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        try:
-            await self.app(scope, counting_receive, send)
-        except _BodyTooLarge:
-            await _too_large(send, self.max_bytes)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
 
-
-class _BodyTooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 async def _too_large(send: Send, max_bytes: int) -> None:
