@@ -6,11 +6,12 @@ so there is one way to wire the parts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from healthledger.adapters.http.cursors import cursor_secret
+from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
@@ -20,8 +21,9 @@ from healthledger.adapters.persistence.recorder import (
     LedgerRecorder,
     SnapshotRecorder,
 )
-from healthledger.adapters.reference import provider_slugs
+from healthledger.adapters.reference import ProviderEntry, provider_catalog, provider_slugs
 from healthledger.adapters.settings import Settings
+from healthledger.domain.connecting import Connections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.team_directory import Bootstrap, TeamDirectory
@@ -43,6 +45,10 @@ class Service:
     user_queries: UserQueries
     team_queries: TeamQueries
     cursor_secret: bytes
+    # slug -> catalog entry (reference data shipped with the service).
+    catalog: Mapping[str, ProviderEntry]
+    connections: Connections
+    connection_queries: ConnectionQueries
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -80,8 +86,21 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
     # an existing database at a missing key file must fail, not mint a second master key.
     master_key = load_master_key(settings.master_key_file, create=not db.has_data_keys())
     key_store = KeyStore(db, master_key, clock)
-    users = UserLifecycle(ledger, key_store, clock, settings.grace_period)
-    user_queries = UserQueries(db, key_store)
+    catalog = {entry.slug: entry for entry in provider_catalog()}
+
+    def describe(slug: str) -> dict[str, Any]:
+        entry = catalog[slug]
+        return {"name": entry.name, "slug": entry.slug, "logo": entry.logo}
+
+    connection_queries = ConnectionQueries(db, key_store, describe)
+    users = UserLifecycle(
+        ledger,
+        key_store,
+        clock,
+        settings.grace_period,
+        live_connection_ids=connection_queries.live_connection_ids,
+    )
+    user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
     return Service(
         settings=settings,
         clock=clock,
@@ -102,4 +121,7 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         user_queries=user_queries,
         team_queries=TeamQueries(db),
         cursor_secret=cursor_secret(master_key),
+        catalog=catalog,
+        connections=Connections(ledger, key_store, clock, users),
+        connection_queries=connection_queries,
     )

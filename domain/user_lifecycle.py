@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
+from healthledger.domain.connections import BY_USER_DELETION, Connection
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -21,6 +22,7 @@ from healthledger.domain.errors import (
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.personal_data import Demographics, PersonalDataVault
 from healthledger.domain.users import (
+    ACTIVE,
     PENDING_ERASURE,
     ClientUserIdClaim,
     User,
@@ -37,6 +39,7 @@ ERASURE_REMOVES = [
     "snapshots",
     "read_model:users",
     "read_model:pending_erasures",
+    "read_model:connections",
 ]
 
 UPDATABLE_FIELDS = (
@@ -52,12 +55,18 @@ _CREATE_ATTEMPTS = 3
 
 class UserLifecycle:
     def __init__(
-        self, ledger: Ledger, vault: PersonalDataVault, clock: Clock, grace_period: timedelta
+        self,
+        ledger: Ledger,
+        vault: PersonalDataVault,
+        clock: Clock,
+        grace_period: timedelta,
+        live_connection_ids: Callable[[UUID], list[UUID]] = lambda user_id: [],
     ) -> None:
         self.ledger = ledger
         self.vault = vault
         self.clock = clock
         self.grace_period = grace_period
+        self.live_connection_ids = live_connection_ids
 
     # -- loading ------------------------------------------------------------------------
 
@@ -216,8 +225,33 @@ class UserLifecycle:
         user.delete(ctx, now, now + self.grace_period)
         # The client_user_id is released at once: a new user may take it.
         claim.release(ctx, now, user.id)
-        self._save(user, claim, conflict=lambda: self._reason_for_conflict(team_id, user_id))
+        # Every provider connection is deregistered at once, in the same transaction;
+        # an undo restores none of them.
+        connections = self._live_connections(user.id)
+        for connection in connections:
+            connection.deregister(ctx, now, BY_USER_DELETION)
+        self._save(
+            user,
+            claim,
+            *connections,
+            conflict=lambda: self._reason_for_conflict(team_id, user_id),
+        )
         return user
+
+    def deregister_connections_of_gone_user(self, ctx: CommandContext, user_id: UUID) -> int:
+        """Deregister connections a deleted or erased user still has (a connect that raced
+        the deletion). Returns how many."""
+        user = self.ledger.find(user_id)
+        if isinstance(user, User) and user.status == ACTIVE:
+            return 0
+        connections = self._live_connections(user_id)
+        if not connections:
+            return 0
+        now = self.clock()
+        for connection in connections:
+            connection.deregister(ctx, now, BY_USER_DELETION)
+        self._save(*connections)
+        return len(connections)
 
     def undo_deletion(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
         user = self.load(team_id, user_id)
@@ -250,6 +284,10 @@ class UserLifecycle:
         return True
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _live_connections(self, user_id: UUID) -> list[Connection]:
+        found = (self.ledger.find(cid) for cid in self.live_connection_ids(user_id))
+        return [c for c in found if isinstance(c, Connection) and c.is_live]
 
     def _claim_of(self, user: User) -> ClientUserIdClaim:
         claim = self.ledger.find(ClientUserIdClaim.id_for(user.team_id, user.client_user_id))

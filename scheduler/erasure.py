@@ -19,12 +19,16 @@ log = logging.getLogger("healthledger.scheduler.erasure")
 def sweep_erasures(service: Service) -> int:
     """Erase what is due now; returns how many users this call erased.
 
-    It first finishes any team deletion a crash cut short: live users of a deleted team
-    are deleted (grace period, then erasure) like the team's other users.
+    It first finishes what a crash or a race cut short: live users of a deleted team are
+    deleted (grace period, then erasure), and live connections of a deleted user are
+    deregistered.
     """
     ctx = CommandContext.system(SCHEDULER)
     for team_id in service.team_queries.deleted_teams_with_live_users():
         service.teams.delete_team_users(ctx, team_id)
+    # A connect that raced a user's deletion can leave a live connection behind.
+    for user_id in service.connection_queries.gone_users_with_live_connections():
+        service.users.deregister_connections_of_gone_user(ctx, user_id)
     batch = service.settings.erasure_batch_size
     erased = 0
     while True:

@@ -88,6 +88,7 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "snapshots",
             "read_model:users",
             "read_model:pending_erasures",
+            "read_model:connections",
         }
         assert rows(svc, user_data_keys, user_id=user.id) == 0
         assert rows(svc, snapshots, originator_id=user.id) == 0

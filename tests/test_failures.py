@@ -81,4 +81,8 @@ def test_erased_says_only_what_it_removed(
     erased = list(service.ledger.events.get(user.id))[-1]
     assert isinstance(erased, User.Erased)
     # No personal data was ever given: no data key, no snapshot to remove.
-    assert erased.removed == ["read_model:users", "read_model:pending_erasures"]
+    assert erased.removed == [
+        "read_model:users",
+        "read_model:pending_erasures",
+        "read_model:connections",
+    ]

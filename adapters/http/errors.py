@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.domain import errors
+from healthledger.domain.connections import AlreadyConnected, NotConnected
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -32,6 +33,8 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     errors.KeyNotFound: 404,
     errors.CredentialsNotFound: 404,
     errors.CredentialsNotPrepared: 409,
+    AlreadyConnected: 409,
+    NotConnected: 404,
 }
 
 

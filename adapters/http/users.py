@@ -48,7 +48,7 @@ def users_router(service: Service) -> APIRouter:
             ingestion_start=body.ingestion_start,
             ingestion_end=body.ingestion_end,
         )
-        return service.user_queries.resolved_user(caller.team_id, user.id)
+        return service.user_queries.resolved_user(caller.team_id, user.id, new=True)
 
     @router.get("/v2/user", response_model=UserList)
     def list_users(

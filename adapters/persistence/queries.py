@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -74,13 +74,26 @@ def _require_possible(client_user_id: str) -> None:
         raise UserNotFound()
 
 
+# user ids -> each user's spec 2.3 connected_sources (one query for a whole page).
+ConnectedSources = Callable[[list[UUID]], dict[UUID, list[dict[str, Any]]]]
+
+
 class UserQueries:
-    def __init__(self, db: Database, vault: PersonalDataVault) -> None:
+    def __init__(
+        self,
+        db: Database,
+        vault: PersonalDataVault,
+        connected_sources: ConnectedSources = lambda user_ids: {},
+    ) -> None:
         self.db = db
         self.vault = vault
+        self.connected_sources = connected_sources
 
-    def resolved_user(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
-        return self._live(self._user_row(team_id, user_id))
+    def resolved_user(self, team_id: UUID, user_id: UUID, *, new: bool = False) -> dict[str, Any]:
+        """The resolved user; `new` (just created) skips looking up its connections."""
+        row = self._require_live(self._user_row(team_id, user_id))
+        sources = {} if new else self.connected_sources([row.user_id])
+        return self._render(row, sources.get(row.user_id, []))
 
     def _user_row(self, team_id: UUID, user_id: UUID) -> Any:
         # Every read of one user (and the answer to every create) comes through here.
@@ -104,7 +117,8 @@ class UserQueries:
                 .order_by(users.c.created_on.desc())
             ).all()
         live = [r for r in rows if r.status == ACTIVE]
-        return self._live(live[0] if live else (rows[0] if rows else None))
+        row = self._require_live(live[0] if live else (rows[0] if rows else None))
+        return self._render(row, self.connected_sources([row.user_id]).get(row.user_id, []))
 
     def list_users(
         self, team_id: UUID, offset: int, limit: int
@@ -119,7 +133,8 @@ class UserQueries:
                 .offset(offset)
                 .limit(limit)
             ).all()
-        return [self._render(r) for r in rows], total
+        sources = self.connected_sources([r.user_id for r in rows])
+        return [self._render(r, sources.get(r.user_id, [])) for r in rows], total
 
     def pending_user_id(self, team_id: UUID, client_user_id: str) -> UUID:
         """The most recently deleted user of the team that held `client_user_id`."""
@@ -183,10 +198,7 @@ class UserQueries:
             raise UserScheduledForDeletion()
         return row
 
-    def _live(self, row: Row[Any] | None) -> dict[str, Any]:
-        return self._render(self._require_live(row))
-
-    def _render(self, row: Row[Any]) -> dict[str, Any]:
+    def _render(self, row: Row[Any], connected_sources: list[dict[str, Any]]) -> dict[str, Any]:
         """Spec 2.3, the resolved user."""
         time_zone = None
         if row.fallback_time_zone is not None:
@@ -209,7 +221,7 @@ class UserQueries:
             "team_id": row.team_id,
             "client_user_id": row.client_user_id,
             "created_on": row.created_on,
-            "connected_sources": [],
+            "connected_sources": connected_sources,
             "fallback_time_zone": time_zone,
             "fallback_birth_date": birth_date,
             "ingestion_start": row.ingestion_start,

@@ -18,6 +18,7 @@ from healthledger.adapters.persistence.key_store import KeyStore
 from healthledger.adapters.persistence.recorder import LedgerRecorder, delete_snapshots
 from healthledger.adapters.persistence.schema import (
     READ_MODEL_TABLES,
+    connections,
     custom_credentials,
     management_keys,
     metadata,
@@ -27,6 +28,9 @@ from healthledger.adapters.persistence.schema import (
     teams,
     users,
 )
+from healthledger.domain.connections import CONNECTED
+from healthledger.domain.connections import DEREGISTERED as CONNECTION_DEREGISTERED
+from healthledger.domain.connections import Connection as ProviderConnection
 from healthledger.domain.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
 from healthledger.domain.management_keys import ManagementKey
 from healthledger.domain.teams import Organization, Team, TeamApiKey, default_settings
@@ -84,6 +88,9 @@ class ReadModels:
             ManagementKey.Relabeled: self._management_key_relabeled,
             ManagementKey.TeamsBound: self._management_key_teams_bound,
             ManagementKey.Revoked: self._management_key_revoked,
+            ProviderConnection.Created: self._connection_connected,
+            ProviderConnection.Reconnected: self._connection_connected,
+            ProviderConnection.Deregistered: self._connection_deregistered,
             CustomCredentials.Created: self._credentials_prepared,
             CustomCredentials.Reprepared: self._credentials_reprepared,
             CustomCredentials.Set: self._credentials_set,
@@ -198,6 +205,42 @@ class ReadModels:
         # An erased user is 404 everywhere: no row of it is left to read.
         conn.execute(delete(users).where(users.c.user_id == e.originator_id))
         self._delete_pending.execute(conn, {"uid": e.originator_id})
+        conn.execute(delete(connections).where(connections.c.user_id == e.originator_id))
+
+    # -- provider connections -------------------------------------------------------------
+
+    def _connection_connected(self, conn: Connection, e: Any) -> None:
+        c = connections.c
+        values = {
+            "status": CONNECTED,
+            "created_on": e.timestamp,
+            "resource_availability": e.resource_availability,
+            "error_details": None,
+            "sealed_external_user_id": e.sealed_external_user_id,
+            "demo": e.demo,
+            "updated_at": e.timestamp,
+        }
+        if isinstance(e, ProviderConnection.Created):
+            conn.execute(
+                insert(connections).values(
+                    connection_id=e.originator_id,
+                    user_id=e.user_id,
+                    team_id=e.team_id,
+                    provider=e.provider,
+                    **values,
+                )
+            )
+        else:
+            conn.execute(
+                update(connections).where(c.connection_id == e.originator_id).values(**values)
+            )
+
+    def _connection_deregistered(self, conn: Connection, e: Any) -> None:
+        conn.execute(
+            update(connections)
+            .where(connections.c.connection_id == e.originator_id)
+            .values(status=CONNECTION_DEREGISTERED, updated_at=e.timestamp)
+        )
 
     # -- organizations, teams, keys --------------------------------------------------------
 

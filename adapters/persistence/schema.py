@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Date,
     DateTime,
@@ -177,6 +178,22 @@ team_api_keys = Table(
     Column("revoked_at", UTCDateTime),
 )
 
+connections = Table(
+    "connections",
+    metadata,
+    Column("connection_id", Uuid, primary_key=True),
+    Column("user_id", Uuid, nullable=False, index=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("created_on", UTCDateTime, nullable=False),
+    Column("resource_availability", JSON, nullable=False),
+    Column("error_details", JSON),
+    Column("sealed_external_user_id", Text),
+    Column("demo", Boolean, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
 management_keys = Table(
     "management_keys",
     metadata,
@@ -208,6 +225,7 @@ custom_credentials = Table(
 READ_MODEL_TABLES = (
     users,
     pending_erasures,
+    connections,
     organizations,
     teams,
     team_api_keys,

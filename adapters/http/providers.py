@@ -1,0 +1,85 @@
+"""Team API route for the provider catalog (spec 2.6, endpoint 7 and rule 6; gaps.md
+Provider catalog)."""
+
+# No `from __future__ import annotations`: FastAPI must evaluate the annotations, and
+# `Caller` below is local to the router function.
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.reference import SourceType, provider_catalog
+from pydantic import BaseModel, Field
+
+PROVIDERS_PATH = "/v2/providers"
+
+
+class ProviderCatalogEntry(BaseModel):
+    """Spec 2.6. `auth_type` and `supported_resources` are plain strings because the spec
+    marks both enumerations non-exhaustive: clients must tolerate new values."""
+
+    name: str
+    slug: str
+    description: str
+    logo: str | None = Field(description="URL of the provider's logo.")
+    auth_type: str | None = Field(
+        default=None,
+        description="oauth, team_oauth, sdk, password, email or app (non-exhaustive).",
+    )
+    supported_resources: list[str] = Field(
+        default_factory=list, description="Resources the provider can supply (non-exhaustive)."
+    )
+
+
+def providers_router(service: Service) -> APIRouter:
+    router = APIRouter(tags=["providers"])
+    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+
+    # Only the spec fields are emitted: `source_type` and `demo` stay internal. Sorted
+    # case-insensitively (names such as "iHealth" and "WHOOP" mix cases), slug breaking
+    # ties, so the order is stable whatever the order of the data file.
+    entries = [
+        ProviderCatalogEntry(
+            name=entry.name,
+            slug=entry.slug,
+            description=entry.description,
+            logo=entry.logo,
+            auth_type=entry.auth_type,
+            supported_resources=list(entry.supported_resources),
+        )
+        for entry in sorted(provider_catalog(), key=lambda e: (e.name.casefold(), e.slug))
+    ]
+    source_type_of = {entry.slug: entry.source_type for entry in provider_catalog()}
+
+    def list_providers(
+        caller: Caller,
+        source_type: Annotated[
+            SourceType | None,
+            Query(description="Only providers of this kind of source (gaps.md)."),
+        ] = None,
+    ) -> Any:
+        """The provider catalog: a bare array of entries, sorted by name."""
+        # `caller` is not read: asking for it is what requires the team API key.
+        if source_type is None:
+            return entries
+        return [entry for entry in entries if source_type_of[entry.slug] == source_type]
+
+    # Rule 6: the spec's example call ends in a slash. Both forms are served directly,
+    # because a redirect would drop the API key header in some clients and costs a round
+    # trip; only the form without the slash is documented, to keep one operation.
+    router.add_api_route(
+        PROVIDERS_PATH,
+        list_providers,
+        methods=["GET"],
+        response_model=list[ProviderCatalogEntry],
+        name="list_providers",
+    )
+    router.add_api_route(
+        f"{PROVIDERS_PATH}/",
+        list_providers,
+        methods=["GET"],
+        response_model=list[ProviderCatalogEntry],
+        name="list_providers_trailing_slash",
+        include_in_schema=False,
+    )
+    return router

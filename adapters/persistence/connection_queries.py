@@ -1,0 +1,89 @@
+"""The read side of provider connections (spec 2.2, and connected_sources of 2.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+from uuid import UUID
+
+from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.schema import connections, users
+from healthledger.domain.connections import DEREGISTERED
+from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.users import ACTIVE
+from sqlalchemy import select
+
+# slug -> {"name", "slug", "logo"}: the provider object of events and summaries (2.13).
+DescribeProvider = Callable[[str], dict[str, Any]]
+
+
+class ConnectionQueries:
+    def __init__(self, db: Database, vault: PersonalDataVault, describe: DescribeProvider) -> None:
+        self.db = db
+        self.vault = vault
+        self.describe = describe
+
+    def live_connection_ids(self, user_id: UUID) -> list[UUID]:
+        c = connections.c
+        with self.db.read() as conn:
+            return list(
+                conn.execute(
+                    select(c.connection_id).where(c.user_id == user_id, c.status != DEREGISTERED)
+                ).scalars()
+            )
+
+    def providers_of(self, user_id: UUID) -> list[dict[str, Any]]:
+        """Spec 2.2 items for the user's connections that are not deregistered."""
+        rows = self._live_rows([user_id])
+        return [
+            {
+                **self.describe(r.provider),
+                "status": r.status,
+                "created_on": r.created_on,
+                "resource_availability": r.resource_availability,
+                "error_details": r.error_details,
+                "external_user_id": (
+                    None
+                    if r.sealed_external_user_id is None
+                    else self.vault.open(r.user_id, r.sealed_external_user_id)
+                ),
+            }
+            for r in rows
+        ]
+
+    def connected_sources(self, user_ids: Iterable[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+        """Spec 2.3 `connected_sources` for each user, in one query for a whole page."""
+        by_user: dict[UUID, list[dict[str, Any]]] = {}
+        for r in self._live_rows(list(user_ids)):
+            source = self.describe(r.provider)
+            by_user.setdefault(r.user_id, []).append(
+                {
+                    "created_on": r.created_on,
+                    "source": {"logo": source["logo"], "name": source["name"], "slug": r.provider},
+                }
+            )
+        return by_user
+
+    def gone_users_with_live_connections(self) -> list[UUID]:
+        """Users deleted or erased whose connection a racing connect left live."""
+        c = connections.c
+        active = select(users.c.user_id).where(
+            users.c.user_id == c.user_id, users.c.status == ACTIVE
+        )
+        with self.db.read() as conn:
+            return list(
+                conn.execute(
+                    select(c.user_id).where(c.status != DEREGISTERED, ~active.exists()).distinct()
+                ).scalars()
+            )
+
+    def _live_rows(self, user_ids: list[UUID]) -> list[Any]:
+        if not user_ids:
+            return []
+        c = connections.c
+        with self.db.read() as conn:
+            return conn.execute(
+                select(connections)
+                .where(c.user_id.in_(user_ids), c.status != DEREGISTERED)
+                .order_by(c.user_id, c.created_on, c.provider)
+            ).all()

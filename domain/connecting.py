@@ -1,0 +1,90 @@
+"""Use cases of provider connections: connect (demo devices for now), deregister."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError
+from healthledger.domain.connections import BY_TEAM, AlreadyConnected, Connection, NotConnected
+from healthledger.domain.context import CommandContext
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.user_lifecycle import UserLifecycle
+
+
+def full_availability(resources: Sequence[str]) -> dict[str, Any]:
+    """Every resource available, every scope it needs granted (what a demo device grants)."""
+    return {
+        resource: {
+            "status": "available",
+            "scope_requirements": {
+                "user_granted": {"required": [f"{resource}.read"], "optional": []},
+                "user_denied": {"required": [], "optional": []},
+            },
+        }
+        for resource in sorted(resources)
+    }
+
+
+class Connections:
+    def __init__(
+        self, ledger: Ledger, vault: PersonalDataVault, clock: Clock, users: UserLifecycle
+    ) -> None:
+        self.ledger = ledger
+        self.vault = vault
+        self.clock = clock
+        self.users = users
+
+    def connect_demo(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        user_id: UUID,
+        provider: str,
+        resources: Sequence[str],
+    ) -> Connection:
+        """Connect a simulated device of `provider` that offers `resources`."""
+        self.users.load_live(team_id, user_id)
+        # The provider's id for the user links to a person at the provider: sealed.
+        sealed = self.vault.seal(user_id, f"demo-{provider}-{user_id.hex[:12]}")
+        availability = full_availability(resources)
+        now = self.clock()
+        connection = self.ledger.find(Connection.id_for(user_id, provider))
+        if connection is None:
+            connection = Connection.connect_new(
+                ctx,
+                now,
+                user_id=user_id,
+                team_id=team_id,
+                provider=provider,
+                sealed_external_user_id=sealed,
+                resource_availability=availability,
+                demo=True,
+            )
+        else:
+            assert isinstance(connection, Connection)
+            connection.reconnect(
+                ctx,
+                now,
+                sealed_external_user_id=sealed,
+                resource_availability=availability,
+                demo=True,
+            )
+        try:
+            self.ledger.save(connection)
+        except IntegrityError as exc:
+            raise AlreadyConnected() from exc  # a concurrent connect won
+        return connection
+
+    def deregister(self, ctx: CommandContext, team_id: UUID, user_id: UUID, provider: str) -> None:
+        self.users.load_live(team_id, user_id)
+        connection = self.ledger.find(Connection.id_for(user_id, provider))
+        if not isinstance(connection, Connection):
+            raise NotConnected()
+        connection.deregister(ctx, self.clock(), BY_TEAM)
+        try:
+            self.ledger.save(connection)
+        except IntegrityError as exc:
+            raise NotConnected() from exc  # deregistered concurrently

@@ -1,0 +1,162 @@
+"""Provider connections: one stream per (user, provider).
+
+connected -> deregistered (by the team, or because the user was deleted) -> connected
+again: the same stream goes on, so the audit trail keeps every period of the connection.
+(The error and paused states arrive with the historical pulls that can cause them.)
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import LedgerError
+from healthledger.domain.users import CheapCopy
+
+CONNECTED = "connected"
+DEREGISTERED = "deregistered"
+
+# Why a connection ended.
+BY_TEAM = "team_request"
+BY_USER_DELETION = "user_deleted"
+
+_NAMESPACE = uuid.UUID("9a7d5c3e-1b2f-5a4d-8c6e-0f1e2d3c4b5a")
+
+
+class AlreadyConnected(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("The user is already connected to this provider.")
+
+
+class NotConnected(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("The user has no connection to this provider.")
+
+
+class Connection(CheapCopy, Aggregate):
+    TOPIC = "healthledger:Connection"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        """The first connection of this user to this provider."""
+
+        TOPIC = "healthledger:Connection.Created.v1"
+        PERSONAL_FIELDS = ("sealed_external_user_id",)
+        user_id: UUID
+        team_id: UUID
+        provider: str
+        sealed_external_user_id: str | None
+        resource_availability: dict[str, Any]
+        demo: bool
+
+        def apply(self, connection: Connection) -> None:
+            connection.user_id = self.user_id
+            connection.team_id = self.team_id
+            connection.provider = self.provider
+            connection.demo = self.demo
+            _connect(connection, self)
+
+    class Reconnected(Event):
+        """Connected again after a deregistration."""
+
+        TOPIC = "healthledger:Connection.Reconnected.v1"
+        PERSONAL_FIELDS = ("sealed_external_user_id",)
+        sealed_external_user_id: str | None
+        resource_availability: dict[str, Any]
+        demo: bool
+
+        def apply(self, connection: Connection) -> None:
+            connection.demo = self.demo
+            _connect(connection, self)
+
+    class Deregistered(Event):
+        TOPIC = "healthledger:Connection.Deregistered.v1"
+        reason: str
+
+        def apply(self, connection: Connection) -> None:
+            connection.status = DEREGISTERED
+            connection.deregistered_at = self.timestamp
+            connection.error_details = None
+
+    @staticmethod
+    def id_for(user_id: UUID, provider: str) -> UUID:
+        return uuid.uuid5(_NAMESPACE, f"{user_id}\x1f{provider}")
+
+    @classmethod
+    def connect_new(
+        cls,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        user_id: UUID,
+        team_id: UUID,
+        provider: str,
+        sealed_external_user_id: str | None,
+        resource_availability: dict[str, Any],
+        demo: bool,
+    ) -> Connection:
+        return cls._create(
+            cls.Created,
+            id=cls.id_for(user_id, provider),
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            user_id=user_id,
+            team_id=team_id,
+            provider=provider,
+            sealed_external_user_id=sealed_external_user_id,
+            resource_availability=resource_availability,
+            demo=demo,
+        )
+
+    @property
+    def is_live(self) -> bool:
+        return self.status != DEREGISTERED
+
+    def reconnect(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        sealed_external_user_id: str | None,
+        resource_availability: dict[str, Any],
+        demo: bool,
+    ) -> None:
+        if self.is_live:
+            raise AlreadyConnected()
+        self.trigger_event(
+            self.Reconnected,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            sealed_external_user_id=sealed_external_user_id,
+            resource_availability=resource_availability,
+            demo=demo,
+        )
+
+    def deregister(self, ctx: CommandContext, now: datetime, reason: str) -> None:
+        if not self.is_live:
+            raise NotConnected()
+        self.trigger_event(
+            self.Deregistered,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            reason=reason,
+        )
+
+
+def _connect(connection: Connection, event: Any) -> None:
+    connection.status = CONNECTED
+    connection.connected_at = event.timestamp
+    connection.sealed_external_user_id = event.sealed_external_user_id
+    connection.resource_availability = event.resource_availability
+    connection.error_details = None
+    connection.deregistered_at = None
