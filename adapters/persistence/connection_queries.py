@@ -11,7 +11,7 @@ from healthledger.adapters.persistence.schema import connections, users
 from healthledger.domain.connections import DEREGISTERED
 from healthledger.domain.personal_data import PersonalDataVault
 from healthledger.domain.users import ACTIVE
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 # slug -> {"name", "slug", "logo"}: the provider object of events and summaries (2.13).
 DescribeProvider = Callable[[str], dict[str, Any]]
@@ -24,13 +24,16 @@ class ConnectionQueries:
         self.describe = describe
 
     def live_connection_ids(self, user_id: UUID) -> list[UUID]:
+        # Every user deletion asks this: a statement compiled once, run on the driver.
         c = connections.c
+        prepared = self.db.prepare(
+            "q.connections.live_ids",
+            lambda: select(c.connection_id).where(
+                c.user_id == bindparam("user_id"), c.status != DEREGISTERED
+            ),
+        )
         with self.db.read() as conn:
-            return list(
-                conn.execute(
-                    select(c.connection_id).where(c.user_id == user_id, c.status != DEREGISTERED)
-                ).scalars()
-            )
+            return [row.connection_id for row in prepared.fetch(conn, {"user_id": user_id})]
 
     def providers_of(self, user_id: UUID) -> list[dict[str, Any]]:
         """Spec 2.2 items for the user's connections that are not deregistered."""
