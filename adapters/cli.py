@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser(
-        "serve", help="run the team API, the management API and the scheduler"
+        "serve", help="run the team API, the management API, the link page and the scheduler"
     )
     serve.add_argument("--host", help="overrides HEALTHLEDGER_HOST")
     serve.add_argument("--port", type=int, help="overrides HEALTHLEDGER_TEAM_API_PORT")

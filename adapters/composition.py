@@ -14,6 +14,7 @@ from healthledger.adapters.http.cursors import cursor_secret
 from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
+from healthledger.adapters.persistence.link_token_queries import LinkTokenQueries
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
 from healthledger.adapters.persistence.read_models import ReadModels, erasure_effects
 from healthledger.adapters.persistence.recorder import (
@@ -26,6 +27,7 @@ from healthledger.adapters.settings import Settings
 from healthledger.domain.connecting import Connections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.ledger import Clock, Ledger, utc_now
+from healthledger.domain.linking import LinkTokens
 from healthledger.domain.team_directory import Bootstrap, TeamDirectory
 from healthledger.domain.user_lifecycle import UserLifecycle
 from sqlalchemy import Connection
@@ -49,6 +51,8 @@ class Service:
     catalog: Mapping[str, ProviderEntry]
     connections: Connections
     connection_queries: ConnectionQueries
+    link_tokens: LinkTokens
+    link_token_queries: LinkTokenQueries
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -101,6 +105,7 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         live_connection_ids=connection_queries.live_connection_ids,
     )
     user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
+    connections = Connections(ledger, key_store, clock, users)
     return Service(
         settings=settings,
         clock=clock,
@@ -122,6 +127,8 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         team_queries=TeamQueries(db),
         cursor_secret=cursor_secret(master_key),
         catalog=catalog,
-        connections=Connections(ledger, key_store, clock, users),
+        connections=connections,
         connection_queries=connection_queries,
+        link_tokens=LinkTokens(ledger, clock, users, connections, provider_slugs()),
+        link_token_queries=LinkTokenQueries(db),
     )

@@ -1,5 +1,5 @@
-"""`healthledger serve`: the team API and the management API under uvicorn, each on its
-own port, in one process, with the scheduler beside them."""
+"""`healthledger serve`: the team API, the management API and the hosted link page under
+uvicorn, each on its own port, in one process, with the scheduler beside them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TextIO
 
 import uvicorn
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.settings import Settings
@@ -40,7 +41,7 @@ def announce_bootstrap(service: Service, out: TextIO) -> None:
 
 
 class _Server(uvicorn.Server):
-    # Two servers share one process: signals are handled once, for both, in serve().
+    # The servers share one process: signals are handled once, for all, in serve().
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
@@ -74,6 +75,7 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
         for app, port in (
             (create_team_api(service), settings.team_api_port),
             (create_management_api(service), settings.management_api_port),
+            (create_link_app(service), settings.link_port),
         )
     ]
     try:

@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     team_api_port: int = Field(default=8000, ge=0, le=65535)
     management_api_port: int = Field(default=8001, ge=0, le=65535)
+    # The hosted link page ({link_url}): `serve` runs it on link_port; link_url is where
+    # users' browsers reach it, the base of every link_web_url handed out.
+    link_port: int = Field(default=8002, ge=0, le=65535)
+    link_url: str = "http://127.0.0.1:8002"
     # Where callers reach the team API (used in URLs we hand out, e.g. OAuth redirects).
     public_base_url: str = "http://127.0.0.1:8000"
     # Largest request body either API accepts (bytes).

@@ -46,6 +46,24 @@ class Connections:
         resources: Sequence[str],
     ) -> Connection:
         """Connect a simulated device of `provider` that offers `resources`."""
+        connection = self.prepare_demo(ctx, team_id, user_id, provider, resources)
+        try:
+            self.ledger.save(connection)
+        except IntegrityError as exc:
+            raise AlreadyConnected() from exc  # a concurrent connect won
+        return connection
+
+    def prepare_demo(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        user_id: UUID,
+        provider: str,
+        resources: Sequence[str],
+    ) -> Connection:
+        """The demo connection with its Created or Reconnected event pending, unsaved: a
+        use case that must record more in the same transaction (a link token consumed
+        by this connection) saves them together."""
         self.users.load_live(team_id, user_id)
         # The provider's id for the user links to a person at the provider: sealed.
         sealed = self.vault.seal(user_id, f"demo-{provider}-{user_id.hex[:12]}")
@@ -72,10 +90,6 @@ class Connections:
                 resource_availability=availability,
                 demo=True,
             )
-        try:
-            self.ledger.save(connection)
-        except IntegrityError as exc:
-            raise AlreadyConnected() from exc  # a concurrent connect won
         return connection
 
     def deregister(self, ctx: CommandContext, team_id: UUID, user_id: UUID, provider: str) -> None:

@@ -24,3 +24,8 @@ class CommandContext:
 
 def team_api_key_actor(key_id: uuid.UUID) -> str:
     return f"team_api_key:{key_id}"
+
+
+def link_token_actor(token_id: uuid.UUID) -> str:
+    """The person holding a link: what they do through the link page is recorded as theirs."""
+    return f"link_token:{token_id}"

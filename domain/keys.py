@@ -1,4 +1,4 @@
-"""Key text, for team API keys and management keys alike.
+"""Key text, for team API keys, management keys and link tokens alike.
 
 Key text is shown once, at creation; only its SHA-256 is stored (the secret part has 256
 bits of entropy, so a fast hash is enough) and comparisons are constant-time. The kind
@@ -17,8 +17,12 @@ from uuid import UUID
 
 TEAM_API_KEY = "hlk"
 MANAGEMENT_KEY = "hlm"
+# Link tokens have the same shape but are no API key: `parse_key` does not accept them,
+# so one sent as a key is simply an invalid key, never mistaken for a kind of key.
+LINK_TOKEN = "hll"
 
 _KEY = re.compile(r"^(hlk|hlm)_([0-9a-f]{32})_[A-Za-z0-9_-]{43}$")
+_LINK_TOKEN = re.compile(r"^hll_([0-9a-f]{32})_[A-Za-z0-9_-]{43}$")
 
 
 def hash_key(plain: str) -> str:
@@ -44,3 +48,9 @@ def parse_key(plain: str) -> tuple[str, UUID] | None:
 def team_api_key_id(plain: str) -> UUID | None:
     parsed = parse_key(plain)
     return parsed[1] if parsed and parsed[0] == TEAM_API_KEY else None
+
+
+def link_token_id(plain: str) -> UUID | None:
+    """The token id of a well-formed link token, or None for anything else."""
+    match = _LINK_TOKEN.match(plain)
+    return UUID(match.group(1)) if match else None

@@ -27,14 +27,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str, list[str]]]:
-    port, management_port = free_port(), free_port()
+def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str, str, list[str]]]:
+    port, management_port, link_port = free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "HEALTHLEDGER_DATABASE_URL": settings.database_url,
         "HEALTHLEDGER_MASTER_KEY_FILE": str(settings.master_key_file),
         "HEALTHLEDGER_TEAM_API_PORT": str(port),
         "HEALTHLEDGER_MANAGEMENT_API_PORT": str(management_port),
+        "HEALTHLEDGER_LINK_PORT": str(link_port),
+        "HEALTHLEDGER_LINK_URL": f"http://127.0.0.1:{link_port}",
         "HEALTHLEDGER_LOG_LEVEL": "warning",
     }
     process = subprocess.Popen(
@@ -47,19 +49,20 @@ def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str
     )
     base = f"http://127.0.0.1:{port}"
     management = f"http://127.0.0.1:{management_port}"
+    link = f"http://127.0.0.1:{link_port}"
     try:
         deadline = time.monotonic() + 30
-        for url in (base, management):
+        for url in (f"{base}/openapi.json", f"{management}/openapi.json", f"{link}/"):
             while True:
                 assert process.poll() is None, process.stdout.read() if process.stdout else ""
                 try:
-                    httpx.get(f"{url}/openapi.json", timeout=1)
+                    httpx.get(url, timeout=1)
                     break
                 except httpx.TransportError:
                     assert time.monotonic() < deadline, "server did not start"
                     time.sleep(0.1)
         output: list[str] = []
-        yield base, management, output
+        yield base, management, link, output
     finally:
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=30)
@@ -70,14 +73,14 @@ def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str
 def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
     settings: Settings, tmp_path: Path
 ) -> None:
-    with running_server(settings, tmp_path) as (base, management, output):
+    with running_server(settings, tmp_path) as (base, management, link, output):
         pass
     keys = [m.group(1) for line in output if (m := KEY.search(line))]
     management_keys = [m.group(1) for line in output if (m := MANAGEMENT_KEY.search(line))]
     assert len(keys) == 1 and len(management_keys) == 1
     key = keys[0]
 
-    with running_server(settings, tmp_path) as (base, management, output):
+    with running_server(settings, tmp_path) as (base, management, link, output):
         headers = {"x-service-api-key": key}
         created = httpx.post(f"{base}/v2/user", json={"client_user_id": "http-1"}, headers=headers)
         assert created.status_code == 200
@@ -97,5 +100,15 @@ def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
         assert teams.status_code == 200 and len(teams.json()["teams"]) == 1
         assert "/v1/org/{org_id}/team" in httpx.get(f"{management}/openapi.json").json()["paths"]
         assert "/v2/user" not in httpx.get(f"{management}/openapi.json").json()["paths"]
+        # The link page answers on its own port, at the address link_web_url names.
+        issued = httpx.post(f"{base}/v2/link/token", json={"user_id": user_id}, headers=headers)
+        web_url = issued.json()["link_web_url"]
+        assert web_url.startswith(f"{link}/?token=hll_")
+        page = httpx.get(web_url)
+        assert page.status_code == 200 and "Default team" in page.text
+        connected = httpx.post(
+            f"{link}/connect", data={"token": issued.json()["link_token"], "provider": "oura"}
+        )
+        assert connected.status_code == 200 and "Oura is connected" in connected.text
     # A later start prints nothing secret.
     assert not any("hlk_" in line or "hlm_" in line for line in output)

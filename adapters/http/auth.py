@@ -24,6 +24,9 @@ class TeamCaller:
     team_id: UUID
     key_id: UUID
     ctx: CommandContext
+    # The key's environment (sandbox or production) and region (the team's).
+    environment: str
+    region: str
 
 
 def _unauthorized(detail: str) -> HTTPException:
@@ -54,7 +57,13 @@ def team_caller_dependency(team_queries: TeamQueries):  # type: ignore[no-untype
         ctx = CommandContext(
             actor=team_api_key_actor(record.key_id), request_id=request.state.request_id
         )
-        return TeamCaller(team_id=record.team_id, key_id=record.key_id, ctx=ctx)
+        return TeamCaller(
+            team_id=record.team_id,
+            key_id=record.key_id,
+            ctx=ctx,
+            environment=record.environment,
+            region=record.region,
+        )
 
     return team_caller
 

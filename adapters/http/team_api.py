@@ -6,6 +6,7 @@ from fastapi import FastAPI
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.connections import connections_router
 from healthledger.adapters.http.errors import install_error_handlers
+from healthledger.adapters.http.link_tokens import link_tokens_router
 from healthledger.adapters.http.providers import providers_router
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from healthledger.adapters.http.users import users_router
@@ -21,6 +22,7 @@ def create_team_api(service: Service) -> FastAPI:
     install_error_handlers(app)
     app.include_router(users_router(service))
     app.include_router(connections_router(service))
+    app.include_router(link_tokens_router(service))
     app.include_router(providers_router(service))
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)

@@ -66,6 +66,8 @@ class ApiKeyRecord:
     team_id: UUID
     key_hash: str
     revoked: bool
+    environment: str
+    region: str
 
 
 def _require_possible(client_user_id: str) -> None:
@@ -244,6 +246,8 @@ class TeamQueries:
                     team_api_keys.c.team_id,
                     team_api_keys.c.key_hash,
                     team_api_keys.c.revoked_at,
+                    team_api_keys.c.environment,
+                    team_api_keys.c.region,
                     teams.c.deleted_at,
                 )
                 .join(teams, teams.c.team_id == team_api_keys.c.team_id)
@@ -256,7 +260,9 @@ class TeamQueries:
             return None
         row = rows[0]
         revoked = row.revoked_at is not None or row.deleted_at is not None
-        return ApiKeyRecord(row.key_id, row.team_id, row.key_hash, revoked)
+        return ApiKeyRecord(
+            row.key_id, row.team_id, row.key_hash, revoked, row.environment, row.region
+        )
 
     def management_key(self, key_id: UUID) -> ManagementKeyRecord | None:
         prepared = self.db.prepare(

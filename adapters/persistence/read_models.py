@@ -20,6 +20,7 @@ from healthledger.adapters.persistence.schema import (
     READ_MODEL_TABLES,
     connections,
     custom_credentials,
+    link_tokens,
     management_keys,
     metadata,
     organizations,
@@ -32,6 +33,7 @@ from healthledger.domain.connections import CONNECTED
 from healthledger.domain.connections import DEREGISTERED as CONNECTION_DEREGISTERED
 from healthledger.domain.connections import Connection as ProviderConnection
 from healthledger.domain.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
+from healthledger.domain.link_tokens import LinkToken
 from healthledger.domain.management_keys import ManagementKey
 from healthledger.domain.teams import Organization, Team, TeamApiKey, default_settings
 from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
@@ -95,6 +97,8 @@ class ReadModels:
             CustomCredentials.Reprepared: self._credentials_reprepared,
             CustomCredentials.Set: self._credentials_set,
             CustomCredentials.Deleted: self._credentials_deleted,
+            LinkToken.Issued: self._link_token_issued,
+            LinkToken.Consumed: self._link_token_consumed,
         }
         prepare = db.prepare
         self._insert_user = prepare(
@@ -240,6 +244,32 @@ class ReadModels:
             update(connections)
             .where(connections.c.connection_id == e.originator_id)
             .values(status=CONNECTION_DEREGISTERED, updated_at=e.timestamp)
+        )
+
+    # -- link tokens ----------------------------------------------------------------------
+
+    def _link_token_issued(self, conn: Connection, e: LinkToken.Issued) -> None:
+        conn.execute(
+            insert(link_tokens).values(
+                token_id=e.originator_id,
+                team_id=e.team_id,
+                user_id=e.user_id,
+                environment=e.environment,
+                token_hash=e.token_hash,
+                provider=e.provider,
+                redirect_url=e.redirect_url,
+                filter_on_providers=e.filter_on_providers,
+                on_error=e.on_error,
+                on_close=e.on_close,
+                issued_at=e.timestamp,
+            )
+        )
+
+    def _link_token_consumed(self, conn: Connection, e: LinkToken.Consumed) -> None:
+        conn.execute(
+            update(link_tokens)
+            .where(link_tokens.c.token_id == e.originator_id)
+            .values(consumed_at=e.timestamp, consumed_provider=e.provider)
         )
 
     # -- organizations, teams, keys --------------------------------------------------------

@@ -222,6 +222,25 @@ custom_credentials = Table(
     UniqueConstraint("team_id", "provider", name="uq_custom_credentials_team_provider"),
 )
 
+# Link tokens, found by the id in their text; the text itself is only ever hashed.
+link_tokens = Table(
+    "link_tokens",
+    metadata,
+    Column("token_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("user_id", Uuid, nullable=False),
+    Column("environment", String(16), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    Column("provider", String(64)),
+    Column("redirect_url", Text),
+    Column("filter_on_providers", JSON),
+    Column("on_error", String(16)),
+    Column("on_close", String(16)),
+    Column("issued_at", UTCDateTime, nullable=False),
+    Column("consumed_at", UTCDateTime),
+    Column("consumed_provider", String(64)),
+)
+
 READ_MODEL_TABLES = (
     users,
     pending_erasures,
@@ -231,4 +250,5 @@ READ_MODEL_TABLES = (
     team_api_keys,
     management_keys,
     custom_credentials,
+    link_tokens,
 )

@@ -1,0 +1,305 @@
+"""The hosted link page at {link_url} (gaps.md Provider connections, link): server-rendered
+HTML, its own Starlette app, served by `healthledger serve` on HEALTHLEDGER_LINK_PORT.
+
+    GET  /?token=...   the team's name and the providers the link offers (its
+                       filter_on_providers, else every demo-capable provider), or only the
+                       link's `provider` when it names one; a close button
+    POST /connect      form `token`, `provider`: connect a demo device for the token's user
+                       and consume the token, in one transaction (LinkTokens.connect_demo)
+    POST /close        form `token`: the user gives up
+
+Outcomes redirect (303) to the link's redirect_url with `state=success`, or with
+`state=error&error_type=<type>&error=<message>`; a link without a redirect_url shows them
+as a page instead. A page view with a dead token shows an error page (404 invalid_token,
+410 token_expired or token_consumed) that leads back to the team's app when it can.
+
+Nothing personal is shown or put in a URL: the page knows the team and the providers,
+never who the user is, and error messages are fixed texts. The page's own URL carries the
+token, so every response forbids the Referer header (the token must not reach logo hosts
+or the redirect target) and caching.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from html import escape
+from typing import Any
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
+
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
+from healthledger.adapters.persistence.link_token_queries import LinkTokenView
+from healthledger.adapters.reference import ProviderEntry
+from healthledger.domain.connections import AlreadyConnected
+from healthledger.domain.link_tokens import (
+    INVALID_TOKEN,
+    REDIRECT,
+    TOKEN_CONSUMED,
+    TOKEN_EXPIRED,
+    LinkTokenRejected,
+    link_error_message,
+)
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+# Link error types of gaps.md that the page itself produces (besides the token's own).
+USER_CANCELLED = "user_cancelled"
+DUPLICATE_CONNECTION = "duplicate_connection"
+_CANCELLED_MESSAGE = "The user closed the link page."
+
+_STATUS = {INVALID_TOKEN: 404, TOKEN_EXPIRED: 410, TOKEN_CONSUMED: 410, DUPLICATE_CONNECTION: 409}
+
+# Spec 2.5 on_error: only password and e-mail providers have errors the page handles
+# itself (shown, the user may try again); every other provider's errors redirect.
+_BUILT_IN_ERROR_HANDLING = frozenset({"password", "email"})
+
+_HEADERS = {
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; img-src https: http:; style-src 'unsafe-inline'; base-uri 'none'"
+    ),
+}
+
+_BRAND_COLOR = re.compile(r"^#[0-9A-Fa-f]{6}$")
+_DEFAULT_COLOR = "#2f5fd0"
+_MAX_FORM_FIELDS = 10
+
+
+def outcome_url(
+    redirect_url: str, state: str, error_type: str | None = None, error: str | None = None
+) -> str:
+    """redirect_url with the outcome's parameters; the team's own parameters are kept,
+    and any of ours it already carries are replaced (so a user cannot be told both)."""
+    ours = {"state": state}
+    if error_type is not None:
+        ours |= {"error_type": error_type, "error": error or ""}
+    parts = urlsplit(redirect_url)
+    kept = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in ("state", "error_type", "error")
+    ]
+    return urlunsplit(parts._replace(query=urlencode([*kept, *ours.items()])))
+
+
+def create_link_app(service: Service) -> Starlette:
+    catalog = service.catalog
+    # Every demo-capable provider, as the catalog endpoint sorts them.
+    demo_slugs = [
+        e.slug
+        for e in sorted(catalog.values(), key=lambda e: (e.name.casefold(), e.slug))
+        if e.demo
+    ]
+
+    def offered(view: LinkTokenView) -> list[ProviderEntry]:
+        if view.provider is not None:
+            slugs: Iterable[str] = [view.provider]
+        elif view.filter_on_providers is not None:
+            slugs = view.filter_on_providers
+        else:
+            slugs = demo_slugs
+        return [catalog[slug] for slug in slugs if slug in catalog]
+
+    async def genuine(token: str | None) -> LinkTokenView | None:
+        if not token:
+            return None
+        return await run_in_threadpool(service.link_token_queries.genuine, token)
+
+    def failed(
+        view: LinkTokenView | None,
+        error_type: str,
+        message: str,
+        *,
+        redirect: bool = True,
+        retry_token: str | None = None,
+    ) -> Response:
+        """An error outcome: back to the team's app when the link says where, else shown.
+        Only a genuine token's redirect_url is ever followed."""
+        if redirect and view is not None and view.redirect_url is not None:
+            return _redirect(outcome_url(view.redirect_url, "error", error_type, message))
+        body = f"<h1>This did not work</h1><p>{escape(message)}</p>"
+        if retry_token is not None:
+            again = escape(f"./?{urlencode({'token': retry_token})}")
+            body += f'<p><a href="{again}">Choose again</a></p>'
+        elif view is not None and view.redirect_url is not None:
+            back = outcome_url(view.redirect_url, "error", error_type, message)
+            body += f'<p><a href="{escape(back)}">Return to {escape(_team_name(view))}</a></p>'
+        return _page(_STATUS.get(error_type, 400), "Link error", body, view)
+
+    async def show(request: Request) -> Response:
+        token = request.query_params.get("token")
+        view = await genuine(token)
+        problem = INVALID_TOKEN if view is None else view.problem(service.clock())
+        if problem is not None:
+            # Only shown: a page view is not an outcome, and the user should see why.
+            return failed(view, problem, link_error_message(problem), redirect=False)
+        assert view is not None and token is not None
+        return _page(
+            200, f"Connect to {_team_name(view)}", _providers_html(view, token, offered(view)), view
+        )
+
+    async def connect(request: Request) -> Response:
+        form = await _form(request)
+        token, slug = form.get("token"), form.get("provider")
+        view = await genuine(token)
+        if view is None:
+            return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
+        assert token is not None
+        entry = catalog.get(slug or "")
+        if entry is None or not entry.demo or entry.slug not in {e.slug for e in offered(view)}:
+            # Only a form the page did not render can ask for this: nothing to redirect.
+            return _page(
+                400, "Link error", "<p>This provider is not offered by this link.</p>", view
+            )
+        try:
+            await run_in_threadpool(
+                service.link_tokens.connect_demo,
+                token,
+                request.state.request_id,
+                entry.slug,
+                entry.supported_resources,
+            )
+        except LinkTokenRejected as exc:
+            return failed(view, exc.error_type, exc.message)
+        except AlreadyConnected as exc:
+            # The token is not consumed: with the page's own error handling the user can
+            # pick another provider.
+            built_in = entry.auth_type in _BUILT_IN_ERROR_HANDLING and view.on_error != REDIRECT
+            return failed(
+                view,
+                DUPLICATE_CONNECTION,
+                exc.message,
+                redirect=not built_in,
+                retry_token=token,
+            )
+        if view.redirect_url is not None:
+            return _redirect(outcome_url(view.redirect_url, "success"))
+        body = (
+            f"<h1>Connected</h1><p>{escape(entry.name)} is connected. "
+            "You can close this window.</p>"
+        )
+        return _page(200, "Connected", body, view)
+
+    async def close(request: Request) -> Response:
+        form = await _form(request)
+        view = await genuine(form.get("token"))
+        if view is None:
+            return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
+        if view.on_close == REDIRECT and view.redirect_url is not None:
+            return _redirect(
+                outcome_url(view.redirect_url, "error", USER_CANCELLED, _CANCELLED_MESSAGE)
+            )
+        return _page(200, "Closed", "<h1>Closed</h1><p>You can close this window now.</p>", view)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _page(exc.status_code, "Not here", f"<p>{escape(str(exc.detail))}</p>", None)
+
+    return Starlette(
+        routes=[
+            Route("/", show, methods=["GET"]),
+            Route("/connect", connect, methods=["POST"]),
+            Route("/close", close, methods=["POST"]),
+        ],
+        middleware=[
+            Middleware(RequestIdMiddleware),
+            Middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The urlencoded form fields (first value of each). Parsed here: it is two fields,
+    and starlette's own form parser needs python-multipart for every content type."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    try:
+        fields = parse_qs(body, max_num_fields=_MAX_FORM_FIELDS)
+    except ValueError:
+        raise HTTPException(400, "Too many form fields.") from None
+    return {name: values[0] for name, values in fields.items()}
+
+
+def _team_name(view: LinkTokenView) -> str:
+    """The brand's company name for the token's environment when set, else the team's."""
+    brand = view.team_settings.get("brand_information") or {}
+    return brand.get("company_name") or view.team_name
+
+
+def _redirect(url: str) -> Response:
+    return RedirectResponse(url, status_code=303, headers=_HEADERS)
+
+
+def _providers_html(view: LinkTokenView, token: str, providers: list[ProviderEntry]) -> str:
+    hidden_token = f'<input type="hidden" name="token" value="{escape(token)}">'
+    items = []
+    for entry in providers:
+        logo = (
+            f'<img src="{escape(entry.logo)}" alt="" width="32" height="32">' if entry.logo else ""
+        )
+        if entry.demo:
+            action = (
+                f'<form method="post" action="connect">{hidden_token}'
+                f'<input type="hidden" name="provider" value="{escape(entry.slug)}">'
+                f'<button type="submit">Connect</button></form>'
+            )
+        else:
+            action = '<span class="muted">Not available here</span>'
+        items.append(f'<li>{logo}<span class="name">{escape(entry.name)}</span>{action}</li>')
+    sandbox = (
+        '<p class="muted">Sandbox: connecting adds a simulated device.</p>'
+        if view.environment == "sandbox"
+        else ""
+    )
+    return (
+        f"<h1>{escape(_team_name(view))}</h1>"
+        "<p>wants to connect to your health data. Choose a provider.</p>"
+        f"{sandbox}<ul>{''.join(items)}</ul>"
+        f'<form method="post" action="close">{hidden_token}'
+        '<button type="submit" class="secondary">Close</button></form>'
+    )
+
+
+def _page(status: int, title: str, body: str, view: LinkTokenView | None) -> Response:
+    settings: dict[str, Any] = view.team_settings if view is not None else {}
+    brand = settings.get("brand_information") or {}
+    color = brand.get("brand_color") or ""
+    color = color if _BRAND_COLOR.match(color) else _DEFAULT_COLOR
+    logo = settings.get("logo_url")
+    header = f'<img class="brand" src="{escape(logo)}" alt="">' if logo else ""
+    document = f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+<title>{escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1c1e21; }}
+main {{ max-width: 28rem; margin: 3rem auto; background: #fff; padding: 2rem;
+        border-radius: 12px; box-shadow: 0 1px 4px rgba(0, 0, 0, .1); }}
+h1 {{ font-size: 1.4rem; margin: 0 0 .5rem; }}
+ul {{ list-style: none; padding: 0; }}
+li {{ display: flex; align-items: center; gap: .75rem; padding: .6rem 0;
+      border-bottom: 1px solid #eee; }}
+li .name {{ flex: 1; }}
+li form {{ margin: 0; }}
+button {{ background: {color}; color: #fff; border: 0; border-radius: 6px;
+          padding: .5rem 1rem; font-size: 1rem; cursor: pointer; }}
+button.secondary {{ background: #e4e6eb; color: #1c1e21; margin-top: 1rem; }}
+.muted {{ color: #65676b; font-size: .9rem; }}
+img.brand {{ max-height: 48px; margin-bottom: 1rem; }}
+</style>
+</head>
+<body><main>{header}{body}</main></body>
+</html>
+"""
+    return HTMLResponse(document, status_code=status, headers=_HEADERS)

@@ -1,0 +1,132 @@
+"""Team API routes for link tokens (spec 2.5, endpoint 6, section 5 rules 7 and 9;
+gaps.md Provider connections, link)."""
+
+# No `from __future__ import annotations`: FastAPI must evaluate the annotations, and
+# `Caller` below is local to the router function.
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
+from uuid import UUID
+
+from fastapi import APIRouter, Depends
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.domain.link_tokens import INVALID_TOKEN
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+_NOT_FOUND = {404: {"description": "Unknown user, another team's user, or scheduled for deletion"}}
+
+# More slugs than the catalog holds is a mistake, not an allowlist: bounded to keep the
+# work per request small.
+_MAX_FILTER = 100
+_Slug = Annotated[str, Field(max_length=64)]
+
+
+class LinkTokenRequest(BaseModel):
+    """Spec 2.5. The slugs are checked against the provider catalog after this shape."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: UUID
+    provider: _Slug | None = Field(
+        default=None,
+        description="When set, the link page goes straight to this provider.",
+    )
+    redirect_url: HttpUrl | None = Field(
+        default=None,
+        description="Where the link page sends the user when it is done, with "
+        "`?state=success` or `?state=error&error_type=...&error=...`.",
+    )
+    filter_on_providers: list[_Slug] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=_MAX_FILTER,
+        description="The providers the link page shows (all demo-capable ones when null).",
+    )
+    on_error: Literal["redirect"] | None = Field(
+        default=None,
+        description="`redirect`: password and e-mail providers' errors redirect to "
+        "redirect_url instead of showing on the page (needs redirect_url).",
+    )
+    on_close: Literal["redirect"] | None = Field(
+        default=None,
+        description="`redirect`: the close button redirects to redirect_url with "
+        "error_type user_cancelled (needs redirect_url).",
+    )
+
+
+class LinkTokenResponse(BaseModel):
+    link_token: str
+    link_web_url: str
+
+
+class LinkTokenCheck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # Longer than any token: still answered (invalid) rather than refused, up to a bound.
+    token: str = Field(max_length=512)
+
+
+class LinkTokenValidity(BaseModel):
+    is_valid: bool
+    reason: Literal["invalid_token", "token_expired", "token_consumed"] | None = Field(
+        description="Why the token cannot be used; null when it can."
+    )
+    expires_at: datetime | None = Field(
+        description="When a genuine token expires (null for an invalid token)."
+    )
+
+
+def link_web_url(link_url: str, token: str, environment: str, region: str) -> str:
+    """gaps.md: `{link_url}/?token=<url-encoded>&env=<environment>&region=<us|eu>`."""
+    query = urlencode({"token": token, "env": environment, "region": region})
+    return f"{link_url.rstrip('/')}/?{query}"
+
+
+def link_tokens_router(service: Service) -> APIRouter:
+    router = APIRouter(tags=["link"])
+    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+
+    @router.post(
+        "/v2/link/token",
+        response_model=LinkTokenResponse,
+        responses={**_NOT_FOUND, 422: {"description": "Invalid body or unknown provider slug"}},
+    )
+    def create_link_token(body: LinkTokenRequest, caller: Caller) -> Any:
+        """A link token for one live user of the team: it lives 60 minutes and is
+        consumed by the first successful connection. `link_web_url` opens the hosted
+        link page with it (environment of the calling key, region of the team)."""
+        issued = service.link_tokens.issue(
+            caller.ctx,
+            caller.team_id,
+            caller.environment,
+            user_id=body.user_id,
+            provider=body.provider,
+            redirect_url=None if body.redirect_url is None else str(body.redirect_url),
+            filter_on_providers=body.filter_on_providers,
+            on_error=body.on_error,
+            on_close=body.on_close,
+        )
+        return {
+            "link_token": issued.plain,
+            "link_web_url": link_web_url(
+                service.settings.link_url, issued.plain, caller.environment, caller.region
+            ),
+        }
+
+    @router.post("/v2/link/token/isValid", response_model=LinkTokenValidity)
+    def check_link_token(body: LinkTokenCheck) -> Any:
+        """Whether a link token can still be used; it is not consumed by asking.
+
+        No team API key is needed: the token is itself the credential (256 random bits,
+        bound to one user), and a team's own link widget runs in the user's browser,
+        where the team key must never be. So the answer carries nothing personal and
+        nothing about the team or the user: only the validity, the reason
+        (invalid_token, token_expired, token_consumed) and the expiry instant. A token
+        whose user was deleted since, or whose team was, is invalid_token.
+        """
+        view = service.link_token_queries.genuine(body.token)
+        reason = INVALID_TOKEN if view is None else view.problem(service.clock())
+        if view is None or reason == INVALID_TOKEN:
+            return {"is_valid": False, "reason": INVALID_TOKEN, "expires_at": None}
+        return {"is_valid": reason is None, "reason": reason, "expires_at": view.expires_at}
+
+    return router

@@ -1,0 +1,184 @@
+"""Link tokens (spec 2.5, endpoint 6; gaps.md Provider connections, link): a short-lived
+credential that lets the hosted link page, or a team's own link widget, connect providers
+for one user without the team API key.
+
+issued -> consumed (by the first successful connection). Expiry is not an event: a token
+is expired once LINK_TOKEN_LIFETIME has passed since it was issued, by the clock, so the
+lifetime is a rule of the command methods and a change to it needs no new event.
+
+The token text (`hll_<token id hex>_<secret>`) is shown once, in the answer to the issue;
+only its SHA-256 is stored, like a key's (see keys.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import LedgerError
+from healthledger.domain.keys import LINK_TOKEN, hash_key, key_matches, new_key
+from healthledger.domain.users import CheapCopy
+
+LINK_TOKEN_LIFETIME = timedelta(minutes=60)
+
+# The only value on_error and on_close may take (spec 2.5).
+REDIRECT = "redirect"
+
+# Why a token cannot be used: the link error types of gaps.md, which the link page puts
+# in its redirects and `isValid` reports.
+INVALID_TOKEN = "invalid_token"
+TOKEN_EXPIRED = "token_expired"
+TOKEN_CONSUMED = "token_consumed"
+
+_MESSAGES = {
+    INVALID_TOKEN: "The link is not valid.",
+    TOKEN_EXPIRED: "The link has expired; ask for a new one.",
+    TOKEN_CONSUMED: "The link has already been used; ask for a new one.",
+}
+
+
+class LinkTokenRejected(LedgerError):
+    """The token cannot be used; `error_type` is one of the three reasons above."""
+
+    def __init__(self, error_type: str) -> None:
+        super().__init__(_MESSAGES[error_type])
+        self.error_type = error_type
+
+
+def link_token_expiry(issued_at: datetime) -> datetime:
+    return issued_at + LINK_TOKEN_LIFETIME
+
+
+def link_token_problem(issued_at: datetime, consumed: bool, now: datetime) -> str | None:
+    """Why a genuine token cannot be used at `now`, or None when it can.
+
+    Shared by the aggregate (writes) and the read side (the link page, isValid), so both
+    judge a token alike. A consumed token says so even after it has expired too: that is
+    the more useful answer.
+    """
+    if consumed:
+        return TOKEN_CONSUMED
+    if now >= link_token_expiry(issued_at):
+        return TOKEN_EXPIRED
+    return None
+
+
+def link_error_message(error_type: str) -> str:
+    """A fixed message for a reason (never anything a caller or a user sent)."""
+    return _MESSAGES[error_type]
+
+
+class LinkToken(CheapCopy, Aggregate):
+    TOPIC = "healthledger:LinkToken"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Issued(Event, Aggregate.Created):
+        """A token for one user of one team; the options of spec 2.5 as given."""
+
+        TOPIC = "healthledger:LinkToken.Issued.v1"
+        team_id: UUID
+        user_id: UUID
+        environment: str
+        token_hash: str
+        provider: str | None
+        redirect_url: str | None
+        filter_on_providers: list[str] | None
+        on_error: str | None
+        on_close: str | None
+
+        def apply(self, token: LinkToken) -> None:
+            token.team_id = self.team_id
+            token.user_id = self.user_id
+            token.environment = self.environment
+            token.token_hash = self.token_hash
+            token.provider = self.provider
+            token.redirect_url = self.redirect_url
+            token.filter_on_providers = self.filter_on_providers
+            token.on_error = self.on_error
+            token.on_close = self.on_close
+            token.consumed_at = None
+            token.consumed_provider = None
+
+    # eventsourcing gives every aggregate a `Created` event class unless it has one by
+    # that name; this aggregate's creation is called Issued, so Created names it too.
+    Created = Issued
+
+    class Consumed(Event):
+        """Used up by the connection to `provider`, recorded in the same transaction."""
+
+        TOPIC = "healthledger:LinkToken.Consumed.v1"
+        provider: str
+
+        def apply(self, token: LinkToken) -> None:
+            token.consumed_at = self.timestamp
+            token.consumed_provider = self.provider
+
+    # State (set by Issued.apply; class annotations would become __init__ parameters):
+    # team_id, user_id, environment, token_hash, provider, redirect_url,
+    # filter_on_providers, on_error, on_close, consumed_at, consumed_provider.
+
+    @classmethod
+    def issue(
+        cls,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        team_id: UUID,
+        user_id: UUID,
+        environment: str,
+        provider: str | None,
+        redirect_url: str | None,
+        filter_on_providers: list[str] | None,
+        on_error: str | None,
+        on_close: str | None,
+    ) -> tuple[LinkToken, str]:
+        """The new token and its text, which is never stored."""
+        token_id, plain = new_key(LINK_TOKEN)
+        token = cls._create(
+            cls.Issued,
+            id=token_id,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            team_id=team_id,
+            user_id=user_id,
+            environment=environment,
+            token_hash=hash_key(plain),
+            provider=provider,
+            redirect_url=redirect_url,
+            filter_on_providers=filter_on_providers,
+            on_error=on_error,
+            on_close=on_close,
+        )
+        return token, plain
+
+    # -- rules ------------------------------------------------------------------------
+
+    def matches(self, plain: str) -> bool:
+        return key_matches(plain, self.token_hash)
+
+    @property
+    def expires_at(self) -> datetime:
+        return link_token_expiry(self.created_on)
+
+    def require_usable(self, now: datetime) -> None:
+        problem = link_token_problem(self.created_on, self.consumed_at is not None, now)
+        if problem is not None:
+            raise LinkTokenRejected(problem)
+
+    # -- commands ---------------------------------------------------------------------
+
+    def consume(self, ctx: CommandContext, now: datetime, provider: str) -> None:
+        self.require_usable(now)
+        self.trigger_event(
+            self.Consumed,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            provider=provider,
+        )
