@@ -65,7 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     owner.add_argument(
         "--org", type=_uuid, help="an org_admin management key for this organization"
     )
-    create.add_argument("--environment", choices=("sandbox", "production"), default="sandbox")
+    create.add_argument(
+        "--environment",
+        choices=("sandbox", "production"),
+        default="sandbox",
+        help="for a team API key (--team)",
+    )
 
     features = commands.add_parser("features", help="closed-beta switches of a team")
     features.add_argument("action", choices=("enable", "disable"))
