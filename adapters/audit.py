@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.composition import Service
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
 from healthledger.domain.users import User
 
 _BASE_FIELDS = {
@@ -52,7 +53,7 @@ def _show(value: Any) -> str:
 
 
 def _personal_placeholder(key_exists: bool) -> str:
-    return "<personal data: sealed>" if key_exists else "<personal data: erased>"
+    return SEALED_PLACEHOLDER if key_exists else ERASED_PLACEHOLDER
 
 
 def history(service: Service, user_id: UUID) -> list[AuditEntry]:

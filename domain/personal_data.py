@@ -14,8 +14,10 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
 
-ERASED_PLACEHOLDER = "<erased>"
-SEALED_PLACEHOLDER = "<personal data: not shown>"
+# How a personal value is shown where it is never printed (the audit trail): whether its
+# key still exists (sealed) or was destroyed at erasure (erased).
+SEALED_PLACEHOLDER = "<personal data: sealed>"
+ERASED_PLACEHOLDER = "<personal data: erased>"
 
 
 class PersonalDataVault(Protocol):

@@ -230,3 +230,24 @@ def test_a_failed_save_leaves_the_cached_aggregate_untouched(
     cached = service.users.load(team.team_id, user.id)
     assert cached.status == "active" and cached.version == 1
     assert not cached.pending_events
+
+
+def test_the_notification_log_can_be_followed_and_tracked(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    """The outbox contract: a subscription yields new events in order, woken by this
+    process's writes; tracking records a follower's position."""
+    from eventsourcing.persistence import Tracking
+
+    start = service.recorder.max_notification_id()
+    with service.recorder.subscribe(gt=start) as subscription:
+        user = service.users.create_user(ctx, team.team_id, client_user_id="followed")
+        seen = [next(subscription), next(subscription)]
+    assert [n.id for n in seen] == [start + 1, start + 2]  # type: ignore[operator]
+    assert {n.originator_id for n in seen} == {
+        user.id,
+        ClientUserIdClaim.id_for(team.team_id, "followed"),
+    }
+    assert service.recorder.max_tracking_id("follower") is None
+    service.recorder.insert_tracking(Tracking("follower", seen[-1].id))
+    assert service.recorder.max_tracking_id("follower") == seen[-1].id

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata, user_data_keys
+from healthledger.adapters.persistence.schema import metadata, user_data_keys
 from sqlalchemy import Connection, Engine, Insert, Table, bindparam, create_engine, event, insert
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
@@ -187,10 +187,6 @@ class Database:
 
         with self.read() as conn:
             return conn.execute(select(user_data_keys.c.user_id).limit(1)).first() is not None
-
-    def drop_read_models(self) -> None:
-        metadata.drop_all(self.writer, tables=list(READ_MODEL_TABLES))
-        metadata.create_all(self.writer, tables=list(READ_MODEL_TABLES))
 
     def vacuum_key_store(self) -> None:
         """Reclaim the space of destroyed keys (PostgreSQL keeps dead rows until vacuum)."""
