@@ -6,15 +6,17 @@ so there is one way to wire the parts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from healthledger.adapters.http.cursors import cursor_secret
 from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
 from healthledger.adapters.persistence.link_token_queries import LinkTokenQueries
+from healthledger.adapters.persistence.pull_queries import PullQueries
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
 from healthledger.adapters.persistence.read_models import ReadModels, erasure_effects
 from healthledger.adapters.persistence.recorder import (
@@ -22,12 +24,16 @@ from healthledger.adapters.persistence.recorder import (
     LedgerRecorder,
     SnapshotRecorder,
 )
+from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.reference import ProviderEntry, provider_catalog, provider_slugs
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connecting import Connections
+from healthledger.domain.connections import Connection as ProviderConnection
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.linking import LinkTokens
+from healthledger.domain.providers import ProviderAdapter
+from healthledger.domain.pulling import PullPolicy, Pulls
 from healthledger.domain.team_directory import Bootstrap, TeamDirectory
 from healthledger.domain.user_lifecycle import UserLifecycle
 from sqlalchemy import Connection
@@ -53,6 +59,12 @@ class Service:
     connection_queries: ConnectionQueries
     link_tokens: LinkTokens
     link_token_queries: LinkTokenQueries
+    health_data: SqlHealthDataStore
+    pulls: Pulls
+    pull_queries: PullQueries
+    # Set by the scheduler when it runs: wakes the pull worker now (after a connect)
+    # instead of at its next interval. Latency only; the worker's table is the truth.
+    wake_pull_worker: Callable[[], None] = lambda: None
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -105,7 +117,31 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         live_connection_ids=connection_queries.live_connection_ids,
     )
     user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
-    connections = Connections(ledger, key_store, clock, users)
+    health_data = SqlHealthDataStore(db, key_store, clock)
+    pull_queries = PullQueries(db, settings.pull_lease)
+    demo_provider = DemoProvider()
+
+    def adapter_for(connection: ProviderConnection) -> ProviderAdapter:
+        # Only demo devices can be connected so far; a maker's cloud adapter (through the
+        # same port) is chosen here by connection.provider when there is one.
+        if not connection.demo:
+            raise LookupError(f"no provider adapter for {connection.provider}")
+        return demo_provider
+
+    pulls = Pulls(
+        ledger,
+        clock,
+        health_data,
+        adapter_for,
+        due_pulls=pull_queries.due_pulls,
+        due_syncs=pull_queries.due_syncs,
+        policy=PullPolicy(
+            retry_delays=tuple(settings.pull_retry_delays),
+            lease=settings.pull_lease,
+            sync_interval=settings.daily_sync_interval,
+        ),
+    )
+    connections = Connections(ledger, key_store, clock, users, pulls)
     return Service(
         settings=settings,
         clock=clock,
@@ -131,4 +167,7 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         connection_queries=connection_queries,
         link_tokens=LinkTokens(ledger, clock, users, connections, provider_slugs()),
         link_token_queries=LinkTokenQueries(db),
+        health_data=health_data,
+        pulls=pulls,
+        pull_queries=pull_queries,
     )

@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _retry_delays(value: Any) -> Any:
+    # From the environment: "60,300,1800" (seconds).
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    return value
 
 
 def _seconds_or_iso(value: Any) -> Any:
@@ -43,6 +50,19 @@ class Settings(BaseSettings):
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     erasure_batch_size: int = Field(default=500, ge=1)
     user_snapshot_interval: int = Field(default=50, ge=2)
+    # Historical pulls: how often the worker looks for due pulls (a connect also wakes it),
+    # the delays before each retry of a pull that failed for a passing reason
+    # (comma-separated seconds; one more failure after the last is retry_quota_exhausted),
+    # and how long a running attempt is trusted before another worker takes it over.
+    pull_poll_interval: Duration = Field(default=timedelta(seconds=5), gt=timedelta(0))
+    pull_retry_delays: Annotated[
+        list[Annotated[float, Field(ge=0)]], NoDecode, BeforeValidator(_retry_delays)
+    ] = Field(default=[60.0, 300.0, 1800.0, 7200.0])
+    pull_lease: Duration = Field(default=timedelta(minutes=15), gt=timedelta(0))
+    # Connected feeds are synced this long after their last pull or sync; the sync sweep
+    # runs every daily_sync_sweep_interval.
+    daily_sync_interval: Duration = Field(default=timedelta(days=1), gt=timedelta(0))
+    daily_sync_sweep_interval: Duration = Field(default=timedelta(minutes=10), gt=timedelta(0))
     # Aggregates kept in memory per process (0: none); each get still reads newer events.
     aggregate_cache_size: int = Field(default=10_000, ge=0)
     log_level: str = "info"

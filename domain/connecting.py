@@ -1,8 +1,13 @@
-"""Use cases of provider connections: connect (demo devices for now), deregister."""
+"""Use cases of provider connections: connect (demo devices for now), deregister.
+
+A connect records the connection and schedules its historical pulls in one transaction,
+so a connection never exists without the pulls it owes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -11,6 +16,8 @@ from healthledger.domain.connections import BY_TEAM, AlreadyConnected, Connectio
 from healthledger.domain.context import CommandContext
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.pulling import Pulls
+from healthledger.domain.resource_feeds import ResourceFeed
 from healthledger.domain.user_lifecycle import UserLifecycle
 
 
@@ -28,14 +35,32 @@ def full_availability(resources: Sequence[str]) -> dict[str, Any]:
     }
 
 
+@dataclass
+class PreparedConnection:
+    """A connect's pending events, unsaved: the connection and its scheduled pulls."""
+
+    connection: Connection
+    feeds: list[ResourceFeed]
+
+    @property
+    def aggregates(self) -> list[Any]:
+        return [self.connection, *self.feeds]
+
+
 class Connections:
     def __init__(
-        self, ledger: Ledger, vault: PersonalDataVault, clock: Clock, users: UserLifecycle
+        self,
+        ledger: Ledger,
+        vault: PersonalDataVault,
+        clock: Clock,
+        users: UserLifecycle,
+        pulls: Pulls,
     ) -> None:
         self.ledger = ledger
         self.vault = vault
         self.clock = clock
         self.users = users
+        self.pulls = pulls
 
     def connect_demo(
         self,
@@ -44,14 +69,16 @@ class Connections:
         user_id: UUID,
         provider: str,
         resources: Sequence[str],
-    ) -> Connection:
-        """Connect a simulated device of `provider` that offers `resources`."""
-        connection = self.prepare_demo(ctx, team_id, user_id, provider, resources)
+        demo_failures: Mapping[str, Any] | None = None,
+    ) -> PreparedConnection:
+        """Connect a simulated device of `provider` that offers `resources`, and schedule
+        a historical pull of each. `demo_failures` (ours) makes the device fail pulls."""
+        prepared = self.prepare_demo(ctx, team_id, user_id, provider, resources, demo_failures)
         try:
-            self.ledger.save(connection)
+            self.ledger.save(*prepared.aggregates)
         except IntegrityError as exc:
             raise AlreadyConnected() from exc  # a concurrent connect won
-        return connection
+        return prepared
 
     def prepare_demo(
         self,
@@ -60,11 +87,12 @@ class Connections:
         user_id: UUID,
         provider: str,
         resources: Sequence[str],
-    ) -> Connection:
-        """The demo connection with its Created or Reconnected event pending, unsaved: a
-        use case that must record more in the same transaction (a link token consumed
-        by this connection) saves them together."""
-        self.users.load_live(team_id, user_id)
+        demo_failures: Mapping[str, Any] | None = None,
+    ) -> PreparedConnection:
+        """The demo connection with its Created or Reconnected event pending and its pulls
+        scheduled, unsaved: a use case that must record more in the same transaction (a
+        link token consumed by this connection) saves them together."""
+        user = self.users.load_live(team_id, user_id)
         # The provider's id for the user links to a person at the provider: sealed.
         sealed = self.vault.seal(user_id, f"demo-{provider}-{user_id.hex[:12]}")
         availability = full_availability(resources)
@@ -90,7 +118,10 @@ class Connections:
                 resource_availability=availability,
                 demo=True,
             )
-        return connection
+        if demo_failures:
+            connection.configure_demo_failures(ctx, now, dict(demo_failures))
+        feeds = self.pulls.schedule(ctx, connection, user, resources, now)
+        return PreparedConnection(connection, feeds)
 
     def deregister(self, ctx: CommandContext, team_id: UUID, user_id: UUID, provider: str) -> None:
         self.users.load_live(team_id, user_id)

@@ -2,7 +2,9 @@
 
 connected -> deregistered (by the team, or because the user was deleted) -> connected
 again: the same stream goes on, so the audit trail keeps every period of the connection.
-(The error and paused states arrive with the historical pulls that can cause them.)
+connected -> error when the provider reports the user's grant broken (a pull finds it);
+connecting again clears it. connected <-> paused as the user's ingestion_end passes or is
+moved on (the daily sync decides). A connection in error or paused is still listed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from healthledger.domain.errors import LedgerError
 from healthledger.domain.users import CheapCopy
 
 CONNECTED = "connected"
+ERROR = "error"
+PAUSED = "paused"
 DEREGISTERED = "deregistered"
 
 # Why a connection ended.
@@ -85,6 +89,42 @@ class Connection(CheapCopy, Aggregate):
             connection.deregistered_at = self.timestamp
             connection.error_details = None
 
+    class DemoFailuresConfigured(Event):
+        """Ours: the demo device will fail these resources' pulls (see the demo adapter)."""
+
+        TOPIC = "healthledger:Connection.DemoFailuresConfigured.v1"
+        failures: dict[str, Any]
+
+        def apply(self, connection: Connection) -> None:
+            connection.demo_failures = self.failures
+
+    class Errored(Event):
+        TOPIC = "healthledger:Connection.Errored.v1"
+        error_type: str
+        error_message: str
+
+        def apply(self, connection: Connection) -> None:
+            connection.status = ERROR
+            connection.error_details = {
+                "error_type": self.error_type,
+                "error_message": self.error_message,
+                "errored_at": self.timestamp,
+            }
+
+    class Paused(Event):
+        """The user's ingestion_end passed: no more data is pulled."""
+
+        TOPIC = "healthledger:Connection.Paused.v1"
+
+        def apply(self, connection: Connection) -> None:
+            connection.status = PAUSED
+
+    class Resumed(Event):
+        TOPIC = "healthledger:Connection.Resumed.v1"
+
+        def apply(self, connection: Connection) -> None:
+            connection.status = CONNECTED
+
     @staticmethod
     def id_for(user_id: UUID, provider: str) -> UUID:
         return uuid.uuid5(_NAMESPACE, f"{user_id}\x1f{provider}")
@@ -120,6 +160,11 @@ class Connection(CheapCopy, Aggregate):
     def is_live(self) -> bool:
         return self.status != DEREGISTERED
 
+    @property
+    def is_pulling(self) -> bool:
+        """Data is pulled only while connected (not in error, paused or deregistered)."""
+        return self.status == CONNECTED
+
     def reconnect(
         self,
         ctx: CommandContext,
@@ -129,7 +174,8 @@ class Connection(CheapCopy, Aggregate):
         resource_availability: dict[str, Any],
         demo: bool,
     ) -> None:
-        if self.is_live:
+        # Connecting again is how a user repairs a connection in error.
+        if self.status in (CONNECTED, PAUSED):
             raise AlreadyConnected()
         self.trigger_event(
             self.Reconnected,
@@ -152,6 +198,28 @@ class Connection(CheapCopy, Aggregate):
             reason=reason,
         )
 
+    def configure_demo_failures(
+        self, ctx: CommandContext, now: datetime, failures: dict[str, Any]
+    ) -> None:
+        self._trigger(ctx, now, self.DemoFailuresConfigured, failures=failures)
+
+    def error(self, ctx: CommandContext, now: datetime, error_type: str, message: str) -> None:
+        if self.status == CONNECTED:
+            self._trigger(ctx, now, self.Errored, error_type=error_type, error_message=message)
+
+    def pause(self, ctx: CommandContext, now: datetime) -> None:
+        if self.status == CONNECTED:
+            self._trigger(ctx, now, self.Paused)
+
+    def resume(self, ctx: CommandContext, now: datetime) -> None:
+        if self.status == PAUSED:
+            self._trigger(ctx, now, self.Resumed)
+
+    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: Any) -> None:
+        self.trigger_event(
+            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
+        )
+
 
 def _connect(connection: Connection, event: Any) -> None:
     connection.status = CONNECTED
@@ -160,3 +228,5 @@ def _connect(connection: Connection, event: Any) -> None:
     connection.resource_availability = event.resource_availability
     connection.error_details = None
     connection.deregistered_at = None
+    # A new connection period starts without the previous period's injected failures.
+    connection.demo_failures = {}

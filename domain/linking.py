@@ -134,14 +134,14 @@ class LinkTokens:
         now = self.clock()
         token.require_usable(now)
         try:
-            connection = self.connections.prepare_demo(
+            prepared = self.connections.prepare_demo(
                 ctx, token.team_id, token.user_id, provider, resources
             )
         except (UserNotFound, UserScheduledForDeletion) as exc:
             raise LinkTokenRejected(INVALID_TOKEN) from exc
         token.consume(ctx, now, provider)
         try:
-            self.ledger.save(connection, token)
+            self.ledger.save(*prepared.aggregates, token)
         except IntegrityError as exc:
             raise self._lost_to(token.id) from exc
         return token

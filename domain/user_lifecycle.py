@@ -40,6 +40,8 @@ ERASURE_REMOVES = [
     "read_model:users",
     "read_model:pending_erasures",
     "read_model:connections",
+    "read_model:resource_feeds",
+    "health_data",
 ]
 
 UPDATABLE_FIELDS = (

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 from healthledger.adapters.composition import Service
 from healthledger.scheduler.erasure import sweep_erasures
+from healthledger.scheduler.pulls import PullWorker, sync_connected_feeds
 
 
 def start_scheduler(service: Service) -> BackgroundScheduler:
@@ -29,5 +30,28 @@ def start_scheduler(service: Service) -> BackgroundScheduler:
         id="erasure-sweep",
         next_run_time=datetime.now(UTC),
     )
+    settings = service.settings
+    worker = PullWorker(service)
+    pull_job = scheduler.add_job(
+        worker.run,
+        "interval",
+        seconds=settings.pull_poll_interval.total_seconds(),
+        id="pull-worker",
+        next_run_time=datetime.now(UTC),
+    )
+    scheduler.add_job(
+        sync_connected_feeds,
+        "interval",
+        seconds=settings.daily_sync_sweep_interval.total_seconds(),
+        args=[service],
+        id="daily-sync",
+        next_run_time=datetime.now(UTC),
+    )
+
+    def wake_pull_worker() -> None:
+        # A connect just scheduled pulls: run the worker now, not at its next interval.
+        worker.wake(lambda: pull_job.modify(next_run_time=datetime.now(UTC)))
+
+    service.wake_pull_worker = wake_pull_worker
     scheduler.start()
     return scheduler

@@ -11,7 +11,9 @@ from freezegun import freeze_time
 from healthledger.adapters.audit import history, state_as_of
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.schema import (
+    health_data,
     pending_erasures,
+    resource_feeds,
     snapshots,
     stored_events,
     user_data_keys,
@@ -89,11 +91,15 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "read_model:users",
             "read_model:pending_erasures",
             "read_model:connections",
+            "read_model:resource_feeds",
+            "health_data",
         }
         assert rows(svc, user_data_keys, user_id=user.id) == 0
         assert rows(svc, snapshots, originator_id=user.id) == 0
         assert rows(svc, users, user_id=user.id) == 0
         assert rows(svc, pending_erasures, user_id=user.id) == 0
+        assert rows(svc, resource_feeds, user_id=user.id) == 0
+        assert rows(svc, health_data, user_id=user.id) == 0
         last = list(svc.ledger.events.get(user.id))[-1]
         assert isinstance(last, User.Erased)
         assert last.removed == ERASURE_REMOVES and last.actor == "system:scheduler"

@@ -85,4 +85,6 @@ def test_erased_says_only_what_it_removed(
         "read_model:users",
         "read_model:pending_erasures",
         "read_model:connections",
+        "read_model:resource_feeds",
+        "health_data",
     ]

@@ -1,22 +1,44 @@
 """Team API routes for provider connections (spec 2.2, endpoint 2; gaps.md Provider
 connections) and the demo connection of ours (a simulated device, no outside world)."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.domain.errors import InvalidRequest
-from pydantic import BaseModel, ConfigDict
+from healthledger.domain.providers import (
+    CONNECTION_ERROR_TYPES,
+    NON_RETRIABLE,
+    RETRIABLE_CODES,
+    UNEXPECTED,
+)
+from pydantic import BaseModel, ConfigDict, Field
 
 _NOT_FOUND = {404: {"description": "Unknown user, another team's user, or scheduled for deletion"}}
+
+
+# Codes a demo device can be asked to fail with: the pull error codes a provider can
+# cause (retry_quota_exhausted is an outcome, not a cause) and the connection error types.
+INJECTABLE_CODES = sorted(RETRIABLE_CODES | {NON_RETRIABLE, UNEXPECTED} | CONNECTION_ERROR_TYPES)
+
+
+class DemoFailure(BaseModel):
+    """Ours: fail the resource's pull with `code`, on the first `times` attempts (null:
+    on every attempt)."""
+
+    model_config = ConfigDict(extra="forbid")
+    code: Literal[tuple(INJECTABLE_CODES)]  # type: ignore[valid-type]
+    times: Annotated[int, Field(ge=1, le=100)] | None = None
 
 
 class DemoConnectRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     user_id: UUID
     provider: str
+    # Ours: resource -> the failure its pulls should meet (see docs/connections.md).
+    demo_failures: Annotated[dict[str, DemoFailure], Field(max_length=100)] | None = None
 
 
 def connections_router(service: Service) -> APIRouter:
@@ -39,9 +61,22 @@ def connections_router(service: Service) -> APIRouter:
                 "This provider has no demo device; see the catalog for the demo ones.",
                 "provider",
             )
+        failures = body.demo_failures or {}
+        unknown = sorted(set(failures) - set(entry.supported_resources))
+        if unknown:
+            raise InvalidRequest(
+                f"demo_failures names resources this provider does not offer: {unknown}.",
+                "demo_failures",
+            )
         service.connections.connect_demo(
-            caller.ctx, caller.team_id, body.user_id, entry.slug, entry.supported_resources
+            caller.ctx,
+            caller.team_id,
+            body.user_id,
+            entry.slug,
+            entry.supported_resources,
+            {resource: failure.model_dump() for resource, failure in failures.items()},
         )
+        service.wake_pull_worker()
         return {"success": True, "detail": f"Connected a demo {entry.name} device."}
 
     @router.get("/v2/user/providers/{user_id:uuid}", responses=_NOT_FOUND)

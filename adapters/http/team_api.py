@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.connections import connections_router
+from healthledger.adapters.http.cursors import CursorCodec
 from healthledger.adapters.http.errors import install_error_handlers
+from healthledger.adapters.http.introspection import introspection_router
 from healthledger.adapters.http.link_tokens import link_tokens_router
 from healthledger.adapters.http.providers import providers_router
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
@@ -24,6 +26,7 @@ def create_team_api(service: Service) -> FastAPI:
     app.include_router(connections_router(service))
     app.include_router(link_tokens_router(service))
     app.include_router(providers_router(service))
+    app.include_router(introspection_router(service, CursorCodec(service.cursor_secret)))
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -5,6 +5,8 @@ user's personal data (event log, snapshots, backups) becomes unreadable for good
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import stat
@@ -26,6 +28,37 @@ _NONCE_BYTES = 12
 
 class MasterKeyError(RuntimeError):
     pass
+
+
+class UserCipher:
+    """Seals and opens values under one user's data key (AES-256-GCM, the user id bound
+    in as associated data), and digests them for change detection without opening."""
+
+    def __init__(self, user_id: UUID, data_key: bytes) -> None:
+        self._aad = user_id.bytes
+        self._aead = AESGCM(data_key)
+        # A separate key for digests: the data key itself is used for one purpose only.
+        self._digest_key = hashlib.sha256(b"healthledger-digest-key:" + data_key).digest()
+
+    def seal(self, value: Any) -> str:
+        return self.seal_bytes(canonical_json(value))
+
+    def seal_bytes(self, plaintext: bytes) -> str:
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = nonce + self._aead.encrypt(nonce, plaintext, self._aad)
+        return _SEALED_PREFIX + base64.b64encode(sealed).decode()
+
+    def open(self, sealed: str) -> Any:
+        raw = base64.b64decode(sealed.removeprefix(_SEALED_PREFIX))
+        return json.loads(self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], self._aad))
+
+    def digest(self, plaintext: bytes) -> str:
+        """A keyed digest: equal for equal values, meaningless once the key is destroyed."""
+        return hmac.new(self._digest_key, plaintext, hashlib.sha256).hexdigest()
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
 
 
 def load_master_key(path: Path, *, create: bool = True) -> bytes:
@@ -60,19 +93,21 @@ class KeyStore:
     # -- PersonalDataVault ----------------------------------------------------------------
 
     def seal(self, user_id: UUID, value: Any) -> str:
-        data_key = self._data_key(user_id) or self._create_data_key(user_id)
-        nonce = os.urandom(_NONCE_BYTES)
-        plaintext = json.dumps(value, separators=(",", ":")).encode()
-        sealed = nonce + AESGCM(data_key).encrypt(nonce, plaintext, user_id.bytes)
-        return _SEALED_PREFIX + base64.b64encode(sealed).decode()
+        cipher = self.cipher(user_id) or UserCipher(user_id, self._create_data_key(user_id))
+        return cipher.seal(value)
 
     def open(self, user_id: UUID, sealed: str) -> Any | None:
-        data_key = self._data_key(user_id)
-        if data_key is None:
+        cipher = self.cipher(user_id)
+        if cipher is None:
             return None  # erased: the key is gone, and with it the data
-        raw = base64.b64decode(sealed.removeprefix(_SEALED_PREFIX))
-        plaintext = AESGCM(data_key).decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], user_id.bytes)
-        return json.loads(plaintext)
+        return cipher.open(sealed)
+
+    def cipher(self, user_id: UUID) -> UserCipher | None:
+        """The user's key, unwrapped once for many values; None when the user has no key
+        (never had sealed data, or was erased). Never creates a key: what stores data in
+        bulk for an existing user must not mint a key for an erased one."""
+        data_key = self._data_key(user_id)
+        return None if data_key is None else UserCipher(user_id, data_key)
 
     def has_key(self, user_id: UUID) -> bool:
         with self.db.read() as conn:

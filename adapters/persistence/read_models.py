@@ -14,6 +14,7 @@ from typing import Any
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper
 from healthledger.adapters.persistence.database import Database, insert_statement
+from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore
 from healthledger.adapters.persistence.recorder import LedgerRecorder, delete_snapshots
 from healthledger.adapters.persistence.schema import (
@@ -25,19 +26,30 @@ from healthledger.adapters.persistence.schema import (
     metadata,
     organizations,
     pending_erasures,
+    resource_feeds,
     team_api_keys,
     teams,
     users,
 )
-from healthledger.domain.connections import CONNECTED
+from healthledger.domain.connections import CONNECTED, PAUSED
 from healthledger.domain.connections import DEREGISTERED as CONNECTION_DEREGISTERED
+from healthledger.domain.connections import ERROR as CONNECTION_ERROR
 from healthledger.domain.connections import Connection as ProviderConnection
 from healthledger.domain.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
 from healthledger.domain.link_tokens import LinkToken
 from healthledger.domain.management_keys import ManagementKey
+from healthledger.domain.resource_feeds import FAILURE as PULL_FAILURE
+from healthledger.domain.resource_feeds import IN_PROGRESS as PULL_IN_PROGRESS
+from healthledger.domain.resource_feeds import RETRYING as PULL_RETRYING
+from healthledger.domain.resource_feeds import SCHEDULED as PULL_SCHEDULED
+from healthledger.domain.resource_feeds import SUCCESS as PULL_SUCCESS
+from healthledger.domain.resource_feeds import ResourceFeed
 from healthledger.domain.teams import Organization, Team, TeamApiKey, default_settings
 from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, case, delete, func, insert, select, update
+
+# last_attempt_status of a feed whose attempt failed (retrying or failure).
+ATTEMPT_FAILED = "failed"
 
 _USER_COLUMNS = (
     "user_id",
@@ -93,6 +105,16 @@ class ReadModels:
             ProviderConnection.Created: self._connection_connected,
             ProviderConnection.Reconnected: self._connection_connected,
             ProviderConnection.Deregistered: self._connection_deregistered,
+            ProviderConnection.Errored: self._connection_errored,
+            ProviderConnection.Paused: self._connection_status,
+            ProviderConnection.Resumed: self._connection_status,
+            ResourceFeed.Created: self._feed_created,
+            ResourceFeed.PullScheduled: self._pull_scheduled,
+            ResourceFeed.PullStarted: self._pull_started,
+            ResourceFeed.PullRetrying: self._pull_retrying,
+            ResourceFeed.PullSucceeded: self._pull_succeeded,
+            ResourceFeed.PullFailed: self._pull_failed,
+            ResourceFeed.DailySynced: self._daily_synced,
             CustomCredentials.Created: self._credentials_prepared,
             CustomCredentials.Reprepared: self._credentials_reprepared,
             CustomCredentials.Set: self._credentials_set,
@@ -210,6 +232,7 @@ class ReadModels:
         conn.execute(delete(users).where(users.c.user_id == e.originator_id))
         self._delete_pending.execute(conn, {"uid": e.originator_id})
         conn.execute(delete(connections).where(connections.c.user_id == e.originator_id))
+        conn.execute(delete(resource_feeds).where(resource_feeds.c.user_id == e.originator_id))
 
     # -- provider connections -------------------------------------------------------------
 
@@ -244,6 +267,128 @@ class ReadModels:
             update(connections)
             .where(connections.c.connection_id == e.originator_id)
             .values(status=CONNECTION_DEREGISTERED, updated_at=e.timestamp)
+        )
+
+    def _connection_errored(self, conn: Connection, e: Any) -> None:
+        details = {
+            "error_type": e.error_type,
+            "error_message": e.error_message,
+            "errored_at": e.timestamp.isoformat(),
+        }
+        conn.execute(
+            update(connections)
+            .where(connections.c.connection_id == e.originator_id)
+            .values(status=CONNECTION_ERROR, error_details=details, updated_at=e.timestamp)
+        )
+
+    def _connection_status(self, conn: Connection, e: Any) -> None:
+        status = PAUSED if isinstance(e, ProviderConnection.Paused) else CONNECTED
+        conn.execute(
+            update(connections)
+            .where(connections.c.connection_id == e.originator_id)
+            .values(status=status, updated_at=e.timestamp)
+        )
+
+    # -- resource feeds and their pulls ---------------------------------------------------
+
+    def _feed_created(self, conn: Connection, e: ResourceFeed.Created) -> None:
+        conn.execute(
+            insert(resource_feeds).values(
+                feed_id=e.originator_id,
+                connection_id=e.connection_id,
+                user_id=e.user_id,
+                team_id=e.team_id,
+                provider=e.provider,
+                resource=e.resource,
+                days_with_data=0,
+                attempts=0,
+                version=e.originator_version,
+            )
+        )
+
+    def _update_feed(self, conn: Connection, e: Any, **values: Any) -> None:
+        conn.execute(
+            update(resource_feeds)
+            .where(resource_feeds.c.feed_id == e.originator_id)
+            .values(version=e.originator_version, **values)
+        )
+
+    def _pull_scheduled(self, conn: Connection, e: ResourceFeed.PullScheduled) -> None:
+        self._update_feed(
+            conn,
+            e,
+            status=PULL_SCHEDULED,
+            range_start=e.range_start,
+            range_end=e.range_end,
+            scheduled_at=e.timestamp,
+            started_at=None,
+            ended_at=None,
+            days_with_data=0,
+            release=e.release,
+            trace_id=e.trace_id,
+            error_code=None,
+            attempts=0,
+            due_at=e.timestamp,
+            synced_at=None,
+        )
+
+    def _pull_started(self, conn: Connection, e: ResourceFeed.PullStarted) -> None:
+        f = resource_feeds.c
+        self._update_feed(
+            conn,
+            e,
+            status=PULL_IN_PROGRESS,
+            started_at=func.coalesce(f.started_at, e.timestamp),
+            attempts=e.attempt,
+            due_at=None,
+            last_attempt_at=e.timestamp,
+            last_attempt_status=PULL_IN_PROGRESS,
+        )
+
+    def _pull_retrying(self, conn: Connection, e: ResourceFeed.PullRetrying) -> None:
+        self._update_feed(
+            conn,
+            e,
+            status=PULL_RETRYING,
+            error_code=e.error_code,
+            due_at=e.retry_at,
+            last_attempt_status=ATTEMPT_FAILED,
+        )
+
+    def _pull_succeeded(self, conn: Connection, e: ResourceFeed.PullSucceeded) -> None:
+        self._update_feed(
+            conn,
+            e,
+            status=PULL_SUCCESS,
+            ended_at=e.timestamp,
+            days_with_data=e.days_with_data,
+            error_code=None,
+            due_at=None,
+            synced_at=e.timestamp,
+            last_attempt_status=PULL_SUCCESS,
+            **_widened(e.oldest_day, e.newest_day),
+        )
+
+    def _pull_failed(self, conn: Connection, e: ResourceFeed.PullFailed) -> None:
+        self._update_feed(
+            conn,
+            e,
+            status=PULL_FAILURE,
+            ended_at=e.timestamp,
+            error_code=e.error_code,
+            due_at=None,
+            last_attempt_status=ATTEMPT_FAILED,
+        )
+
+    def _daily_synced(self, conn: Connection, e: ResourceFeed.DailySynced) -> None:
+        days = [*e.created_days, *e.updated_days]
+        self._update_feed(
+            conn,
+            e,
+            synced_at=e.timestamp,
+            last_attempt_at=e.timestamp,
+            last_attempt_status=PULL_SUCCESS,
+            **(_widened(min(days), max(days)) if days else {}),
         )
 
     # -- link tokens ----------------------------------------------------------------------
@@ -464,6 +609,21 @@ class ReadModels:
         return replayed
 
 
+def _widened(oldest: Any, newest: Any) -> dict[str, Any]:
+    """Column values that widen the feed's data span to include oldest..newest."""
+    f = resource_feeds.c
+    values: dict[str, Any] = {}
+    if oldest is not None:
+        values["oldest_day"] = case(
+            (f.oldest_day.is_(None), oldest), (f.oldest_day > oldest, oldest), else_=f.oldest_day
+        )
+    if newest is not None:
+        values["newest_day"] = case(
+            (f.newest_day.is_(None), newest), (f.newest_day < newest, newest), else_=f.newest_day
+        )
+    return values
+
+
 def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
     """Destroy the data key and the snapshots of each user erased in this transaction, and
     the data key of each team deleted in it (which sealed its custom credential secrets)."""
@@ -471,5 +631,8 @@ def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]
         if isinstance(event, User.Erased):
             KeyStore.destroy(conn, event.originator_id)
             delete_snapshots(conn, event.originator_id)
+            # After the projection deleted the user's row (see SqlHealthDataStore), so a
+            # chunk stored concurrently is either deleted here or refused there.
+            SqlHealthDataStore.erase(conn, event.originator_id)
         elif isinstance(event, Team.Deleted):
             KeyStore.destroy(conn, event.originator_id)

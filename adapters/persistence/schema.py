@@ -241,10 +241,63 @@ link_tokens = Table(
     Column("consumed_provider", String(64)),
 )
 
+# One row per (connection, resource): the state of its latest historical pull, the span of
+# data it has, and when a worker or the daily sync should next look at it. `due_at` is
+# what the pull worker selects on: the scheduled time, a retry's time, or the end of a
+# running attempt's lease (a worker that died mid-pull is taken over then).
+resource_feeds = Table(
+    "resource_feeds",
+    metadata,
+    Column("feed_id", Uuid, primary_key=True),
+    Column("connection_id", Uuid, nullable=False),
+    Column("user_id", Uuid, nullable=False, index=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("resource", String(64), nullable=False),
+    Column("status", String(16)),
+    Column("range_start", UTCDateTime),
+    Column("range_end", UTCDateTime),
+    Column("scheduled_at", UTCDateTime),
+    Column("started_at", UTCDateTime),
+    Column("ended_at", UTCDateTime),
+    Column("days_with_data", Integer, nullable=False, default=0),
+    Column("release", String(16)),
+    Column("trace_id", String(32)),
+    Column("error_code", String(64)),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("due_at", UTCDateTime),
+    Column("last_attempt_at", UTCDateTime),
+    Column("last_attempt_status", String(16)),
+    Column("oldest_day", Date),
+    Column("newest_day", Date),
+    Column("synced_at", UTCDateTime),
+    Column("version", Integer, nullable=False),
+    Index("ix_resource_feeds_due", "due_at"),
+    Index("ix_resource_feeds_synced", "status", "synced_at"),
+)
+
+# The pulled data itself: not a read model (it is not derived from the log, and a rebuild
+# leaves it alone). Sealed under the user's key; erasure deletes the rows in the same
+# transaction that destroys the key. `digest` (keyed by the user's key) tells a changed
+# day from an unchanged one without opening either.
+health_data = Table(
+    "health_data",
+    metadata,
+    Column("user_id", Uuid, primary_key=True),
+    Column("provider", String(64), primary_key=True),
+    Column("resource", String(64), primary_key=True),
+    Column("day", Date, primary_key=True),
+    Column("sealed", Text, nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("stored_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
 READ_MODEL_TABLES = (
     users,
     pending_erasures,
     connections,
+    resource_feeds,
     organizations,
     teams,
     team_api_keys,

@@ -1,0 +1,123 @@
+"""Introspection of pulls (gaps.md: historical pulls; `resources` is ours): per user, per
+live connection, what was pulled, when, and how it ended. Paged by user with signed
+cursors bound to the listing's filters."""
+
+
+from collections.abc import Callable
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
+from healthledger.domain.connections import CONNECTED
+from healthledger.domain.errors import InvalidRequest
+
+# What a resource's feed looks like from outside in /v2/introspect/resources.
+_FEED_STATUS = {CONNECTED: "active"}
+
+
+def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
+    router = APIRouter(tags=["introspection"])
+    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    queries = service.pull_queries
+
+    def page(
+        listing: str,
+        caller: TeamCaller,
+        user_id: UUID | None,
+        provider: str | None,
+        user_limit: int,
+        next_cursor: str | None,
+        render: Callable[[list[UUID]], list[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        if provider is not None and provider not in service.catalog:
+            raise InvalidRequest("Unknown provider slug.", "provider", "query")
+        if user_id is not None:
+            service.users.load_live(caller.team_id, user_id)  # another team's user: 404
+        scope = f"{listing}:{caller.team_id}:{user_id or ''}:{provider or ''}:{user_limit}"
+        after = None
+        if next_cursor:
+            try:
+                after = UUID(cursors.decode(next_cursor, scope)["u"])
+            except (KeyError, TypeError, ValueError):
+                raise InvalidCursor() from None
+        user_ids = queries.user_page(
+            caller.team_id, user_id=user_id, provider=provider, after=after, limit=user_limit + 1
+        )
+        more = len(user_ids) > user_limit
+        user_ids = user_ids[:user_limit]
+        cursor = cursors.encode({"u": str(user_ids[-1])}, scope) if more else None
+        return {"data": render(user_ids), "next_cursor": cursor}
+
+    @router.get("/v2/introspect/historical_pull")
+    def historical_pull(
+        caller: Caller,
+        user_id: UUID | None = None,
+        provider: str | None = None,
+        user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
+        next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+    ) -> Any:
+        """Each live connection's historical pulls, one per resource (gaps.md shape)."""
+
+        def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
+            pulled: dict[tuple[UUID, str], dict[str, Any]] = {}
+            for f in queries.feeds_of(user_ids, provider):
+                if f.status is None:
+                    continue
+                pulled.setdefault((f.user_id, f.provider), {})[f.resource] = {
+                    "status": f.status,
+                    "range_start": f.range_start,
+                    "range_end": f.range_end,
+                    "timeline": {
+                        "scheduled_at": f.scheduled_at,
+                        "started_at": f.started_at,
+                        "ended_at": f.ended_at,
+                    },
+                    "days_with_data": f.days_with_data,
+                    "release": f.release,
+                    "trace_id": f.trace_id,
+                    "error_details": f.error_code,
+                }
+            by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
+            for row in queries.live_providers_of(user_ids, provider):
+                done = pulled.get((row.user_id, row.provider), {})
+                by_user[row.user_id][row.provider] = {
+                    "pulled": done,
+                    # What the provider offers that no pull has covered.
+                    "not_pulled": sorted(set(row.resource_availability) - set(done)),
+                }
+            return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
+
+        return page("historical_pull", caller, user_id, provider, user_limit, next_cursor, render)
+
+    @router.get("/v2/introspect/resources")
+    def resources(
+        caller: Caller,
+        user_id: UUID | None = None,
+        provider: str | None = None,
+        user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
+        next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+    ) -> Any:
+        """Ours: per resource of each live connection, its last attempt (historical pull
+        or daily sync) and the oldest and newest day of data it holds."""
+
+        def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
+            by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
+            for f in queries.feeds_of(user_ids, provider):
+                resources = by_user[f.user_id].setdefault(f.provider, {"resources": {}})
+                resources["resources"][f.resource] = {
+                    "status": _FEED_STATUS.get(f.connection_status, f.connection_status),
+                    "pull_status": f.status,
+                    "last_attempt": None
+                    if f.last_attempt_at is None
+                    else {"timestamp": f.last_attempt_at, "status": f.last_attempt_status},
+                    "oldest_data": f.oldest_day,
+                    "newest_data": f.newest_day,
+                }
+            return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
+
+        return page("resources", caller, user_id, provider, user_limit, next_cursor, render)
+
+    return router

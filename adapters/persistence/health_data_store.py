@@ -1,0 +1,150 @@
+"""The health data store (the domain's HealthDataStore port) on SQL: one sealed row per
+(user, provider, resource, day)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date
+from typing import Any
+from uuid import UUID
+
+from healthledger.adapters.persistence.database import Database, insert_statement
+from healthledger.adapters.persistence.key_store import KeyStore, canonical_json
+from healthledger.adapters.persistence.schema import health_data, users
+from healthledger.domain.health_data import StoreResult, UserDataGone
+from healthledger.domain.ledger import Clock
+from sqlalchemy import Connection, bindparam, delete, func, select, update
+
+_COLUMNS = ("user_id", "provider", "resource", "day", "sealed", "digest", "stored_at", "updated_at")
+
+
+class SqlHealthDataStore:
+    def __init__(self, db: Database, key_store: KeyStore, clock: Clock) -> None:
+        self.db = db
+        self.key_store = key_store
+        self.clock = clock
+        h = health_data.c
+        self._insert = db.prepare("hd.insert", lambda: insert_statement(health_data, _COLUMNS))
+        self._update = db.prepare(
+            "hd.update",
+            lambda: (
+                update(health_data)
+                .where(
+                    h.user_id == bindparam("uid"),
+                    h.provider == bindparam("prov"),
+                    h.resource == bindparam("res"),
+                    h.day == bindparam("d"),
+                )
+                .values(
+                    sealed=bindparam("sealed"),
+                    digest=bindparam("digest"),
+                    updated_at=bindparam("updated_at"),
+                )
+            ),
+        )
+
+    def store(
+        self, user_id: UUID, provider: str, resource: str, days: Mapping[date, Any]
+    ) -> StoreResult:
+        result = StoreResult()
+        if not days:
+            return result
+        cipher = self.key_store.cipher(user_id)
+        if cipher is None:
+            raise UserDataGone()
+        # Seal outside the write transaction: the writer lock is held for SQL only.
+        plain = {day: canonical_json(payload) for day, payload in days.items()}
+        digests = {day: cipher.digest(text) for day, text in plain.items()}
+        now = self.clock()
+        h = health_data.c
+        with self.db.write() as conn:
+            self._require_user(conn, user_id)
+            stored = dict(
+                conn.execute(
+                    select(h.day, h.digest).where(
+                        h.user_id == user_id,
+                        h.provider == provider,
+                        h.resource == resource,
+                        h.day.in_(list(days)),
+                    )
+                ).all()
+            )
+            inserts, updates = [], []
+            for day in sorted(days):
+                digest = digests[day]
+                if day not in stored:
+                    result.created.append(day)
+                    inserts.append(
+                        {
+                            "user_id": user_id,
+                            "provider": provider,
+                            "resource": resource,
+                            "day": day,
+                            "sealed": cipher.seal_bytes(plain[day]),
+                            "digest": digest,
+                            "stored_at": now,
+                            "updated_at": now,
+                        }
+                    )
+                elif stored[day] != digest:
+                    result.updated.append(day)
+                    updates.append(
+                        {
+                            "uid": user_id,
+                            "prov": provider,
+                            "res": resource,
+                            "d": day,
+                            "sealed": cipher.seal_bytes(plain[day]),
+                            "digest": digest,
+                            "updated_at": now,
+                        }
+                    )
+            if inserts:
+                self._insert.execute_many(conn, inserts)
+            if updates:
+                self._update.execute_many(conn, updates)
+        return result
+
+    def read(
+        self, user_id: UUID, provider: str, resource: str, start: date, end: date
+    ) -> dict[date, Any]:
+        cipher = self.key_store.cipher(user_id)
+        if cipher is None:
+            return {}
+        h = health_data.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(h.day, h.sealed)
+                .where(
+                    h.user_id == user_id,
+                    h.provider == provider,
+                    h.resource == resource,
+                    h.day >= start,
+                    h.day <= end,
+                )
+                .order_by(h.day)
+            ).all()
+        return {row.day: cipher.open(row.sealed) for row in rows}
+
+    def count(self, user_id: UUID) -> int:
+        with self.db.read() as conn:
+            return conn.execute(
+                select(func.count())
+                .select_from(health_data)
+                .where(health_data.c.user_id == user_id)
+            ).scalar_one()
+
+    @staticmethod
+    def erase(conn: Connection, user_id: UUID) -> None:
+        """Delete the user's rows inside the caller's (erasure) transaction."""
+        conn.execute(delete(health_data).where(health_data.c.user_id == user_id))
+
+    def _require_user(self, conn: Connection, user_id: UUID) -> None:
+        # On PostgreSQL the row lock orders this write against an erasure deleting the user
+        # row (erasure deletes that row before the health data, in one transaction): either
+        # these rows are committed first and erased with the rest, or the user is gone here.
+        query = select(users.c.user_id).where(users.c.user_id == user_id)
+        if not self.db.is_sqlite:
+            query = query.with_for_update(read=True)
+        if conn.execute(query).first() is None:
+            raise UserDataGone()

@@ -1,0 +1,1 @@
+"""Provider adapters behind the domain's provider port (`healthledger.domain.providers`)."""

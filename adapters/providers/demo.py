@@ -1,0 +1,369 @@
+"""The demo provider: simulated devices that need nothing outside the machine.
+
+Data is realistic in shape and range, and deterministic: a day's data for a resource is a
+function of (user, provider, resource, day) and of `now` only where the day is still
+running (today's samples stop at `now`, so a later sync finds today changed and tomorrow
+new, as a real device's would). The same user and device give the same history on every
+machine, which is what makes the pull and sync tests exact.
+
+Failure injection (ours): a connection's `demo_failures` maps a resource to
+`{"code": <pull error code or connection error type>, "times": N | null}`. The pull's most
+recent chunk fails with that code on attempts 1..N (or on every attempt when `times` is
+null), after the older chunks were stored, so a retry and a failure are visible from
+outside. A connection error type fails the pull as non-retriable and puts the connection
+in `error`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from healthledger.domain.providers import (
+    CONNECTION_ERROR_TYPES,
+    NON_RETRIABLE,
+    ProviderError,
+    PullTarget,
+)
+
+HISTORY_DAYS = 30
+
+# Timeseries resources: (sample interval in minutes, unit, base, spread, share of days
+# with data, decimals, waking hours only). A resource not listed gets _DEFAULT_SERIES.
+_SERIES: dict[str, tuple[int, str, float, float, float, int, bool]] = {
+    "heartrate": (15, "bpm", 68, 14, 1.0, 0, False),
+    "hrv": (60, "ms", 48, 12, 1.0, 1, False),
+    "glucose": (15, "mmol/L", 5.6, 1.1, 1.0, 1, False),
+    "steps": (60, "count", 420, 380, 1.0, 0, True),
+    "calories_active": (60, "kcal", 22, 18, 1.0, 1, True),
+    "calories_basal": (60, "kcal", 66, 6, 1.0, 1, False),
+    "distance": (60, "m", 310, 280, 1.0, 0, True),
+    "floors_climbed": (120, "count", 2, 2, 0.9, 0, True),
+    "blood_oxygen": (60, "%", 97, 1.5, 1.0, 1, False),
+    "respiratory_rate": (60, "bpm", 14.5, 2, 1.0, 1, False),
+    "body_temperature": (240, "°C", 36.6, 0.3, 0.5, 2, True),
+    "body_temperature_delta": (1440, "°C", 0.0, 0.4, 1.0, 2, False),
+    "basal_body_temperature": (1440, "°C", 36.4, 0.2, 0.8, 2, False),
+    "stress_level": (60, "count", 35, 20, 1.0, 0, True),
+    "vo2_max": (1440, "mL/kg/min", 42, 2, 0.3, 1, False),
+    "weight": (1440, "kg", 74, 1.2, 0.4, 1, False),
+    "fat": (1440, "%", 21, 1.5, 0.4, 1, False),
+    "lean_body_mass": (1440, "kg", 57, 1, 0.3, 1, False),
+    "body_mass_index": (1440, "kg/m^2", 23.4, 0.4, 0.3, 1, False),
+    "waist_circumference": (1440, "cm", 82, 2, 0.1, 1, False),
+    "water": (180, "mL", 300, 150, 0.9, 0, True),
+    "caffeine": (240, "mg", 80, 40, 0.7, 0, True),
+    "mindfulness_minutes": (1440, "min", 10, 8, 0.4, 0, True),
+    "stand_hour": (60, "count", 1, 0, 1.0, 0, True),
+    "stand_duration": (60, "min", 6, 4, 1.0, 0, True),
+    "daylight_exposure": (120, "min", 18, 15, 0.9, 0, True),
+    "uv_exposure": (120, "count", 3, 2, 0.8, 0, True),
+    "afib_burden": (1440, "%", 1, 1, 0.5, 1, False),
+    "insulin_injection": (360, "IU", 6, 3, 0.2, 1, True),
+    "carbohydrates": (300, "g", 55, 25, 0.9, 0, True),
+    "heart_rate_recovery_one_minute": (1440, "bpm", 24, 6, 0.3, 0, False),
+    "electrocardiogram_voltage": (1440, "mV", 0.6, 0.4, 0.1, 3, True),
+}
+_DEFAULT_SERIES = (720, "count", 3, 2, 0.2, 0, True)
+
+_STAGES = ("light", "deep", "rem", "awake")
+_STAGE_CODES = {"deep": 1, "light": 2, "rem": 3, "awake": 4}
+
+
+def _rng(*parts: object) -> random.Random:
+    seed = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(seed, "big"))
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+class DemoProvider:
+    """Implements the ProviderAdapter port for every demo-capable provider."""
+
+    history_days = HISTORY_DAYS
+
+    def fetch(
+        self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
+    ) -> dict[date, Any]:
+        self._maybe_fail(target, end, now, attempt)
+        build = _SUMMARIES.get(target.resource, _series)
+        found: dict[date, Any] = {}
+        day = start
+        while day <= end:
+            payload = build(target, day, now)
+            if payload:
+                found[day] = payload
+            day += timedelta(days=1)
+        return found
+
+    @staticmethod
+    def _maybe_fail(target: PullTarget, end: date, now: datetime, attempt: int) -> None:
+        failure = target.demo_failures.get(target.resource)
+        if not failure or end < now.date():
+            return  # only the most recent chunk fails: older chunks are stored first
+        times = failure.get("times")
+        if times is not None and attempt > times:
+            return
+        code = failure["code"]
+        message = f"demo device: injected {code} on attempt {attempt}"
+        if code in CONNECTION_ERROR_TYPES:
+            raise ProviderError(NON_RETRIABLE, message, connection_error=code)
+        raise ProviderError(code, message)
+
+
+# -- summaries ---------------------------------------------------------------------------
+
+
+def _sleep_session(target: PullTarget, day: date) -> tuple[datetime, datetime, random.Random]:
+    """The night that ends on the morning of `day`."""
+    rng = _rng(target.user_id, target.provider, "sleep", day)
+    bedtime = datetime.combine(day - timedelta(days=1), time(21, 30), UTC) + timedelta(
+        minutes=rng.randint(0, 180)
+    )
+    wake = bedtime + timedelta(minutes=rng.randint(330, 530))
+    return bedtime, wake, rng
+
+
+def _stages(rng: random.Random, bedtime: datetime, wake: datetime) -> list[tuple[datetime, str]]:
+    """A stage per 5 minutes, in runs, as a hypnogram reads."""
+    stages: list[tuple[datetime, str]] = []
+    moment, stage, left = bedtime, "awake", 2
+    while moment < wake:
+        if left == 0:
+            stage = rng.choices(_STAGES, weights=(50, 20, 22, 8))[0]
+            left = rng.randint(2, 8)
+        stages.append((moment, stage))
+        moment += timedelta(minutes=5)
+        left -= 1
+    return stages
+
+
+def _sleep(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
+    bedtime, wake, rng = _sleep_session(target, day)
+    if wake > now:
+        return None
+    stages = _stages(rng, bedtime, wake)
+    seconds = {s: 300 * sum(1 for _, x in stages if x == s) for s in _STAGES}
+    total = int((wake - bedtime).total_seconds())
+    return {
+        "calendar_date": day.isoformat(),
+        "bedtime_start": _iso(bedtime),
+        "bedtime_stop": _iso(wake),
+        "duration": total,
+        "total": total - seconds["awake"],
+        "awake": seconds["awake"],
+        "light": seconds["light"],
+        "rem": seconds["rem"],
+        "deep": seconds["deep"],
+        "efficiency": round(100 * (total - seconds["awake"]) / total, 1),
+        "score": rng.randint(60, 95),
+        "hr_lowest": rng.randint(44, 58),
+        "hr_average": rng.randint(52, 66),
+        "average_hrv": round(rng.uniform(30, 80), 1),
+        "respiratory_rate": round(rng.uniform(12, 17), 1),
+        "temperature_delta": round(rng.uniform(-0.5, 0.5), 2),
+    }
+
+
+def _sleep_cycle(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
+    bedtime, wake, rng = _sleep_session(target, day)
+    if wake > now:
+        return None
+    stages = _stages(rng, bedtime, wake)
+    return {
+        "session_start": _iso(bedtime),
+        "session_end": _iso(wake),
+        "stage_start_offset_second": [int((m - bedtime).total_seconds()) for m, _ in stages],
+        "stage_end_offset_second": [int((m - bedtime).total_seconds()) + 300 for m, _ in stages],
+        "stage_type": [s for _, s in stages],
+    }
+
+
+def _sleep_series(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
+    bedtime, wake, rng = _sleep_session(target, day)
+    if wake > now:
+        return []
+    stages = _stages(rng, bedtime, wake)
+    if target.resource == "hypnogram":
+        return [
+            {"timestamp": _iso(m), "value": _STAGE_CODES[s], "unit": "stage"} for m, s in stages
+        ]
+    # sleep_stream: the heart during the night.
+    return [
+        {"timestamp": _iso(m), "hr": rng.randint(46, 64), "hrv": round(rng.uniform(25, 90), 1)}
+        for m, _ in stages
+    ]
+
+
+def _day_fraction(day: date, now: datetime) -> float:
+    """How much of `day` (UTC) has passed at `now`: 1 for past days."""
+    elapsed = (now - datetime.combine(day, time(0), UTC)).total_seconds()
+    return max(0.0, min(1.0, elapsed / 86400))
+
+
+def _activity(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
+    done = _day_fraction(day, now)
+    if done == 0:
+        return None
+    rng = _rng(target.user_id, target.provider, "activity", day)
+    steps = int(rng.randint(3500, 14000) * done)
+    return {
+        "calendar_date": day.isoformat(),
+        "steps": steps,
+        "distance": round(steps * 0.74, 1),
+        "calories_active": round(steps * 0.045, 1),
+        "calories_total": round(1650 * done + steps * 0.045, 1),
+        "floors_climbed": int(rng.randint(0, 20) * done),
+        "low": int(rng.randint(120, 300) * done),
+        "medium": int(rng.randint(20, 90) * done),
+        "high": int(rng.randint(0, 45) * done),
+    }
+
+
+def _workouts(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
+    rng = _rng(target.user_id, target.provider, "workouts", day)
+    found = []
+    for number in range(rng.choice((0, 0, 1, 1, 1, 2))):
+        start = datetime.combine(day, time(6 + 10 * number), UTC) + timedelta(
+            minutes=rng.randint(0, 240)
+        )
+        end = start + timedelta(minutes=rng.randint(20, 95))
+        if end > now:
+            continue
+        sport = rng.choice(("running", "cycling", "walking", "strength_training", "yoga"))
+        found.append(
+            {
+                "id": f"{day.isoformat()}-{number}",
+                "sport": sport,
+                "time_start": _iso(start),
+                "time_end": _iso(end),
+                "calories": rng.randint(120, 800),
+                "average_hr": rng.randint(95, 160),
+                "max_hr": rng.randint(150, 190),
+                "distance": round(rng.uniform(0, 15000), 1) if sport != "yoga" else None,
+            }
+        )
+    return found
+
+
+def _body(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
+    rng = _rng(target.user_id, target.provider, "body", day)
+    if rng.random() > 0.5 or _day_fraction(day, now) < 0.3:
+        return None  # weighed on about half the days, in the morning
+    return {
+        "calendar_date": day.isoformat(),
+        "weight": round(rng.gauss(74, 0.8), 1),
+        "fat": round(rng.gauss(21, 1), 1),
+    }
+
+
+def _profile(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
+    if day.weekday() != 0 or _day_fraction(day, now) == 0:
+        return None  # the device reports the profile once a week
+    rng = _rng(target.user_id, target.provider, "profile")
+    return {"height": rng.randint(155, 195), "calendar_date": day.isoformat()}
+
+
+def _meal(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
+    rng = _rng(target.user_id, target.provider, "meal", day)
+    meals = []
+    for name, hour in (("breakfast", 7), ("lunch", 12), ("dinner", 19)):
+        eaten = datetime.combine(day, time(hour), UTC) + timedelta(minutes=rng.randint(0, 90))
+        if eaten > now or rng.random() < 0.15:
+            continue
+        meals.append(
+            {
+                "name": name,
+                "timestamp": _iso(eaten),
+                "energy_kcal": rng.randint(300, 900),
+                "carbohydrates_g": rng.randint(20, 110),
+                "protein_g": rng.randint(10, 50),
+                "fat_g": rng.randint(5, 40),
+            }
+        )
+    return meals
+
+
+def _menstrual_cycle(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
+    rng = _rng(target.user_id, target.provider, "menstrual_cycle")
+    offset = rng.randint(0, 27)
+    if (day.toordinal() + offset) % 28 != 0 or _day_fraction(day, now) == 0:
+        return None
+    return {"period_start": day.isoformat(), "cycle_length_days": 28}
+
+
+def _electrocardiogram(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
+    rng = _rng(target.user_id, target.provider, "electrocardiogram", day)
+    taken = datetime.combine(day, time(9), UTC) + timedelta(minutes=rng.randint(0, 600))
+    if rng.random() > 0.15 or taken > now:
+        return None
+    return {
+        "session_start": _iso(taken),
+        "session_end": _iso(taken + timedelta(seconds=30)),
+        "voltage_sample_count": 15360,
+        "heart_rate_mean": rng.randint(58, 90),
+        "classification": rng.choice(("sinus_rhythm", "sinus_rhythm", "inconclusive")),
+    }
+
+
+def _blood_pressure(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
+    rng = _rng(target.user_id, target.provider, "blood_pressure", day)
+    readings = []
+    for hour in (8, 20):
+        taken = datetime.combine(day, time(hour), UTC) + timedelta(minutes=rng.randint(0, 60))
+        if taken <= now and rng.random() < 0.6:
+            readings.append(
+                {
+                    "timestamp": _iso(taken),
+                    "systolic": rng.randint(108, 138),
+                    "diastolic": rng.randint(68, 88),
+                    "unit": "mmHg",
+                }
+            )
+    return readings
+
+
+def _series(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
+    interval, unit, base, spread, share, decimals, waking = _SERIES.get(
+        target.resource, _DEFAULT_SERIES
+    )
+    rng = _rng(target.user_id, target.provider, target.resource, day)
+    if rng.random() > share:
+        return []
+    midnight = datetime.combine(day, time(0), UTC)
+    first, last = (7 * 60, 23 * 60) if waking else (0, 24 * 60)
+    samples = []
+    for minute in range(first + rng.randint(0, interval - 1) % interval, last, interval):
+        moment = midnight + timedelta(minutes=minute)
+        value = max(0.0, base + rng.uniform(-spread, spread))
+        if moment > now:
+            break
+        samples.append(
+            {
+                "timestamp": _iso(moment),
+                "value": round(value, decimals) if decimals else int(value),
+                "unit": unit,
+            }
+        )
+    return samples
+
+
+_SUMMARIES: dict[str, Callable[[PullTarget, date, datetime], Any]] = {
+    "sleep": _sleep,
+    "sleep_cycle": _sleep_cycle,
+    "hypnogram": _sleep_series,
+    "sleep_stream": _sleep_series,
+    "activity": _activity,
+    "workouts": _workouts,
+    "body": _body,
+    "profile": _profile,
+    "meal": _meal,
+    "menstrual_cycle": _menstrual_cycle,
+    "electrocardiogram": _electrocardiogram,
+    "blood_pressure": _blood_pressure,
+}

@@ -1,0 +1,43 @@
+"""The health data store port: a user's pulled data, one payload per (provider, resource,
+day), sealed under the user's key and erased with the user.
+
+The pull engine stores each chunk as it arrives; `store` tells which days were new and
+which changed, which is what the daily sync records as daily data created and updated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Protocol
+from uuid import UUID
+
+from healthledger.domain.errors import LedgerError
+
+
+class UserDataGone(LedgerError):
+    """The user was erased (their key is gone): nothing of theirs may be stored again."""
+
+    def __init__(self) -> None:
+        super().__init__("The user's data was erased.")
+
+
+@dataclass
+class StoreResult:
+    created: list[date] = field(default_factory=list)
+    updated: list[date] = field(default_factory=list)
+
+
+class HealthDataStore(Protocol):
+    def store(
+        self, user_id: UUID, provider: str, resource: str, days: Mapping[date, Any]
+    ) -> StoreResult:
+        """Upsert one payload per day. Raises UserDataGone for an erased user."""
+        ...
+
+    def read(
+        self, user_id: UUID, provider: str, resource: str, start: date, end: date
+    ) -> dict[date, Any]:
+        """The stored payloads for start..end (inclusive), opened."""
+        ...

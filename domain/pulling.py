@@ -1,0 +1,298 @@
+"""Use cases of pulling data: historical pulls on connection, and the daily sync after.
+
+Workers find what is due from our own tables (the `due` queries are injected) and call
+`run` / `sync` for each id. Both are idempotent and claim their work through the event
+store's optimistic concurrency: two workers that pick the same pull both try to record
+`PullStarted` at the same version, and only one succeeds. A worker that dies mid-pull
+leaves the pull `in_progress`; once its lease ends the pull is due again and is taken over
+(chunks already stored are stored again unchanged, and success is recorded once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError
+from healthledger.domain.connections import Connection
+from healthledger.domain.context import SCHEDULER, CommandContext
+from healthledger.domain.health_data import HealthDataStore, UserDataGone
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.providers import (
+    NON_RETRIABLE,
+    UNEXPECTED,
+    ProviderAdapter,
+    ProviderError,
+    PullTarget,
+)
+from healthledger.domain.resource_feeds import IN_PROGRESS, RETRYING, SUCCESS, ResourceFeed
+from healthledger.domain.users import User
+
+log = logging.getLogger("healthledger.pulls")
+
+# How many days one fetch asks a provider for.
+CHUNK_DAYS = 7
+# A daily sync looks back this far, so a day that changed after it was first seen (a
+# late upload, today's data growing) is seen again.
+SYNC_LOOKBACK_DAYS = 1
+
+DueIds = Callable[[datetime, int], list[UUID]]
+
+
+@dataclass(frozen=True)
+class PullPolicy:
+    # Delays before the 2nd, 3rd... try of a pull that failed for a passing reason; a
+    # failure after the last one is retry_quota_exhausted.
+    retry_delays: Sequence[float] = (60, 300, 1800, 7200)
+    # How long a started attempt is trusted to be running before it is taken over.
+    lease: timedelta = timedelta(minutes=15)
+    # How often a connected feed is synced after its historical pull.
+    sync_interval: timedelta = timedelta(days=1)
+
+
+class Pulls:
+    def __init__(
+        self,
+        ledger: Ledger,
+        clock: Clock,
+        store: HealthDataStore,
+        adapter_for: Callable[[Connection], ProviderAdapter],
+        *,
+        due_pulls: DueIds,
+        due_syncs: DueIds,
+        policy: PullPolicy = PullPolicy(),
+    ) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.store = store
+        self.adapter_for = adapter_for
+        self.due_pulls = due_pulls
+        self.due_syncs = due_syncs
+        self.policy = policy
+
+    # -- scheduling (in the connect's transaction) --------------------------------------
+
+    def schedule(
+        self,
+        ctx: CommandContext,
+        connection: Connection,
+        user: User,
+        resources: Sequence[str],
+        now: datetime,
+    ) -> list[ResourceFeed]:
+        """A pull per resource over the provider's history window, pending and unsaved:
+        the caller saves them with the connection, so a connection never exists without
+        its pulls."""
+        history = timedelta(days=self.adapter_for(connection).history_days)
+        start, end = _clamp(now - history, now, user)
+        feeds = []
+        for resource in sorted(resources):
+            feed = self.ledger.find(ResourceFeed.id_for(connection.id, resource))
+            if feed is None:
+                feed = ResourceFeed.open(
+                    ctx,
+                    now,
+                    connection_id=connection.id,
+                    user_id=connection.user_id,
+                    team_id=connection.team_id,
+                    provider=connection.provider,
+                    resource=resource,
+                )
+            assert isinstance(feed, ResourceFeed)
+            feed.schedule_pull(
+                ctx,
+                now,
+                range_start=start,
+                range_end=end,
+                connection_created_at=connection.created_on,
+            )
+            feeds.append(feed)
+        return feeds
+
+    # -- historical pulls -----------------------------------------------------------------
+
+    def run_due(self, limit: int = 200) -> int:
+        """Run the pulls that are due now; how many were looked at."""
+        ids = self.due_pulls(self.clock(), limit)
+        for feed_id in ids:
+            self.run(feed_id)
+        return len(ids)
+
+    def run(self, feed_id: UUID) -> str | None:
+        """Take one pull to its next stop (success, retrying, failure); its status after."""
+        ctx = CommandContext.system(SCHEDULER)
+        feed = self.ledger.find(feed_id)
+        if not isinstance(feed, ResourceFeed) or not feed.is_pending:
+            return None
+        now = self.clock()
+        if not self._is_due(feed, now):
+            return feed.status
+        connection = self.ledger.find(feed.connection_id)
+        assert isinstance(connection, Connection)
+        if not connection.is_pulling:
+            feed.fail(ctx, now, code=NON_RETRIABLE, reason=f"connection {connection.status}")
+            return self._saved_status(feed)
+        feed.start_attempt(ctx, now)
+        if not self._save(feed):
+            return None  # another worker claimed this attempt
+        try:
+            span = self._pull(feed, connection, now)
+        except ProviderError as exc:
+            return self._attempt_failed(ctx, feed, connection, exc)
+        except UserDataGone:
+            feed.fail(ctx, self.clock(), code=NON_RETRIABLE, reason="user erased")
+            return self._saved_status(feed)
+        except Exception as exc:  # a defect in an adapter: final, and logged without data
+            log.error("pull %s failed unexpectedly: %s", feed.id, type(exc).__name__)
+            feed.fail(ctx, self.clock(), code=UNEXPECTED, reason=type(exc).__name__)
+            return self._saved_status(feed)
+        feed.succeed(ctx, self.clock(), **span)
+        return self._saved_status(feed)
+
+    def _is_due(self, feed: ResourceFeed, now: datetime) -> bool:
+        if feed.status == IN_PROGRESS:
+            return feed.modified_on + self.policy.lease <= now
+        if feed.status == RETRYING:
+            return feed.retry_at <= now
+        return True
+
+    def _pull(self, feed: ResourceFeed, connection: Connection, now: datetime) -> dict[str, Any]:
+        adapter = self.adapter_for(connection)
+        target = PullTarget(
+            feed.user_id, feed.provider, feed.resource, getattr(connection, "demo_failures", {})
+        )
+        days_with_data, oldest, newest = 0, None, None
+        for start, end in _chunks(feed.range_start, feed.range_end):
+            found = adapter.fetch(target, start, end, now, feed.attempts)
+            self.store.store(feed.user_id, feed.provider, feed.resource, found)
+            if found:
+                days_with_data += len(found)
+                oldest = oldest or min(found)
+                newest = max(found)
+        return {"days_with_data": days_with_data, "oldest_day": oldest, "newest_day": newest}
+
+    def _attempt_failed(
+        self, ctx: CommandContext, feed: ResourceFeed, connection: Connection, exc: ProviderError
+    ) -> str | None:
+        now = self.clock()
+        feed.attempt_failed(
+            ctx,
+            now,
+            code=exc.code,
+            reason=exc.message,
+            retriable=exc.retriable,
+            retry_delays=list(self.policy.retry_delays),
+        )
+        if exc.connection_error is None:
+            return self._saved_status(feed)
+        # The grant is broken: the connection shows it, in the same transaction.
+        connection.error(ctx, now, exc.connection_error, exc.message)
+        return self._saved_status(feed, connection)
+
+    # -- the daily sync -------------------------------------------------------------------
+
+    def sync_due(self, limit: int = 500) -> tuple[int, int]:
+        """Sync the feeds that are due: (how many were looked at, how many synced). A feed
+        whose sync failed stays due for the next round."""
+        now = self.clock()
+        ids = self.due_syncs(now - self.policy.sync_interval, limit)
+        synced = sum(1 for feed_id in ids if self.sync(feed_id) is not None)
+        return len(ids), synced
+
+    def sync(self, feed_id: UUID) -> tuple[list[date], list[date]] | None:
+        """Fetch the days since the feed's newest data; record what is new and changed."""
+        ctx = CommandContext.system(SCHEDULER)
+        feed = self.ledger.find(feed_id)
+        if not isinstance(feed, ResourceFeed) or feed.status != SUCCESS:
+            return None  # the historical pull covers it (or failed: nothing to sync)
+        connection = self.ledger.find(feed.connection_id)
+        user = self.ledger.find(feed.user_id)
+        if not isinstance(connection, Connection) or not connection.is_pulling:
+            return None
+        assert isinstance(user, User)
+        now = self.clock()
+        since = feed.newest_day or feed.range_end.date()
+        start, end = _clamp(
+            datetime.combine(since - timedelta(days=SYNC_LOOKBACK_DAYS), time(0), UTC), now, user
+        )
+        if start >= end:
+            return None
+        adapter = self.adapter_for(connection)
+        target = PullTarget(
+            feed.user_id, feed.provider, feed.resource, getattr(connection, "demo_failures", {})
+        )
+        try:
+            found = adapter.fetch(target, start.date(), end.date(), now, 1)
+            stored = self.store.store(feed.user_id, feed.provider, feed.resource, found)
+        except ProviderError as exc:
+            if exc.connection_error is not None:
+                connection.error(ctx, now, exc.connection_error, exc.message)
+                self._save(connection)
+            # A passing failure: the feed stays due, and the next round tries again.
+            log.info("sync of feed %s failed: %s", feed.id, exc.code)
+            return None
+        except UserDataGone:
+            return None
+        feed.synced(ctx, now, created_days=stored.created, updated_days=stored.updated)
+        self._save(feed)
+        return stored.created, stored.updated
+
+    # -- connection pauses ----------------------------------------------------------------
+
+    def apply_ingestion_bounds(self, connection_ids: Sequence[UUID]) -> int:
+        """Pause the connections whose user's ingestion_end has passed; resume the paused
+        ones whose user's ingestion_end was moved on or cleared. How many changed."""
+        ctx = CommandContext.system(SCHEDULER)
+        changed = 0
+        for connection_id in connection_ids:
+            connection = self.ledger.find(connection_id)
+            if not isinstance(connection, Connection):
+                continue
+            user = self.ledger.find(connection.user_id)
+            assert isinstance(user, User)
+            now = self.clock()
+            ended = user.ingestion_end is not None and user.ingestion_end < now.date()
+            if ended:
+                connection.pause(ctx, now)
+            else:
+                connection.resume(ctx, now)
+            if connection.pending_events and self._save(connection):
+                changed += 1
+        return changed
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _save(self, *aggregates: Any) -> bool:
+        try:
+            self.ledger.save(*aggregates)
+        except IntegrityError:
+            return False  # another worker, or a reconnection, moved the stream on
+        return True
+
+    def _saved_status(self, feed: ResourceFeed, *others: Any) -> str | None:
+        """The feed's status once saved; None when another writer got there first."""
+        return feed.status if self._save(feed, *others) else None
+
+
+def _clamp(start: datetime, end: datetime, user: User) -> tuple[datetime, datetime]:
+    """The range cut to the user's ingestion bounds (dates, whole UTC days)."""
+    if user.ingestion_start is not None:
+        start = max(start, datetime.combine(user.ingestion_start, time(0), UTC))
+    if user.ingestion_end is not None:
+        end = min(end, datetime.combine(user.ingestion_end + timedelta(days=1), time(0), UTC))
+    return start, max(start, end)
+
+
+def _chunks(start: datetime, end: datetime) -> Iterator[tuple[date, date]]:
+    """Oldest first, CHUNK_DAYS at a time, over the days the range touches."""
+    if start >= end:
+        return
+    day, last = start.date(), (end - timedelta(microseconds=1)).date()
+    while day <= last:
+        chunk_end = min(day + timedelta(days=CHUNK_DAYS - 1), last)
+        yield day, chunk_end
+        day = chunk_end + timedelta(days=1)

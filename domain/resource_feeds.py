@@ -1,0 +1,291 @@
+"""The feed of one resource from one connection: its historical pulls and the daily data
+found after them. One stream per (connection, resource).
+
+A historical pull:
+
+    scheduled -> in_progress -> success
+                             -> retrying -> in_progress ...   (retriable code, tries left)
+                             -> failure                       (final code, or no tries left)
+
+`retrying` exists only for connections created on or after 2025-05-09 (gaps.md); older
+connections go straight to failure. A reconnection schedules a new pull on the same
+stream, so the audit trail keeps every pull of every connection period.
+
+`PullSucceeded` is recorded once, after every chunk of the pull is stored: it is what
+`historical.data.<resource>.created` announces. `DailySynced` records each later sync and
+the days it found new (`daily.data.<resource>.created`) or changed (`...updated`). The
+events hold dates and codes only; the data itself is sealed under the user's key in the
+health data store and goes with the user's erasure.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.domain.context import CommandContext
+from healthledger.domain.providers import RETRY_QUOTA_EXHAUSTED
+from healthledger.domain.users import CheapCopy
+
+SCHEDULED = "scheduled"
+IN_PROGRESS = "in_progress"
+SUCCESS = "success"
+RETRYING = "retrying"
+FAILURE = "failure"
+PULL_STATES = (SCHEDULED, IN_PROGRESS, SUCCESS, RETRYING, FAILURE)
+
+# Connections created from this instant on retry pulls that failed for a passing reason.
+RETRYING_SINCE = datetime(2025, 5, 9, tzinfo=UTC)
+# The pull engine's release that a pull ran under (introspection's `release`).
+RELEASE_RETRYING = "2025-05-09"
+RELEASE_LEGACY = "legacy"
+
+_NAMESPACE = uuid.UUID("3c1d8e52-7a0b-5f64-9d2e-41b7c6a9e0f3")
+
+
+class ResourceFeed(CheapCopy, Aggregate):
+    TOPIC = "healthledger:ResourceFeed"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "healthledger:ResourceFeed.Created.v1"
+        connection_id: UUID
+        user_id: UUID
+        team_id: UUID
+        provider: str
+        resource: str
+
+        def apply(self, feed: ResourceFeed) -> None:
+            feed.connection_id = self.connection_id
+            feed.user_id = self.user_id
+            feed.team_id = self.team_id
+            feed.provider = self.provider
+            feed.resource = self.resource
+            feed.pull_number = 0
+            feed.status = None
+            feed.oldest_day = None
+            feed.newest_day = None
+
+    class PullScheduled(Event):
+        TOPIC = "healthledger:ResourceFeed.PullScheduled.v1"
+        pull_number: int
+        range_start: datetime
+        range_end: datetime
+        retries_allowed: bool
+        release: str
+        trace_id: str
+
+        def apply(self, feed: ResourceFeed) -> None:
+            feed.pull_number = self.pull_number
+            feed.status = SCHEDULED
+            feed.range_start = self.range_start
+            feed.range_end = self.range_end
+            feed.retries_allowed = self.retries_allowed
+            feed.release = self.release
+            feed.trace_id = self.trace_id
+            feed.scheduled_at = self.timestamp
+            feed.started_at = None
+            feed.ended_at = None
+            feed.attempts = 0
+            feed.failures = 0
+            feed.error_code = None
+            feed.days_with_data = 0
+
+    class PullStarted(Event):
+        TOPIC = "healthledger:ResourceFeed.PullStarted.v1"
+        attempt: int
+
+        def apply(self, feed: ResourceFeed) -> None:
+            feed.status = IN_PROGRESS
+            feed.attempts = self.attempt
+            if feed.started_at is None:
+                feed.started_at = self.timestamp
+
+    class PullRetrying(Event):
+        """An attempt failed for a passing reason; the next one is due at `retry_at`."""
+
+        TOPIC = "healthledger:ResourceFeed.PullRetrying.v1"
+        error_code: str
+        retry_at: datetime
+
+        def apply(self, feed: ResourceFeed) -> None:
+            feed.status = RETRYING
+            feed.retry_at = self.retry_at
+            feed.failures += 1
+            feed.error_code = self.error_code
+
+    class PullSucceeded(Event):
+        """Every chunk of the pull is stored: announced as historical.data.*.created."""
+
+        TOPIC = "healthledger:ResourceFeed.PullSucceeded.v1"
+        days_with_data: int
+        oldest_day: date | None
+        newest_day: date | None
+
+        def apply(self, feed: ResourceFeed) -> None:
+            feed.status = SUCCESS
+            feed.ended_at = self.timestamp
+            feed.error_code = None
+            feed.days_with_data = self.days_with_data
+            _widen(feed, self.oldest_day, self.newest_day)
+
+    class PullFailed(Event):
+        TOPIC = "healthledger:ResourceFeed.PullFailed.v1"
+        error_code: str
+        # Why, in our words (no personal data): the provider's message or our reason.
+        reason: str
+
+        def apply(self, feed: ResourceFeed) -> None:
+            feed.status = FAILURE
+            feed.ended_at = self.timestamp
+            feed.error_code = self.error_code
+
+    class DailySynced(Event):
+        """A later sync: the days it found new and the days whose data changed."""
+
+        TOPIC = "healthledger:ResourceFeed.DailySynced.v1"
+        created_days: list[date]
+        updated_days: list[date]
+
+        def apply(self, feed: ResourceFeed) -> None:
+            days = [*self.created_days, *self.updated_days]
+            if days:
+                _widen(feed, min(days), max(days))
+
+    @staticmethod
+    def id_for(connection_id: UUID, resource: str) -> UUID:
+        return uuid.uuid5(_NAMESPACE, f"{connection_id}\x1f{resource}")
+
+    @classmethod
+    def open(
+        cls,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        connection_id: UUID,
+        user_id: UUID,
+        team_id: UUID,
+        provider: str,
+        resource: str,
+    ) -> ResourceFeed:
+        return cls._create(
+            cls.Created,
+            id=cls.id_for(connection_id, resource),
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            connection_id=connection_id,
+            user_id=user_id,
+            team_id=team_id,
+            provider=provider,
+            resource=resource,
+        )
+
+    def schedule_pull(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        range_start: datetime,
+        range_end: datetime,
+        connection_created_at: datetime,
+    ) -> None:
+        retries_allowed = connection_created_at >= RETRYING_SINCE
+        self._trigger(
+            ctx,
+            now,
+            self.PullScheduled,
+            pull_number=self.pull_number + 1,
+            range_start=range_start,
+            range_end=range_end,
+            retries_allowed=retries_allowed,
+            release=RELEASE_RETRYING if retries_allowed else RELEASE_LEGACY,
+            trace_id=uuid.uuid4().hex,
+        )
+
+    @property
+    def is_pending(self) -> bool:
+        """A pull that has not ended: a worker may (re)start it."""
+        return self.status in (SCHEDULED, RETRYING, IN_PROGRESS)
+
+    def start_attempt(self, ctx: CommandContext, now: datetime) -> None:
+        self._trigger(ctx, now, self.PullStarted, attempt=self.attempts + 1)
+
+    def attempt_failed(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        code: str,
+        reason: str,
+        retriable: bool,
+        retry_delays: list[float],
+    ) -> None:
+        """Record a failed attempt: retrying while tries are left, else failure."""
+        if not retriable:
+            self._trigger(ctx, now, self.PullFailed, error_code=code, reason=reason)
+        elif not self.retries_allowed:
+            # Legacy connections never enter retrying: the passing code is final for them.
+            self._trigger(ctx, now, self.PullFailed, error_code=code, reason=reason)
+        elif self.failures < len(retry_delays):
+            delay = retry_delays[self.failures]
+            retry_at = datetime.fromtimestamp(now.timestamp() + delay, UTC)
+            self._trigger(ctx, now, self.PullRetrying, error_code=code, retry_at=retry_at)
+        else:
+            self._trigger(
+                ctx,
+                now,
+                self.PullFailed,
+                error_code=RETRY_QUOTA_EXHAUSTED,
+                reason=f"{code} on every one of {self.failures + 1} tries",
+            )
+
+    def succeed(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        days_with_data: int,
+        oldest_day: date | None,
+        newest_day: date | None,
+    ) -> None:
+        self._trigger(
+            ctx,
+            now,
+            self.PullSucceeded,
+            days_with_data=days_with_data,
+            oldest_day=oldest_day,
+            newest_day=newest_day,
+        )
+
+    def fail(self, ctx: CommandContext, now: datetime, *, code: str, reason: str) -> None:
+        self._trigger(ctx, now, self.PullFailed, error_code=code, reason=reason)
+
+    def synced(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        created_days: list[date],
+        updated_days: list[date],
+    ) -> None:
+        self._trigger(
+            ctx, now, self.DailySynced, created_days=created_days, updated_days=updated_days
+        )
+
+    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: object) -> None:
+        self.trigger_event(
+            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
+        )
+
+
+def _widen(feed: ResourceFeed, oldest: date | None, newest: date | None) -> None:
+    if oldest is not None and (feed.oldest_day is None or oldest < feed.oldest_day):
+        feed.oldest_day = oldest
+    if newest is not None and (feed.newest_day is None or newest > feed.newest_day):
+        feed.newest_day = newest
