@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# `python bench/embedded.py` puts bench/ first on sys.path, where bench/http.py would
+# `python bench/embedded.py` puts bench/ first on sys.path, where bench/http_api.py would
 # shadow the standard library's `http` package for any library that imports it (urllib,
 # httpx, starlette...). Drop it before any other import.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:

@@ -166,7 +166,7 @@ class Pulls:
             feed.user_id, feed.provider, feed.resource, getattr(connection, "demo_failures", {})
         )
         days_with_data, oldest, newest = 0, None, None
-        for start, end in _chunks(feed.range_start, feed.range_end):
+        for start, end in pull_chunks(feed.range_start, feed.range_end):
             found = adapter.fetch(target, start, end, now, feed.attempts)
             self.store.store(feed.user_id, feed.provider, feed.resource, found)
             if found:
@@ -287,7 +287,7 @@ def _clamp(start: datetime, end: datetime, user: User) -> tuple[datetime, dateti
     return start, max(start, end)
 
 
-def _chunks(start: datetime, end: datetime) -> Iterator[tuple[date, date]]:
+def pull_chunks(start: datetime, end: datetime) -> Iterator[tuple[date, date]]:
     """Oldest first, CHUNK_DAYS at a time, over the days the range touches."""
     if start >= end:
         return

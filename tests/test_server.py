@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from healthledger.adapters.reference import provider_catalog
 from healthledger.adapters.settings import Settings
 
 KEY = re.compile(r"team API key\s+(hlk_\S+)")
@@ -110,5 +111,21 @@ def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
             f"{link}/connect", data={"token": issued.json()["link_token"], "provider": "oura"}
         )
         assert connected.status_code == 200 and "Oura is connected" in connected.text
+        # The server's own pull worker, woken by the connect, completes every pull.
+        deadline = time.monotonic() + 60
+        while True:
+            introspected = httpx.get(
+                f"{base}/v2/introspect/historical_pull",
+                params={"user_id": user_id},
+                headers=headers,
+            ).json()
+            pulled = introspected["data"][0]["provider"]["oura"]["pulled"]
+            statuses = {pull["status"] for pull in pulled.values()}
+            if statuses == {"success"}:
+                break
+            assert time.monotonic() < deadline, statuses
+            time.sleep(0.2)
+        (oura,) = [entry for entry in provider_catalog() if entry.slug == "oura"]
+        assert set(pulled) == set(oura.supported_resources)
     # A later start prints nothing secret.
     assert not any("hlk_" in line or "hlm_" in line for line in output)

@@ -8,7 +8,7 @@ load generator sends the same number of `POST /v2/user` requests to each; the ta
 at least 50% of the bare figure. It prints a report; `--check` makes a missed target (or
 any failed request) exit 1.
 
-    /work/venv/bin/python bench/http.py [--n 2000] [--workers 8] [--warmup 200] [--check]
+    /work/venv/bin/python bench/http_api.py [--n 2000] [--workers 8] [--warmup 200] [--check]
 
 Traffic goes to loopback only, is bounded in count (--n) and time (--timeout), and both
 servers are stopped before the script exits.
@@ -16,20 +16,12 @@ servers are stopped before the script exits.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# This file is named http.py: run as `python bench/http.py`, bench/ comes first on sys.path
-# and this file would be imported as the standard library's `http` package by uvicorn,
-# httpx and starlette. Drop bench/ from the path before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import itertools
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -38,6 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
