@@ -4,8 +4,9 @@
    one user, one demo connection, and every historical pull run to the end (30 days, every
    supported resource, 7-day chunks, sealed under the user's key, events and read models
    written). Target: under 2 s per connection. The baseline, in the same run: raw
-   `sqlite3` writing the same demo data as plain JSON rows, one transaction per chunk as
-   the service stores them, with the same durability (WAL, synchronous=FULL).
+   `sqlite3` writing the same demo data as plain JSON rows, one transaction per chunk
+   window (every resource's 7 days) as the service stores them, with the same durability
+   (WAL, synchronous=FULL), and no events, encryption or claims.
 2. **Many users at once, over HTTP.** A real `healthledger serve` process on a fresh
    SQLite file; N users (200 by default) are created, then all connect a demo device at
    once through `POST /v2/link/connect/demo` from a pool of threads. The server's own pull
@@ -101,19 +102,18 @@ def raw_baseline(
     demo, user = DemoProvider(), uuid.uuid4()
     now = window[1]
     started = time.perf_counter()
-    for resource in resources:
-        target = PullTarget(user, provider, resource, {})
-        for start, end in pull_chunks(*window):
-            found = demo.fetch(target, start, end, now, 1)
-            conn.execute("BEGIN")
-            conn.executemany(
-                "INSERT INTO data VALUES (?, ?, ?, ?, ?)",
-                [
-                    (user.bytes, provider, resource, day.isoformat(), json.dumps(payload))
-                    for day, payload in found.items()
-                ],
-            )
-            conn.execute("COMMIT")
+    # As the service stores them: one transaction per chunk window, every resource in it.
+    for start, end in pull_chunks(*window):
+        rows = [
+            (user.bytes, provider, resource, day.isoformat(), json.dumps(payload))
+            for resource in resources
+            for day, payload in demo.fetch(
+                PullTarget(user, provider, resource, {}), start, end, now, 1
+            ).items()
+        ]
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO data VALUES (?, ?, ?, ?, ?)", rows)
+        conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
     conn.close()
     return elapsed

@@ -1,8 +1,9 @@
 """The health data store port: a user's pulled data, one payload per (provider, resource,
 day), sealed under the user's key and erased with the user.
 
-The pull engine stores each chunk as it arrives; `store` tells which days were new and
-which changed, which is what the daily sync records as daily data created and updated.
+The pull engine stores each chunk window as it arrives (every resource of a connection in
+one transaction); `store` tells which days were new and which changed, which is what the
+daily sync records as daily data created and updated.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ class StoreResult:
 
 class HealthDataStore(Protocol):
     def store(
-        self, user_id: UUID, provider: str, resource: str, days: Mapping[date, Any]
-    ) -> StoreResult:
-        """Upsert one payload per day. Raises UserDataGone for an erased user."""
+        self, user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
+    ) -> dict[str, StoreResult]:
+        """Upsert one payload per resource and day, in one transaction; per resource, the
+        days that were new and the days that changed. Raises UserDataGone for an erased
+        user."""
         ...
 
     def read(

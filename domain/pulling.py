@@ -44,6 +44,14 @@ DueIds = Callable[[datetime, int], list[UUID]]
 
 
 @dataclass(frozen=True)
+class _Outcome:
+    """How one pull's attempt ended: its span of data, or the error it met."""
+
+    span: dict[str, Any]
+    error: Exception | None
+
+
+@dataclass(frozen=True)
 class PullPolicy:
     # Delays before the 2nd, 3rd... try of a pull that failed for a passing reason; a
     # failure after the last one is retry_quota_exhausted.
@@ -116,42 +124,116 @@ class Pulls:
     # -- historical pulls -----------------------------------------------------------------
 
     def run_due(self, limit: int = 200) -> int:
-        """Run the pulls that are due now; how many were looked at."""
+        """Run the pulls that are due now; how many were looked at. The due pulls of one
+        connection run together (see `_run_together`)."""
         ids = self.due_pulls(self.clock(), limit)
+        by_connection: dict[UUID, list[ResourceFeed]] = {}
         for feed_id in ids:
-            self.run(feed_id)
+            feed = self.ledger.find(feed_id)
+            if isinstance(feed, ResourceFeed) and feed.is_pending:
+                by_connection.setdefault(feed.connection_id, []).append(feed)
+        for feeds in by_connection.values():
+            self._run_together(feeds)
         return len(ids)
 
     def run(self, feed_id: UUID) -> str | None:
-        """Take one pull to its next stop (success, retrying, failure); its status after."""
-        ctx = CommandContext.system(SCHEDULER)
+        """Take one pull to its next stop (success, retrying, failure): its status after,
+        or None when another worker had claimed it."""
         feed = self.ledger.find(feed_id)
         if not isinstance(feed, ResourceFeed) or not feed.is_pending:
             return None
+        claimed = self._run_together([feed])
+        if feed_id not in claimed:
+            return None
+        after = self.ledger.find(feed_id)
+        assert isinstance(after, ResourceFeed)
+        return after.status
+
+    def _run_together(self, feeds: list[ResourceFeed]) -> set[UUID]:
+        """Run pulls of one connection to their next stop; the ids this worker claimed.
+
+        Together means one transaction for the claims, one per chunk window for the data
+        of every resource, and one for the outcomes: a connection's 50 pulls cost a dozen
+        commits instead of hundreds. Each pull still succeeds or fails on its own, and its
+        completion is recorded after all its chunks are stored. When a batch write loses
+        to another writer (a worker claimed one of the pulls, a reconnection rescheduled
+        one), each pull is redone on its own from the stored state.
+        """
+        ctx = CommandContext.system(SCHEDULER)
         now = self.clock()
-        if not self._is_due(feed, now):
-            return feed.status
-        connection = self.ledger.find(feed.connection_id)
+        feeds = [feed for feed in feeds if self._is_due(feed, now)]
+        if not feeds:
+            return set()
+        connection = self.ledger.find(feeds[0].connection_id)
         assert isinstance(connection, Connection)
         if not connection.is_pulling:
-            feed.fail(ctx, now, code=NON_RETRIABLE, reason=f"connection {connection.status}")
-            return self._saved_status(feed)
-        feed.start_attempt(ctx, now)
-        if not self._save(feed):
-            return None  # another worker claimed this attempt
-        try:
-            span = self._pull(feed, connection, now)
-        except ProviderError as exc:
-            return self._attempt_failed(ctx, feed, connection, exc)
-        except UserDataGone:
-            feed.fail(ctx, self.clock(), code=NON_RETRIABLE, reason="user erased")
-            return self._saved_status(feed)
-        except Exception as exc:  # a defect in an adapter: final, and logged without data
-            log.error("pull %s failed unexpectedly: %s", feed.id, type(exc).__name__)
-            feed.fail(ctx, self.clock(), code=UNEXPECTED, reason=type(exc).__name__)
-            return self._saved_status(feed)
-        feed.succeed(ctx, self.clock(), **span)
-        return self._saved_status(feed)
+            reason = f"connection {connection.status}"
+            for feed in feeds:
+                feed.fail(ctx, now, code=NON_RETRIABLE, reason=reason)
+            if not self._save(*feeds):
+                for feed in feeds:  # one at a time, from the stored state
+                    fresh = self._reload(feed)
+                    if fresh.is_pending:
+                        fresh.fail(ctx, now, code=NON_RETRIABLE, reason=reason)
+                        self._save(fresh)
+            return set()
+        for feed in feeds:
+            feed.start_attempt(ctx, now)
+        if not self._save(*feeds):
+            if len(feeds) == 1:
+                return set()  # another worker claimed it
+            claimed: set[UUID] = set()
+            for feed in feeds:
+                claimed |= self._run_together([self._reload(feed)])
+            return claimed
+        spans, errors = self._pull(connection, feeds, now)
+        ended = self.clock()
+        outcomes = {feed.id: _Outcome(spans[feed.id], errors.get(feed.id)) for feed in feeds}
+        for feed in feeds:
+            self._record_outcome(ctx, feed, connection, outcomes[feed.id], ended)
+        others = [connection] if connection.pending_events else []
+        if self._save(*feeds, *others):
+            return {feed.id for feed in feeds}
+        # Something moved one of the streams on meanwhile (a reconnection rescheduled a
+        # pull, a deregistration): record each outcome on its own where the attempt this
+        # worker claimed is still the pull's latest.
+        for feed in feeds:
+            fresh = self._reload(feed)
+            if fresh.status == IN_PROGRESS and fresh.attempts == feed.attempts:
+                fresh_connection = self._reload(connection)
+                self._record_outcome(ctx, fresh, fresh_connection, outcomes[feed.id], ended)
+                extra = [fresh_connection] if fresh_connection.pending_events else []
+                self._save(fresh, *extra)
+        return {feed.id for feed in feeds}
+
+    def _record_outcome(
+        self,
+        ctx: CommandContext,
+        feed: ResourceFeed,
+        connection: Connection,
+        outcome: _Outcome,
+        now: datetime,
+    ) -> None:
+        error = outcome.error
+        if error is None:
+            feed.succeed(ctx, now, **outcome.span)
+        elif isinstance(error, ProviderError):
+            feed.attempt_failed(
+                ctx,
+                now,
+                code=error.code,
+                reason=error.message,
+                retriable=error.retriable,
+                retry_delays=list(self.policy.retry_delays),
+            )
+            if error.connection_error is not None:
+                # The grant is broken: the connection shows it, in the same transaction.
+                connection.error(ctx, now, error.connection_error, error.message)
+        elif isinstance(error, UserDataGone):
+            feed.fail(ctx, now, code=NON_RETRIABLE, reason="user erased")
+        else:  # a defect in an adapter: final, and logged without data
+            log.error("pull %s failed unexpectedly: %s", feed.id, type(error).__name__)
+            feed.fail(ctx, now, code=UNEXPECTED, reason=type(error).__name__)
 
     def _is_due(self, feed: ResourceFeed, now: datetime) -> bool:
         if feed.status == IN_PROGRESS:
@@ -160,38 +242,45 @@ class Pulls:
             return feed.retry_at <= now
         return True
 
-    def _pull(self, feed: ResourceFeed, connection: Connection, now: datetime) -> dict[str, Any]:
+    def _pull(
+        self, connection: Connection, feeds: list[ResourceFeed], now: datetime
+    ) -> tuple[dict[UUID, dict[str, Any]], dict[UUID, Exception]]:
+        """Fetch and store every chunk of the feeds, oldest window first: the span of data
+        each pull found, and the error each failed pull met (it is not asked again)."""
         adapter = self.adapter_for(connection)
-        target = PullTarget(
-            feed.user_id, feed.provider, feed.resource, getattr(connection, "demo_failures", {})
-        )
-        days_with_data, oldest, newest = 0, None, None
-        for start, end in pull_chunks(feed.range_start, feed.range_end):
-            found = adapter.fetch(target, start, end, now, feed.attempts)
-            self.store.store(feed.user_id, feed.provider, feed.resource, found)
-            if found:
-                days_with_data += len(found)
-                oldest = oldest or min(found)
-                newest = max(found)
-        return {"days_with_data": days_with_data, "oldest_day": oldest, "newest_day": newest}
-
-    def _attempt_failed(
-        self, ctx: CommandContext, feed: ResourceFeed, connection: Connection, exc: ProviderError
-    ) -> str | None:
-        now = self.clock()
-        feed.attempt_failed(
-            ctx,
-            now,
-            code=exc.code,
-            reason=exc.message,
-            retriable=exc.retriable,
-            retry_delays=list(self.policy.retry_delays),
-        )
-        if exc.connection_error is None:
-            return self._saved_status(feed)
-        # The grant is broken: the connection shows it, in the same transaction.
-        connection.error(ctx, now, exc.connection_error, exc.message)
-        return self._saved_status(feed, connection)
+        failures = getattr(connection, "demo_failures", {})
+        spans: dict[UUID, dict[str, Any]] = {
+            f.id: {"days_with_data": 0, "oldest_day": None, "newest_day": None} for f in feeds
+        }
+        errors: dict[UUID, Exception] = {}
+        windows: dict[tuple[datetime, datetime], list[ResourceFeed]] = {}
+        for feed in feeds:
+            windows.setdefault((feed.range_start, feed.range_end), []).append(feed)
+        for (range_start, range_end), group in windows.items():
+            for start, end in pull_chunks(range_start, range_end):
+                found: dict[str, dict[date, Any]] = {}
+                for feed in group:
+                    if feed.id in errors:
+                        continue
+                    target = PullTarget(feed.user_id, feed.provider, feed.resource, failures)
+                    try:
+                        found[feed.resource] = adapter.fetch(target, start, end, now, feed.attempts)
+                    except Exception as exc:
+                        errors[feed.id] = exc
+                try:
+                    self.store.store(connection.user_id, connection.provider, found)
+                except UserDataGone as exc:
+                    for feed in group:
+                        errors.setdefault(feed.id, exc)
+                    break
+                for feed in group:
+                    days = found.get(feed.resource)
+                    if feed.id not in errors and days:
+                        span = spans[feed.id]
+                        span["days_with_data"] += len(days)
+                        span["oldest_day"] = span["oldest_day"] or min(days)
+                        span["newest_day"] = max(days)
+        return spans, errors
 
     # -- the daily sync -------------------------------------------------------------------
 
@@ -227,7 +316,9 @@ class Pulls:
         )
         try:
             found = adapter.fetch(target, start.date(), end.date(), now, 1)
-            stored = self.store.store(feed.user_id, feed.provider, feed.resource, found)
+            stored = self.store.store(feed.user_id, feed.provider, {feed.resource: found})[
+                feed.resource
+            ]
         except ProviderError as exc:
             if exc.connection_error is not None:
                 connection.error(ctx, now, exc.connection_error, exc.message)
@@ -273,9 +364,10 @@ class Pulls:
             return False  # another worker, or a reconnection, moved the stream on
         return True
 
-    def _saved_status(self, feed: ResourceFeed, *others: Any) -> str | None:
-        """The feed's status once saved; None when another writer got there first."""
-        return feed.status if self._save(feed, *others) else None
+    def _reload(self, aggregate: Any) -> Any:
+        fresh = self.ledger.find(aggregate.id)
+        assert fresh is not None
+        return fresh
 
 
 def _clamp(start: datetime, end: datetime, user: User) -> tuple[datetime, datetime]:

@@ -427,7 +427,7 @@ def test_erasure_removes_the_pulled_data_and_the_feeds_but_not_their_history(
     events = feed_events(service, user, "oura", "sleep")
     assert isinstance(events[-1], ResourceFeed.PullSucceeded)
     with pytest.raises(Exception) as raised:
-        service.health_data.store(_uuid(user), "oura", "sleep", {T0.date(): {"x": 1}})
+        service.health_data.store(_uuid(user), "oura", {"sleep": {T0.date(): {"x": 1}}})
     assert type(raised.value).__name__ == "UserDataGone"
     assert service.health_data.count(_uuid(user)) == 0
 

@@ -2,7 +2,6 @@
 live connection, what was pulled, when, and how it ended. Paged by user with signed
 cursors bound to the listing's filters."""
 
-
 from collections.abc import Callable
 from typing import Annotated, Any
 from uuid import UUID

@@ -44,57 +44,61 @@ class SqlHealthDataStore:
         )
 
     def store(
-        self, user_id: UUID, provider: str, resource: str, days: Mapping[date, Any]
-    ) -> StoreResult:
-        result = StoreResult()
-        if not days:
-            return result
+        self, user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
+    ) -> dict[str, StoreResult]:
+        results = {resource: StoreResult() for resource in data}
+        if not any(data.values()):
+            return results
         cipher = self.key_store.cipher(user_id)
         if cipher is None:
             raise UserDataGone()
-        # Seal outside the write transaction: the writer lock is held for SQL only.
-        plain = {day: canonical_json(payload) for day, payload in days.items()}
-        digests = {day: cipher.digest(text) for day, text in plain.items()}
+        # Encode and digest outside the write transaction: the writer lock is for SQL.
+        plain = {
+            (resource, day): canonical_json(payload)
+            for resource, days in data.items()
+            for day, payload in days.items()
+        }
+        digests = {key: cipher.digest(text) for key, text in plain.items()}
         now = self.clock()
         h = health_data.c
         with self.db.write() as conn:
             self._require_user(conn, user_id)
-            stored = dict(
-                conn.execute(
-                    select(h.day, h.digest).where(
+            stored = {
+                (row.resource, row.day): row.digest
+                for row in conn.execute(
+                    select(h.resource, h.day, h.digest).where(
                         h.user_id == user_id,
                         h.provider == provider,
-                        h.resource == resource,
-                        h.day.in_(list(days)),
+                        h.resource.in_([r for r, days in data.items() if days]),
+                        h.day.in_({day for days in data.values() for day in days}),
                     )
-                ).all()
-            )
+                )
+            }
             inserts, updates = [], []
-            for day in sorted(days):
-                digest = digests[day]
-                if day not in stored:
-                    result.created.append(day)
+            for (resource, day), digest in sorted(digests.items()):
+                if (resource, day) not in stored:
+                    results[resource].created.append(day)
                     inserts.append(
                         {
                             "user_id": user_id,
                             "provider": provider,
                             "resource": resource,
                             "day": day,
-                            "sealed": cipher.seal_bytes(plain[day]),
+                            "sealed": cipher.seal_bytes(plain[resource, day]),
                             "digest": digest,
                             "stored_at": now,
                             "updated_at": now,
                         }
                     )
-                elif stored[day] != digest:
-                    result.updated.append(day)
+                elif stored[resource, day] != digest:
+                    results[resource].updated.append(day)
                     updates.append(
                         {
                             "uid": user_id,
                             "prov": provider,
                             "res": resource,
                             "d": day,
-                            "sealed": cipher.seal_bytes(plain[day]),
+                            "sealed": cipher.seal_bytes(plain[resource, day]),
                             "digest": digest,
                             "updated_at": now,
                         }
@@ -103,7 +107,7 @@ class SqlHealthDataStore:
                 self._insert.execute_many(conn, inserts)
             if updates:
                 self._update.execute_many(conn, updates)
-        return result
+        return results
 
     def read(
         self, user_id: UUID, provider: str, resource: str, start: date, end: date
