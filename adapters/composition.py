@@ -28,7 +28,6 @@ from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.reference import ProviderEntry, provider_catalog, provider_slugs
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connecting import Connections
-from healthledger.domain.connections import Connection as ProviderConnection
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.linking import LinkTokens
@@ -121,11 +120,11 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
     pull_queries = PullQueries(db, settings.pull_lease)
     demo_provider = DemoProvider()
 
-    def adapter_for(connection: ProviderConnection) -> ProviderAdapter:
+    def adapter_for(provider: str, demo: bool) -> ProviderAdapter:
         # Only demo devices can be connected so far; a maker's cloud adapter (through the
-        # same port) is chosen here by connection.provider when there is one.
-        if not connection.demo:
-            raise LookupError(f"no provider adapter for {connection.provider}")
+        # same port) is chosen here by its slug when there is one.
+        if not demo:
+            raise LookupError(f"no provider adapter for {provider}")
         return demo_provider
 
     pulls = Pulls(

@@ -21,20 +21,6 @@ from healthledger.domain.resource_feeds import ResourceFeed
 from healthledger.domain.user_lifecycle import UserLifecycle
 
 
-def full_availability(resources: Sequence[str]) -> dict[str, Any]:
-    """Every resource available, every scope it needs granted (what a demo device grants)."""
-    return {
-        resource: {
-            "status": "available",
-            "scope_requirements": {
-                "user_granted": {"required": [f"{resource}.read"], "optional": []},
-                "user_denied": {"required": [], "optional": []},
-            },
-        }
-        for resource in sorted(resources)
-    }
-
-
 @dataclass
 class PreparedConnection:
     """A connect's pending events, unsaved: the connection and its scheduled pulls."""
@@ -95,7 +81,7 @@ class Connections:
         user = self.users.load_live(team_id, user_id)
         # The provider's id for the user links to a person at the provider: sealed.
         sealed = self.vault.seal(user_id, f"demo-{provider}-{user_id.hex[:12]}")
-        availability = full_availability(resources)
+        availability = self.pulls.adapter_for(provider, True).availability(resources)
         now = self.clock()
         connection = self.ledger.find(Connection.id_for(user_id, provider))
         if connection is None:

@@ -1,4 +1,5 @@
-"""The provider port: how the service pulls a resource from a data provider.
+"""The provider port: how the service learns what a provider offers a new connection, and
+pulls a resource from it.
 
 Each provider adapter (the built-in demo devices, a maker's cloud API behind a fake in the
 tests) implements `ProviderAdapter`. The pull engine (`pulling.py`) splits a pull's range
@@ -13,7 +14,7 @@ enters `error`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Protocol
@@ -32,6 +33,9 @@ NON_RETRIABLE = "non_retriable_error"
 UNEXPECTED = "unexpected_error"
 RETRY_QUOTA_EXHAUSTED = "retry_quota_exhausted"
 FINAL_CODES = frozenset({NON_RETRIABLE, UNEXPECTED, RETRY_QUOTA_EXHAUSTED})
+
+# How the composition root picks the adapter of a connection: (provider slug, demo device).
+AdapterFor = Callable[[str, bool], "ProviderAdapter"]
 
 # Connection error types (gaps.md, connection status `error`).
 CONNECTION_ERROR_TYPES = frozenset(
@@ -77,6 +81,12 @@ class PullTarget:
 class ProviderAdapter(Protocol):
     # How far back a new connection's history reaches.
     history_days: int
+
+    def availability(self, resources: Sequence[str]) -> dict[str, Any]:
+        """Spec 2.2 `resource_availability` as the provider reports it for a new
+        connection: per resource its `status` and `scope_requirements` (the scopes the user
+        granted and denied, each split into required and optional)."""
+        ...
 
     def fetch(
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int

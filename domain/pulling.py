@@ -25,6 +25,7 @@ from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.providers import (
     NON_RETRIABLE,
     UNEXPECTED,
+    AdapterFor,
     ProviderAdapter,
     ProviderError,
     PullTarget,
@@ -68,7 +69,7 @@ class Pulls:
         ledger: Ledger,
         clock: Clock,
         store: HealthDataStore,
-        adapter_for: Callable[[Connection], ProviderAdapter],
+        adapter_for: AdapterFor,
         *,
         due_pulls: DueIds,
         due_syncs: DueIds,
@@ -95,7 +96,7 @@ class Pulls:
         """A pull per resource over the provider's history window, pending and unsaved:
         the caller saves them with the connection, so a connection never exists without
         its pulls."""
-        history = timedelta(days=self.adapter_for(connection).history_days)
+        history = timedelta(days=self._adapter(connection).history_days)
         start, end = _clamp(now - history, now, user)
         feeds = []
         for resource in sorted(resources):
@@ -247,7 +248,7 @@ class Pulls:
     ) -> tuple[dict[UUID, dict[str, Any]], dict[UUID, Exception]]:
         """Fetch and store every chunk of the feeds, oldest window first: the span of data
         each pull found, and the error each failed pull met (it is not asked again)."""
-        adapter = self.adapter_for(connection)
+        adapter = self._adapter(connection)
         failures = getattr(connection, "demo_failures", {})
         spans: dict[UUID, dict[str, Any]] = {
             f.id: {"days_with_data": 0, "oldest_day": None, "newest_day": None} for f in feeds
@@ -310,7 +311,7 @@ class Pulls:
         )
         if start >= end:
             return None
-        adapter = self.adapter_for(connection)
+        adapter = self._adapter(connection)
         target = PullTarget(
             feed.user_id, feed.provider, feed.resource, getattr(connection, "demo_failures", {})
         )
@@ -363,6 +364,9 @@ class Pulls:
         except IntegrityError:
             return False  # another worker, or a reconnection, moved the stream on
         return True
+
+    def _adapter(self, connection: Connection) -> ProviderAdapter:
+        return self.adapter_for(connection.provider, connection.demo)
 
     def _reload(self, aggregate: Any) -> Any:
         fresh = self.ledger.find(aggregate.id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -86,6 +86,19 @@ class DemoProvider:
     """Implements the ProviderAdapter port for every demo-capable provider."""
 
     history_days = HISTORY_DAYS
+
+    def availability(self, resources: Sequence[str]) -> dict[str, Any]:
+        """A demo device offers every resource and the user granted every scope."""
+        return {
+            resource: {
+                "status": "available",
+                "scope_requirements": {
+                    "user_granted": {"required": [f"{resource}.read"], "optional": []},
+                    "user_denied": {"required": [], "optional": []},
+                },
+            }
+            for resource in sorted(resources)
+        }
 
     def fetch(
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
