@@ -1,4 +1,5 @@
-"""The `healthledger` command line: serve, audit, rebuild, keys, features, erase-due."""
+"""The `healthledger` command line: serve, audit, rebuild, keys, features, erase-due,
+deprecations."""
 
 from __future__ import annotations
 
@@ -78,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     features.add_argument("--team", type=_uuid, required=True)
 
     commands.add_parser("erase-due", help="erase now every user whose grace period has ended")
+
+    deprecations = commands.add_parser(
+        "deprecations", help="the deprecation calendar: each cut-over, its date and whether applied"
+    )
+    deprecations.add_argument(
+        "--apply", action="store_true", help="first apply every cut-over whose date has passed"
+    )
     return parser
 
 
@@ -197,6 +205,19 @@ def _run(args: argparse.Namespace, service: Any) -> int:
         from healthledger.scheduler.erasure import sweep_erasures
 
         print(f"erased {sweep_erasures(service)} user(s)", file=out)
+        return 0
+
+    if args.command == "deprecations":
+        from healthledger.scheduler.deprecations import apply_cut_overs
+
+        if args.apply:
+            print(f"applied {len(apply_cut_overs(service))} cut-over(s)", file=out)
+        applied = service.webhook_queries.applied_cut_overs()
+        for cut_over in service.deprecations.calendar:
+            when = applied.get(cut_over.key)
+            status = f"applied {when.isoformat()}" if when else "not applied"
+            print(f"{cut_over.effective_on}  {cut_over.key:<38} {status}", file=out)
+            print(f"            {cut_over.what}: {cut_over.before} -> {cut_over.after}", file=out)
         return 0
     raise AssertionError(args.command)
 

@@ -24,17 +24,27 @@ from healthledger.adapters.persistence.recorder import (
     LedgerRecorder,
     SnapshotRecorder,
 )
+from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.providers.demo import DemoProvider
-from healthledger.adapters.reference import ProviderEntry, provider_catalog, provider_slugs
+from healthledger.adapters.reference import (
+    ProviderEntry,
+    deprecation_calendar,
+    provider_catalog,
+    provider_slugs,
+    webhook_event_types,
+)
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connecting import Connections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
+from healthledger.domain.deprecations import Deprecations
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.linking import LinkTokens
 from healthledger.domain.providers import ProviderAdapter
 from healthledger.domain.pulling import PullPolicy, Pulls
 from healthledger.domain.team_directory import Bootstrap, TeamDirectory
 from healthledger.domain.user_lifecycle import UserLifecycle
+from healthledger.domain.webhook_event_types import EventTypeCatalog
+from healthledger.domain.webhook_management import WebhookEndpoints, address, url_address
 from sqlalchemy import Connection
 
 
@@ -61,6 +71,11 @@ class Service:
     health_data: SqlHealthDataStore
     pulls: Pulls
     pull_queries: PullQueries
+    # The public webhook event types (reference data) and the endpoints that receive them.
+    event_types: EventTypeCatalog
+    webhooks: WebhookEndpoints
+    webhook_queries: WebhookQueries
+    deprecations: Deprecations
     # Set by the scheduler when it runs: wakes the pull worker now (after a connect)
     # instead of at its next interval. Latency only; the worker's table is the truth.
     wake_pull_worker: Callable[[], None] = lambda: None
@@ -79,6 +94,18 @@ class Service:
     def close(self) -> None:
         self.ledger.close()
         self.db.dispose()
+
+
+def own_addresses(settings: Settings) -> set[tuple[str, int]]:
+    """Every (host, port) this service answers on or is reached at: a webhook URL must
+    point elsewhere, or the service would post its events to itself."""
+    ports = (settings.team_api_port, settings.management_api_port, settings.link_port)
+    found = {address(settings.host, port) for port in ports}
+    for url in (settings.public_base_url, settings.link_url):
+        reached = url_address(url)
+        if reached is not None:
+            found.add(reached)
+    return found
 
 
 def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -> Service:
@@ -141,6 +168,15 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         ),
     )
     connections = Connections(ledger, key_store, clock, users, pulls)
+    teams = TeamDirectory(
+        ledger,
+        clock,
+        vault=key_store,
+        users=users,
+        live_user_ids=user_queries.live_user_ids,
+        provider_slugs=provider_slugs(),
+    )
+    event_types = webhook_event_types()
     return Service(
         settings=settings,
         clock=clock,
@@ -150,14 +186,7 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         key_store=key_store,
         read_models=read_models,
         users=users,
-        teams=TeamDirectory(
-            ledger,
-            clock,
-            vault=key_store,
-            users=users,
-            live_user_ids=user_queries.live_user_ids,
-            provider_slugs=provider_slugs(),
-        ),
+        teams=teams,
         user_queries=user_queries,
         team_queries=TeamQueries(db),
         cursor_secret=cursor_secret(master_key),
@@ -169,4 +198,10 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         health_data=health_data,
         pulls=pulls,
         pull_queries=pull_queries,
+        event_types=event_types,
+        webhooks=WebhookEndpoints(
+            ledger, clock, key_store, teams, event_types, own_addresses(settings)
+        ),
+        webhook_queries=WebhookQueries(db),
+        deprecations=Deprecations(ledger, clock, deprecation_calendar()),
     )

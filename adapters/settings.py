@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     # Largest request body either API accepts (bytes).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
+    # How often the scheduler looks for deprecation cut-overs whose date has passed (it also
+    # looks once at start, so a date that passed while the service was down is applied).
+    deprecation_sweep_interval: Duration = Field(default=timedelta(hours=1), gt=timedelta(0))
     erasure_batch_size: int = Field(default=500, ge=1)
     user_snapshot_interval: int = Field(default=50, ge=2)
     # Historical pulls: how often the worker looks for due pulls (a connect also wakes it),

@@ -100,3 +100,8 @@ class CredentialsNotFound(LedgerError):
 class CredentialsNotPrepared(LedgerError):
     def __init__(self) -> None:
         super().__init__("Prepare the custom credentials for this provider before setting them.")
+
+
+class WebhookEndpointNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("Webhook endpoint not found.")

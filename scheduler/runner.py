@@ -4,7 +4,8 @@ Facts that shape it (see docs/adr/0003-scheduling.md): a 3.x job is removed from
 store before it runs, a default misfire grace of one second silently skips a job that
 fell due while the process was down, and two schedulers sharing a job store run jobs
 twice. So: an in-memory store, interval jobs that sweep our own tables, a first run at
-start (what fell due while the service was down is erased at once), no misfire skips.
+start (what fell due while the service was down is erased, or applied, at once), no
+misfire skips.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from healthledger.adapters.composition import Service
+from healthledger.scheduler.deprecations import apply_cut_overs
 from healthledger.scheduler.erasure import sweep_erasures
 from healthledger.scheduler.pulls import PullWorker, sync_connected_feeds
 
@@ -53,5 +55,13 @@ def start_scheduler(service: Service) -> BackgroundScheduler:
         worker.wake(lambda: pull_job.modify(next_run_time=datetime.now(UTC)))
 
     service.wake_pull_worker = wake_pull_worker
+    scheduler.add_job(
+        apply_cut_overs,
+        "interval",
+        seconds=settings.deprecation_sweep_interval.total_seconds(),
+        args=[service],
+        id="deprecation-cut-overs",
+        next_run_time=datetime.now(UTC),
+    )
     scheduler.start()
     return scheduler

@@ -61,10 +61,32 @@ MATRIX: dict[str, tuple[int, int, int, int, int, int, int]] = {
     "POST   /team_custom_credentials/{t}/{p}/prepare":  (200, 200, 404, 401, WRONG_KIND, 401, 404),
     "PUT    /team_custom_credentials/{t}/{p}":          (200, 200, 404, 401, WRONG_KIND, 401, 404),
     "DELETE /team_custom_credentials/{t}/{p}":          (200, 200, 404, 401, WRONG_KIND, 401, 404),
+    "GET    /team/{t}/{env}/webhook":                   (200, 200, 404, 401, WRONG_KIND, 401, 404),
+    "POST   /team/{t}/{env}/webhook":                   (200, 200, 404, 401, WRONG_KIND, 401, 404),
+    "GET    /team/{t}/{env}/webhook/{w}":               (200, 200, 404, 401, WRONG_KIND, 401, 404),
+    "PATCH  /team/{t}/{env}/webhook/{w}":               (200, 200, 404, 401, WRONG_KIND, 401, 404),
+    "DELETE /team/{t}/{env}/webhook/{w}":               (200, 200, 404, 401, WRONG_KIND, 401, 404),
+    "GET    /team/{t}/{env}/webhook/{w}/secret":        (200, 200, 404, 401, WRONG_KIND, 401, 404),
+    "POST   /team/{t}/{env}/webhook/{w}/secret/rotate": (200, 200, 404, 401, WRONG_KIND, 401, 404),
 }  # fmt: skip
 
 TEAM_FIELDS = {"id", "name", "created_on", "region", "org_id", "settings", "features"}
 KEY_FIELDS = {"id", "label", "role", "team_role_bindings", "created_on"}
+WEBHOOK_FIELDS = frozenset(
+    {
+        "id",
+        "team_id",
+        "environment",
+        "url",
+        "description",
+        "filter_types",
+        "disabled",
+        "disabled_reason",
+        "created_on",
+        "updated_at",
+    }
+)
+SECRET_FIELDS = frozenset({"secret", "previous_secret_expires_at"})
 
 
 @dataclass(frozen=True)
@@ -151,6 +173,33 @@ REQUESTS: dict[str, Call] = {
     "DELETE /team_custom_credentials/{t}/{p}": Call(
         "DELETE", "/team_custom_credentials/{target}/oura", fields=frozenset({"success"})
     ),
+    "GET    /team/{t}/{env}/webhook": Call(
+        "GET", "/team/{target}/sandbox/webhook", fields=frozenset({"webhook_endpoints"})
+    ),
+    "POST   /team/{t}/{env}/webhook": Call(
+        "POST",
+        "/team/{target}/sandbox/webhook",
+        {"url": "https://matrix.example/hook"},
+        fields=WEBHOOK_FIELDS,
+    ),
+    "GET    /team/{t}/{env}/webhook/{w}": Call(
+        "GET", "/team/{target}/sandbox/webhook/{webhook}", fields=WEBHOOK_FIELDS
+    ),
+    "PATCH  /team/{t}/{env}/webhook/{w}": Call(
+        "PATCH",
+        "/team/{target}/sandbox/webhook/{webhook}",
+        {"description": "patched in the matrix"},
+        fields=WEBHOOK_FIELDS,
+    ),
+    "DELETE /team/{t}/{env}/webhook/{w}": Call(
+        "DELETE", "/team/{target}/sandbox/webhook/{webhook}", fields=frozenset({"success"})
+    ),
+    "GET    /team/{t}/{env}/webhook/{w}/secret": Call(
+        "GET", "/team/{target}/sandbox/webhook/{webhook}/secret", fields=SECRET_FIELDS
+    ),
+    "POST   /team/{t}/{env}/webhook/{w}/secret/rotate": Call(
+        "POST", "/team/{target}/sandbox/webhook/{webhook}/secret/rotate", fields=SECRET_FIELDS
+    ),
 }
 
 
@@ -166,6 +215,7 @@ class World:
     keys: dict[str, str | None]  # caller name -> key text sent in X-Management-Key
     spare_key: UUID  # a team_admin key (bound to `other`) to relabel or revoke
     spare_api_key: UUID  # a sandbox team API key of `target` to revoke
+    webhook: UUID  # a sandbox webhook endpoint of `target`
 
     def format(self, text: str) -> str:
         return text.format(
@@ -173,6 +223,7 @@ class World:
             other=self.other,
             spare_key=self.spare_key,
             spare_api_key=self.spare_api_key,
+            webhook=self.webhook,
         )
 
     def headers(self, caller: str) -> dict[str, str]:
@@ -211,6 +262,7 @@ def world(service: Service) -> Iterator[World]:
     spare_api = directory.issue_team_api_key(ctx, target, "sandbox", "us", org_id)
     directory.prepare_credentials(ctx, target, "oura", org_id)
     directory.set_feature(ctx, target, "demographics", True, org_id)
+    webhook = service.webhooks.create(ctx, target, "sandbox", url="https://matrix.example/h")
     foreign_org = directory.create_organization(ctx, "Foreign org")
     directory.create_team(ctx, foreign_org, "Foreign team", "us")
     foreign = management_key(foreign_org, "org_admin", [], "foreign")
@@ -225,7 +277,17 @@ def world(service: Service) -> Iterator[World]:
     }
     assert set(keys) == set(CALLERS)
     with TestClient(create_management_api(service), raise_server_exceptions=False) as client:
-        yield World(service, client, org_id, target, other, keys, spare.key_id, spare_api.key_id)
+        yield World(
+            service,
+            client,
+            org_id,
+            target,
+            other,
+            keys,
+            spare.key_id,
+            spare_api.key_id,
+            webhook.id,
+        )
 
 
 def _cells() -> Iterator[Any]:
@@ -327,3 +389,24 @@ def test_a_bound_key_cannot_use_its_team_to_reach_another_teams_api_keys(world: 
     assert (created.status_code, listed.status_code, revoked.status_code) == (404, 404, 404)
     record = world.service.team_queries.api_key(other_key.key_id)
     assert record is not None and record.revoked is False
+
+
+def test_a_bound_key_cannot_use_its_team_to_reach_another_teams_webhook(world: World) -> None:
+    """The endpoint must belong to the team in the path, not only the path to the key."""
+    ctx = CommandContext.system("test:setup")
+    theirs = world.service.webhooks.create(ctx, world.other, "sandbox", url="https://o.example/h")
+    headers = world.headers("bound_key")
+    base = f"/v1/org/{world.org_id}/team/{world.target}/sandbox/webhook/{theirs.id}"
+    before = world.service.recorder.max_notification_id()
+    answers = [
+        world.client.get(base, headers=headers),
+        world.client.get(f"{base}/secret", headers=headers),
+        world.client.post(f"{base}/secret/rotate", headers=headers),
+        world.client.patch(base, json={"disabled": True}, headers=headers),
+        world.client.delete(base, headers=headers),
+    ]
+    assert [(r.status_code, r.json()) for r in answers] == [
+        (404, {"detail": "Webhook endpoint not found."})
+    ] * 5
+    assert world.service.recorder.max_notification_id() == before
+    assert "whsec_" not in "".join(r.text for r in answers)

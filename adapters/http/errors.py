@@ -33,6 +33,7 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     errors.KeyNotFound: 404,
     errors.CredentialsNotFound: 404,
     errors.CredentialsNotPrepared: 409,
+    errors.WebhookEndpointNotFound: 404,
     AlreadyConnected: 409,
     NotConnected: 404,
 }

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
+from healthledger.adapters.persistence.queries import TeamQueries
 from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, TeamNotFound
 from healthledger.domain.management_keys import ROLES
 from healthledger.domain.teams import CLOSED_BETA_FEATURES, EnvironmentSettings
@@ -101,6 +102,19 @@ def _settings(body: TeamCreate | TeamPatch) -> dict[str, EnvironmentSettings]:
     }
 
 
+def reachable_team(
+    queries: TeamQueries, caller: ManagementCaller, org_id: UUID, team_id: UUID
+) -> dict[str, Any]:
+    """The team, if the caller's key reaches it: another organization's or an unbound
+    team is as unknown as a missing one (404). Every team-scoped route starts here."""
+    caller.require_org(org_id)
+    caller.require_team(team_id)
+    team = queries.team(team_id)
+    if team is None or team["org_id"] != org_id:
+        raise TeamNotFound()
+    return team
+
+
 def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
     router = APIRouter(prefix="/v1/org/{org_id}", tags=["management"])
     Caller = Annotated[
@@ -110,12 +124,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
     directory = service.teams
 
     def team_of(caller: ManagementCaller, org_id: UUID, team_id: UUID) -> dict[str, Any]:
-        caller.require_org(org_id)
-        caller.require_team(team_id)
-        team = queries.team(team_id)
-        if team is None or team["org_id"] != org_id:
-            raise TeamNotFound()
-        return team
+        return reachable_team(queries, caller, org_id, team_id)
 
     # -- the organization ---------------------------------------------------------------
 

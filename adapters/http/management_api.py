@@ -12,17 +12,20 @@ from healthledger.adapters.http.requests import (
     DeprecatedHeaderMiddleware,
     RequestIdMiddleware,
 )
+from healthledger.adapters.http.webhook_endpoints import webhook_router
 
 
 def create_management_api(service: Service) -> FastAPI:
     app = FastAPI(
         title="healthledger management API",
         version="1",
-        description="Organizations, teams, management keys and team API keys. Authenticate "
+        description="Organizations, teams, management keys, team API keys and webhook "
+        "endpoints. Authenticate "
         "with the `X-Management-Key` header (`X-Service-Org-Key` is its deprecated name).",
     )
     install_error_handlers(app)
     app.include_router(management_router(service, CursorCodec(service.cursor_secret)))
+    app.include_router(webhook_router(service))
     app.add_middleware(DeprecatedHeaderMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)

@@ -21,6 +21,7 @@ from healthledger.adapters.persistence.schema import (
     READ_MODEL_TABLES,
     connections,
     custom_credentials,
+    deprecation_cut_overs,
     link_tokens,
     management_keys,
     metadata,
@@ -30,12 +31,14 @@ from healthledger.adapters.persistence.schema import (
     team_api_keys,
     teams,
     users,
+    webhook_endpoints,
 )
 from healthledger.domain.connections import CONNECTED, PAUSED
 from healthledger.domain.connections import DEREGISTERED as CONNECTION_DEREGISTERED
 from healthledger.domain.connections import ERROR as CONNECTION_ERROR
 from healthledger.domain.connections import Connection as ProviderConnection
 from healthledger.domain.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
+from healthledger.domain.deprecation_calendar import DeprecationCalendar
 from healthledger.domain.link_tokens import LinkToken
 from healthledger.domain.management_keys import ManagementKey
 from healthledger.domain.resource_feeds import FAILURE as PULL_FAILURE
@@ -46,6 +49,7 @@ from healthledger.domain.resource_feeds import SUCCESS as PULL_SUCCESS
 from healthledger.domain.resource_feeds import ResourceFeed
 from healthledger.domain.teams import Organization, Team, TeamApiKey, default_settings
 from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
+from healthledger.domain.webhook_endpoints import BY_CALLER, WebhookEndpoint
 from sqlalchemy import Connection, bindparam, case, delete, func, insert, select, update
 
 # last_attempt_status of a feed whose attempt failed (retrying or failure).
@@ -121,6 +125,13 @@ class ReadModels:
             CustomCredentials.Deleted: self._credentials_deleted,
             LinkToken.Issued: self._link_token_issued,
             LinkToken.Consumed: self._link_token_consumed,
+            WebhookEndpoint.Created: self._webhook_endpoint_created,
+            WebhookEndpoint.Updated: self._webhook_endpoint_updated,
+            WebhookEndpoint.Disabled: self._webhook_endpoint_disabled,
+            WebhookEndpoint.Enabled: self._webhook_endpoint_enabled,
+            WebhookEndpoint.SecretRotated: self._webhook_secret_rotated,
+            WebhookEndpoint.Deleted: self._webhook_endpoint_deleted,
+            DeprecationCalendar.CutOverApplied: self._cut_over_applied,
         }
         prepare = db.prepare
         self._insert_user = prepare(
@@ -417,6 +428,73 @@ class ReadModels:
             .values(consumed_at=e.timestamp, consumed_provider=e.provider)
         )
 
+    # -- webhook endpoints ------------------------------------------------------------------
+
+    def _webhook_endpoint_created(self, conn: Connection, e: WebhookEndpoint.Created) -> None:
+        conn.execute(
+            insert(webhook_endpoints).values(
+                endpoint_id=e.originator_id,
+                team_id=e.team_id,
+                environment=e.environment,
+                url=e.url,
+                description=e.description,
+                filter_types=list(e.filter_types),
+                disabled_reason=BY_CALLER if e.disabled else None,
+                sealed_secret=e.sealed_secret,
+                created_on=e.timestamp,
+                updated_at=e.timestamp,
+            )
+        )
+
+    def _webhook_endpoint_updated(self, conn: Connection, e: WebhookEndpoint.Updated) -> None:
+        self._webhook_endpoint_update(conn, e, **e.changes)
+
+    def _webhook_endpoint_disabled(self, conn: Connection, e: WebhookEndpoint.Disabled) -> None:
+        self._webhook_endpoint_update(conn, e, disabled_reason=e.reason)
+
+    def _webhook_endpoint_enabled(self, conn: Connection, e: WebhookEndpoint.Enabled) -> None:
+        self._webhook_endpoint_update(conn, e, disabled_reason=None)
+
+    def _webhook_secret_rotated(self, conn: Connection, e: WebhookEndpoint.SecretRotated) -> None:
+        current = conn.execute(
+            select(webhook_endpoints.c.sealed_secret).where(
+                webhook_endpoints.c.endpoint_id == e.originator_id
+            )
+        ).scalar_one()
+        self._webhook_endpoint_update(
+            conn,
+            e,
+            sealed_secret=e.sealed_secret,
+            sealed_previous_secret=current,
+            previous_secret_expires_at=e.previous_expires_at,
+        )
+
+    def _webhook_endpoint_deleted(self, conn: Connection, e: WebhookEndpoint.Deleted) -> None:
+        # Gone from every read, secrets included; its sealed copies stay only in the log.
+        conn.execute(
+            delete(webhook_endpoints).where(webhook_endpoints.c.endpoint_id == e.originator_id)
+        )
+
+    def _webhook_endpoint_update(self, conn: Connection, e: Any, **values: Any) -> None:
+        conn.execute(
+            update(webhook_endpoints)
+            .where(webhook_endpoints.c.endpoint_id == e.originator_id)
+            .values(updated_at=e.timestamp, **values)
+        )
+
+    # -- the deprecation calendar -----------------------------------------------------------
+
+    def _cut_over_applied(self, conn: Connection, e: DeprecationCalendar.CutOverApplied) -> None:
+        conn.execute(
+            insert(deprecation_cut_overs).values(
+                key=e.key,
+                effective_on=e.effective_on,
+                what=e.what,
+                applied_at=e.timestamp,
+                actor=e.actor,
+            )
+        )
+
     # -- organizations, teams, keys --------------------------------------------------------
 
     def _organization_created(self, conn: Connection, e: Organization.Created) -> None:
@@ -473,6 +551,10 @@ class ReadModels:
             update(custom_credentials)
             .where(custom_credentials.c.team_id == e.originator_id)
             .values(status=DELETED, client_id=None, sealed_client_secret=None)
+        )
+        # So do its webhook endpoints: nothing is delivered for a deleted team.
+        conn.execute(
+            delete(webhook_endpoints).where(webhook_endpoints.c.team_id == e.originator_id)
         )
 
     def _management_key_created(self, conn: Connection, e: ManagementKey.Created) -> None:
@@ -626,7 +708,8 @@ def _widened(oldest: Any, newest: Any) -> dict[str, Any]:
 
 def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
     """Destroy the data key and the snapshots of each user erased in this transaction, and
-    the data key of each team deleted in it (which sealed its custom credential secrets)."""
+    the data key of each team deleted in it (which sealed its custom credential secrets and
+    its webhook signing secrets)."""
     for event in events:
         if isinstance(event, User.Erased):
             KeyStore.destroy(conn, event.originator_id)

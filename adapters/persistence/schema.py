@@ -293,6 +293,38 @@ health_data = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# Webhook endpoints of a team's environment. The secrets are sealed with the team's data
+# key (never in clear); the previous one signs beside the current one until it expires.
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("endpoint_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("environment", String(16), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("description", Text, nullable=False),
+    Column("filter_types", JSON, nullable=False),
+    Column("disabled_reason", String(64)),
+    Column("sealed_secret", Text, nullable=False),
+    Column("sealed_previous_secret", Text),
+    Column("previous_secret_expires_at", UTCDateTime),
+    Column("created_on", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_webhook_endpoints_team_env", "team_id", "environment", "created_on"),
+)
+
+# The deprecation cut-overs this deployment has applied: the scheduler's source of truth
+# for what is still to apply (never APScheduler's job store).
+deprecation_cut_overs = Table(
+    "deprecation_cut_overs",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("effective_on", Date, nullable=False),
+    Column("what", Text, nullable=False),
+    Column("applied_at", UTCDateTime, nullable=False),
+    Column("actor", String(128), nullable=False),
+)
+
 READ_MODEL_TABLES = (
     users,
     pending_erasures,
@@ -304,4 +336,6 @@ READ_MODEL_TABLES = (
     management_keys,
     custom_credentials,
     link_tokens,
+    webhook_endpoints,
+    deprecation_cut_overs,
 )

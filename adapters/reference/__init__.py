@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import functools
 import json
+from datetime import date, datetime
 from importlib import resources
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
+from healthledger.domain.deprecation_calendar import CUT_OVER_KEYS, CutOver, Rules, rules_from
+from healthledger.domain.webhook_event_types import EventType, EventTypeCatalog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PROVIDERS_FILE = "providers.json"
+DEPRECATIONS_FILE = "deprecations.json"
+WEBHOOK_EVENT_TYPES_FILE = "webhook_event_types.json"
 
 # gaps.md, Provider catalog: the kinds of source that `GET /v2/providers` filters on.
 # `lab` is a known kind with no provider of the catalog in it today.
@@ -90,18 +95,167 @@ def parse_provider_catalog(text: str, source: str) -> tuple[ProviderEntry, ...]:
     return tuple(data.providers)
 
 
+def _read(name: str) -> tuple[str, str]:
+    """(text, source name for errors) of one shipped data file."""
+    source = f"{__package__}/{name}"
+    try:
+        return resources.files(__package__).joinpath(name).read_text("utf-8"), source
+    except OSError as exc:
+        raise ReferenceDataError(f"{source} cannot be read: {exc}") from exc
+
+
+def _load(model: type[BaseModel], text: str, source: str, what: str) -> Any:
+    try:
+        return model.model_validate(json.loads(text))
+    except json.JSONDecodeError as exc:
+        raise ReferenceDataError(f"{source} is not valid JSON: {exc}") from exc
+    except ValidationError as exc:
+        raise ReferenceDataError(f"{source} is not a valid {what}:\n{exc}") from exc
+
+
 @functools.cache
 def provider_catalog() -> tuple[ProviderEntry, ...]:
     """Every provider of the catalog, in file order, validated once and then cached."""
-    source = f"{__package__}/{PROVIDERS_FILE}"
-    try:
-        text = resources.files(__package__).joinpath(PROVIDERS_FILE).read_text("utf-8")
-    except OSError as exc:
-        raise ReferenceDataError(f"{source} cannot be read: {exc}") from exc
-    return parse_provider_catalog(text, source)
+    return parse_provider_catalog(*_read(PROVIDERS_FILE))
 
 
 @functools.cache
 def provider_slugs() -> frozenset[str]:
     """Every provider slug of the catalog (gaps.md, Provider catalog)."""
     return frozenset(entry.slug for entry in provider_catalog())
+
+
+# -- the deprecation calendar (gaps.md, Deprecations and their dates) ---------------------
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _CutOverEntry(_Entry):
+    key: str
+    effective_on: date
+    what: str = Field(min_length=1)
+    before: str = Field(min_length=1)
+    after: str = Field(min_length=1)
+    withdrawn_event_types: dict[str, str] = Field(default_factory=dict)
+
+
+class StillAccepted(_Entry):
+    """A deprecated input with no removal date: accepted, answered with `Deprecation`."""
+
+    key: str
+    what: str = Field(min_length=1)
+    answer: str = Field(min_length=1)
+
+
+class _CalendarFile(_Entry):
+    cut_overs: list[_CutOverEntry]
+    still_accepted: list[StillAccepted]
+
+
+def parse_deprecation_calendar(text: str, source: str) -> tuple[CutOver, ...]:
+    """The cut-overs of a calendar file; every key the domain knows, each exactly once."""
+    data: _CalendarFile = _load(_CalendarFile, text, source, "deprecation calendar")
+    keys = [entry.key for entry in data.cut_overs]
+    if sorted(keys) != sorted(CUT_OVER_KEYS):
+        raise ReferenceDataError(
+            f"{source} must list each cut-over key once: {', '.join(sorted(CUT_OVER_KEYS))} "
+            f"(it lists {', '.join(keys)})."
+        )
+    return tuple(
+        CutOver(
+            key=e.key,
+            effective_on=e.effective_on,
+            what=e.what,
+            before=e.before,
+            after=e.after,
+            withdrawn_event_types=dict(e.withdrawn_event_types),
+        )
+        for e in sorted(data.cut_overs, key=lambda e: (e.effective_on, e.key))
+    )
+
+
+@functools.cache
+def deprecation_calendar() -> tuple[CutOver, ...]:
+    """The dated cut-overs, earliest first, validated once and then cached."""
+    return parse_deprecation_calendar(*_read(DEPRECATIONS_FILE))
+
+
+@functools.cache
+def still_accepted_deprecations() -> tuple[StillAccepted, ...]:
+    text, source = _read(DEPRECATIONS_FILE)
+    return tuple(_load(_CalendarFile, text, source, "deprecation calendar").still_accepted)
+
+
+def rules_at(instant: datetime) -> Rules:
+    """Which deprecated fields and events are in force at `instant` (pure; payload builders
+    pass an event's own timestamp)."""
+    return rules_from(instant, deprecation_calendar())
+
+
+# -- the webhook event type catalog (spec 6; gaps.md Webhooks) ----------------------------
+
+
+class _EventTypeEntry(_Entry):
+    type: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
+    description: str = Field(min_length=1)
+
+
+class _ResourceTemplate(_Entry):
+    template: str = Field(pattern=r"^[a-z0-9_.]*\{resource\}[a-z0-9_.]*$")
+    description: str = Field(min_length=1)
+
+
+class _EventTypesFile(_Entry):
+    event_types: list[_EventTypeEntry]
+    resource_event_types: list[_ResourceTemplate]
+    # Resources that get no data events from the templates, each with the reason.
+    resources_without_data_events: dict[Resource, str] = Field(default_factory=dict)
+
+
+def parse_event_type_catalog(
+    text: str, source: str, calendar: tuple[CutOver, ...]
+) -> EventTypeCatalog:
+    """The event types of a catalog file: its plain types, its templates expanded over
+    every spec 2.6 resource, then the types the calendar withdraws (as deprecated)."""
+    data: _EventTypesFile = _load(_EventTypesFile, text, source, "webhook event type catalog")
+    types = [EventType(e.type, e.description) for e in data.event_types]
+    for template in data.resource_event_types:
+        for resource in get_args(Resource):
+            if resource not in data.resources_without_data_events:
+                types.append(
+                    EventType(
+                        template.template.format(resource=resource),
+                        template.description.format(resource=resource),
+                    )
+                )
+    current = {t.name for t in types}
+    for cut_over in calendar:
+        for name, successor in cut_over.withdrawn_event_types.items():
+            if successor not in current:
+                raise ReferenceDataError(
+                    f"{DEPRECATIONS_FILE}: {name} is replaced by {successor}, which is not "
+                    f"an event type of {source}."
+                )
+            types.append(
+                EventType(
+                    name,
+                    f"Deprecated: {cut_over.what} (not sent from {cut_over.effective_on}).",
+                    removed_on=cut_over.effective_on,
+                    replaced_by=successor,
+                )
+            )
+    seen: set[str] = set()
+    for event_type in types:
+        if event_type.name in seen:
+            raise ReferenceDataError(f"{source} yields the event type {event_type.name} twice.")
+        seen.add(event_type.name)
+    return EventTypeCatalog(types)
+
+
+@functools.cache
+def webhook_event_types() -> EventTypeCatalog:
+    """Every public webhook event type, validated once and then cached."""
+    text, source = _read(WEBHOOK_EVENT_TYPES_FILE)
+    return parse_event_type_catalog(text, source, deprecation_calendar())

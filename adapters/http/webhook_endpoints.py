@@ -1,0 +1,175 @@
+"""Management API routes for webhook endpoints, per team and environment (gaps.md,
+Webhooks and Management API), under `/v1/org/{org_id}/team/{team_id}/{env}/webhook`.
+
+Who may call them is as for every team-scoped management route: an org key, or a team key
+bound to the team; another team or organization is a 404. The signing secret is returned
+only by the two secret routes, never in an endpoint's view.
+"""
+
+from datetime import datetime
+from typing import Annotated, Any, Self
+from uuid import UUID
+
+from fastapi import APIRouter, Depends
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
+from healthledger.adapters.http.management import Environment, reachable_team
+from healthledger.domain.errors import NothingToUpdate, WebhookEndpointNotFound
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+URL_MAX = 2048
+DESCRIPTION_MAX = 500
+FILTER_TYPES_MAX = 250  # more than the catalog has exact types
+
+FilterEntry = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class WebhookEndpointCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=1, max_length=URL_MAX)
+    description: str = Field(default="", max_length=DESCRIPTION_MAX)
+    disabled: bool = False
+    # Exact event types or prefixes (`daily.data.*`); none (null or []) means every type.
+    filter_types: list[FilterEntry] | None = Field(default=None, max_length=FILTER_TYPES_MAX)
+
+
+class WebhookEndpointPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = Field(default=None, min_length=1, max_length=URL_MAX)
+    description: str | None = Field(default=None, max_length=DESCRIPTION_MAX)
+    disabled: bool | None = None
+    filter_types: list[FilterEntry] | None = Field(default=None, max_length=FILTER_TYPES_MAX)
+
+    @model_validator(mode="after")
+    def _no_null_but_filters(self) -> Self:
+        # A null filter_types means "every type"; a null anything else means nothing.
+        for name in ("url", "description", "disabled"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"{name} cannot be null; leave it out to keep it")
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class WebhookEndpointView(BaseModel):
+    id: UUID
+    team_id: UUID
+    environment: str
+    url: str
+    description: str
+    filter_types: list[str]
+    disabled: bool
+    # management_request, endpoint_gone (410) or failing_for_5_days; null when enabled.
+    disabled_reason: str | None
+    created_on: datetime
+    updated_at: datetime
+
+
+class WebhookEndpointList(BaseModel):
+    webhook_endpoints: list[WebhookEndpointView]
+
+
+class SigningSecret(BaseModel):
+    # `whsec_` + base64: the key of the Standard Webhooks signature.
+    secret: str
+    # After a rotation, the previous secret still signs (beside this one) until then.
+    previous_secret_expires_at: datetime | None
+
+
+def webhook_router(service: Service) -> APIRouter:
+    router = APIRouter(prefix="/v1/org/{org_id}/team/{team_id}/{env}/webhook", tags=["webhooks"])
+    Caller = Annotated[
+        ManagementCaller, Depends(management_caller_dependency(service.team_queries))
+    ]
+    webhooks = service.webhooks
+    queries = service.webhook_queries
+
+    def reach(caller: ManagementCaller, org_id: UUID, team_id: UUID) -> None:
+        reachable_team(service.team_queries, caller, org_id, team_id)
+
+    def view(endpoint_id: UUID) -> dict[str, Any]:
+        found = queries.endpoint(endpoint_id)
+        if found is None:
+            raise WebhookEndpointNotFound()
+        return found
+
+    @router.post("", response_model=WebhookEndpointView)
+    def create_endpoint(
+        org_id: UUID, team_id: UUID, env: Environment, body: WebhookEndpointCreate, caller: Caller
+    ) -> Any:
+        """A new endpoint with a fresh signing secret (read it from `.../secret`)."""
+        reach(caller, org_id, team_id)
+        endpoint = webhooks.create(
+            caller.ctx,
+            team_id,
+            env,
+            url=body.url,
+            description=body.description,
+            filter_types=body.filter_types,
+            disabled=body.disabled,
+            org_id=org_id,
+        )
+        return view(endpoint.id)
+
+    @router.get("", response_model=WebhookEndpointList)
+    def list_endpoints(org_id: UUID, team_id: UUID, env: Environment, caller: Caller) -> Any:
+        reach(caller, org_id, team_id)
+        return {"webhook_endpoints": queries.endpoints(team_id, env)}
+
+    @router.get("/{endpoint_id}", response_model=WebhookEndpointView)
+    def get_endpoint(
+        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+    ) -> Any:
+        reach(caller, org_id, team_id)
+        webhooks.endpoint(team_id, env, endpoint_id, org_id)
+        return view(endpoint_id)
+
+    @router.patch("/{endpoint_id}", response_model=WebhookEndpointView)
+    def patch_endpoint(
+        org_id: UUID,
+        team_id: UUID,
+        env: Environment,
+        endpoint_id: UUID,
+        body: WebhookEndpointPatch,
+        caller: Caller,
+    ) -> Any:
+        reach(caller, org_id, team_id)
+        if not body.model_fields_set:
+            raise NothingToUpdate()
+        webhooks.update(caller.ctx, team_id, env, endpoint_id, body.changes(), org_id)
+        return view(endpoint_id)
+
+    @router.delete("/{endpoint_id}")
+    def delete_endpoint(
+        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+    ) -> Any:
+        reach(caller, org_id, team_id)
+        webhooks.delete(caller.ctx, team_id, env, endpoint_id, org_id)
+        return {"success": True}
+
+    @router.get("/{endpoint_id}/secret", response_model=SigningSecret)
+    def get_secret(
+        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+    ) -> Any:
+        """The current signing secret (a credential: keep it like one)."""
+        reach(caller, org_id, team_id)
+        secrets = webhooks.secrets(team_id, env, endpoint_id, org_id)
+        return {
+            "secret": secrets.current,
+            "previous_secret_expires_at": secrets.previous_expires_at,
+        }
+
+    @router.post("/{endpoint_id}/secret/rotate", response_model=SigningSecret)
+    def rotate_secret(
+        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+    ) -> Any:
+        """A new secret; the previous one keeps signing beside it for 24 hours."""
+        reach(caller, org_id, team_id)
+        secrets = webhooks.rotate_secret(caller.ctx, team_id, env, endpoint_id, org_id)
+        return {
+            "secret": secrets.current,
+            "previous_secret_expires_at": secrets.previous_expires_at,
+        }
+
+    return router

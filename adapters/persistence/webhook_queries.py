@@ -1,0 +1,85 @@
+"""The read side of webhooks: endpoint views for the management API, the endpoints an
+event goes to (for the dispatcher), and the deprecation cut-overs already applied."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.schema import deprecation_cut_overs, webhook_endpoints
+from healthledger.domain.webhook_event_types import subscribed
+from sqlalchemy import select
+
+# Every column but the sealed secrets: no view of an endpoint carries a secret.
+_VIEW_COLUMNS = (
+    webhook_endpoints.c.endpoint_id,
+    webhook_endpoints.c.team_id,
+    webhook_endpoints.c.environment,
+    webhook_endpoints.c.url,
+    webhook_endpoints.c.description,
+    webhook_endpoints.c.filter_types,
+    webhook_endpoints.c.disabled_reason,
+    webhook_endpoints.c.created_on,
+    webhook_endpoints.c.updated_at,
+)
+
+
+def _endpoint(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.endpoint_id,
+        "team_id": row.team_id,
+        "environment": row.environment,
+        "url": row.url,
+        "description": row.description,
+        "filter_types": list(row.filter_types),
+        "disabled": row.disabled_reason is not None,
+        "disabled_reason": row.disabled_reason,
+        "created_on": row.created_on,
+        "updated_at": row.updated_at,
+    }
+
+
+class WebhookQueries:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def endpoints(self, team_id: UUID, environment: str) -> list[dict[str, Any]]:
+        c = webhook_endpoints.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(*_VIEW_COLUMNS)
+                .where(c.team_id == team_id, c.environment == environment)
+                .order_by(c.created_on, c.endpoint_id)
+            ).all()
+        return [_endpoint(r) for r in rows]
+
+    def endpoint(self, endpoint_id: UUID) -> dict[str, Any] | None:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(*_VIEW_COLUMNS).where(webhook_endpoints.c.endpoint_id == endpoint_id)
+            ).first()
+        return None if row is None else _endpoint(row)
+
+    def subscribed_endpoints(self, team_id: UUID, environment: str, event_type: str) -> list[UUID]:
+        """The enabled endpoints of a team's environment whose filters take `event_type`."""
+        c = webhook_endpoints.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(c.endpoint_id, c.filter_types)
+                .where(
+                    c.team_id == team_id,
+                    c.environment == environment,
+                    c.disabled_reason.is_(None),
+                )
+                .order_by(c.created_on, c.endpoint_id)
+            ).all()
+        return [r.endpoint_id for r in rows if subscribed(r.filter_types, event_type)]
+
+    def applied_cut_overs(self) -> dict[str, datetime]:
+        """Cut-over key -> when this deployment applied it."""
+        c = deprecation_cut_overs.c
+        with self.db.read() as conn:
+            rows = conn.execute(select(c.key, c.applied_at)).all()
+        return {r.key: r.applied_at for r in rows}

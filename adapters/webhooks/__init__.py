@@ -1,0 +1,1 @@
+"""Webhooks out: signing (and, to come, the dispatcher that delivers)."""

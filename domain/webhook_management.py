@@ -1,0 +1,262 @@
+"""Use cases of webhook endpoints: create, update, disable, delete, read and rotate the
+signing secret (management API, per team and environment; gaps.md Webhooks)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import ConcurrentChange, InvalidRequest, WebhookEndpointNotFound
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.team_directory import TeamDirectory
+from healthledger.domain.teams import ENVIRONMENTS
+from healthledger.domain.webhook_endpoints import BY_CALLER, WebhookEndpoint, new_signing_secret
+from healthledger.domain.webhook_event_types import EventTypeCatalog
+
+_SECRET_FIELD = "webhook_secret"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_LOOPBACK = "loopback"
+
+
+def address(host: str, port: int) -> tuple[str, int]:
+    """A (host, port) pair compared case-free, with every loopback or wildcard name as one."""
+    host = host.strip("[]").rstrip(".").lower()
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return (_LOOPBACK if host == "localhost" else host, port)
+    return (_LOOPBACK if ip.is_loopback or ip.is_unspecified else str(ip), port)
+
+
+def url_address(url: str) -> tuple[str, int] | None:
+    """The (host, port) an http(s) URL reaches, or None if it is not one."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return address(parts.hostname, port or _DEFAULT_PORTS[parts.scheme])
+
+
+def url_problem(url: str, own_addresses: Iterable[tuple[str, int]]) -> str | None:
+    """Why `url` cannot receive webhooks (a message), or None."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "url must not contain spaces or control characters."
+    reached = url_address(url)
+    if reached is None:
+        return "url must be an absolute http or https URL with a host."
+    if reached in set(own_addresses):
+        return "url points at this service itself; webhooks must go to your own receiver."
+    return None
+
+
+@dataclass(frozen=True)
+class SigningSecrets:
+    """The secrets in force: the current one first; the previous one until it expires."""
+
+    current: str
+    previous: str | None
+    previous_expires_at: datetime | None
+
+    @property
+    def in_force(self) -> list[str]:
+        return [self.current, *([self.previous] if self.previous else [])]
+
+
+class WebhookEndpoints:
+    def __init__(
+        self,
+        ledger: Ledger,
+        clock: Clock,
+        vault: PersonalDataVault,
+        teams: TeamDirectory,
+        catalog: EventTypeCatalog,
+        own_addresses: Iterable[tuple[str, int]],
+    ) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.vault = vault
+        self.teams = teams
+        self.catalog = catalog
+        self.own_addresses = frozenset(own_addresses)
+
+    def create(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        environment: str,
+        *,
+        url: str,
+        description: str = "",
+        filter_types: list[str] | None = None,
+        disabled: bool = False,
+        org_id: UUID | None = None,
+    ) -> WebhookEndpoint:
+        self._check_environment(environment)
+        self.teams.team(team_id, org_id)
+        self._check_url(url)
+        wanted = self._checked_filters(filter_types or [])
+        endpoint = WebhookEndpoint.create(
+            ctx,
+            self.clock(),
+            team_id=team_id,
+            environment=environment,
+            url=url,
+            description=description,
+            filter_types=wanted,
+            disabled=disabled,
+            sealed_secret=self._seal(team_id, new_signing_secret()),
+        )
+        self._save(endpoint)
+        return endpoint
+
+    def endpoint(
+        self, team_id: UUID, environment: str, endpoint_id: UUID, org_id: UUID | None = None
+    ) -> WebhookEndpoint:
+        """A live endpoint of this team and environment; anything else does not exist."""
+        self.teams.team(team_id, org_id)
+        endpoint = self.ledger.find(endpoint_id)
+        if (
+            not isinstance(endpoint, WebhookEndpoint)
+            or endpoint.deleted_at is not None
+            or endpoint.team_id != team_id
+            or endpoint.environment != environment
+        ):
+            raise WebhookEndpointNotFound()
+        return endpoint
+
+    def update(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        environment: str,
+        endpoint_id: UUID,
+        changes: dict[str, Any],
+        org_id: UUID | None = None,
+    ) -> WebhookEndpoint:
+        """`changes` holds only the fields sent: url, description, disabled, filter_types.
+        Every value is checked before anything is recorded."""
+        endpoint = self.endpoint(team_id, environment, endpoint_id, org_id)
+        fields = dict(changes)
+        disabled = fields.pop("disabled", None)
+        if "url" in fields:
+            self._check_url(fields["url"])
+        if "filter_types" in fields:
+            fields["filter_types"] = self._checked_filters(fields["filter_types"] or [])
+        now = self.clock()
+        endpoint.update(ctx, now, **fields)
+        if disabled is True:
+            endpoint.disable(ctx, now, BY_CALLER)
+        elif disabled is False:
+            endpoint.enable(ctx, now, BY_CALLER)
+        self._save(endpoint)
+        return endpoint
+
+    def disable(
+        self, ctx: CommandContext, endpoint_id: UUID, reason: str
+    ) -> WebhookEndpoint | None:
+        """For the dispatcher (the system actor): stop delivering to an endpoint that is
+        gone or has failed too long. A deleted or unknown endpoint is left alone."""
+        endpoint = self.ledger.find(endpoint_id)
+        if not isinstance(endpoint, WebhookEndpoint) or endpoint.deleted_at is not None:
+            return None
+        endpoint.disable(ctx, self.clock(), reason)
+        self._save(endpoint)
+        return endpoint
+
+    def delete(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        environment: str,
+        endpoint_id: UUID,
+        org_id: UUID | None = None,
+    ) -> None:
+        endpoint = self.endpoint(team_id, environment, endpoint_id, org_id)
+        endpoint.delete(ctx, self.clock())
+        self._save(endpoint)
+
+    def rotate_secret(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        environment: str,
+        endpoint_id: UUID,
+        org_id: UUID | None = None,
+    ) -> SigningSecrets:
+        endpoint = self.endpoint(team_id, environment, endpoint_id, org_id)
+        endpoint.rotate_secret(ctx, self.clock(), self._seal(team_id, new_signing_secret()))
+        self._save(endpoint)
+        return self._secrets_of(endpoint)
+
+    def secrets(
+        self, team_id: UUID, environment: str, endpoint_id: UUID, org_id: UUID | None = None
+    ) -> SigningSecrets:
+        return self._secrets_of(self.endpoint(team_id, environment, endpoint_id, org_id))
+
+    def signing_secrets(self, endpoint_id: UUID) -> list[str]:
+        """The plain secrets a delivery is signed with now (the dispatcher's accessor):
+        the current one, and the previous one during its 24 hours after a rotation. Empty
+        for an unknown or deleted endpoint, or once the team's key is gone."""
+        endpoint = self.ledger.find(endpoint_id)
+        if not isinstance(endpoint, WebhookEndpoint) or endpoint.deleted_at is not None:
+            return []
+        opened = [
+            self._open(endpoint.team_id, s) for s in endpoint.sealed_secrets_in_force(self.clock())
+        ]
+        return [s for s in opened if s is not None]
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _secrets_of(self, endpoint: WebhookEndpoint) -> SigningSecrets:
+        sealed = endpoint.sealed_secrets_in_force(self.clock())
+        current = self._open(endpoint.team_id, sealed[0])
+        if current is None:  # the team's key is gone with the team
+            raise WebhookEndpointNotFound()
+        previous = self._open(endpoint.team_id, sealed[1]) if len(sealed) > 1 else None
+        return SigningSecrets(
+            current, previous, endpoint.previous_secret_expires_at if previous else None
+        )
+
+    def _seal(self, team_id: UUID, secret: str) -> str:
+        # The team's own data key, as for custom credentials: the secret never rests in
+        # clear, and it dies with the team.
+        return self.vault.seal(team_id, {_SECRET_FIELD: secret})
+
+    def _open(self, team_id: UUID, sealed: str) -> str | None:
+        value = self.vault.open(team_id, sealed)
+        return None if value is None else value[_SECRET_FIELD]
+
+    def _check_environment(self, environment: str) -> None:
+        if environment not in ENVIRONMENTS:
+            raise InvalidRequest(
+                f"environment must be one of {', '.join(ENVIRONMENTS)}.", "env", "path"
+            )
+
+    def _check_url(self, url: str) -> None:
+        problem = url_problem(url, self.own_addresses)
+        if problem is not None:
+            raise InvalidRequest(problem, "url")
+
+    def _checked_filters(self, filter_types: list[str]) -> list[str]:
+        for entry in filter_types:
+            problem = self.catalog.filter_problem(entry)
+            if problem is not None:
+                raise InvalidRequest(problem, "filter_types")
+        return sorted(set(filter_types))
+
+    def _save(self, *aggregates: object) -> None:
+        try:
+            self.ledger.save(*aggregates)
+        except IntegrityError as exc:
+            raise ConcurrentChange() from exc
