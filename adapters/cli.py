@@ -86,6 +86,15 @@ def _parser() -> argparse.ArgumentParser:
     deprecations.add_argument(
         "--apply", action="store_true", help="first apply every cut-over whose date has passed"
     )
+    webhooks = commands.add_parser("webhooks", help="webhook deliveries")
+    webhook_commands = webhooks.add_subparsers(dest="webhooks_command", required=True)
+    replay = webhook_commands.add_parser(
+        "replay",
+        help="send an endpoint everything announced to it since an instant again, with the "
+        "original message ids",
+    )
+    replay.add_argument("endpoint_id", type=_uuid)
+    replay.add_argument("--since", type=_instant, required=True, help="e.g. 2026-03-01T00:00Z")
     return parser
 
 
@@ -218,6 +227,16 @@ def _run(args: argparse.Namespace, service: Any) -> int:
             status = f"applied {when.isoformat()}" if when else "not applied"
             print(f"{cut_over.effective_on}  {cut_over.key:<38} {status}", file=out)
             print(f"            {cut_over.what}: {cut_over.before} -> {cut_over.after}", file=out)
+        return 0
+    if args.command == "webhooks":
+        from healthledger.domain.errors import WebhookEndpointNotFound
+
+        try:
+            count = service.redeliveries.replay(ctx, args.endpoint_id, args.since)
+        except WebhookEndpointNotFound:
+            print(f"no webhook endpoint {args.endpoint_id}", file=sys.stderr)
+            return 1
+        print(f"queued {count} deliver{'y' if count == 1 else 'ies'} again", file=out)
         return 0
     raise AssertionError(args.command)
 

@@ -31,9 +31,12 @@ from healthledger.adapters.reference import (
     deprecation_calendar,
     provider_catalog,
     provider_slugs,
+    rules_at,
     webhook_event_types,
 )
 from healthledger.adapters.settings import Settings
+from healthledger.adapters.webhooks.dispatcher import Dispatcher
+from healthledger.adapters.webhooks.payloads import Payloads
 from healthledger.domain.connecting import Connections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.deprecations import Deprecations
@@ -41,6 +44,7 @@ from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.linking import LinkTokens
 from healthledger.domain.providers import ProviderAdapter
 from healthledger.domain.pulling import PullPolicy, Pulls
+from healthledger.domain.redelivery import Redeliveries
 from healthledger.domain.team_directory import Bootstrap, TeamDirectory
 from healthledger.domain.user_lifecycle import UserLifecycle
 from healthledger.domain.webhook_event_types import EventTypeCatalog
@@ -76,6 +80,8 @@ class Service:
     webhooks: WebhookEndpoints
     webhook_queries: WebhookQueries
     deprecations: Deprecations
+    dispatcher: Dispatcher
+    redeliveries: Redeliveries
     # Set by the scheduler when it runs: wakes the pull worker now (after a connect)
     # instead of at its next interval. Latency only; the worker's table is the truth.
     wake_pull_worker: Callable[[], None] = lambda: None
@@ -92,6 +98,7 @@ class Service:
             return None  # another process bootstrapped the same database first
 
     def close(self) -> None:
+        self.dispatcher.close()
         self.ledger.close()
         self.db.dispose()
 
@@ -177,6 +184,19 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         provider_slugs=provider_slugs(),
     )
     event_types = webhook_event_types()
+    webhook_queries = WebhookQueries(db)
+    webhooks = WebhookEndpoints(
+        ledger, clock, key_store, teams, event_types, own_addresses(settings)
+    )
+    dispatcher = Dispatcher(
+        ledger,
+        recorder,
+        clock,
+        webhook_queries,
+        webhooks,
+        Payloads(db, ledger, key_store, health_data, describe, rules_at),
+        rules_at,
+    )
     return Service(
         settings=settings,
         clock=clock,
@@ -199,9 +219,9 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         pulls=pulls,
         pull_queries=pull_queries,
         event_types=event_types,
-        webhooks=WebhookEndpoints(
-            ledger, clock, key_store, teams, event_types, own_addresses(settings)
-        ),
-        webhook_queries=WebhookQueries(db),
+        webhooks=webhooks,
+        webhook_queries=webhook_queries,
         deprecations=Deprecations(ledger, clock, deprecation_calendar()),
+        dispatcher=dispatcher,
+        redeliveries=Redeliveries(ledger, clock, webhook_queries.deliveries_since),
     )

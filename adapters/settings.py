@@ -62,6 +62,9 @@ class Settings(BaseSettings):
         list[Annotated[float, Field(ge=0)]], NoDecode, BeforeValidator(_retry_delays)
     ] = Field(default=[60.0, 300.0, 1800.0, 7200.0])
     pull_lease: Duration = Field(default=timedelta(minutes=15), gt=timedelta(0))
+    # How often the webhook dispatcher looks for new events and due deliveries (commits in
+    # the same process wake it at once).
+    webhook_poll_interval: Duration = Field(default=timedelta(seconds=2), gt=timedelta(0))
     # Connected feeds are synced this long after their last pull or sync; the sync sweep
     # runs every daily_sync_sweep_interval.
     daily_sync_interval: Duration = Field(default=timedelta(days=1), gt=timedelta(0))

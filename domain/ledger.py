@@ -20,6 +20,7 @@ from eventsourcing.persistence import (
     InfrastructureFactory,
     JSONTranscoder,
     Recording,
+    Tracking,
     Transcoder,
     Transcoding,
     UUIDAsHex,
@@ -94,13 +95,16 @@ class Ledger(Application[UUID]):
         transcoder.register(DatetimeAsISO())
         transcoder.register(DateAsISO())
 
-    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
-        """Save aggregates' pending events in one transaction.
+    def save(
+        self, *objs: Any, tracking: Tracking | None = None, **kwargs: Any
+    ) -> list[Recording[UUID]]:
+        """Save aggregates' pending events in one transaction; with `tracking`, also a
+        follower's position in the notification log (the outbox's exactly-once step).
 
         Same steps as `Application.save`, minus its runtime-protocol isinstance checks on
         every object (slow in Python 3.11, and we only ever save aggregates).
         """
-        processing_event: ProcessingEvent[UUID] = ProcessingEvent()
+        processing_event: ProcessingEvent[UUID] = ProcessingEvent(tracking=tracking)
         for aggregate in objs:
             if aggregate is not None:
                 processing_event.events.extend(aggregate.collect_events())

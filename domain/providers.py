@@ -37,6 +37,23 @@ FINAL_CODES = frozenset({NON_RETRIABLE, UNEXPECTED, RETRY_QUOTA_EXHAUSTED})
 # How the composition root picks the adapter of a connection: (provider slug, demo device).
 AdapterFor = Callable[[str, bool], "ProviderAdapter"]
 
+# Resources whose daily data is one summary (an object, or a list of sessions) rather than
+# timeseries samples: their daily events carry `summary`, the others `data` (gaps.md).
+SUMMARY_RESOURCES = frozenset(
+    {
+        "sleep",
+        "sleep_cycle",
+        "activity",
+        "workouts",
+        "body",
+        "profile",
+        "meal",
+        "menstrual_cycle",
+        "electrocardiogram",
+        "blood_pressure",
+    }
+)
+
 # Connection error types (gaps.md, connection status `error`).
 CONNECTION_ERROR_TYPES = frozenset(
     {

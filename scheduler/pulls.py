@@ -6,8 +6,6 @@ nothing."""
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
 
 from healthledger.adapters.composition import Service
 
@@ -28,40 +26,6 @@ def run_due_pulls(service: Service) -> int:
         if looked_at < BATCH:
             break
     return total
-
-
-class PullWorker:
-    """The pull job, with a wake-up that is never lost: a wake-up that arrives while a run
-    is going on makes that run go round once more (a second instance of the job would be
-    skipped by the scheduler, and the new pulls would wait for the next interval)."""
-
-    def __init__(self, service: Service) -> None:
-        self.service = service
-        self._lock = threading.Lock()
-        self._running = False
-        self._again = False
-
-    def run(self) -> int:
-        with self._lock:
-            self._running, self._again = True, False
-        total = 0
-        try:
-            while True:
-                total += run_due_pulls(self.service)
-                with self._lock:
-                    if not self._again:
-                        return total
-                    self._again = False
-        finally:
-            with self._lock:
-                self._running = False
-
-    def wake(self, start_now: Callable[[], None]) -> None:
-        with self._lock:
-            if self._running:
-                self._again = True
-                return
-        start_now()
 
 
 def sync_connected_feeds(service: Service) -> int:

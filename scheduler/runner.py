@@ -10,13 +10,16 @@ misfire skips.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from healthledger.adapters.composition import Service
 from healthledger.scheduler.deprecations import apply_cut_overs
 from healthledger.scheduler.erasure import sweep_erasures
-from healthledger.scheduler.pulls import PullWorker, sync_connected_feeds
+from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
+from healthledger.scheduler.wakeups import WakeableJob
+from healthledger.scheduler.webhooks import dispatch_webhooks
 
 
 def start_scheduler(service: Service) -> BackgroundScheduler:
@@ -33,14 +36,20 @@ def start_scheduler(service: Service) -> BackgroundScheduler:
         next_run_time=datetime.now(UTC),
     )
     settings = service.settings
-    worker = PullWorker(service)
-    pull_job = scheduler.add_job(
-        worker.run,
-        "interval",
-        seconds=settings.pull_poll_interval.total_seconds(),
-        id="pull-worker",
-        next_run_time=datetime.now(UTC),
+    pulls = _wakeable(
+        scheduler, "pull-worker", settings.pull_poll_interval, lambda: run_due_pulls(service)
     )
+    # A connect just scheduled pulls: run the worker now, not at its next interval.
+    service.wake_pull_worker = pulls.wake
+    webhooks = _wakeable(
+        scheduler,
+        "webhook-dispatcher",
+        settings.webhook_poll_interval,
+        lambda: dispatch_webhooks(service),
+    )
+    # Every commit in this process may hold an event to announce: dispatch it now. Other
+    # processes' commits are found at the next interval.
+    service.recorder.add_commit_listener(webhooks.wake)
     scheduler.add_job(
         sync_connected_feeds,
         "interval",
@@ -49,12 +58,6 @@ def start_scheduler(service: Service) -> BackgroundScheduler:
         id="daily-sync",
         next_run_time=datetime.now(UTC),
     )
-
-    def wake_pull_worker() -> None:
-        # A connect just scheduled pulls: run the worker now, not at its next interval.
-        worker.wake(lambda: pull_job.modify(next_run_time=datetime.now(UTC)))
-
-    service.wake_pull_worker = wake_pull_worker
     scheduler.add_job(
         apply_cut_overs,
         "interval",
@@ -65,3 +68,18 @@ def start_scheduler(service: Service) -> BackgroundScheduler:
     )
     scheduler.start()
     return scheduler
+
+
+def _wakeable(
+    scheduler: BackgroundScheduler, job_id: str, interval: timedelta, work: Callable[[], int]
+) -> WakeableJob:
+    wakeable = WakeableJob(work)
+    job = scheduler.add_job(
+        wakeable.run,
+        "interval",
+        seconds=interval.total_seconds(),
+        id=job_id,
+        next_run_time=datetime.now(UTC),
+    )
+    wakeable.bind(lambda: job.modify(next_run_time=datetime.now(UTC)))
+    return wakeable

@@ -15,7 +15,7 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
 from healthledger.adapters.http.management import Environment, reachable_team
 from healthledger.domain.errors import NothingToUpdate, WebhookEndpointNotFound
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 URL_MAX = 2048
 DESCRIPTION_MAX = 500
@@ -52,6 +52,16 @@ class WebhookEndpointPatch(BaseModel):
         return {name: getattr(self, name) for name in self.model_fields_set}
 
 
+class ReplayRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # Events recorded at or after this instant (with a time zone).
+    since: AwareDatetime
+
+
+class ReplayAnswer(BaseModel):
+    replayed: int
+
+
 class WebhookEndpointView(BaseModel):
     id: UUID
     team_id: UUID
@@ -84,6 +94,7 @@ def webhook_router(service: Service) -> APIRouter:
     ]
     webhooks = service.webhooks
     queries = service.webhook_queries
+    redeliveries = service.redeliveries
 
     def reach(caller: ManagementCaller, org_id: UUID, team_id: UUID) -> None:
         reachable_team(service.team_queries, caller, org_id, team_id)
@@ -171,5 +182,20 @@ def webhook_router(service: Service) -> APIRouter:
             "secret": secrets.current,
             "previous_secret_expires_at": secrets.previous_expires_at,
         }
+
+    @router.post("/{endpoint_id}/replay", response_model=ReplayAnswer)
+    def replay(
+        org_id: UUID,
+        team_id: UUID,
+        env: Environment,
+        endpoint_id: UUID,
+        body: ReplayRequest,
+        caller: Caller,
+    ) -> Any:
+        """Send the endpoint everything announced to it since `since` again, with the
+        original message ids (receivers deduplicate by them)."""
+        reach(caller, org_id, team_id)
+        webhooks.endpoint(team_id, env, endpoint_id, org_id)
+        return {"replayed": redeliveries.replay(caller.ctx, endpoint_id, body.since)}
 
     return router

@@ -31,6 +31,7 @@ from healthledger.adapters.persistence.schema import (
     team_api_keys,
     teams,
     users,
+    webhook_deliveries,
     webhook_endpoints,
 )
 from healthledger.domain.connections import CONNECTED, PAUSED
@@ -49,6 +50,11 @@ from healthledger.domain.resource_feeds import SUCCESS as PULL_SUCCESS
 from healthledger.domain.resource_feeds import ResourceFeed
 from healthledger.domain.teams import Organization, Team, TeamApiKey, default_settings
 from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
+from healthledger.domain.webhook_deliveries import DROPPED as DELIVERY_DROPPED
+from healthledger.domain.webhook_deliveries import FAILED as DELIVERY_FAILED
+from healthledger.domain.webhook_deliveries import PENDING as DELIVERY_PENDING
+from healthledger.domain.webhook_deliveries import SUCCEEDED as DELIVERY_SUCCEEDED
+from healthledger.domain.webhook_deliveries import WebhookDelivery
 from healthledger.domain.webhook_endpoints import BY_CALLER, WebhookEndpoint
 from sqlalchemy import Connection, bindparam, case, delete, func, insert, select, update
 
@@ -112,6 +118,10 @@ class ReadModels:
             ProviderConnection.Errored: self._connection_errored,
             ProviderConnection.Paused: self._connection_status,
             ProviderConnection.Resumed: self._connection_status,
+            WebhookDelivery.Created: self._delivery_created,
+            WebhookDelivery.AttemptMade: self._delivery_attempted,
+            WebhookDelivery.Dropped: self._delivery_dropped,
+            WebhookDelivery.Replayed: self._delivery_replayed,
             ResourceFeed.Created: self._feed_created,
             ResourceFeed.PullScheduled: self._pull_scheduled,
             ResourceFeed.PullStarted: self._pull_started,
@@ -400,6 +410,65 @@ class ReadModels:
             last_attempt_at=e.timestamp,
             last_attempt_status=PULL_SUCCESS,
             **(_widened(min(days), max(days)) if days else {}),
+        )
+
+    # -- webhook deliveries -----------------------------------------------------------------
+
+    def _delivery_created(self, conn: Connection, e: WebhookDelivery.Created) -> None:
+        conn.execute(
+            insert(webhook_deliveries).values(
+                delivery_id=e.originator_id,
+                endpoint_id=e.endpoint_id,
+                team_id=e.team_id,
+                user_id=e.user_id,
+                event_type=e.event_type,
+                message_id=e.message_id,
+                source_id=e.source_id,
+                source_version=e.source_version,
+                source_timestamp=e.source_timestamp,
+                day=e.day,
+                status=DELIVERY_PENDING,
+                attempts=0,
+                next_attempt_at=e.timestamp,
+                created_at=e.timestamp,
+                version=e.originator_version,
+            )
+        )
+
+    def _update_delivery(self, conn: Connection, e: Any, **values: Any) -> None:
+        conn.execute(
+            update(webhook_deliveries)
+            .where(webhook_deliveries.c.delivery_id == e.originator_id)
+            .values(version=e.originator_version, **values)
+        )
+
+    def _delivery_attempted(self, conn: Connection, e: WebhookDelivery.AttemptMade) -> None:
+        d = webhook_deliveries.c
+        values: dict[str, Any] = {
+            "attempts": e.attempt,
+            "last_attempt_at": e.timestamp,
+            "last_status_code": e.status_code,
+            "next_attempt_at": e.next_attempt_at,
+        }
+        if e.outcome == "success":
+            values.update(status=DELIVERY_SUCCEEDED, succeeded_at=e.timestamp)
+        else:
+            values["first_failure_at"] = func.coalesce(d.first_failure_at, e.timestamp)
+            if e.next_attempt_at is None:
+                values["status"] = DELIVERY_FAILED
+        self._update_delivery(conn, e, **values)
+
+    def _delivery_dropped(self, conn: Connection, e: WebhookDelivery.Dropped) -> None:
+        self._update_delivery(conn, e, status=DELIVERY_DROPPED, next_attempt_at=None)
+
+    def _delivery_replayed(self, conn: Connection, e: WebhookDelivery.Replayed) -> None:
+        self._update_delivery(
+            conn,
+            e,
+            status=DELIVERY_PENDING,
+            attempts=0,
+            next_attempt_at=e.timestamp,
+            first_failure_at=None,
         )
 
     # -- link tokens ----------------------------------------------------------------------

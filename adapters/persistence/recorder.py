@@ -42,6 +42,7 @@ class LedgerRecorder(ProcessRecorder):
         self.on_record = on_record
         self._subscriptions: set[PollingSubscription] = set()
         self._subscriptions_lock = threading.Lock()
+        self._commit_listeners: list[Callable[[], None]] = []
         columns = ("originator_id", "originator_version", "topic", "state", "timestamp")
         self._insert = db.prepare("events.insert", lambda: insert_statement(stored_events, columns))
         self._insert_returning = db.prepare(
@@ -187,10 +188,19 @@ class LedgerRecorder(ProcessRecorder):
     ) -> Subscription[ApplicationRecorder]:
         return PollingSubscription(self, gt=gt, topics=topics)
 
+    def add_commit_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after each commit of events in this process (a wake-up: it must
+        be quick and must not write)."""
+        with self._subscriptions_lock:
+            self._commit_listeners.append(listener)
+
     def _notify_subscribers(self) -> None:
         with self._subscriptions_lock:
             for subscription in self._subscriptions:
                 subscription.wake()
+            listeners = list(self._commit_listeners)
+        for listener in listeners:
+            listener()
 
     def _register(self, subscription: PollingSubscription) -> None:
         with self._subscriptions_lock:

@@ -325,6 +325,35 @@ deprecation_cut_overs = Table(
     Column("actor", String(128), nullable=False),
 )
 
+# One row per delivery (public event x endpoint): what the sender selects (`status`,
+# `next_attempt_at`), what a redelivery selects (`endpoint_id`, `source_timestamp`), and
+# what tells an endpoint failing too long (`first_failure_at`, `succeeded_at`).
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("delivery_id", Uuid, primary_key=True),
+    Column("endpoint_id", Uuid, nullable=False),
+    Column("team_id", Uuid, nullable=False),
+    Column("user_id", Uuid, nullable=False),
+    Column("event_type", String(128), nullable=False),
+    Column("message_id", String(64), nullable=False),
+    Column("source_id", Uuid, nullable=False),
+    Column("source_version", Integer, nullable=False),
+    Column("source_timestamp", UTCDateTime, nullable=False),
+    Column("day", Date),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UTCDateTime),
+    Column("last_attempt_at", UTCDateTime),
+    Column("last_status_code", Integer),
+    Column("first_failure_at", UTCDateTime),
+    Column("succeeded_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("version", Integer, nullable=False),
+    Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+    Index("ix_webhook_deliveries_endpoint", "endpoint_id", "source_timestamp"),
+)
+
 READ_MODEL_TABLES = (
     users,
     pending_erasures,
@@ -338,4 +367,5 @@ READ_MODEL_TABLES = (
     link_tokens,
     webhook_endpoints,
     deprecation_cut_overs,
+    webhook_deliveries,
 )

@@ -1,5 +1,6 @@
 """The read side of webhooks: endpoint views for the management API, the endpoints an
-event goes to (for the dispatcher), and the deprecation cut-overs already applied."""
+event goes to and the deliveries due (for the dispatcher), and the deprecation cut-overs
+already applied."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.schema import deprecation_cut_overs, webhook_endpoints
+from healthledger.adapters.persistence.schema import (
+    deprecation_cut_overs,
+    webhook_deliveries,
+    webhook_endpoints,
+)
+from healthledger.domain.webhook_deliveries import FAILED, PENDING
 from healthledger.domain.webhook_event_types import subscribed
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 # Every column but the sealed secrets: no view of an endpoint carries a secret.
 _VIEW_COLUMNS = (
@@ -83,3 +89,50 @@ class WebhookQueries:
         with self.db.read() as conn:
             rows = conn.execute(select(c.key, c.applied_at)).all()
         return {r.key: r.applied_at for r in rows}
+
+    # -- deliveries (for the sender, redelivery and the failing-too-long rule) -------------
+
+    def due_deliveries(self, now: datetime, limit: int) -> list[Any]:
+        d = webhook_deliveries.c
+        with self.db.read() as conn:
+            return conn.execute(
+                select(webhook_deliveries)
+                .where(d.status == PENDING, d.next_attempt_at <= now)
+                .order_by(d.next_attempt_at, d.delivery_id)
+                .limit(limit)
+            ).all()
+
+    def failing_since(self, endpoint_id: UUID) -> datetime | None:
+        """When the endpoint's oldest failure with no success after it happened."""
+        d = webhook_deliveries.c
+        with self.db.read() as conn:
+            last_success = conn.execute(
+                select(func.max(d.succeeded_at)).where(d.endpoint_id == endpoint_id)
+            ).scalar()
+            query = select(func.min(d.first_failure_at)).where(
+                d.endpoint_id == endpoint_id, d.status.in_((PENDING, FAILED))
+            )
+            if last_success is not None:
+                query = query.where(d.first_failure_at > last_success)
+            return conn.execute(query).scalar()
+
+    def deliveries_since(self, endpoint_id: UUID, since: datetime) -> list[UUID]:
+        """The endpoint's deliveries of events recorded at or after `since`, oldest first."""
+        d = webhook_deliveries.c
+        with self.db.read() as conn:
+            return list(
+                conn.execute(
+                    select(d.delivery_id)
+                    .where(d.endpoint_id == endpoint_id, d.source_timestamp >= since)
+                    .order_by(d.source_timestamp, d.delivery_id)
+                ).scalars()
+            )
+
+    def delivery_counts(self, endpoint_id: UUID | None = None) -> dict[str, int]:
+        """Deliveries by status (all endpoints, or one)."""
+        d = webhook_deliveries.c
+        query = select(d.status, func.count()).group_by(d.status)
+        if endpoint_id is not None:
+            query = query.where(d.endpoint_id == endpoint_id)
+        with self.db.read() as conn:
+            return {status: count for status, count in conn.execute(query).all()}

@@ -1,0 +1,336 @@
+"""The webhook dispatcher: the outbox that follows the event log, and the sender.
+
+`follow` reads the notification log from its tracking position, turns each event into the
+public events it announces (`domain/announcements.py`), and records a `WebhookDelivery`
+per subscribed endpoint, in the transaction that moves the tracking position on: a
+delivery is created exactly once per (event, endpoint), even with several dispatchers.
+
+`send_due` posts the deliveries that are due, signed (Standard Webhooks, both header
+families), and records each attempt. Delivery is at least once: a crash between a POST
+and its record sends the same message id again, which receivers deduplicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+from uuid import UUID
+
+import httpx
+from eventsourcing.persistence import IntegrityError, Tracking
+from healthledger.adapters.persistence.recorder import LedgerRecorder
+from healthledger.adapters.persistence.schema import team_api_keys
+from healthledger.adapters.persistence.webhook_queries import WebhookQueries
+from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
+from healthledger.adapters.webhooks.signing import signed_headers
+from healthledger.domain.announcements import announcements
+from healthledger.domain.connections import Connection
+from healthledger.domain.context import SCHEDULER, CommandContext
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.resource_feeds import ResourceFeed
+from healthledger.domain.webhook_deliveries import (
+    DELIVERY_TIMEOUT,
+    FAILING_TOO_LONG,
+    PENDING,
+    WebhookDelivery,
+)
+from healthledger.domain.webhook_endpoints import ENDPOINT_GONE
+from healthledger.domain.webhook_endpoints import FAILING_TOO_LONG as DISABLED_FAILING
+from healthledger.domain.webhook_management import WebhookEndpoints
+from sqlalchemy import select
+
+log = logging.getLogger("healthledger.webhooks")
+
+TRACKING_NAME = "webhooks"
+# The topics of events that announce something: the follower skips the rest in SQL.
+ANNOUNCING_TOPICS = tuple(
+    cls.TOPIC
+    for cls in (
+        Connection.Created,
+        Connection.Reconnected,
+        Connection.Errored,
+        ResourceFeed.PullSucceeded,
+        ResourceFeed.DailySynced,
+    )
+)
+# Users created by anything but a team API key (the CLI, a bootstrap) belong here.
+DEFAULT_ENVIRONMENT = "sandbox"
+_USER_AGENT = "healthledger-webhooks/1"
+
+
+@dataclass(frozen=True)
+class PostResult:
+    status_code: int | None
+    latency_ms: float
+    error: str | None
+    retry_after: timedelta | None = None
+    gone: bool = False
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        ledger: Ledger,
+        recorder: LedgerRecorder,
+        clock: Clock,
+        queries: WebhookQueries,
+        endpoints: WebhookEndpoints,
+        payloads: Payloads,
+        rules_at: RulesAt,
+        *,
+        timeout: timedelta = DELIVERY_TIMEOUT,
+        senders: int = 16,
+    ) -> None:
+        self.ledger = ledger
+        self.recorder = recorder
+        self.clock = clock
+        self.queries = queries
+        self.endpoints = endpoints
+        self.payloads = payloads
+        self.rules_at = rules_at
+        self.senders = senders
+        # Redirects are failures (never followed); no proxies from the environment.
+        self.client = httpx.Client(
+            timeout=timeout.total_seconds(),
+            follow_redirects=False,
+            trust_env=False,
+            headers={"user-agent": _USER_AGENT},
+            limits=httpx.Limits(max_connections=senders * 2, max_keepalive_connections=senders),
+        )
+        self._environments: dict[UUID, str] = {}
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- the outbox -----------------------------------------------------------------------
+
+    def follow(self, limit: int = 500) -> int:
+        """Record the deliveries of the next notifications; how many were read."""
+        position = self.recorder.max_tracking_id(TRACKING_NAME) or 0
+        last = self.recorder.max_notification_id() or 0
+        if last <= position:
+            return 0
+        notifications = self.recorder.select_notifications(
+            position, limit, stop=last, topics=ANNOUNCING_TOPICS, inclusive_of_start=False
+        )
+        # Every id up to `last` that is not returned is an event that announces nothing
+        # (ids are committed in order on both databases), so the position can pass it.
+        upto = notifications[-1].id if len(notifications) == limit else last
+        ctx = CommandContext.system(SCHEDULER)
+        now = self.clock()
+        deliveries: list[WebhookDelivery] = []
+        for notification in notifications:
+            event = self.ledger.mapper.to_domain_event(notification)
+            stream = self.ledger.find(notification.originator_id)
+            for found in announcements(event, stream, self.rules_at(event.timestamp)):
+                environment = self.environment_of(found.user_id)
+                for endpoint_id in self.queries.subscribed_endpoints(
+                    found.team_id, environment, found.event_type
+                ):
+                    deliveries.append(
+                        WebhookDelivery.create(
+                            ctx,
+                            now,
+                            endpoint_id=endpoint_id,
+                            team_id=found.team_id,
+                            user_id=found.user_id,
+                            event_type=found.event_type,
+                            source_id=event.originator_id,
+                            source_version=event.originator_version,
+                            source_timestamp=event.timestamp,
+                            day=found.day,
+                        )
+                    )
+        try:
+            self.ledger.save(*deliveries, tracking=Tracking(TRACKING_NAME, upto))
+        except IntegrityError:
+            return 0  # another dispatcher recorded this stretch of the log first
+        return len(notifications) or 1
+
+    def environment_of(self, user_id: UUID) -> str:
+        """The environment of the team API key that created the user."""
+        found = self._environments.get(user_id)
+        if found is None:
+            (created,) = self.ledger.events.get(user_id, lte=1)
+            found = DEFAULT_ENVIRONMENT
+            kind, _, key_id = created.actor.partition(":")
+            if kind == "team_api_key":
+                with self.recorder.db.read() as conn:
+                    found = (
+                        conn.execute(
+                            select(team_api_keys.c.environment).where(
+                                team_api_keys.c.key_id == UUID(key_id)
+                            )
+                        ).scalar()
+                        or DEFAULT_ENVIRONMENT
+                    )
+            self._environments[user_id] = found
+        return found
+
+    # -- the sender -----------------------------------------------------------------------
+
+    def send_due(self, limit: int = 500) -> int:
+        """Attempt every delivery that is due; how many were attempted or dropped."""
+        rows = self.queries.due_deliveries(self.clock(), limit)
+        if not rows:
+            return 0
+        ctx = CommandContext.system(SCHEDULER)
+        bodies: dict[str, bytes | None] = {}
+        targets: dict[UUID, tuple[str, list[str]] | None] = {}
+        work: list[tuple[Any, str, list[str], bytes]] = []
+        dropped: list[tuple[Any, str]] = []
+        for row in rows:
+            if row.endpoint_id not in targets:
+                targets[row.endpoint_id] = self._target(row.endpoint_id)
+            target = targets[row.endpoint_id]
+            if target is None:
+                dropped.append((row, "endpoint disabled or deleted"))
+                continue
+            if row.message_id not in bodies:
+                bodies[row.message_id] = self.payloads.build(
+                    event_type=row.event_type,
+                    user_id=row.user_id,
+                    team_id=row.team_id,
+                    source_id=row.source_id,
+                    source_version=row.source_version,
+                    day=row.day,
+                )
+            body = bodies[row.message_id]
+            if body is None:
+                dropped.append((row, "user erased"))
+                continue
+            work.append((row, target[0], target[1], body))
+        with ThreadPoolExecutor(max_workers=self.senders) as pool:
+            results = list(pool.map(lambda item: self._post(*item), work))
+        now = self.clock()
+        # What to record on each delivery, as a function, so that it can be redone on a
+        # fresh copy if the batch loses to another sender.
+        records: list[tuple[Any, Callable[[WebhookDelivery], None]]] = []
+        gone: set[UUID] = set()
+        failing: set[UUID] = set()
+        for (row, _url, _secrets, _body), result in zip(work, results, strict=True):
+            records.append((row, _attempt_recorder(ctx, now, result)))
+            if result.gone:
+                gone.add(row.endpoint_id)
+            elif result.error is not None:
+                failing.add(row.endpoint_id)
+        for row, reason in dropped:
+            records.append((row, _drop_recorder(ctx, now, reason)))
+        self._record(records)
+        for endpoint_id in gone:
+            self.endpoints.disable(ctx, endpoint_id, ENDPOINT_GONE)
+        for endpoint_id in failing - gone:
+            since = self.queries.failing_since(endpoint_id)
+            if since is not None and now - since >= FAILING_TOO_LONG:
+                self.endpoints.disable(ctx, endpoint_id, DISABLED_FAILING)
+        return len(rows)
+
+    def _target(self, endpoint_id: UUID) -> tuple[str, list[str]] | None:
+        endpoint = self.queries.endpoint(endpoint_id)
+        if endpoint is None or endpoint["disabled"]:
+            return None
+        secrets = self.endpoints.signing_secrets(endpoint_id)
+        return (endpoint["url"], secrets) if secrets else None
+
+    def _pending(self, row: Any) -> WebhookDelivery | None:
+        delivery = self.ledger.find(row.delivery_id)
+        if not isinstance(delivery, WebhookDelivery) or delivery.status != PENDING:
+            return None  # another sender recorded it meanwhile
+        return delivery
+
+    def _post(self, row: Any, url: str, secrets: list[str], body: bytes) -> PostResult:
+        headers = signed_headers(secrets, row.message_id, int(time.time()), body)
+        headers["content-type"] = "application/json"
+        started = time.perf_counter()
+        try:
+            response = self.client.post(url, content=body, headers=headers)
+        except httpx.TimeoutException:
+            return PostResult(None, _ms(started), "timeout")
+        except httpx.TransportError:  # refused, reset, garbage that is not HTTP
+            return PostResult(None, _ms(started), "connection_error")
+        latency = _ms(started)
+        code = response.status_code
+        if 200 <= code < 300:
+            return PostResult(code, latency, None)
+        if 300 <= code < 400:
+            return PostResult(code, latency, "redirect")
+        if code == 410:
+            return PostResult(code, latency, "gone", gone=True)
+        retry_after = _retry_after(response.headers.get("retry-after"), self.clock())
+        return PostResult(code, latency, f"http_{code}", retry_after)
+
+    def _record(self, records: Sequence[tuple[Any, Callable[[WebhookDelivery], None]]]) -> None:
+        """One transaction for the batch; if another sender recorded one of them first,
+        the rest are recorded one by one on fresh copies."""
+        batch = []
+        for row, record in records:
+            delivery = self._pending(row)
+            if delivery is not None:
+                record(delivery)
+                batch.append(delivery)
+        if not batch:
+            return
+        try:
+            self.ledger.save(*batch)
+            return
+        except IntegrityError:
+            log.info("a batch of delivery records lost to another sender: one by one")
+        for row, record in records:
+            delivery = self._pending(row)
+            if delivery is not None:
+                record(delivery)
+                with contextlib.suppress(IntegrityError):  # the other sender's record stands
+                    self.ledger.save(delivery)
+
+
+def _attempt_recorder(
+    ctx: CommandContext, now: datetime, result: PostResult
+) -> Callable[[WebhookDelivery], None]:
+    def record(delivery: WebhookDelivery) -> None:
+        delivery.record_attempt(
+            ctx,
+            now,
+            status_code=result.status_code,
+            latency_ms=result.latency_ms,
+            error=result.error,
+            retry_after=result.retry_after,
+            final=result.gone,
+        )
+
+    return record
+
+
+def _drop_recorder(
+    ctx: CommandContext, now: datetime, reason: str
+) -> Callable[[WebhookDelivery], None]:
+    def record(delivery: WebhookDelivery) -> None:
+        delivery.drop(ctx, now, reason)
+
+    return record
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def _retry_after(value: str | None, now: datetime) -> timedelta | None:
+    """A 429's (or 503's) Retry-After: seconds or an HTTP date; None if absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return timedelta(seconds=min(int(value), 86400))
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(timedelta(0), min(when - now, timedelta(days=1)))

@@ -1,0 +1,221 @@
+"""One delivery of one public event to one webhook endpoint, event-sourced: every attempt,
+its status code, latency and outcome is in the delivery's history.
+
+    pending -> succeeded                      (a 2xx within the timeout)
+            -> pending (attempt n failed)     (retried on the schedule below)
+            -> failed                         (the last try failed, or the endpoint is gone)
+            -> dropped                        (the user was erased, the endpoint disabled or
+                                               deleted: never sent)
+    succeeded | failed | dropped -> pending   (Replayed: a redelivery, same message id)
+
+The delivery holds no payload: the payload is built when it is sent, from the source event
+(named by id and version) and the data it points at, by the rules in force at the source
+event's own time. A user erased meanwhile has nothing left to build it from, so the
+delivery is dropped, never sent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.domain.context import CommandContext
+from healthledger.domain.users import CheapCopy
+
+PENDING = "pending"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+DROPPED = "dropped"
+
+# gaps.md: after a failure, retries come immediately, then 5 s, 5 min, 30 min, 2 h, 5 h,
+# 10 h and 10 h later; a failure after the last is final. The first attempt is at once.
+RETRY_DELAYS = (
+    timedelta(0),
+    timedelta(seconds=5),
+    timedelta(minutes=5),
+    timedelta(minutes=30),
+    timedelta(hours=2),
+    timedelta(hours=5),
+    timedelta(hours=10),
+    timedelta(hours=10),
+)
+# A 2xx within this is a success; anything slower is a failure (gaps.md).
+DELIVERY_TIMEOUT = timedelta(seconds=15)
+# An endpoint whose deliveries have failed for this long, with no success since, is
+# disabled (and that is recorded on the endpoint).
+FAILING_TOO_LONG = timedelta(days=5)
+
+_NAMESPACE = uuid.UUID("5b0f4f8e-2c61-5d7a-9e13-7a4c2b9d0e61")
+
+
+def message_id_for(source_id: UUID, source_version: int, event_type: str, day: date | None) -> str:
+    """The Standard Webhooks message id of a public event: derived from the event it
+    announces, so every endpoint, every retry and every redelivery sends the same id."""
+    key = f"{source_id}:{source_version}:{event_type}:{day.isoformat() if day else ''}"
+    return "msg_" + uuid.uuid5(_NAMESPACE, key).hex
+
+
+class WebhookDelivery(CheapCopy, Aggregate):
+    TOPIC = "healthledger:WebhookDelivery"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "healthledger:WebhookDelivery.Created.v1"
+        endpoint_id: UUID
+        team_id: UUID
+        user_id: UUID
+        event_type: str
+        message_id: str
+        # The event announced: its stream, version and time, and the day for daily data.
+        source_id: UUID
+        source_version: int
+        source_timestamp: datetime
+        day: date | None
+
+        def apply(self, delivery: WebhookDelivery) -> None:
+            delivery.endpoint_id = self.endpoint_id
+            delivery.team_id = self.team_id
+            delivery.user_id = self.user_id
+            delivery.event_type = self.event_type
+            delivery.message_id = self.message_id
+            delivery.source_id = self.source_id
+            delivery.source_version = self.source_version
+            delivery.source_timestamp = self.source_timestamp
+            delivery.day = self.day
+            _reset(delivery, self.timestamp)
+
+    class AttemptMade(Event):
+        """One POST: its answer (or why there was none), how long it took, and what next."""
+
+        TOPIC = "healthledger:WebhookDelivery.AttemptMade.v1"
+        attempt: int
+        status_code: int | None
+        latency_ms: float
+        # success | failure
+        outcome: str
+        # Why a failure: http_<code>, redirect, timeout, connection_error, gone
+        error: str | None
+        # The next try, or None when this was the last one.
+        next_attempt_at: datetime | None
+
+        def apply(self, delivery: WebhookDelivery) -> None:
+            delivery.attempts = self.attempt
+            delivery.last_status_code = self.status_code
+            if self.outcome == "success":
+                delivery.status = SUCCEEDED
+                delivery.next_attempt_at = None
+            elif self.next_attempt_at is None:
+                delivery.status = FAILED
+                delivery.next_attempt_at = None
+            else:
+                delivery.next_attempt_at = self.next_attempt_at
+
+    class Dropped(Event):
+        TOPIC = "healthledger:WebhookDelivery.Dropped.v1"
+        reason: str
+
+        def apply(self, delivery: WebhookDelivery) -> None:
+            delivery.status = DROPPED
+            delivery.next_attempt_at = None
+
+    class Replayed(Event):
+        """A redelivery asked for (management API or CLI): the same message, sent again."""
+
+        TOPIC = "healthledger:WebhookDelivery.Replayed.v1"
+
+        def apply(self, delivery: WebhookDelivery) -> None:
+            _reset(delivery, self.timestamp)
+
+    @staticmethod
+    def id_for(endpoint_id: UUID, message_id: str) -> UUID:
+        return uuid.uuid5(_NAMESPACE, f"{endpoint_id}\x1f{message_id}")
+
+    @classmethod
+    def create(
+        cls,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        endpoint_id: UUID,
+        team_id: UUID,
+        user_id: UUID,
+        event_type: str,
+        source_id: UUID,
+        source_version: int,
+        source_timestamp: datetime,
+        day: date | None,
+    ) -> WebhookDelivery:
+        message_id = message_id_for(source_id, source_version, event_type, day)
+        return cls._create(
+            cls.Created,
+            id=cls.id_for(endpoint_id, message_id),
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            endpoint_id=endpoint_id,
+            team_id=team_id,
+            user_id=user_id,
+            event_type=event_type,
+            message_id=message_id,
+            source_id=source_id,
+            source_version=source_version,
+            source_timestamp=source_timestamp,
+            day=day,
+        )
+
+    def record_attempt(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        status_code: int | None,
+        latency_ms: float,
+        error: str | None,
+        retry_after: timedelta | None = None,
+        final: bool = False,
+    ) -> None:
+        """Record a POST. A failure is retried on the schedule (no sooner than a 429's
+        Retry-After) unless it was the last try or `final` (a 410)."""
+        attempt = self.attempts + 1
+        success = error is None
+        next_at = None
+        if not success and not final and attempt < len(RETRY_DELAYS):
+            delay = RETRY_DELAYS[attempt]
+            if retry_after is not None:
+                delay = max(delay, retry_after)
+            next_at = now + delay
+        self._trigger(
+            ctx,
+            now,
+            self.AttemptMade,
+            attempt=attempt,
+            status_code=status_code,
+            latency_ms=round(latency_ms, 3),
+            outcome="success" if success else "failure",
+            error=error,
+            next_attempt_at=next_at,
+        )
+
+    def drop(self, ctx: CommandContext, now: datetime, reason: str) -> None:
+        if self.status == PENDING:
+            self._trigger(ctx, now, self.Dropped, reason=reason)
+
+    def replay(self, ctx: CommandContext, now: datetime) -> None:
+        self._trigger(ctx, now, self.Replayed)
+
+    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: object) -> None:
+        self.trigger_event(
+            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
+        )
+
+
+def _reset(delivery: WebhookDelivery, now: datetime) -> None:
+    delivery.status = PENDING
+    delivery.attempts = 0
+    delivery.last_status_code = None
+    delivery.next_attempt_at = now.astimezone(UTC)
