@@ -29,8 +29,9 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 DROPPED = "dropped"
 
-# gaps.md: after a failure, retries come immediately, then 5 s, 5 min, 30 min, 2 h, 5 h,
-# 10 h and 10 h later; a failure after the last is final. The first attempt is at once.
+# gaps.md: the first attempt is at once; after a failure, the retries come immediately,
+# then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h later (nine attempts in all); a
+# failure of the last one is final.
 RETRY_DELAYS = (
     timedelta(0),
     timedelta(seconds=5),
@@ -184,8 +185,8 @@ class WebhookDelivery(CheapCopy, Aggregate):
         attempt = self.attempts + 1
         success = error is None
         next_at = None
-        if not success and not final and attempt < len(RETRY_DELAYS):
-            delay = RETRY_DELAYS[attempt]
+        if not success and not final and attempt <= len(RETRY_DELAYS):
+            delay = RETRY_DELAYS[attempt - 1]
             if retry_after is not None:
                 delay = max(delay, retry_after)
             next_at = now + delay

@@ -1,0 +1,368 @@
+"""Webhooks out: the dispatcher follows the log, creates a delivery per subscribed
+endpoint, and posts to a real local receiver over HTTP, signed so that the receivers' own
+libraries verify it; retries, 410, 429, redirects, timeouts, resets and garbage; erased
+users' deliveries dropped; redelivery with the original ids; payloads by the rules of the
+event's own date. On both databases."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+import standardwebhooks
+import svix.webhooks
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.schema import teams, webhook_deliveries
+from healthledger.adapters.settings import Settings
+from healthledger.adapters.webhooks.dispatcher import Dispatcher
+from healthledger.domain.context import CommandContext
+from healthledger.domain.webhook_deliveries import RETRY_DELAYS, WebhookDelivery
+from healthledger.scheduler.pulls import run_due_pulls
+from healthledger.scheduler.webhooks import dispatch_webhooks
+from sqlalchemy import select
+
+from tests.receivers import Receiver, broken_receiver, http_receiver
+
+T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+CTX = CommandContext(actor="test:actor", request_id="req-webhooks")
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(T0)
+
+
+@pytest.fixture
+def svc(settings: Settings, clock: Clock) -> Iterator[Service]:
+    built = build_service(settings, clock=clock)
+    built.bootstrap()
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with http_receiver() as running:
+        yield running
+
+
+def the_team(svc: Service) -> UUID:
+    with svc.db.read() as conn:
+        return conn.execute(select(teams.c.team_id)).scalar_one()
+
+
+def endpoint(svc: Service, url: str, **fields: Any) -> tuple[UUID, str]:
+    team = the_team(svc)
+    created = svc.webhooks.create(CTX, team, "sandbox", url=url, **fields)
+    return created.id, svc.webhooks.secrets(team, "sandbox", created.id).current
+
+
+def connected_user(svc: Service, provider: str = "freestyle_libre", **extra: Any) -> UUID:
+    team = the_team(svc)
+    user = svc.users.create_user(CTX, team, client_user_id=f"hook-{provider}-{len(extra)}")
+    entry = svc.catalog[provider]
+    svc.connections.connect_demo(CTX, team, user.id, provider, entry.supported_resources, **extra)
+    run_due_pulls(svc)
+    return user.id
+
+
+def rows(svc: Service, endpoint_id: UUID) -> list[Any]:
+    d = webhook_deliveries.c
+    with svc.db.read() as conn:
+        return conn.execute(
+            select(webhook_deliveries)
+            .where(d.endpoint_id == endpoint_id)
+            .order_by(d.source_timestamp, d.event_type)
+        ).all()
+
+
+def only(headers: dict[str, str], prefix: str) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.startswith(prefix + "-")}
+
+
+# -- delivery, signatures, filters ----------------------------------------------------------
+
+
+def test_events_are_delivered_signed_once_per_endpoint_in_the_envelope(
+    svc: Service, receiver: Receiver
+) -> None:
+    endpoint_id, secret = endpoint(svc, receiver.url("ok"))
+    user_id = connected_user(svc)
+    dispatch_webhooks(svc)
+    got = receiver.on("ok")
+    types = sorted(json.loads(r.body)["event_type"] for r in got)
+    assert types == ["historical.data.glucose.created", "provider.connection.created"]
+    for message in got:
+        # Both families of receiver library verify the raw body with their own headers.
+        standardwebhooks.Webhook(secret).verify(message.body, only(message.headers, "webhook"))
+        svix.webhooks.Webhook(secret).verify(message.body, only(message.headers, "svix"))
+        assert message.headers["webhook-id"] == message.headers["svix-id"]
+        envelope = json.loads(message.body)
+        assert set(envelope) == {"event_type", "data", "user_id", "client_user_id", "team_id"}
+        assert envelope["user_id"] == str(user_id)
+        assert envelope["client_user_id"] == "hook-freestyle_libre-0"
+        assert envelope["team_id"] == str(the_team(svc))
+    created = next(json.loads(r.body) for r in got if b"connection.created" in r.body)
+    data = created["data"]
+    libre = svc.catalog["freestyle_libre"]
+    assert data["provider"] == {"name": libre.name, "slug": "freestyle_libre", "logo": libre.logo}
+    assert "source" not in data  # removed on 2024-07-31, and this event is of 2026
+    assert data["external_user_id"].startswith("demo-freestyle_libre-")
+    historical = next(json.loads(r.body) for r in got if b"historical" in r.body)["data"]
+    assert set(historical) == {"user_id", "start_date", "end_date", "provider"}
+    assert datetime.fromisoformat(historical["end_date"]) == T0
+    # Each delivery is recorded as succeeded, its attempt with its status and latency.
+    (first, second) = rows(svc, endpoint_id)
+    assert {first.status, second.status} == {"succeeded"}
+    delivery = svc.ledger.find(first.delivery_id)
+    assert isinstance(delivery, WebhookDelivery)
+    attempt = list(svc.ledger.events.get(delivery.id))[-1]
+    assert isinstance(attempt, WebhookDelivery.AttemptMade)
+    assert (attempt.status_code, attempt.outcome, attempt.error) == (200, "success", None)
+    assert attempt.latency_ms > 0
+    # Nothing more is sent: the log was followed once, the deliveries succeeded.
+    dispatch_webhooks(svc)
+    assert len(receiver.on("ok")) == 2
+
+
+def test_filters_and_environments_choose_the_endpoints(svc: Service, receiver: Receiver) -> None:
+    historical, _ = endpoint(svc, receiver.url("historical"), filter_types=["historical.data.*"])
+    production = svc.webhooks.create(
+        CTX, the_team(svc), "production", url=receiver.url("production")
+    )
+    connected_user(svc)
+    dispatch_webhooks(svc)
+    assert [json.loads(r.body)["event_type"] for r in receiver.on("historical")] == [
+        "historical.data.glucose.created"
+    ]
+    assert receiver.on("production") == []  # the user is a sandbox user
+    assert rows(svc, production.id) == []
+    assert len(rows(svc, historical)) == 1
+
+
+def test_two_dispatchers_following_together_create_each_delivery_once(
+    svc: Service, receiver: Receiver
+) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("ok"))
+    connected_user(svc, "oura")
+    barrier = threading.Barrier(3)
+
+    def follow() -> None:
+        barrier.wait()
+        while svc.dispatcher.follow(limit=7):
+            pass
+
+    threads = [threading.Thread(target=follow) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    delivered = rows(svc, endpoint_id)
+    resources = len(svc.catalog["oura"].supported_resources)
+    withdrawn = 1  # the hypnogram events are no longer sent in 2026
+    assert len(delivered) == 1 + resources - withdrawn
+    assert len({r.message_id for r in delivered}) == len(delivered)
+
+
+# -- failures and the retry schedule --------------------------------------------------------
+
+
+def test_a_failing_receiver_is_retried_on_the_schedule_then_the_message_fails(
+    svc: Service, receiver: Receiver, clock: Clock
+) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("fail"), filter_types=["historical.data.*"])
+    connected_user(svc)
+    dispatch_webhooks(svc)
+    assert len(receiver.on("fail")) == 2  # the first try, and the immediate retry
+    for attempt, delay in enumerate(RETRY_DELAYS[1:], start=3):
+        clock.advance(delay - timedelta(seconds=1))
+        dispatch_webhooks(svc)
+        assert len(receiver.on("fail")) == attempt - 1, "sent before its time"
+        clock.advance(timedelta(seconds=1))
+        dispatch_webhooks(svc)
+        assert len(receiver.on("fail")) == attempt
+    (row,) = rows(svc, endpoint_id)
+    assert (row.status, row.attempts, row.last_status_code) == ("failed", 9, 500)
+    ids = {r.headers["webhook-id"] for r in receiver.on("fail")}
+    assert len(ids) == 1  # the same message id on every try
+    clock.advance(timedelta(days=1))
+    dispatch_webhooks(svc)
+    assert len(receiver.on("fail")) == 9
+
+
+def test_410_disables_the_endpoint_and_its_queued_deliveries_are_dropped(
+    svc: Service, receiver: Receiver
+) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("gone"))
+    connected_user(svc)
+    dispatch_webhooks(svc)
+    assert len(receiver.on("gone")) == 2  # both messages were in the same batch
+    view = svc.webhook_queries.endpoint(endpoint_id)
+    assert view is not None and view["disabled_reason"] == "endpoint_gone"
+    assert {r.status for r in rows(svc, endpoint_id)} == {"failed"}
+    connected_user(svc, "withings")
+    dispatch_webhooks(svc)
+    assert len(receiver.on("gone")) == 2
+    assert rows(svc, endpoint_id)[-1].status in ("failed", "dropped")
+    assert rows(svc, endpoint_id) and len(rows(svc, endpoint_id)) == 2  # none created
+
+
+def test_429_retry_after_is_honoured(svc: Service, receiver: Receiver, clock: Clock) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("busy"), filter_types=["historical.data.*"])
+    connected_user(svc)
+    dispatch_webhooks(svc)
+    (row,) = rows(svc, endpoint_id)
+    # The schedule says "immediately", the receiver says 120 s: the later one wins.
+    assert row.next_attempt_at == T0 + timedelta(seconds=120)
+    assert len(receiver.on("busy")) == 1
+    clock.advance(timedelta(seconds=119))
+    dispatch_webhooks(svc)
+    assert len(receiver.on("busy")) == 1
+    clock.advance(timedelta(seconds=1))
+    dispatch_webhooks(svc)
+    assert len(receiver.on("busy")) == 2
+
+
+def test_a_redirect_is_a_failure_and_is_not_followed(svc: Service, receiver: Receiver) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("moved"), filter_types=["historical.data.*"])
+    connected_user(svc)
+    svc.dispatcher.follow()
+    svc.dispatcher.send_due()
+    assert len(receiver.on("moved")) == 1 and receiver.on("ok") == []
+    (row,) = rows(svc, endpoint_id)
+    (_, attempt) = list(svc.ledger.events.get(row.delivery_id))
+    assert (attempt.status_code, attempt.error, row.status) == (302, "redirect", "pending")
+
+
+def test_hangs_resets_and_garbage_are_failures(
+    svc: Service, receiver: Receiver, settings: Settings
+) -> None:
+    svc.dispatcher.close()
+    svc.dispatcher = Dispatcher(
+        svc.ledger,
+        svc.recorder,
+        svc.clock,
+        svc.webhook_queries,
+        svc.webhooks,
+        svc.dispatcher.payloads,
+        svc.dispatcher.rules_at,
+        timeout=timedelta(seconds=0.5),
+    )
+    with broken_receiver("reset") as reset, broken_receiver("garbage") as garbage:
+        ids = {
+            "timeout": endpoint(svc, receiver.url("slow"), filter_types=["historical.data.*"])[0],
+            "connection_error": endpoint(svc, reset, filter_types=["historical.data.*"])[0],
+            "garbage": endpoint(svc, garbage, filter_types=["historical.data.*"])[0],
+        }
+        connected_user(svc)
+        svc.dispatcher.follow()
+        svc.dispatcher.send_due()
+    for expected, endpoint_id in ids.items():
+        (row,) = rows(svc, endpoint_id)
+        attempt = list(svc.ledger.events.get(row.delivery_id))[-1]
+        assert isinstance(attempt, WebhookDelivery.AttemptMade)
+        assert attempt.outcome == "failure" and attempt.status_code is None
+        wanted = "connection_error" if expected == "garbage" else expected
+        assert attempt.error == wanted, expected
+        assert row.status == "pending"  # retried later
+
+
+def test_an_endpoint_failing_for_5_days_is_disabled(
+    svc: Service, receiver: Receiver, clock: Clock
+) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("fail"), filter_types=["daily.data.*"])
+    connected_user(svc)
+    for _ in range(8):
+        svc.pulls.sync_due()
+        dispatch_webhooks(svc)
+        clock.advance(timedelta(days=1))
+    view = svc.webhook_queries.endpoint(endpoint_id)
+    assert view is not None and view["disabled_reason"] == "failing_for_5_days"
+    events = list(svc.ledger.events.get(endpoint_id))
+    assert type(events[-1]).__name__ == "Disabled"
+
+
+# -- erasure and redelivery ---------------------------------------------------------------------
+
+
+def test_an_erased_users_queued_deliveries_are_dropped_never_sent(
+    svc: Service, receiver: Receiver, clock: Clock
+) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("ok"))
+    user_id = connected_user(svc)
+    svc.dispatcher.follow()  # queued, not sent yet
+    svc.users.delete_user(CTX, the_team(svc), user_id)
+    clock.advance(timedelta(days=7))
+    assert svc.users.erase_user(CTX, user_id)
+    dispatch_webhooks(svc)
+    assert receiver.received == []
+    assert {r.status for r in rows(svc, endpoint_id)} == {"dropped"}
+
+
+def test_redelivery_resends_since_an_instant_with_the_original_ids(
+    svc: Service, receiver: Receiver, clock: Clock
+) -> None:
+    endpoint_id, _ = endpoint(svc, receiver.url("ok"))
+    connected_user(svc)
+    dispatch_webhooks(svc)
+    first = {r.headers["webhook-id"]: r.body for r in receiver.on("ok")}
+    clock.advance(timedelta(hours=1))
+    assert svc.redeliveries.replay(CTX, endpoint_id, T0 - timedelta(minutes=1)) == 2
+    assert svc.redeliveries.replay(CTX, endpoint_id, T0 + timedelta(minutes=1)) == 0
+    dispatch_webhooks(svc)
+    again = receiver.on("ok")[2:]
+    assert {r.headers["webhook-id"]: r.body for r in again} == first
+
+
+# -- payloads by the rules of the event's own date -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("moment", "is_final", "source", "hypnogram"),
+    [
+        (datetime(2024, 6, 29, 12, tzinfo=UTC), True, True, True),
+        (datetime(2024, 7, 1, 12, tzinfo=UTC), False, True, True),
+        (datetime(2024, 8, 1, 12, tzinfo=UTC), False, False, True),
+        (datetime(2025, 2, 1, 12, tzinfo=UTC), False, False, False),
+    ],
+)
+def test_payloads_follow_the_rules_in_force_at_the_events_own_time(
+    svc: Service,
+    receiver: Receiver,
+    clock: Clock,
+    moment: datetime,
+    is_final: bool,
+    source: bool,
+    hypnogram: bool,
+) -> None:
+    clock.now = moment
+    endpoint(svc, receiver.url("ok"))
+    connected_user(svc, "withings")
+    # Delivered a year later: rendered as at the event's own time all the same.
+    clock.advance(timedelta(days=365))
+    dispatch_webhooks(svc)
+    by_type = {json.loads(r.body)["event_type"]: json.loads(r.body) for r in receiver.on("ok")}
+    created = by_type["provider.connection.created"]["data"]
+    assert ("source" in created) is source
+    if source:
+        assert created["source"] == created["provider"]
+    sleep = by_type["historical.data.sleep.created"]["data"]
+    assert ("is_final" in sleep) is is_final
+    assert ("historical.timeseries.hypnogram.created" in by_type) is hypnogram
+    assert "historical.data.sleep_cycle.created" in by_type
