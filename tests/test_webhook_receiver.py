@@ -23,7 +23,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.mirror_schema import mirror_stored_events
+from healthledger.adapters.persistence.mirror_schema import mirror_snapshots, mirror_stored_events
 from healthledger.adapters.persistence.received_webhooks import APPLIED, RECEIVED
 from healthledger.adapters.persistence.schema import stored_events
 from healthledger.adapters.webhooks.messages import (
@@ -736,3 +736,33 @@ def test_end_to_end_the_mirror_matches_the_service(
 def _count(service: Service, table: Any) -> int:
     with service.db.read() as conn:
         return conn.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+def test_the_mirror_survives_a_restart_through_its_snapshots(database_url: str) -> None:
+    first = build_receiver(database_url, [SECRET], snapshot_interval=3)
+    try:
+        for body in [connection_created(), *(daily_sleep(f"2026-03-0{n}") for n in range(1, 6))]:
+            assert first.receive(body, headers_for(body)).outcome == APPLIED
+        before = first.user(USER)
+    finally:
+        first.close()
+    again = build_receiver(database_url, [SECRET], snapshot_interval=3)
+    try:
+        with again.db.read() as conn:
+            snapshots = conn.execute(
+                select(func.count()).select_from(mirror_snapshots)
+            ).scalar_one()
+        assert snapshots >= 2
+        after = again.user(USER)
+        assert after == before
+        assert after is not None
+        sleep = after.resource("oura", "sleep")
+        assert sleep is not None
+        assert (sleep.days_created, sleep.last_calendar_date) == (5, date(2026, 3, 5))
+        # Applying on top of the snapshot goes on from it.
+        body = daily_sleep("2026-03-06", "updated")
+        assert again.receive(body, headers_for(body)).outcome == APPLIED
+        sleep = again.user(USER).resource("oura", "sleep")  # type: ignore[union-attr]
+        assert sleep is not None and (sleep.days_created, sleep.days_updated) == (5, 1)
+    finally:
+        again.close()
