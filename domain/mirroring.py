@@ -20,10 +20,11 @@ from healthledger.domain.errors import LedgerError
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.mirrored_users import Announcement, Envelope, MirroredUser
 
-# How often a message is tried again when another message about the same user was saved
-# between its read and its write. Each retry re-reads the user, so this only loses to a
-# user receiving messages faster than one save; the sender retries later anyway.
-SAVE_ATTEMPTS = 5
+# How often a message is tried when another message about the same user was saved between
+# its read and its write. Each failure means another message was applied, and each retry
+# re-reads the user, so N messages racing for one user all apply when N <= SAVE_ATTEMPTS;
+# beyond that the loser is refused (409) and the sender retries it later.
+SAVE_ATTEMPTS = 10
 
 
 class MirrorBusy(LedgerError):

@@ -59,6 +59,7 @@ from healthledger.domain.mirrored_users import (
     Envelope,
     MirroredUser,
 )
+from healthledger.domain.mirroring import SAVE_ATTEMPTS
 from healthledger.domain.webhook_endpoints import new_signing_secret
 from healthledger.scheduler.pulls import run_due_pulls
 from sqlalchemy import func, select
@@ -280,18 +281,24 @@ def test_concurrent_messages_about_one_user_all_apply(receiver: WebhookReceiver)
     """Different messages race on the user's stream version; the losers re-read and apply."""
     count = 6
     bodies = [daily_sleep(f"2026-03-0{n + 1}") for n in range(count)]
+    assert count <= SAVE_ATTEMPTS  # each failed try means another message applied
     barrier = threading.Barrier(count)
     outcomes: list[str] = []
+    errors: list[BaseException] = []
 
     def deliver(body: bytes) -> None:
         barrier.wait()
-        outcomes.append(receiver.receive(body, headers_for(body)).outcome)
+        try:
+            outcomes.append(receiver.receive(body, headers_for(body)).outcome)
+        except BaseException as exc:  # collected: a thread's failure must fail the test
+            errors.append(exc)
 
     threads = [threading.Thread(target=deliver, args=(b,)) for b in bodies]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
+    assert errors == []
     assert outcomes == [APPLIED] * count
     user = receiver.user(USER)
     assert user is not None
