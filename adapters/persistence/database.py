@@ -19,7 +19,17 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from healthledger.adapters.persistence.schema import metadata, user_data_keys
-from sqlalchemy import Connection, Engine, Insert, Table, bindparam, create_engine, event, insert
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Insert,
+    MetaData,
+    Table,
+    bindparam,
+    create_engine,
+    event,
+    insert,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
@@ -174,13 +184,15 @@ class Database:
         with self.reader.connect() as conn:
             yield conn
 
-    def create_schema(self) -> None:
+    def create_schema(self, tables: MetaData = metadata) -> None:
+        """Create the missing tables of `tables` (the service's, unless another set is
+        given: the webhook receiver brings its own)."""
         with self.writer.begin() as conn:
             if not self.is_sqlite:
                 # Several processes starting on an empty database would race on CREATE
                 # TABLE; a transaction-scoped advisory lock makes them take turns.
                 conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7201931)")
-            metadata.create_all(conn)
+            tables.create_all(conn)
 
     def has_data_keys(self) -> bool:
         from sqlalchemy import select

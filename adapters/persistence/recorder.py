@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -34,22 +35,40 @@ from sqlalchemy import exc as sa_exc
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 
 
+@dataclass(frozen=True)
+class EventTables:
+    """The tables one event-sourced application records in. The service uses the default
+    set; another application sharing the database (the webhook receiver's mirror) brings
+    its own, with the same columns, so the two logs never mix."""
+
+    events: Table = stored_events
+    snapshots: Table = snapshots
+    tracking: Table = tracking
+
+
+LEDGER_TABLES = EventTables()
+
+
 class LedgerRecorder(ProcessRecorder):
     """Events, notifications and tracking on one table set; effects in the same txn."""
 
-    def __init__(self, db: Database, on_record: OnRecord | None = None) -> None:
+    def __init__(
+        self, db: Database, on_record: OnRecord | None = None, tables: EventTables = LEDGER_TABLES
+    ) -> None:
         self.db = db
         self.on_record = on_record
+        self.tables = tables
         self._subscriptions: set[PollingSubscription] = set()
         self._subscriptions_lock = threading.Lock()
         self._commit_listeners: list[Callable[[], None]] = []
+        events = tables.events
         columns = ("originator_id", "originator_version", "topic", "state", "timestamp")
-        self._insert = db.prepare("events.insert", lambda: insert_statement(stored_events, columns))
+        self._insert = db.prepare(
+            (events.name, "insert"), lambda: insert_statement(events, columns)
+        )
         self._insert_returning = db.prepare(
-            "events.insert.returning",
-            lambda: insert_statement(stored_events, columns).returning(
-                stored_events.c.notification_id
-            ),
+            (events.name, "insert.returning"),
+            lambda: insert_statement(events, columns).returning(events.c.notification_id),
         )
 
     # -- writing ------------------------------------------------------------------------
@@ -99,12 +118,13 @@ class LedgerRecorder(ProcessRecorder):
             return list(range(last - len(rows) + 1, last + 1))
         # PostgreSQL: an exclusive table lock (readers still read) makes notification ids
         # commit in the order they are assigned, so a follower never skips a late id.
-        conn.exec_driver_sql("LOCK TABLE stored_events IN EXCLUSIVE MODE")
+        lock = f"LOCK TABLE {self.tables.events.name} IN EXCLUSIVE MODE"
+        conn.exec_driver_sql(lock)
         return [self._insert_returning.execute(conn, row).fetchone()[0] for row in rows]
 
     def _insert_tracking(self, conn: Connection, record: Tracking) -> None:
         conn.execute(
-            insert(tracking).values(
+            insert(self.tables.tracking).values(
                 application_name=record.application_name,
                 notification_id=record.notification_id,
             )
@@ -116,10 +136,9 @@ class LedgerRecorder(ProcessRecorder):
 
     def max_tracking_id(self, application_name: str) -> int | None:
         with self.db.read() as conn:
+            c = self.tables.tracking.c
             return conn.execute(
-                select(func.max(tracking.c.notification_id)).where(
-                    tracking.c.application_name == application_name
-                )
+                select(func.max(c.notification_id)).where(c.application_name == application_name)
             ).scalar()
 
     # -- reading ------------------------------------------------------------------------
@@ -133,7 +152,7 @@ class LedgerRecorder(ProcessRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        return select_stream(self.db, stored_events, originator_id, gt, lte, desc, limit)
+        return select_stream(self.db, self.tables.events, originator_id, gt, lte, desc, limit)
 
     def select_notifications(
         self,
@@ -144,7 +163,7 @@ class LedgerRecorder(ProcessRecorder):
         *,
         inclusive_of_start: bool = True,
     ) -> Sequence[Notification]:
-        c = stored_events.c
+        c = self.tables.events.c
         query = select(c.notification_id, c.originator_id, c.originator_version, c.topic, c.state)
         if start is not None:
             query = query.where(
@@ -169,11 +188,11 @@ class LedgerRecorder(ProcessRecorder):
 
     def max_notification_id(self) -> int | None:
         with self.db.read() as conn:
-            return conn.execute(select(func.max(stored_events.c.notification_id))).scalar()
+            return conn.execute(select(func.max(self.tables.events.c.notification_id))).scalar()
 
     def version_at(self, originator_id: UUID, instant: Any) -> int | None:
         """The aggregate's version as of `instant`, from the timestamp index."""
-        c = stored_events.c
+        c = self.tables.events.c
         with self.db.read() as conn:
             return conn.execute(
                 select(func.max(c.originator_version)).where(
@@ -288,8 +307,9 @@ class PollingSubscription(ListenNotifySubscription[LedgerRecorder]):
 class SnapshotRecorder(AggregateRecorder):
     """Snapshots in their own table; erasure deletes a user's rows (see erasure policy)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, table: Table = snapshots) -> None:
         self.db = db
+        self.table = table
 
     def insert_events(self, stored_events_: Sequence[StoredEvent], **kwargs: Any) -> None:
         rows = [
@@ -303,7 +323,7 @@ class SnapshotRecorder(AggregateRecorder):
         ]
         try:
             with self.db.write() as conn:
-                conn.execute(insert(snapshots), rows)
+                conn.execute(insert(self.table), rows)
         except sa_exc.IntegrityError as exc:
             raise IntegrityError(str(exc.orig)) from exc
 
@@ -316,7 +336,7 @@ class SnapshotRecorder(AggregateRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        return select_stream(self.db, snapshots, originator_id, gt, lte, desc, limit)
+        return select_stream(self.db, self.table, originator_id, gt, lte, desc, limit)
 
 
 def delete_snapshots(conn: Connection, originator_id: UUID) -> None:
