@@ -77,6 +77,9 @@ class WebhookDelivery(CheapCopy, Aggregate):
         source_version: int
         source_timestamp: datetime
         day: date | None
+        # The announcing event's notification id: deliveries to one endpoint about one
+        # user are sent in this order.
+        log_position: int
 
         def apply(self, delivery: WebhookDelivery) -> None:
             delivery.endpoint_id = self.endpoint_id
@@ -150,6 +153,7 @@ class WebhookDelivery(CheapCopy, Aggregate):
         source_version: int,
         source_timestamp: datetime,
         day: date | None,
+        log_position: int,
     ) -> WebhookDelivery:
         message_id = message_id_for(source_id, source_version, event_type, day)
         return cls._create(
@@ -167,6 +171,7 @@ class WebhookDelivery(CheapCopy, Aggregate):
             source_version=source_version,
             source_timestamp=source_timestamp,
             day=day,
+            log_position=log_position,
         )
 
     def record_attempt(

@@ -22,11 +22,24 @@ from healthledger.scheduler.wakeups import WakeableJob
 from healthledger.scheduler.webhooks import dispatch_webhooks
 
 
-def start_scheduler(service: Service) -> BackgroundScheduler:
-    scheduler = BackgroundScheduler(
+class LedgerScheduler(BackgroundScheduler):
+    """APScheduler, plus the jobs that can be woken outside it: shutting down stops their
+    wake-ups and waits for them first."""
+
+    wakeables: list[WakeableJob]
+
+    def shutdown(self, wait: bool = True) -> None:
+        for wakeable in self.wakeables:
+            wakeable.close()
+        super().shutdown(wait)
+
+
+def start_scheduler(service: Service) -> LedgerScheduler:
+    scheduler = LedgerScheduler(
         timezone=UTC,
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
     )
+    scheduler.wakeables = []
     scheduler.add_job(
         sweep_erasures,
         "interval",
@@ -71,15 +84,15 @@ def start_scheduler(service: Service) -> BackgroundScheduler:
 
 
 def _wakeable(
-    scheduler: BackgroundScheduler, job_id: str, interval: timedelta, work: Callable[[], int]
+    scheduler: LedgerScheduler, job_id: str, interval: timedelta, work: Callable[[], int]
 ) -> WakeableJob:
-    wakeable = WakeableJob(work)
-    job = scheduler.add_job(
+    wakeable = WakeableJob(job_id, work)
+    scheduler.add_job(
         wakeable.run,
         "interval",
         seconds=interval.total_seconds(),
         id=job_id,
         next_run_time=datetime.now(UTC),
     )
-    wakeable.bind(lambda: job.modify(next_run_time=datetime.now(UTC)))
+    scheduler.wakeables.append(wakeable)
     return wakeable

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -61,7 +62,7 @@ def _app(receiver: Receiver) -> Starlette:
     return Starlette(routes=[Route("/{name}", handle, methods=["POST"])])
 
 
-def _free_socket() -> socket.socket:
+def free_socket() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -69,18 +70,18 @@ def _free_socket() -> socket.socket:
 
 
 @contextmanager
-def http_receiver() -> Iterator[Receiver]:
-    sock = _free_socket()
-    receiver = Receiver(f"http://127.0.0.1:{sock.getsockname()[1]}")
-    server = uvicorn.Server(uvicorn.Config(_app(receiver), log_level="warning", lifespan="off"))
+def serving(app: Any, sock: socket.socket | None = None) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a loopback port, in a thread; yields its base URL."""
+    sock = sock or free_socket()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
-        assert time.monotonic() < deadline, "receiver did not start"
+        assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.01)
     try:
-        yield receiver
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
@@ -88,10 +89,18 @@ def http_receiver() -> Iterator[Receiver]:
 
 
 @contextmanager
+def http_receiver() -> Iterator[Receiver]:
+    sock = free_socket()
+    receiver = Receiver(f"http://127.0.0.1:{sock.getsockname()[1]}")
+    with serving(_app(receiver), sock):
+        yield receiver
+
+
+@contextmanager
 def broken_receiver(mode: str) -> Iterator[str]:
     """A server that reads the request and then resets the connection (`reset`) or
     answers bytes that are not HTTP (`garbage`). Yields its URL."""
-    sock = _free_socket()
+    sock = free_socket()
     sock.listen(16)
     sock.settimeout(0.2)
     stop = threading.Event()

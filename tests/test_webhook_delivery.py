@@ -20,13 +20,15 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.schema import teams, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
+from healthledger.domain.connections import Connection
 from healthledger.domain.context import CommandContext
+from healthledger.domain.resource_feeds import ResourceFeed
 from healthledger.domain.webhook_deliveries import RETRY_DELAYS, WebhookDelivery
 from healthledger.scheduler.pulls import run_due_pulls
 from healthledger.scheduler.webhooks import dispatch_webhooks
 from sqlalchemy import select
 
-from tests.receivers import Receiver, broken_receiver, http_receiver
+from tests.receivers import Receiver, broken_receiver, free_socket, http_receiver, serving
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 CTX = CommandContext(actor="test:actor", request_id="req-webhooks")
@@ -366,3 +368,78 @@ def test_payloads_follow_the_rules_in_force_at_the_events_own_time(
     assert ("is_final" in sleep) is is_final
     assert ("historical.timeseries.hypnogram.created" in by_type) is hypnogram
     assert "historical.data.sleep_cycle.created" in by_type
+
+
+# -- end to end: our service delivers to our receiver ----------------------------------------
+
+
+def test_our_receiver_mirrors_what_the_service_delivers(
+    svc: Service, clock: Clock, database_url: str, tmp_path: Any
+) -> None:
+    from healthledger.adapters.http.team_api import create_team_api
+    from healthledger.adapters.webhooks.receiver import build_receiver
+    from healthledger.adapters.webhooks.receiver_app import create_receiver_app
+    from starlette.testclient import TestClient
+
+    sock = free_socket()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/webhooks"
+    _, secret = endpoint(svc, url)
+    receiver = build_receiver(database_url, [secret])
+    try:
+        with serving(create_receiver_app(receiver), sock):
+            oura = connected_user(svc, "oura")
+            fitbit = connected_user(
+                svc,
+                "fitbit",
+                demo_failures={"sleep": {"code": "token_refresh_failed", "times": None}},
+            )
+            clock.advance(timedelta(days=1))
+            svc.pulls.sync_due()
+            dispatch_webhooks(svc)
+            counts = svc.webhook_queries.delivery_counts()
+            assert set(counts) == {"succeeded"}, counts
+        client = TestClient(create_team_api(svc))
+        key = svc.teams.issue_team_api_key(CTX, the_team(svc)).plain
+        for user_id in (oura, fitbit):
+            mirrored = receiver.user(user_id)
+            assert mirrored is not None
+            listed = client.get(
+                f"/v2/user/providers/{user_id}", headers={"x-service-api-key": key}
+            ).json()["providers"]
+            user = client.get(f"/v2/user/{user_id}", headers={"x-service-api-key": key}).json()
+            assert mirrored.client_user_id == user["client_user_id"]
+            assert str(mirrored.team_id) == user["team_id"]
+            assert len(mirrored.connections) == len(listed) == 1
+            # The fitbit grant broke during its pulls: the error was announced and mirrored.
+            assert listed[0]["status"] == ("error" if user_id == fitbit else "connected")
+            for item in listed:
+                seen = mirrored.connection(item["slug"])
+                assert seen is not None
+                assert seen.status == item["status"]
+                assert seen.external_user_id == item["external_user_id"]
+                assert seen.resource_availability == item["resource_availability"]
+                if item["status"] == "error":
+                    assert seen.error_details is not None
+                    assert seen.error_details["error_type"] == "token_refresh_failed"
+            # Every pull that succeeded was announced once; daily days match the syncs.
+            for item in listed:
+                slug = item["slug"]
+                for resource in svc.catalog[slug].supported_resources:
+                    feed = svc.ledger.find(
+                        ResourceFeed.id_for(Connection.id_for(user_id, slug), resource)
+                    )
+                    assert isinstance(feed, ResourceFeed)
+                    seen_resource = mirrored.resource(slug, resource)
+                    sent = resource != "hypnogram"  # withdrawn in 2025
+                    if feed.status != "success" or not sent:
+                        assert seen_resource is None or seen_resource.historical is None
+                        continue
+                    assert seen_resource is not None and seen_resource.historical is not None
+                    created = sum(
+                        len(e.created_days)
+                        for e in svc.ledger.events.get(feed.id)
+                        if isinstance(e, ResourceFeed.DailySynced)
+                    )
+                    assert seen_resource.days_created == created
+    finally:
+        receiver.close()

@@ -427,6 +427,7 @@ class ReadModels:
                 source_version=e.source_version,
                 source_timestamp=e.source_timestamp,
                 day=e.day,
+                log_position=e.log_position,
                 status=DELIVERY_PENDING,
                 attempts=0,
                 next_attempt_at=e.timestamp,

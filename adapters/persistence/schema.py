@@ -341,6 +341,7 @@ webhook_deliveries = Table(
     Column("source_version", Integer, nullable=False),
     Column("source_timestamp", UTCDateTime, nullable=False),
     Column("day", Date),
+    Column("log_position", BigInteger, nullable=False),
     Column("status", String(16), nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("next_attempt_at", UTCDateTime),

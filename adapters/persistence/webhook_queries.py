@@ -98,7 +98,7 @@ class WebhookQueries:
             return conn.execute(
                 select(webhook_deliveries)
                 .where(d.status == PENDING, d.next_attempt_at <= now)
-                .order_by(d.next_attempt_at, d.delivery_id)
+                .order_by(d.next_attempt_at, d.log_position, d.delivery_id)
                 .limit(limit)
             ).all()
 

@@ -146,6 +146,7 @@ class Dispatcher:
                             source_version=event.originator_version,
                             source_timestamp=event.timestamp,
                             day=found.day,
+                            log_position=notification.id,
                         )
                     )
         try:
@@ -207,8 +208,19 @@ class Dispatcher:
                 dropped.append((row, "user erased"))
                 continue
             work.append((row, target[0], target[1], body))
+        # In parallel across (endpoint, user) pairs; in log order within each, so that a
+        # receiver sees a user's connection created before its error.
+        lanes: dict[tuple[UUID, UUID], list[int]] = {}
+        for index, (row, *_rest) in enumerate(work):
+            lanes.setdefault((row.endpoint_id, row.user_id), []).append(index)
+        results: list[PostResult | None] = [None] * len(work)
+
+        def run_lane(indexes: list[int]) -> None:
+            for index in sorted(indexes, key=lambda i: work[i][0].log_position):
+                results[index] = self._post(*work[index])
+
         with ThreadPoolExecutor(max_workers=self.senders) as pool:
-            results = list(pool.map(lambda item: self._post(*item), work))
+            list(pool.map(run_lane, lanes.values()))
         now = self.clock()
         # What to record on each delivery, as a function, so that it can be redone on a
         # fresh copy if the batch loses to another sender.
@@ -216,6 +228,7 @@ class Dispatcher:
         gone: set[UUID] = set()
         failing: set[UUID] = set()
         for (row, _url, _secrets, _body), result in zip(work, results, strict=True):
+            assert result is not None
             records.append((row, _attempt_recorder(ctx, now, result)))
             if result.gone:
                 gone.add(row.endpoint_id)
