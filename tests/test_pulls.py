@@ -457,7 +457,7 @@ def test_introspection_pages_by_user_with_cursors_bound_to_the_filters(
         ({"user_limit": 3, "next_cursor": cursor}, url),
         ({"user_limit": 2, "provider": "oura", "next_cursor": cursor}, url),
         ({"user_limit": 2, "next_cursor": cursor}, "/v2/introspect/resources"),
-        ({"user_limit": 2, "next_cursor": cursor[:-2] + "xx"}, url),
+        ({"user_limit": 2, "next_cursor": cursor[:-1] + ("A" if cursor[-1] != "A" else "B")}, url),
         ({"user_limit": 2, "next_cursor": "not-a-cursor"}, url),
     ):
         answer = client.get(path, params=params, headers=team.headers)
