@@ -142,3 +142,40 @@ def test_keys_create_for_an_org_prints_a_working_management_key(
         answer = management.get(f"/v1/org/{DEFAULT_ORG_ID}", headers={"X-Management-Key": plain})
     assert answer.status_code == 200
     assert main(["keys", "create", "--org", "00000000-0000-0000-0000-000000000000"]) == 1
+
+
+def test_webhooks_replay_queues_an_endpoints_deliveries_again(
+    service: Service, team: Team, ctx: CommandContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from healthledger.adapters.persistence.schema import webhook_deliveries
+    from healthledger.scheduler.pulls import run_due_pulls
+    from sqlalchemy import select
+
+    created = service.webhooks.create(ctx, team.team_id, "sandbox", url="https://hooks.example/in")
+    with freeze_time(T0):
+        user = service.users.create_user(ctx, team.team_id, client_user_id="cli-hooks")
+        service.connections.connect_demo(ctx, team.team_id, user.id, "freestyle_libre", ["glucose"])
+        run_due_pulls(service)
+        service.dispatcher.follow()  # two deliveries queued, never sent (no sender ran)
+    with service.db.read() as conn:
+        rows = conn.execute(select(webhook_deliveries.c.delivery_id)).scalars().all()
+    assert len(rows) == 2
+    assert main(["webhooks", "replay", str(created.id), "--since", "2026-03-01T00:00Z"]) == 0
+    assert capsys.readouterr().out.strip() == "queued 2 deliveries again"
+    for delivery_id in rows:
+        assert type(list(service.ledger.events.get(delivery_id))[-1]).__name__ == "Replayed"
+    assert main(["webhooks", "replay", str(created.id), "--since", "2026-03-02T00:00Z"]) == 0
+    assert capsys.readouterr().out.strip() == "queued 0 deliveries again"
+    assert (
+        main(
+            [
+                "webhooks",
+                "replay",
+                "00000000-0000-0000-0000-000000000000",
+                "--since",
+                "2026-03-01T00:00Z",
+            ]
+        )
+        == 1
+    )
+    assert "no webhook endpoint" in capsys.readouterr().err
