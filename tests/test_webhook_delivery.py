@@ -17,7 +17,7 @@ import pytest
 import standardwebhooks
 import svix.webhooks
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.schema import teams, webhook_deliveries
+from healthledger.adapters.persistence.schema import teams, tracking, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.domain.connections import Connection
@@ -139,8 +139,15 @@ def test_events_are_delivered_signed_once_per_endpoint_in_the_envelope(
     assert (attempt.status_code, attempt.outcome, attempt.error) == (200, "success", None)
     assert attempt.latency_ms > 0
     # Nothing more is sent: the log was followed once, the deliveries succeeded.
+    connected_user(svc, "withings", demo_failures={})
     dispatch_webhooks(svc)
-    assert len(receiver.on("ok")) == 2
+    assert len(receiver.on("ok")) == 2 + 1 + len(svc.catalog["withings"].supported_resources) - 1
+    # The follower's position is one row, however many rounds it took.
+    with svc.db.read() as conn:
+        positions = conn.execute(
+            select(tracking.c.notification_id).where(tracking.c.application_name == "webhooks")
+        ).all()
+    assert len(positions) == 1
 
 
 def test_filters_and_environments_choose_the_endpoints(svc: Service, receiver: Receiver) -> None:

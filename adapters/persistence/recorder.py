@@ -123,10 +123,20 @@ class LedgerRecorder(ProcessRecorder):
         return [self._insert_returning.execute(conn, row).fetchone()[0] for row in rows]
 
     def _insert_tracking(self, conn: Connection, record: Tracking) -> None:
+        table = self.tables.tracking
         conn.execute(
-            insert(self.tables.tracking).values(
+            insert(table).values(
                 application_name=record.application_name,
                 notification_id=record.notification_id,
+            )
+        )
+        # Only the position matters (the maximum): a follower that records a position per
+        # round would otherwise grow the table by a row per round, for ever. The
+        # follower's exactly-once guard is the insert above (and its own records' ids).
+        conn.execute(
+            delete(table).where(
+                table.c.application_name == record.application_name,
+                table.c.notification_id < record.notification_id,
             )
         )
 
