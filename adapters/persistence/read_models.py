@@ -79,6 +79,45 @@ _USER_COLUMNS = (
 )
 
 
+_DELIVERY_COLUMNS = (
+    "delivery_id",
+    "endpoint_id",
+    "team_id",
+    "user_id",
+    "event_type",
+    "message_id",
+    "source_id",
+    "source_version",
+    "source_timestamp",
+    "day",
+    "log_position",
+    "status",
+    "attempts",
+    "next_attempt_at",
+    "created_at",
+    "version",
+)
+
+
+def _delivery_attempt(*, succeeded: bool) -> Any:
+    """UPDATE of a delivery's row after an attempt (a success, or a failure whose first
+    failure time is kept)."""
+    d = webhook_deliveries.c
+    values: dict[str, Any] = {
+        "attempts": bindparam("attempts"),
+        "last_attempt_at": bindparam("at"),
+        "last_status_code": bindparam("code"),
+        "next_attempt_at": bindparam("next_at"),
+        "status": bindparam("status"),
+        "version": bindparam("version"),
+    }
+    if succeeded:
+        values["succeeded_at"] = bindparam("at")
+    else:
+        values["first_failure_at"] = func.coalesce(d.first_failure_at, bindparam("at"))
+    return update(webhook_deliveries).where(d.delivery_id == bindparam("did")).values(values)
+
+
 def _update_user(columns: Sequence[str]) -> Any:
     return (
         update(users)
@@ -144,6 +183,15 @@ class ReadModels:
             DeprecationCalendar.CutOverApplied: self._cut_over_applied,
         }
         prepare = db.prepare
+        self._insert_delivery = prepare(
+            "rm.deliveries.insert", lambda: insert_statement(webhook_deliveries, _DELIVERY_COLUMNS)
+        )
+        self._delivery_succeeded = prepare(
+            "rm.deliveries.succeeded", lambda: _delivery_attempt(succeeded=True)
+        )
+        self._delivery_failed = prepare(
+            "rm.deliveries.failed", lambda: _delivery_attempt(succeeded=False)
+        )
         self._insert_user = prepare(
             "rm.users.insert", lambda: insert_statement(users, _USER_COLUMNS)
         )
@@ -415,25 +463,27 @@ class ReadModels:
     # -- webhook deliveries -----------------------------------------------------------------
 
     def _delivery_created(self, conn: Connection, e: WebhookDelivery.Created) -> None:
-        conn.execute(
-            insert(webhook_deliveries).values(
-                delivery_id=e.originator_id,
-                endpoint_id=e.endpoint_id,
-                team_id=e.team_id,
-                user_id=e.user_id,
-                event_type=e.event_type,
-                message_id=e.message_id,
-                source_id=e.source_id,
-                source_version=e.source_version,
-                source_timestamp=e.source_timestamp,
-                day=e.day,
-                log_position=e.log_position,
-                status=DELIVERY_PENDING,
-                attempts=0,
-                next_attempt_at=e.timestamp,
-                created_at=e.timestamp,
-                version=e.originator_version,
-            )
+        # A fan-out writes one per endpoint: compiled once, run on the driver.
+        self._insert_delivery.execute(
+            conn,
+            {
+                "delivery_id": e.originator_id,
+                "endpoint_id": e.endpoint_id,
+                "team_id": e.team_id,
+                "user_id": e.user_id,
+                "event_type": e.event_type,
+                "message_id": e.message_id,
+                "source_id": e.source_id,
+                "source_version": e.source_version,
+                "source_timestamp": e.source_timestamp,
+                "day": e.day,
+                "log_position": e.log_position,
+                "status": DELIVERY_PENDING,
+                "attempts": 0,
+                "next_attempt_at": e.timestamp,
+                "created_at": e.timestamp,
+                "version": e.originator_version,
+            },
         )
 
     def _update_delivery(self, conn: Connection, e: Any, **values: Any) -> None:
@@ -444,20 +494,24 @@ class ReadModels:
         )
 
     def _delivery_attempted(self, conn: Connection, e: WebhookDelivery.AttemptMade) -> None:
-        d = webhook_deliveries.c
-        values: dict[str, Any] = {
-            "attempts": e.attempt,
-            "last_attempt_at": e.timestamp,
-            "last_status_code": e.status_code,
-            "next_attempt_at": e.next_attempt_at,
-        }
-        if e.outcome == "success":
-            values.update(status=DELIVERY_SUCCEEDED, succeeded_at=e.timestamp)
+        success = e.outcome == "success"
+        if success:
+            status = DELIVERY_SUCCEEDED
         else:
-            values["first_failure_at"] = func.coalesce(d.first_failure_at, e.timestamp)
-            if e.next_attempt_at is None:
-                values["status"] = DELIVERY_FAILED
-        self._update_delivery(conn, e, **values)
+            status = DELIVERY_PENDING if e.next_attempt_at is not None else DELIVERY_FAILED
+        statement = self._delivery_succeeded if success else self._delivery_failed
+        statement.execute(
+            conn,
+            {
+                "did": e.originator_id,
+                "attempts": e.attempt,
+                "at": e.timestamp,
+                "code": e.status_code,
+                "next_at": e.next_attempt_at,
+                "status": status,
+                "version": e.originator_version,
+            },
+        )
 
     def _delivery_dropped(self, conn: Connection, e: WebhookDelivery.Dropped) -> None:
         self._update_delivery(conn, e, status=DELIVERY_DROPPED, next_attempt_at=None)

@@ -70,6 +70,14 @@ class WebhookQueries:
 
     def subscribed_endpoints(self, team_id: UUID, environment: str, event_type: str) -> list[UUID]:
         """The enabled endpoints of a team's environment whose filters take `event_type`."""
+        return [
+            endpoint_id
+            for endpoint_id, filter_types in self.enabled_endpoints(team_id, environment)
+            if subscribed(filter_types, event_type)
+        ]
+
+    def enabled_endpoints(self, team_id: UUID, environment: str) -> list[tuple[UUID, list[str]]]:
+        """(endpoint id, filter types) of each enabled endpoint of a team's environment."""
         c = webhook_endpoints.c
         with self.db.read() as conn:
             rows = conn.execute(
@@ -81,7 +89,7 @@ class WebhookQueries:
                 )
                 .order_by(c.created_on, c.endpoint_id)
             ).all()
-        return [r.endpoint_id for r in rows if subscribed(r.filter_types, event_type)]
+        return [(r.endpoint_id, list(r.filter_types)) for r in rows]
 
     def applied_cut_overs(self) -> dict[str, datetime]:
         """Cut-over key -> when this deployment applied it."""

@@ -43,6 +43,7 @@ from healthledger.domain.webhook_deliveries import (
 )
 from healthledger.domain.webhook_endpoints import ENDPOINT_GONE
 from healthledger.domain.webhook_endpoints import FAILING_TOO_LONG as DISABLED_FAILING
+from healthledger.domain.webhook_event_types import subscribed
 from healthledger.domain.webhook_management import WebhookEndpoints
 from sqlalchemy import select
 
@@ -126,14 +127,18 @@ class Dispatcher:
         ctx = CommandContext.system(SCHEDULER)
         now = self.clock()
         deliveries: list[WebhookDelivery] = []
+        # A team environment's endpoints, read once per round (a round is one transaction).
+        endpoints: dict[tuple[UUID, str], list[tuple[UUID, list[str]]]] = {}
         for notification in notifications:
             event = self.ledger.mapper.to_domain_event(notification)
             stream = self.ledger.find(notification.originator_id)
             for found in announcements(event, stream, self.rules_at(event.timestamp)):
-                environment = self.environment_of(found.user_id)
-                for endpoint_id in self.queries.subscribed_endpoints(
-                    found.team_id, environment, found.event_type
-                ):
+                key = (found.team_id, self.environment_of(found.user_id))
+                if key not in endpoints:
+                    endpoints[key] = self.queries.enabled_endpoints(*key)
+                for endpoint_id, filter_types in endpoints[key]:
+                    if not subscribed(filter_types, found.event_type):
+                        continue
                     deliveries.append(
                         WebhookDelivery.create(
                             ctx,

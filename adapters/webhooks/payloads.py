@@ -66,7 +66,10 @@ class Payloads:
         if row is None:
             return None
         (event,) = self.ledger.events.get(source_id, gt=source_version - 1, lte=source_version)
-        stream = self.ledger.find(source_id, version=source_version)
+        # Who and what a stream is does not change; a pull's range does (a reconnection
+        # schedules a new pull), so a pull's completion is read at its own version.
+        historical = isinstance(event, ResourceFeed.PullSucceeded)
+        stream = self.ledger.find(source_id, version=source_version if historical else None)
         rules = self.rules_at(event.timestamp)
         data = self._data(event_type, event, stream, user_id, day, rules)
         if data is None:
