@@ -39,6 +39,7 @@ from healthledger.domain.mirrored_users import (
     Envelope,
     HistoricalDataAnnounced,
 )
+from healthledger.domain.providers import SUMMARY_RESOURCES
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -48,22 +49,6 @@ from pydantic import (
     ValidationError,
 )
 
-# Spec 2.6 resources whose daily events carry a summary object (or list); the others carry
-# timeseries samples in `data`.
-SUMMARY_RESOURCES = frozenset(
-    {
-        "sleep",
-        "sleep_cycle",
-        "activity",
-        "workouts",
-        "body",
-        "profile",
-        "meal",
-        "menstrual_cycle",
-        "electrocardiogram",
-        "blood_pressure",
-    }
-)
 HYPNOGRAM = "hypnogram"
 
 _RESOURCE = r"([a-z0-9_]+)"
