@@ -31,6 +31,10 @@ def insert_statement(table: Table, columns: Sequence[str]) -> Insert:
     return insert(table).values({name: bindparam(name) for name in columns})
 
 
+# Key in a writer connection's `info`: the BEGIN statement its next transaction emits.
+_BEGIN = "healthledger.begin"
+
+
 class Prepared:
     """A statement compiled once for a dialect, executed through the DBAPI driver."""
 
@@ -131,6 +135,12 @@ class Database:
             self._write_lock = nullcontext()
         self.dialect = self.writer.dialect
         self._prepared: dict[Any, Prepared] = {}
+        # SQLite: the one writer Connection, opened once and used only under the write
+        # lock. Opening a Connection (and checking it out of the pool) per write cost as
+        # much as the statements in it.
+        self._writer_conn: Connection | None = None
+        # Whether this thread is in a unit of work (and so holds the write lock).
+        self._unit = threading.local()
 
     def _sqlite_engine(self, begin: str, **options: Any) -> Engine:
         # The driver's own transaction handling is off; we emit BEGIN ourselves.
@@ -152,7 +162,9 @@ class Database:
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
-            conn.connection.driver_connection.execute(begin)  # type: ignore[union-attr]
+            # A read in a unit of work asks the writer for a plain BEGIN (see `read`).
+            statement = conn.info.get(_BEGIN, begin)
+            conn.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
 
         return engine
 
@@ -163,19 +175,73 @@ class Database:
             prepared = self._prepared[key] = Prepared(build(), self.dialect)
         return prepared
 
+    def _writer_connection(self) -> Connection:
+        """SQLite's writer Connection; the caller holds the write lock."""
+        conn = self._writer_conn
+        if conn is None or conn.closed:
+            conn = self._writer_conn = self.writer.connect()
+        return conn
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[None]:
+        """The scope of one command: on SQLite, the write lock held from the command's
+        first read to its last write, and its reads run on the writer's connection.
+
+        Transactions do not change: each `read()` and each `write()` inside is still its
+        own, exactly as outside. What changes is where the reads run: on the writer's
+        connection between its transactions, so they need no reader checkout and they hit
+        the writer's page cache (another connection's cache is dropped after every
+        commit). Holding the lock from the first read costs no concurrency: writers queue
+        on it anyway, and the GIL runs one command's Python at a time. A unit inside a unit
+        (a command calling another) joins the outer one. On PostgreSQL it does nothing:
+        reads and writes keep their pooled connections, and the recorder's table lock
+        serialises writers.
+        """
+        if not self.is_sqlite or getattr(self._unit, "active", False):
+            yield
+            return
+        with self._write_lock:
+            self._unit.active = True
+            try:
+                yield
+            finally:
+                self._unit.active = False
+
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """One write transaction (committed on success, rolled back on error)."""
-        with self._write_lock, self.writer.begin() as conn:
-            yield conn
+        if not self.is_sqlite:
+            with self.writer.begin() as conn:
+                yield conn
+            return
+        # In a unit of work this thread already holds the lock.
+        with nullcontext() if getattr(self._unit, "active", False) else self._write_lock:
+            conn = self._writer_connection()
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        with self.reader.connect() as conn:
+        conn = self._writer_conn if getattr(self._unit, "active", False) else None
+        if conn is None or conn.in_transaction():
+            # Outside a unit of work, or inside one of its writes (whose uncommitted rows
+            # a read must not see): a reader connection.
+            with self.reader.connect() as conn:
+                yield conn
+            return
+        # Prepared statements run on the driver without a transaction, as on a reader;
+        # SQLAlchemy statements begin one, which is a plain BEGIN, as on a reader, and
+        # ends here, as a reader's ends when it goes back to the pool.
+        conn.info[_BEGIN] = "BEGIN"
+        try:
             yield conn
+        finally:
+            del conn.info[_BEGIN]
+            if conn.in_transaction():
+                conn.rollback()
 
     def create_schema(self) -> None:
-        with self.writer.begin() as conn:
+        with self.write() as conn:
             if not self.is_sqlite:
                 # Several processes starting on an empty database would race on CREATE
                 # TABLE; a transaction-scoped advisory lock makes them take turns.
@@ -196,6 +262,10 @@ class Database:
             conn.exec_driver_sql("VACUUM user_data_keys")
 
     def dispose(self) -> None:
+        with self._write_lock:
+            if self._writer_conn is not None:
+                self._writer_conn.close()
+                self._writer_conn = None
         self.writer.dispose()
         if self.reader is not self.writer:
             self.reader.dispose()
