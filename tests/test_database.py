@@ -1,17 +1,19 @@
 """The Database's contexts: a unit of work changes where statements run, never which
-transaction they belong to."""
+transaction they belong to; and the fast SQLite datetime binding stores the same text."""
 
 from __future__ import annotations
 
+import random
 import threading
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import pending_erasures
-from sqlalchemy import Connection, func, insert, select
+from healthledger.adapters.persistence.schema import UTCDateTime, pending_erasures
+from sqlalchemy import Connection, TypeDecorator, func, insert, select
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import sqlite
 
 
 def _pending(service: Service) -> int:
@@ -69,3 +71,27 @@ def test_a_unit_of_work_holds_other_threads_writes_back_on_sqlite(service: Servi
         assert not wrote.wait(0.2)  # it queues on the write lock until the unit ends
     other.join(5)
     assert wrote.is_set() and _pending(service) == 1
+
+
+def test_sqlite_datetimes_bind_to_the_text_the_generic_path_makes() -> None:
+    dialect = sqlite.dialect()
+    impl = UTCDateTime().dialect_impl(dialect)
+    fast = impl.bind_processor(dialect)
+    generic = TypeDecorator.bind_processor(impl, dialect)
+    assert fast is not None and generic is not None
+    rng = random.Random(7)
+    values = [
+        datetime(1, 1, 2, tzinfo=UTC),
+        datetime(999, 3, 4, 5, 6, 7, tzinfo=UTC),
+        datetime(2026, 1, 1, tzinfo=UTC),  # no microseconds: still written out
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ]
+    for _ in range(2000):
+        offset = timezone(timedelta(minutes=rng.randrange(-720, 720)))
+        start = datetime(2000, 1, 1, tzinfo=offset)
+        values.append(start + timedelta(microseconds=rng.randrange(10**16)))
+    for value in values:
+        assert fast(value) == generic(value)
+    assert fast(None) is None
+    with pytest.raises(ValueError, match="naive"):
+        fast(datetime(2026, 1, 1))

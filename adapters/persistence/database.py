@@ -50,6 +50,9 @@ class Prepared:
         self._positions: Sequence[str] | None = (
             tuple(compiled.positiontup or ()) if compiled.positional else None
         )
+        # Positional drivers (sqlite3): each parameter's name and bind processor, in the
+        # statement's order, so `params` builds the tuple in one pass.
+        self._plan = [(name, self._processors.get(name)) for name in self._positions or ()]
         # For SELECTs: rows as named tuples, each value through its type's result
         # processor (UUIDs, aware datetimes and dates come back as on any other read).
         columns = list(getattr(statement, "selected_columns", ()))
@@ -57,14 +60,17 @@ class Prepared:
         self._result_processors = [c.type._cached_result_processor(dialect, None) for c in columns]
 
     def params(self, values: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        if self._defaults:
+            values = {**self._defaults, **values}
+        if self._positions is not None:
+            return tuple(
+                v if (v := values[name]) is None or p is None else p(v) for name, p in self._plan
+            )
         processors = self._processors
-        converted = {
+        return {
             k: (processors[k](v) if v is not None and k in processors else v)
-            for k, v in (({**self._defaults, **values}) if self._defaults else values).items()
+            for k, v in values.items()
         }
-        if self._positions is None:
-            return converted
-        return tuple(converted[name] for name in self._positions)
 
     # Straight to the driver's cursor, inside the transaction SQLAlchemy opened on `conn`:
     # SQLAlchemy's per-statement machinery (contexts, events, result proxies) costs more
