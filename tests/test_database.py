@@ -54,6 +54,20 @@ def test_a_read_inside_a_write_does_not_see_its_uncommitted_rows(service: Servic
             assert reader.execute(select(func.count()).select_from(pending_erasures)).scalar() == 0
 
 
+def test_reads_nest_in_a_unit_of_work(service: Service) -> None:
+    db = service.db
+    count = select(func.count()).select_from(pending_erasures)
+    with db.unit_of_work():
+        with db.read() as outer:
+            assert outer.execute(count).scalar() == 0  # begins a read transaction
+            with db.read() as inner:
+                assert inner.execute(count).scalar() == 0
+            assert outer.execute(count).scalar() == 0  # still in its own transaction
+        with db.write() as conn:  # and the writer is free to write
+            _add_pending(conn, uuid.uuid4())
+    assert _pending(service) == 1
+
+
 def test_a_unit_of_work_holds_other_threads_writes_back_on_sqlite(service: Service) -> None:
     if not service.db.is_sqlite:
         pytest.skip("on PostgreSQL a unit of work holds nothing")

@@ -31,10 +31,6 @@ def insert_statement(table: Table, columns: Sequence[str]) -> Insert:
     return insert(table).values({name: bindparam(name) for name in columns})
 
 
-# Key in a writer connection's `info`: the BEGIN statement its next transaction emits.
-_BEGIN = "healthledger.begin"
-
-
 class Prepared:
     """A statement compiled once for a dialect, executed through the DBAPI driver."""
 
@@ -123,6 +119,9 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 10) -> None:
         self.url = make_url(url)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        # Whether this thread is in a unit of work (and so holds the write lock), and
+        # whether it is reading on the writer's connection.
+        self._unit = threading.local()
         if self.is_sqlite:
             if self.url.database in (None, "", ":memory:"):
                 raise ValueError("SQLite needs a file path (sqlite:///path/to/file.db)")
@@ -145,8 +144,6 @@ class Database:
         # lock. Opening a Connection (and checking it out of the pool) per write cost as
         # much as the statements in it.
         self._writer_conn: Connection | None = None
-        # Whether this thread is in a unit of work (and so holds the write lock).
-        self._unit = threading.local()
 
     def _sqlite_engine(self, begin: str, **options: Any) -> Engine:
         # The driver's own transaction handling is off; we emit BEGIN ourselves.
@@ -169,7 +166,7 @@ class Database:
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
             # A read in a unit of work asks the writer for a plain BEGIN (see `read`).
-            statement = conn.info.get(_BEGIN, begin)
+            statement = "BEGIN" if getattr(self._unit, "reading", False) else begin
             conn.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
 
         return engine
@@ -207,6 +204,7 @@ class Database:
             yield
             return
         with self._write_lock:
+            self._writer_connection()
             self._unit.active = True
             try:
                 yield
@@ -230,19 +228,21 @@ class Database:
     def read(self) -> Iterator[Connection]:
         conn = self._writer_conn if getattr(self._unit, "active", False) else None
         if conn is None or conn.in_transaction():
-            # Outside a unit of work, or inside one of its writes (whose uncommitted rows
-            # a read must not see): a reader connection.
+            # Outside a unit of work, or while the writer's connection is in a transaction
+            # (a write, whose uncommitted rows a read must not see, or an enclosing read
+            # that began one): a reader connection.
             with self.reader.connect() as conn:
                 yield conn
             return
         # Prepared statements run on the driver without a transaction, as on a reader;
         # SQLAlchemy statements begin one, which is a plain BEGIN, as on a reader, and
         # ends here, as a reader's ends when it goes back to the pool.
-        conn.info[_BEGIN] = "BEGIN"
+        outer = getattr(self._unit, "reading", False)  # a read inside a read
+        self._unit.reading = True
         try:
             yield conn
         finally:
-            del conn.info[_BEGIN]
+            self._unit.reading = outer
             if conn.in_transaction():
                 conn.rollback()
 
