@@ -30,9 +30,6 @@ from healthledger.domain.users import ERASED, User
 
 Clock = Callable[[], datetime]
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -161,6 +158,8 @@ class UsesLedger(Protocol):
 
 
 S = TypeVar("S", bound=UsesLedger)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def command(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:

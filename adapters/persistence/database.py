@@ -193,12 +193,13 @@ class Database:
         Transactions do not change: each `read()` and each `write()` inside is still its
         own, exactly as outside. What changes is where the reads run: on the writer's
         connection between its transactions, so they need no reader checkout and they hit
-        the writer's page cache (another connection's cache is dropped after every
-        commit). Holding the lock from the first read costs no concurrency: writers queue
-        on it anyway, and the GIL runs one command's Python at a time. A unit inside a unit
-        (a command calling another) joins the outer one. On PostgreSQL it does nothing:
-        reads and writes keep their pooled connections, and the recorder's table lock
-        serialises writers.
+        the writer's page cache (a reader's cache is dropped after every commit of the
+        writer). What it costs: another thread's command waits for this whole command, not
+        only for its write, so its loads and domain work no longer overlap this command's
+        fsync (with the GIL, little else could overlap; the HTTP benchmark, 8 client
+        threads, stayed well above its target). A unit inside a unit (a command calling
+        another) joins the outer one. On PostgreSQL it does nothing: reads and writes keep
+        their pooled connections, and the recorder's table lock serialises writers.
         """
         if not self.is_sqlite or getattr(self._unit, "active", False):
             yield
