@@ -7,9 +7,11 @@ written in the same transaction as the events that cause them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
@@ -69,8 +71,10 @@ class Ledger(Application[UUID]):
         *,
         user_snapshot_interval: int = 50,
         aggregate_cache_size: int = 10_000,
+        unit_of_work: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ):
         self._given_factory = factory
+        self._unit_of_work = unit_of_work
         # Long-lived users replay from a snapshot; erasure deletes their snapshots.
         self.snapshotting_intervals = {User: user_snapshot_interval}
         env = {"IS_SNAPSHOTTING_ENABLED": "y"}
@@ -141,8 +145,33 @@ class Ledger(Application[UUID]):
                 del processing_event.aggregates[aggregate_id]
         super()._take_snapshots(processing_event)
 
+    def unit_of_work(self) -> AbstractContextManager[Any]:
+        """The scope of one command's loads and saves (the persistence adapter decides what
+        it holds for them; each save is still its own transaction)."""
+        return self._unit_of_work()
+
     def find(self, aggregate_id: UUID, version: int | None = None) -> Aggregate | None:
         try:
             return self.repository.get(aggregate_id, version=version)
         except AggregateNotFoundError:
             return None
+
+
+class UsesLedger(Protocol):
+    ledger: Ledger
+
+
+S = TypeVar("S", bound=UsesLedger)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def command(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
+    """Run a use case's method in one unit of work of its ledger (`Ledger.unit_of_work`)."""
+
+    @functools.wraps(method)
+    def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self.ledger.unit_of_work():
+            return method(self, *args, **kwargs)
+
+    return run

@@ -19,7 +19,7 @@ from healthledger.domain.errors import (
     NothingToUpdate,
     UserNotFound,
 )
-from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.ledger import Clock, Ledger, command
 from healthledger.domain.personal_data import Demographics, PersonalDataVault
 from healthledger.domain.users import (
     ACTIVE,
@@ -86,6 +86,7 @@ class UserLifecycle:
 
     # -- commands -----------------------------------------------------------------------
 
+    @command
     def create_user(
         self,
         ctx: CommandContext,
@@ -168,6 +169,7 @@ class UserLifecycle:
             return user
         raise ConcurrentChange()
 
+    @command
     def update_user(
         self, ctx: CommandContext, team_id: UUID, user_id: UUID, changes: Mapping[str, Any]
     ) -> User:
@@ -204,6 +206,7 @@ class UserLifecycle:
         self._save(*touched, conflict=ClientUserIdInUse if moved_claim else ConcurrentChange)
         return user
 
+    @command
     def record_demographics(
         self, ctx: CommandContext, team_id: UUID, user_id: UUID, fields: Mapping[str, Any]
     ) -> Demographics:
@@ -220,6 +223,7 @@ class UserLifecycle:
         self._save(user)
         return merged
 
+    @command
     def delete_user(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
         user = self.load_live(team_id, user_id)
         now = self.clock()
@@ -240,6 +244,7 @@ class UserLifecycle:
         )
         return user
 
+    @command
     def deregister_connections_of_gone_user(self, ctx: CommandContext, user_id: UUID) -> int:
         """Deregister connections a deleted or erased user still has (a connect that raced
         the deletion). Returns how many."""
@@ -255,6 +260,7 @@ class UserLifecycle:
         self._save(*connections)
         return len(connections)
 
+    @command
     def undo_deletion(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
         user = self.load(team_id, user_id)
         now = self.clock()
@@ -264,6 +270,7 @@ class UserLifecycle:
         self._save(user, claim, conflict=ClientUserIdInUse)
         return user
 
+    @command
     def erase_user(self, ctx: CommandContext, user_id: UUID) -> bool:
         """Erase a user whose grace period has ended. Idempotent: False when nothing to do."""
         user = self.ledger.find(user_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import uuid
 from datetime import UTC, date, datetime, timedelta
 
@@ -102,6 +103,17 @@ def test_replay_rebuilds_the_same_state() -> None:
         replayed = event.mutate(replayed)
     assert replayed is not None
     assert replayed.__dict__ == user.__dict__
+
+
+def test_a_deep_copy_from_the_cache_is_independent_of_the_cached_aggregate() -> None:
+    cached = new_user()
+    cached.collect_events()
+    clone = copy.deepcopy(cached)
+    assert type(clone) is User and clone is not cached
+    assert clone.__dict__ == cached.__dict__
+    clone.delete(CTX, T0, T0 + GRACE)  # a command on the copy changes only the copy
+    assert clone.status == PENDING_ERASURE and len(clone.collect_events()) == 1
+    assert cached.status == ACTIVE and cached.version == 1 and cached.collect_events() == []
 
 
 def test_claim_id_is_derived_and_claims_are_exclusive() -> None:

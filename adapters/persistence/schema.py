@@ -41,6 +41,20 @@ class UTCDateTime(TypeDecorator[datetime]):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
+    def bind_processor(self, dialect: Dialect) -> Any:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        # The text SQLite's DATETIME stores ("YYYY-MM-DD HH:MM:SS.ffffff", always with the
+        # microseconds), made by one C call: the generic path (process_bind_param, then a
+        # %-format of seven fields) cost about 4 µs a value, and every event row has one.
+        # A test holds the two paths to the same text.
+        def process(value: datetime | None) -> str | None:
+            naive = self.process_bind_param(value, dialect)
+            return None if naive is None else naive.isoformat(" ", "microseconds")
+
+        return process
+
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None

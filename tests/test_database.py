@@ -1,0 +1,111 @@
+"""The Database's contexts: a unit of work changes where statements run, never which
+transaction they belong to; and the fast SQLite datetime binding stores the same text."""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.schema import UTCDateTime, pending_erasures
+from sqlalchemy import Connection, TypeDecorator, func, insert, select
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import sqlite
+
+
+def _pending(service: Service) -> int:
+    # Always on a reader connection: what other connections see, committed rows only.
+    with service.db.reader.connect() as conn:
+        return conn.execute(select(func.count()).select_from(pending_erasures)).scalar_one()
+
+
+def _add_pending(conn: Connection, user_id: uuid.UUID) -> None:
+    conn.execute(insert(pending_erasures).values(user_id=user_id, due_at=datetime.now(UTC)))
+
+
+def test_each_write_in_a_unit_of_work_commits_on_its_own(service: Service) -> None:
+    db = service.db
+    taken = uuid.uuid4()
+    with db.unit_of_work():
+        with db.write() as conn:
+            _add_pending(conn, taken)
+        assert _pending(service) == 1  # committed before the unit ends
+        with pytest.raises(sa_exc.IntegrityError), db.write() as conn:
+            _add_pending(conn, uuid.uuid4())
+            _add_pending(conn, taken)  # fails: the whole write rolls back, nothing else
+        assert _pending(service) == 1
+        with db.read() as conn:
+            # A read in the unit sees the committed row, and ends its own transaction.
+            assert conn.execute(select(pending_erasures.c.user_id)).scalars().all() == [taken]
+        assert not (db._writer_conn is not None and db._writer_conn.in_transaction())
+        with db.unit_of_work(), db.write() as conn:  # a nested unit joins the outer one
+            _add_pending(conn, uuid.uuid4())
+        assert _pending(service) == 2
+
+
+def test_a_read_inside_a_write_does_not_see_its_uncommitted_rows(service: Service) -> None:
+    db = service.db
+    with db.unit_of_work(), db.write() as conn:
+        _add_pending(conn, uuid.uuid4())
+        with db.read() as reader:
+            assert reader.execute(select(func.count()).select_from(pending_erasures)).scalar() == 0
+
+
+def test_reads_nest_in_a_unit_of_work(service: Service) -> None:
+    db = service.db
+    count = select(func.count()).select_from(pending_erasures)
+    with db.unit_of_work():
+        with db.read() as outer:
+            assert outer.execute(count).scalar() == 0  # begins a read transaction
+            with db.read() as inner:
+                assert inner.execute(count).scalar() == 0
+            assert outer.execute(count).scalar() == 0  # still in its own transaction
+        with db.write() as conn:  # and the writer is free to write
+            _add_pending(conn, uuid.uuid4())
+    assert _pending(service) == 1
+
+
+def test_a_unit_of_work_holds_other_threads_writes_back_on_sqlite(service: Service) -> None:
+    if not service.db.is_sqlite:
+        pytest.skip("on PostgreSQL a unit of work holds nothing")
+    db = service.db
+    wrote = threading.Event()
+
+    def write() -> None:
+        with db.write() as conn:
+            _add_pending(conn, uuid.uuid4())
+        wrote.set()
+
+    with db.unit_of_work():
+        other = threading.Thread(target=write)
+        other.start()
+        assert not wrote.wait(0.2)  # it queues on the write lock until the unit ends
+    other.join(5)
+    assert wrote.is_set() and _pending(service) == 1
+
+
+def test_sqlite_datetimes_bind_to_the_text_the_generic_path_makes() -> None:
+    dialect = sqlite.dialect()
+    impl = UTCDateTime().dialect_impl(dialect)
+    fast = impl.bind_processor(dialect)
+    generic = TypeDecorator.bind_processor(impl, dialect)
+    assert fast is not None and generic is not None
+    rng = random.Random(7)
+    values = [
+        datetime(1, 1, 2, tzinfo=UTC),
+        datetime(999, 3, 4, 5, 6, 7, tzinfo=UTC),
+        datetime(2026, 1, 1, tzinfo=UTC),  # no microseconds: still written out
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ]
+    for _ in range(2000):
+        offset = timezone(timedelta(minutes=rng.randrange(-720, 720)))
+        start = datetime(2000, 1, 1, tzinfo=offset)
+        values.append(start + timedelta(microseconds=rng.randrange(10**16)))
+    for value in values:
+        assert fast(value) == generic(value)
+    assert fast(None) is None
+    with pytest.raises(ValueError, match="naive"):
+        fast(datetime(2026, 1, 1))
