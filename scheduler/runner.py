@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from healthledger.adapters.composition import Service
@@ -26,7 +27,9 @@ class LedgerScheduler(BackgroundScheduler):
     """APScheduler, plus the jobs that can be woken outside it: shutting down stops their
     wake-ups and waits for them first."""
 
-    wakeables: list[WakeableJob]
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.wakeables: list[WakeableJob] = []
 
     def shutdown(self, wait: bool = True) -> None:
         for wakeable in self.wakeables:
@@ -39,7 +42,6 @@ def start_scheduler(service: Service) -> LedgerScheduler:
         timezone=UTC,
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
     )
-    scheduler.wakeables = []
     scheduler.add_job(
         sweep_erasures,
         "interval",
