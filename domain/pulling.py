@@ -249,7 +249,6 @@ class Pulls:
         """Fetch and store every chunk of the feeds, oldest window first: the span of data
         each pull found, and the error each failed pull met (it is not asked again)."""
         adapter = self._adapter(connection)
-        failures = getattr(connection, "demo_failures", {})
         spans: dict[UUID, dict[str, Any]] = {
             f.id: {"days_with_data": 0, "oldest_day": None, "newest_day": None} for f in feeds
         }
@@ -263,7 +262,7 @@ class Pulls:
                 for feed in group:
                     if feed.id in errors:
                         continue
-                    target = PullTarget(feed.user_id, feed.provider, feed.resource, failures)
+                    target = _target(feed, connection)
                     try:
                         found[feed.resource] = adapter.fetch(target, start, end, now, feed.attempts)
                     except Exception as exc:
@@ -311,12 +310,10 @@ class Pulls:
         )
         if start >= end:
             return None
-        adapter = self._adapter(connection)
-        target = PullTarget(
-            feed.user_id, feed.provider, feed.resource, getattr(connection, "demo_failures", {})
-        )
         try:
-            found = adapter.fetch(target, start.date(), end.date(), now, 1)
+            found = self._adapter(connection).fetch(
+                _target(feed, connection), start.date(), end.date(), now, 1
+            )
             stored = self.store.store(feed.user_id, feed.provider, {feed.resource: found})[
                 feed.resource
             ]
@@ -372,6 +369,11 @@ class Pulls:
         fresh = self.ledger.find(aggregate.id)
         assert fresh is not None
         return fresh
+
+
+def _target(feed: ResourceFeed, connection: Connection) -> PullTarget:
+    # demo_failures is set by every connect (empty unless asked for).
+    return PullTarget(feed.user_id, feed.provider, feed.resource, connection.demo_failures)
 
 
 def _clamp(start: datetime, end: datetime, user: User) -> tuple[datetime, datetime]:

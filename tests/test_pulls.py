@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import pytest
 from fastapi.testclient import TestClient
@@ -51,7 +52,7 @@ def pulls_of(client: TestClient, team: Team, user_id: str, provider: str) -> dic
 
 
 def feed(service: Service, user_id: str, provider: str, resource: str) -> ResourceFeed:
-    connection_id = Connection.id_for(_uuid(user_id), provider)
+    connection_id = Connection.id_for(UUID(user_id), provider)
     found = service.ledger.find(ResourceFeed.id_for(connection_id, resource))
     assert isinstance(found, ResourceFeed)
     return found
@@ -59,12 +60,6 @@ def feed(service: Service, user_id: str, provider: str, resource: str) -> Resour
 
 def feed_events(service: Service, user_id: str, provider: str, resource: str) -> list[Any]:
     return list(service.ledger.events.get(feed(service, user_id, provider, resource).id))
-
-
-def _uuid(value: str) -> Any:
-    import uuid
-
-    return uuid.UUID(value)
 
 
 def provider_status(client: TestClient, team: Team, user_id: str) -> dict[str, Any]:
@@ -112,7 +107,7 @@ def test_a_connection_schedules_one_pull_per_resource_and_the_worker_completes_t
     assert done["pulled"]["heartrate"]["days_with_data"] == 31
     assert 0 < done["pulled"]["body"]["days_with_data"] < 31
     # What days_with_data says is what is stored.
-    stored = service.health_data.read(_uuid(user), "withings", "body", date(2026, 1, 1), T0.date())
+    stored = service.health_data.read(UUID(user), "withings", "body", date(2026, 1, 1), T0.date())
     assert len(stored) == done["pulled"]["body"]["days_with_data"]
     # A second run finds nothing due: success is not pulled again.
     with freeze_time(T0 + timedelta(hours=1)):
@@ -127,9 +122,9 @@ def test_the_stored_data_is_the_demo_devices_sealed_under_the_users_key(
         connect(client, team, user, "oura")
         run_due_pulls(service)
     start, end = T0.date() - timedelta(days=30), T0.date()
-    stored = service.health_data.read(_uuid(user), "oura", "sleep", start, end)
+    stored = service.health_data.read(UUID(user), "oura", "sleep", start, end)
     expected = DemoProvider().fetch(
-        PullTarget(_uuid(user), "oura", "sleep", {}), start, end, T0, attempt=1
+        PullTarget(UUID(user), "oura", "sleep", {}), start, end, T0, attempt=1
     )
     assert stored == expected and len(stored) >= 29
     night = stored[T0.date()]
@@ -177,7 +172,7 @@ def test_a_passing_failure_is_retried_with_backoff_and_completion_is_recorded_on
         assert (sleep["status"], sleep["error_details"]) == ("retrying", "provider_unavailable")
         # The older chunks were stored before the most recent one failed.
         assert service.health_data.read(
-            _uuid(user), "oura", "sleep", T0.date() - timedelta(days=30), T0.date()
+            UUID(user), "oura", "sleep", T0.date() - timedelta(days=30), T0.date()
         )
     # Not before the first delay.
     with freeze_time(T0 + timedelta(seconds=DELAYS[0] - 1)):
@@ -328,7 +323,7 @@ def test_pulls_of_a_deregistered_connection_fail_and_store_nothing(
         run_due_pulls(service)
     glucose = feed(service, user, "freestyle_libre", "glucose")
     assert (glucose.status, glucose.error_code) == ("failure", "non_retriable_error")
-    assert service.health_data.count(_uuid(user)) == 0
+    assert service.health_data.count(UUID(user)) == 0
 
 
 # -- workers: takeover and races ------------------------------------------------------------
@@ -419,17 +414,17 @@ def test_erasure_removes_the_pulled_data_and_the_feeds_but_not_their_history(
         user = create_user(client, team, "p13")["user_id"]
         connect(client, team, user, "oura")
         run_due_pulls(service)
-        assert service.health_data.count(_uuid(user)) > 0
+        assert service.health_data.count(UUID(user)) > 0
         assert client.delete(f"/v2/user/{user}", headers=team.headers).status_code == 200
     with freeze_time(T0 + timedelta(days=7)):
-        assert service.users.erase_user(ctx, _uuid(user))
-    assert service.health_data.count(_uuid(user)) == 0
+        assert service.users.erase_user(ctx, UUID(user))
+    assert service.health_data.count(UUID(user)) == 0
     events = feed_events(service, user, "oura", "sleep")
     assert isinstance(events[-1], ResourceFeed.PullSucceeded)
     with pytest.raises(Exception) as raised:
-        service.health_data.store(_uuid(user), "oura", {"sleep": {T0.date(): {"x": 1}}})
+        service.health_data.store(UUID(user), "oura", {"sleep": {T0.date(): {"x": 1}}})
     assert type(raised.value).__name__ == "UserDataGone"
-    assert service.health_data.count(_uuid(user)) == 0
+    assert service.health_data.count(UUID(user)) == 0
 
 
 # -- introspection paging and bad input -------------------------------------------------------
