@@ -131,6 +131,7 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         user_snapshot_interval=settings.user_snapshot_interval,
         aggregate_cache_size=settings.aggregate_cache_size,
         unit_of_work=db.unit_of_work,
+        log_mark=recorder.change_mark,
     )
     # A new master key is made only for a database that holds no data key yet: pointing
     # an existing database at a missing key file must fail, not mint a second master key.

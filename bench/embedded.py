@@ -3,10 +3,11 @@
 Runs N create, N delete and N undo commands through `build_service(...).users`, one command
 per transaction as the service does, and compares each with raw `sqlite3` writing the same
 number of rows per transaction with the same durability (WAL, synchronous=FULL,
-secure_delete=ON), measured in the same process on the same disk. The target is at least
-70% of the raw figure. It prints a report; `--check` makes a missed target exit 1.
+secure_delete=ON), measured in the same process on the same disk, the two sides taking
+turns of `--block` commands so that both meet the same disk and machine. The target is at
+least 70% of the raw figure. It prints a report; `--check` makes a missed target exit 1.
 
-    /work/venv/bin/python bench/embedded.py [--n 2000] [--warmup 200] [--check]
+    /work/venv/bin/python bench/embedded.py [--n 2000] [--warmup 200] [--block 100] [--check]
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
-from sqlalchemy import Connection, event
+from healthledger.domain.users import ClientUserIdClaim, User
 
 TARGET = 0.70
 KINDS = ("create", "delete", "undo")
@@ -49,47 +50,46 @@ _STATE = os.urandom(300)
 
 @dataclass
 class WriteCounter:
-    """Counts write transactions and rows changed on the service's writer engine.
+    """Counts write transactions and rows changed on the service's writer connection.
 
-    Rows are read from sqlite3's `total_changes` (rows inserted, updated or deleted on one
-    connection since it opened) at BEGIN and again at COMMIT of every transaction, on the
-    connection that ran it. Because both readings are taken on the same DBAPI connection,
-    the count is right whichever pooled connection the transaction used, and it counts
-    UPDATEs and DELETEs as well as INSERTs (a before/after row count per table would see an
-    UPDATE as nothing and an INSERT plus a DELETE as nothing). The reader engine does not
-    write, and every write goes through `Database.write()` on the writer engine.
+    The writer (one sqlite3 connection, `Database.writer`) begins every write with
+    `BEGIN IMMEDIATE` and ends it with `COMMIT` or `ROLLBACK`, on the driver itself, so
+    sqlite3's trace callback sees each one. At each, it reads sqlite3's `total_changes`
+    (rows inserted, updated or deleted on that connection since it opened): the
+    difference is the transaction's rows, UPDATEs and DELETEs included (a before/after
+    row count per table would see an UPDATE as nothing and an INSERT plus a DELETE as
+    nothing). The reader connections do not write. The callback runs on every statement
+    of the writer, so its cost (about a microsecond a statement) is in the service's
+    timing.
     """
 
     transactions: int = 0
     rows: int = 0
-    _at_begin: dict[int, int] = field(default_factory=dict)
+    _at_begin: int | None = None
+    _driver: sqlite3.Connection | None = None
 
     def attach(self, service: Service) -> None:
-        engine = service.db.writer
-        event.listen(engine, "begin", self._begin)
-        event.listen(engine, "commit", self._commit)
-        event.listen(engine, "rollback", self._rollback)
+        with service.db.write() as conn:  # opens the writer connection
+            driver = conn.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        self._driver = driver
+        driver.set_trace_callback(self._statement)
 
     def reset(self) -> None:
         self.transactions = 0
         self.rows = 0
 
-    @staticmethod
-    def _total_changes(conn: Connection) -> int:
-        driver = conn.connection.driver_connection
-        assert isinstance(driver, sqlite3.Connection)
-        return driver.total_changes
-
-    def _begin(self, conn: Connection) -> None:
-        self._at_begin[id(conn)] = self._total_changes(conn)
-
-    def _commit(self, conn: Connection) -> None:
-        # The "commit" event fires before the COMMIT itself, after every statement ran.
-        self.transactions += 1
-        self.rows += self._total_changes(conn) - self._at_begin.pop(id(conn))
-
-    def _rollback(self, conn: Connection) -> None:
-        self._at_begin.pop(id(conn), None)
+    def _statement(self, sql: str) -> None:
+        driver = self._driver
+        assert driver is not None
+        if sql == "BEGIN IMMEDIATE":
+            self._at_begin = driver.total_changes
+        elif sql == "COMMIT" and self._at_begin is not None:
+            self.transactions += 1
+            self.rows += driver.total_changes - self._at_begin
+            self._at_begin = None
+        elif sql == "ROLLBACK":
+            self._at_begin = None
 
 
 @dataclass
@@ -140,66 +140,89 @@ def _new_service(directory: Path, name: str) -> tuple[Service, uuid.UUID]:
     return service, boot.team_id
 
 
-def _timed(
-    kind: str, service: Service, counter: WriteCounter, run: Callable[[int], None], n: int
-) -> Result:
-    with service.db.read() as conn:
-        rows_before = conn.exec_driver_sql("SELECT count(*) FROM stored_events").scalar_one()
-    # A collection during one run and not the other would be noise, not a difference in
-    # the code; collect first so every timed run starts from the same heap state.
-    gc.collect()
-    counter.reset()
-    cpu_start = time.process_time()
-    start = time.perf_counter()
-    for i in range(n):
-        run(i)
-    seconds = time.perf_counter() - start
-    cpu_seconds = time.process_time() - cpu_start
-    return Result(kind, n, seconds, counter.transactions, counter.rows, cpu_seconds, rows_before)
+@dataclass
+class Clocks:
+    """Wall and CPU time spent by one side, summed over its timed blocks."""
+
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def time(self, run: Callable[[int], None], indexes: range) -> None:
+        cpu_start = time.process_time()
+        start = time.perf_counter()
+        for i in indexes:
+            run(i)
+        self.seconds += time.perf_counter() - start
+        self.cpu_seconds += time.process_time() - cpu_start
 
 
-def bench_service(kind: str, directory: Path, n: int, warmup: int) -> Result:
-    """N commands of `kind` on a fresh SQLite file, after `warmup` untimed ones."""
+@dataclass
+class ServiceSide:
+    """A service on a fresh SQLite file, warmed up, with N commands of a kind ready."""
+
+    service: Service
+    counter: WriteCounter
+    run: Callable[[int], None]
+    rows_per_txn: int
+    rows_before: int
+
+
+def service_side(kind: str, directory: Path, n: int, warmup: int) -> ServiceSide:
+    """The users a kind needs are made untimed (delete needs users, undo deleted ones);
+    `warmup` commands of the kind run untimed and tell the rows a transaction writes."""
     service, team_id = _new_service(directory, f"service-{kind}")
     counter = WriteCounter()
     counter.attach(service)
     users = service.users
     ctx = CommandContext(actor="bench:embedded", request_id="bench")
     prefix = uuid.uuid4().hex[:8]
-    try:
 
-        def create(i: int) -> None:
+    def setup_users(count: int, tag: str) -> list[uuid.UUID]:
+        return [
+            users.create_user(ctx, team_id, client_user_id=f"{prefix}-{tag}-{i}").id
+            for i in range(count)
+        ]
+
+    run: Callable[[int], None]
+    if kind == "create":
+
+        def warm() -> None:
+            setup_users(warmup, "warm")
+
+        def run(i: int) -> None:
             users.create_user(ctx, team_id, client_user_id=f"{prefix}-{kind}-{i}")
 
-        def setup_users(count: int, tag: str) -> list[uuid.UUID]:
-            return [
-                users.create_user(ctx, team_id, client_user_id=f"{prefix}-{tag}-{i}").id
-                for i in range(count)
-            ]
-
-        if kind == "create":
-            for i in range(warmup):
-                users.create_user(ctx, team_id, client_user_id=f"{prefix}-warm-{i}")
-            return _timed(kind, service, counter, create, n)
-
-        # delete and undo need users (and undo needs deleted ones): made untimed first.
+    else:
         warm_ids = setup_users(warmup, "warm")
         ids = setup_users(n, "timed")
         if kind == "delete":
-            for user_id in warm_ids:
+
+            def warm() -> None:
+                for user_id in warm_ids:
+                    users.delete_user(ctx, team_id, user_id)
+
+            def run(i: int) -> None:
+                users.delete_user(ctx, team_id, ids[i])
+
+        else:
+            for user_id in warm_ids + ids:
                 users.delete_user(ctx, team_id, user_id)
-            return _timed(
-                kind, service, counter, lambda i: users.delete_user(ctx, team_id, ids[i]), n
-            )
-        for user_id in warm_ids + ids:
-            users.delete_user(ctx, team_id, user_id)
-        for user_id in warm_ids:
-            users.undo_deletion(ctx, team_id, user_id)
-        return _timed(
-            kind, service, counter, lambda i: users.undo_deletion(ctx, team_id, ids[i]), n
-        )
-    finally:
-        service.close()
+
+            def warm() -> None:
+                for user_id in warm_ids:
+                    users.undo_deletion(ctx, team_id, user_id)
+
+            def run(i: int) -> None:
+                users.undo_deletion(ctx, team_id, ids[i])
+
+    counter.reset()
+    warm()
+    # Every command of a kind writes the same rows; the raw side writes as many.
+    rows_per_txn = max(1, round(counter.rows / max(counter.transactions, 1)))
+    with service.db.read() as conn:
+        rows_before = conn.exec_driver_sql("SELECT count(*) FROM stored_events").scalar_one()
+    counter.reset()
+    return ServiceSide(service, counter, run, rows_per_txn, rows_before)
 
 
 # -- the raw sqlite3 baseline ------------------------------------------------------------
@@ -207,7 +230,7 @@ def bench_service(kind: str, directory: Path, n: int, warmup: int) -> Result:
 
 def _raw_connection(path: Path) -> sqlite3.Connection:
     # isolation_level=None: no implicit transactions; BEGIN IMMEDIATE is sent explicitly,
-    # exactly as the service's writer engine does.
+    # exactly as the service's writer does.
     conn = sqlite3.connect(path, isolation_level=None)
     for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"):
         conn.execute(f"PRAGMA {pragma}")
@@ -240,48 +263,164 @@ def _raw_rows(count: int) -> list[tuple[Any, ...]]:
     return [(uuid.uuid4().hex, 1, _TOPIC, _STATE, now) for _ in range(count)]
 
 
-def bench_raw(
-    kind: str, directory: Path, n: int, warmup: int, rows_per_txn: int, prefill: int
-) -> Result:
-    """N transactions of `rows_per_txn` inserts each with plain sqlite3.
-
-    The file is first filled, untimed, with as many rows as the service's event table
-    held when its timed run started, so both write into B-trees of the same size.
-    """
+def raw_side(
+    kind: str, directory: Path, warmup: int, rows_per_txn: int, prefill: int
+) -> tuple[sqlite3.Connection, Callable[[int], None]]:
+    """Plain sqlite3 writing `rows_per_txn` rows a transaction; the file is first filled,
+    untimed, with as many rows as the service's event table holds, so both write into
+    B-trees of the same size."""
     conn = _raw_connection(directory / f"raw-{kind}.db")
-    try:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(_INSERT, _raw_rows(prefill))
+    conn.execute("COMMIT")
+
+    # Values are generated inside the loop (a fresh uuid per row), as the service
+    # generates its ids and timestamps inside each command.
+    def one_transaction(_i: int) -> None:
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(_INSERT, _raw_rows(prefill))
+        for row in _raw_rows(rows_per_txn):
+            conn.execute(_INSERT, row)
         conn.execute("COMMIT")
 
-        # Values are generated inside the loop (a fresh uuid per row), as the service
-        # generates its ids and timestamps inside each command.
-        def one_transaction() -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            for row in _raw_rows(rows_per_txn):
-                conn.execute(_INSERT, row)
-            conn.execute("COMMIT")
+    for i in range(warmup):
+        one_transaction(i)
+    return conn, one_transaction
 
-        for _ in range(warmup):
-            one_transaction()
+
+_FLOOR_EVENT = (
+    "INSERT INTO stored_events (originator_id, originator_version, topic, state, timestamp) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+_FLOOR_USER = (
+    "INSERT INTO users (user_id, team_id, client_user_id, status, created_on, version) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def _sqlite_text(moment: datetime) -> str:
+    return moment.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callable[[int], None]]:
+    """The least a create can cost in this design, for reference: eventsourcing makes the
+    user and its client_user_id claim and maps their two events to stored form, as the
+    service does, and raw sqlite3 writes the two event rows and the users row into the
+    service's own schema (its tables and indexes), durably. Nothing else of the service:
+    no validation, unit of work, cache, read-model code or SQLAlchemy."""
+    service, team_id = _new_service(directory, "floor")
+    mapper = service.ledger.mapper
+    service.close()
+    conn = sqlite3.connect(directory / "floor.db", isolation_level=None)
+    for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"):
+        conn.execute(f"PRAGMA {pragma}")
+    ctx = CommandContext(actor="bench:embedded", request_id="bench")
+
+    def create(i: int) -> None:
+        client_user_id = f"floor-{i}"
+        now = datetime.now(UTC)
+        user_id = uuid.uuid4()
+        user = User.register(
+            ctx,
+            now,
+            user_id=user_id,
+            team_id=team_id,
+            client_user_id=client_user_id,
+            fallback_time_zone=None,
+            sealed_birth_date=None,
+            ingestion_start=None,
+            ingestion_end=None,
+        )
+        claim = ClientUserIdClaim.start(ctx, now, team_id, client_user_id, user_id)
+        events = [*user.collect_events(), *claim.collect_events()]
+        stored = [mapper.to_stored_event(e) for e in events]
+        conn.execute("BEGIN IMMEDIATE")
+        for s, e in zip(stored, events, strict=True):
+            conn.execute(
+                _FLOOR_EVENT,
+                (
+                    s.originator_id.hex,
+                    s.originator_version,
+                    s.topic,
+                    s.state,
+                    _sqlite_text(e.timestamp),
+                ),
+            )
+        conn.execute(
+            _FLOOR_USER,
+            (user_id.hex, team_id.hex, client_user_id, "active", _sqlite_text(now), 1),
+        )
+        conn.execute("COMMIT")
+
+    for i in range(warmup):
+        create(-1 - i)
+    return conn, create
+
+
+@dataclass
+class KindResults:
+    service: Result
+    raw: Result
+    # create only: the design's floor (see `floor_side`), timed in the same blocks.
+    floor: Result | None = None
+
+
+def bench_kind(kind: str, directory: Path, n: int, warmup: int, block: int) -> KindResults:
+    """N service commands and N raw transactions (and, for create, N floor commands),
+    timed in alternating blocks.
+
+    The disk's fsync latency and the machine's other work drift over seconds; running
+    the sides in turns of `block` puts them under the same conditions, so the ratio
+    compares the code, not two moments of the machine.
+    """
+    side = service_side(kind, directory, n, warmup)
+    conn, raw_run = raw_side(kind, directory, warmup, side.rows_per_txn, side.rows_before)
+    floor_conn, floor_run = floor_side(directory, warmup) if kind == "create" else (None, None)
+    service_clocks, raw_clocks, floor_clocks = Clocks(), Clocks(), Clocks()
+    raw_changes = conn.total_changes
+    try:
+        # A collection during one side's block would be noise, not the code: collect
+        # first, and keep the collector out of the timed blocks.
         gc.collect()
-        changes_before = conn.total_changes
-        cpu_start = time.process_time()
-        start = time.perf_counter()
-        for _ in range(n):
-            one_transaction()
-        seconds = time.perf_counter() - start
-        cpu_seconds = time.process_time() - cpu_start
-        rows = conn.total_changes - changes_before
-        return Result(kind, n, seconds, n, rows, cpu_seconds, prefill)
+        gc.disable()
+        for first in range(0, n, block):
+            indexes = range(first, min(first + block, n))
+            service_clocks.time(side.run, indexes)
+            raw_clocks.time(raw_run, indexes)
+            if floor_run is not None:
+                floor_clocks.time(floor_run, indexes)
+            gc.enable()
+            gc.collect()
+            gc.disable()
     finally:
+        gc.enable()
+        side.service.close()
+        raw_rows = conn.total_changes - raw_changes
         conn.close()
+        if floor_conn is not None:
+            floor_conn.close()
+    counter = side.counter
+    service = Result(
+        kind,
+        n,
+        service_clocks.seconds,
+        counter.transactions,
+        counter.rows,
+        service_clocks.cpu_seconds,
+        side.rows_before,
+    )
+    raw = Result(kind, n, raw_clocks.seconds, n, raw_rows, raw_clocks.cpu_seconds, side.rows_before)
+    floor = None
+    if floor_run is not None:
+        floor = Result(
+            "floor", n, floor_clocks.seconds, n, 3 * n, floor_clocks.cpu_seconds, side.rows_before
+        )
+    return KindResults(service, raw, floor)
 
 
 # -- report ------------------------------------------------------------------------------
 
 
-def report(pairs: Sequence[tuple[Result, Result]]) -> bool:
+def report(results: Sequence[KindResults]) -> bool:
     header = (
         f"{'command':<8} {'rows/txn':>8} {'txns/cmd':>8} {'service cmds/s':>15} "
         f"{'raw txns/s':>11} {'ratio':>7} {'target':>7}  result"
@@ -289,7 +428,8 @@ def report(pairs: Sequence[tuple[Result, Result]]) -> bool:
     print(header)
     print("-" * len(header))
     all_met = True
-    for service, raw in pairs:
+    for kind in results:
+        service, raw = kind.service, kind.raw
         ratio = service.per_second / raw.per_second
         met = ratio >= TARGET
         all_met &= met
@@ -298,15 +438,25 @@ def report(pairs: Sequence[tuple[Result, Result]]) -> bool:
             f"{service.transactions_per_command:>8.2f} {service.per_second:>15.0f} "
             f"{raw.per_second:>11.0f} {ratio:>7.1%} {TARGET:>7.0%}  {'PASS' if met else 'MISS'}"
         )
+    for kind in results:
+        if kind.floor is not None:
+            floor, raw = kind.floor, kind.raw
+            print(
+                f"\nfloor of create (eventsourcing's aggregates and mapper, raw sqlite3 rows in "
+                f"the service's schema): {floor.per_second:.0f}/s, "
+                f"{floor.per_second / raw.per_second:.1%} of raw"
+            )
     # Where the time goes: per command (service) and per transaction (raw), wall and CPU.
     print(
         f"\n{'command':<8} {'service ms wall':>15} {'service ms CPU':>14} "
-        f"{'raw ms wall':>11} {'raw ms CPU':>10}"
+        f"{'raw ms wall':>11} {'raw ms CPU':>10} {'floor ms wall':>13}"
     )
-    for service, raw in pairs:
+    for kind in results:
+        service, raw = kind.service, kind.raw
+        floor = f"{kind.floor.wall_ms:>13.3f}" if kind.floor is not None else f"{'-':>13}"
         print(
             f"{service.kind:<8} {service.wall_ms:>15.3f} {service.cpu_ms:>14.3f} "
-            f"{raw.wall_ms:>11.3f} {raw.cpu_ms:>10.3f}"
+            f"{raw.wall_ms:>11.3f} {raw.cpu_ms:>10.3f} {floor}"
         )
     return all_met
 
@@ -317,42 +467,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--n", type=int, default=2000, help="timed commands per kind")
     parser.add_argument("--warmup", type=int, default=200, help="untimed commands first")
+    parser.add_argument("--block", type=int, default=100, help="commands per turn of each side")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     args = parser.parse_args(argv)
-    if args.n < 1 or args.warmup < 0:
-        parser.error("--n must be at least 1 and --warmup at least 0")
+    if args.n < 1 or args.warmup < 0 or args.block < 1:
+        parser.error("--n and --block must be at least 1 and --warmup at least 0")
 
     print(
         f"embedded benchmark: N={args.n} per command kind, warm-up {args.warmup}, "
         f"sqlite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
     )
-    pairs: list[tuple[Result, Result]] = []
-    # One temp dir on the same file system for both sides, so both pay the same fsync.
+    results: list[KindResults] = []
+    # One temp dir on the same file system for every side, so all pay the same fsync.
     with tempfile.TemporaryDirectory(prefix="healthledger-bench-") as tmp:
         directory = Path(tmp)
         print(f"files in {directory}\n")
         for kind in args.kinds:
-            service = bench_service(kind, directory, args.n, args.warmup)
+            measured = bench_kind(kind, directory, args.n, args.warmup, args.block)
+            service = measured.service
             if service.transactions != service.commands:
                 print(
                     f"note: {kind} used {service.transactions} write transactions for "
                     f"{service.commands} commands; the raw side does one per command"
                 )
-            # Whole rows per transaction; the service's count is the same for every command
-            # of a kind, so this is exact (rounded only if it ever is not).
-            rows_per_txn = max(1, round(service.rows / service.transactions))
-            raw = bench_raw(
-                kind,
-                directory,
-                args.n,
-                args.warmup,
-                rows_per_txn,
-                service.rows_before,
-            )
-            pairs.append((service, raw))
-    all_met = report(pairs)
+            results.append(measured)
+    all_met = report(results)
     # Another busy process on the machine makes the figures noise: say so next to them.
     print(f"\nload average after the run: {os.getloadavg()[0]:.2f}")
     if args.check and not all_met:

@@ -8,13 +8,20 @@ written in the same transaction as the events that cause them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
+from copy import deepcopy
 from datetime import UTC, date, datetime
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.application import (
+    AggregateNotFoundError,
+    Application,
+    LRUCache,
+    ProcessingEvent,
+    Repository,
+)
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import (
     DatetimeAsISO,
@@ -30,6 +37,16 @@ from eventsourcing.persistence import (
 from healthledger.domain.users import ERASED, User
 
 Clock = Callable[[], datetime]
+
+class LogMark(Protocol):
+    """A reading of the log's "changed by another writer" counter (`LedgerRepository`);
+    with `earlier`, a reading taken earlier in the same unit of work will do."""
+
+    def __call__(self, *, earlier: bool = False) -> Hashable | None: ...
+
+
+def no_log_mark(*, earlier: bool = False) -> None:
+    return None
 
 
 def utc_now() -> datetime:
@@ -62,6 +79,65 @@ class LedgerTranscoder(JSONTranscoder):
         return super()._encode_obj(o)
 
 
+class LedgerRepository(Repository[UUID]):
+    """eventsourcing's repository, plus the aggregates this ledger knows to be current.
+
+    The cache of `Repository` is fast-forwarded on every get: one SELECT for events newer
+    than the cached copy, because another process may have written some. That SELECT and
+    its lock bookkeeping were the largest cost of a delete or undo after the commit. Here
+    a cheaper question answers it when it can: `log_mark()` is a reading that stays the
+    same while no writer other than this ledger changes the log (SQLite's
+    `data_version`, read in a unit of work, which holds the process's write lock). An
+    aggregate this ledger saved or loaded when the mark read M is still current while
+    the mark reads M, so it is handed out without a query.
+
+    Why it is right: the mark is read before the load or save it is stored with, so a
+    change by another writer after it changes the mark and forces the fast-forward; this
+    ledger's own saves run in a unit of work, under the same lock as every marked get,
+    and record what they saved before releasing it. A mark of None (PostgreSQL, or no
+    unit of work) always takes the fast-forward. A stale copy could only cost a
+    command a version conflict, never a wrong write: the event store refuses it.
+    """
+
+    def __init__(self, *args: Any, log_mark: LogMark, maxsize: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._log_mark = log_mark
+        # Private copies: the caller mutates what it is given; eventsourcing's cache
+        # entries are fast-forwarded in place by gets outside any unit of work.
+        self._current: LRUCache[UUID, tuple[Hashable, Aggregate]] = LRUCache(maxsize)
+
+    def get(self, aggregate_id: UUID, *, version: int | None = None, **kwargs: Any) -> Any:
+        mark = self._log_mark() if version is None and not kwargs else None
+        if mark is None:
+            return super().get(aggregate_id, version=version, **kwargs)
+        try:
+            entry = self._current.get(aggregate_id)
+        except KeyError:
+            entry = None
+        if entry is not None and entry[0] == mark:
+            return deepcopy(entry[1])
+        aggregate = super().get(aggregate_id)
+        self._current.put(aggregate_id, (mark, deepcopy(aggregate)))
+        return aggregate
+
+    def mark(self) -> Hashable | None:
+        """The mark for a save: any reading taken before it is right (see the class)."""
+        return self._log_mark(earlier=True)
+
+    def saved(self, aggregates: Iterable[Aggregate], mark: Hashable | None) -> None:
+        """Aggregates just saved, with a mark read before saving them (None: unknown).
+
+        Kept as they are, not copied: like eventsourcing's cache, this takes the saved
+        object to be what was saved (a command does not change an aggregate after saving
+        it without saving again); gets hand out copies of it."""
+        for aggregate in aggregates:
+            self._current.put(aggregate.id, None if mark is None else (mark, aggregate))
+
+    def forget(self, aggregate_ids: Iterable[UUID]) -> None:
+        for aggregate_id in aggregate_ids:
+            self._current.put(aggregate_id, None)
+
+
 class Ledger(Application[UUID]):
     name = "healthledger"
 
@@ -72,9 +148,11 @@ class Ledger(Application[UUID]):
         user_snapshot_interval: int = 50,
         aggregate_cache_size: int = 10_000,
         unit_of_work: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        log_mark: LogMark = no_log_mark,
     ):
         self._given_factory = factory
         self._unit_of_work = unit_of_work
+        self._log_mark = log_mark
         # Long-lived users replay from a snapshot; erasure deletes their snapshots.
         self.snapshotting_intervals = {User: user_snapshot_interval}
         env = {"IS_SNAPSHOTTING_ENABLED": "y"}
@@ -87,6 +165,21 @@ class Ledger(Application[UUID]):
 
     def construct_factory(self, env: Any) -> InfrastructureFactory:
         return self._given_factory
+
+    def construct_repository(self) -> LedgerRepository:
+        maxsize = int(self.env.get(self.AGGREGATE_CACHE_MAXSIZE) or 0)
+        return LedgerRepository(
+            self.events,
+            snapshot_store=self.snapshots,
+            cache_maxsize=maxsize or None,
+            fastforward=True,
+            log_mark=self._log_mark if maxsize else no_log_mark,
+            maxsize=max(maxsize, 1),
+        )
+
+    @property
+    def repository(self) -> LedgerRepository:
+        return self._repository  # type: ignore[return-value]
 
     def construct_transcoder(self) -> Transcoder:
         transcoder = LedgerTranscoder()
@@ -106,7 +199,9 @@ class Ledger(Application[UUID]):
         follower's position in the notification log (the outbox's exactly-once step).
 
         Same steps as `Application.save`, minus its runtime-protocol isinstance checks on
-        every object (slow in Python 3.11, and we only ever save aggregates).
+        every object (slow in Python 3.11, and we only ever save aggregates). A save is a
+        unit of work of its own, or part of the caller's: what it saved is known current
+        before another command of this process can load it (`LedgerRepository`).
         """
         processing_event: ProcessingEvent[UUID] = ProcessingEvent(tracking=tracking)
         for aggregate in objs:
@@ -114,7 +209,16 @@ class Ledger(Application[UUID]):
                 processing_event.events.extend(aggregate.collect_events())
                 processing_event.aggregates[aggregate.id] = aggregate
         processing_event.saved_kwargs.update(kwargs)
-        recordings = self._record(processing_event)
+        repository = self.repository
+        with self.unit_of_work():
+            # Read before writing: another writer's change after this reading moves it.
+            mark = repository.mark()
+            try:
+                recordings = self._record(processing_event)
+            except BaseException:
+                repository.forget(processing_event.aggregates)
+                raise
+            repository.saved(processing_event.aggregates.values(), mark)
         self._take_snapshots(processing_event)
         self._notify(recordings)
         return recordings

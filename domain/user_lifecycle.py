@@ -136,7 +136,6 @@ class UserLifecycle:
         ingestion_start: date | None,
         ingestion_end: date | None,
     ) -> User:
-        claim_id = ClientUserIdClaim.id_for(team_id, client_user_id)
         for attempt in range(_CREATE_ATTEMPTS):
             now = self.clock()
             user = User.register(
@@ -152,7 +151,11 @@ class UserLifecycle:
             )
             # Optimistic: most ids are new, so the first attempt starts the claim without
             # reading it; the event store refuses it if the claim exists (a conflict).
-            claim = None if attempt == 0 else self.ledger.find(claim_id)
+            claim = (
+                None
+                if attempt == 0
+                else self.ledger.find(ClientUserIdClaim.id_for(team_id, client_user_id))
+            )
             if claim is None:
                 claim = ClientUserIdClaim.start(ctx, now, team_id, client_user_id, user_id)
             else:

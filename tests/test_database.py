@@ -109,3 +109,29 @@ def test_sqlite_datetimes_bind_to_the_text_the_generic_path_makes() -> None:
     assert fast(None) is None
     with pytest.raises(ValueError, match="naive"):
         fast(datetime(2026, 1, 1))
+
+
+def test_a_failed_commit_is_sqlalchemys_error_and_leaves_no_transaction(
+    service: Service,
+) -> None:
+    if not service.db.is_sqlite:
+        pytest.skip("SQLite's writes begin and commit on the driver")
+    db = service.db
+    # A deferred foreign key is checked at COMMIT: the one way to make a COMMIT fail.
+    with db.write() as conn:
+        conn.exec_driver_sql("CREATE TABLE t_parent (id INTEGER PRIMARY KEY)")
+        conn.exec_driver_sql(
+            "CREATE TABLE t_child (parent INTEGER REFERENCES t_parent (id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+    with pytest.raises(sa_exc.IntegrityError), db.write() as conn:
+        driver = conn.connection.driver_connection
+        driver.execute("INSERT INTO t_child VALUES (1)")  # type: ignore[union-attr]
+        _add_pending(conn, uuid.uuid4())
+    writer = db._writer_connection()
+    assert not writer.in_transaction()
+    assert not writer.connection.driver_connection.in_transaction  # type: ignore[union-attr]
+    assert _pending(service) == 0  # rolled back whole
+    with db.write() as conn:  # and the writer writes on
+        _add_pending(conn, uuid.uuid4())
+    assert _pending(service) == 1

@@ -12,9 +12,10 @@ so the SQL still comes from the table definitions but costs what raw SQL costs.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections import namedtuple
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -78,6 +79,40 @@ class Prepared:
             for k, v in values.items()
         }
 
+    @property
+    def parameter_order(self) -> Sequence[str] | None:
+        """The parameters' names in the order a positional driver binds them."""
+        return self._positions
+
+    def row_params(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        """Values given in `parameter_order`, processed (positional drivers: sqlite3); no
+        dict to build or look up, for the event log's rows."""
+        assert self._positions is not None, "row_params is for positional drivers"
+        return tuple(
+            [
+                v if v is None or p is None else p(v)
+                for (_name, p), v in zip(self._plan, values, strict=True)
+            ]
+        )
+
+    def insert_each(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> list[int]:
+        """Run an INSERT once per row of values in parameter order; each row's rowid.
+
+        sqlite3 reports the rowid of an `execute` (not of an `executemany`), which spares a
+        `SELECT last_insert_rowid()`."""
+        params = [self.row_params(r) for r in rows]
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        ids: list[int] = []
+        try:
+            for p in params:
+                cursor.execute(self.sql, p)
+                ids.append(cursor.lastrowid)
+        except self._dbapi.Error as exc:
+            raise sa_exc.DBAPIError.instance(self.sql, params, exc, self._dbapi.Error) from exc
+        finally:
+            cursor.close()
+        return ids
+
     # Straight to the driver's cursor, inside the transaction SQLAlchemy opened on `conn`:
     # SQLAlchemy's per-statement machinery (contexts, events, result proxies) costs more
     # than the statement itself here. Driver errors are re-raised as SQLAlchemy's, so
@@ -125,6 +160,15 @@ class Prepared:
             cursor.close()
 
 
+def _on_driver(statement: str, run: Callable[[], Any]) -> None:
+    """Run a statement on sqlite3 directly, its errors raised as SQLAlchemy's (callers
+    handle one family of exceptions)."""
+    try:
+        run()
+    except sqlite3.Error as exc:
+        raise sa_exc.DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
+
+
 class Database:
     def __init__(self, url: str, *, pool_size: int = 10) -> None:
         self.url = make_url(url)
@@ -154,6 +198,11 @@ class Database:
         # lock. Opening a Connection (and checking it out of the pool) per write cost as
         # much as the statements in it.
         self._writer_conn: Connection | None = None
+        # Each time the writer connection is (re)opened: `change_mark` readings of two
+        # connections never compare equal.
+        self._writer_generation = 0
+        # Event tables and how many recorders of this process write each (`change_mark`).
+        self._log_writers: dict[str, int] = {}
 
     def _sqlite_engine(self, begin: str, **options: Any) -> Engine:
         # The driver's own transaction handling is off; we emit BEGIN ourselves.
@@ -175,9 +224,14 @@ class Database:
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
+            driver = conn.connection.driver_connection
+            if driver.in_transaction:  # type: ignore[union-attr]
+                # A SQLAlchemy statement inside `write()`, which began on the driver: it
+                # joins that transaction (and `write()` ends it through SQLAlchemy).
+                return
             # A read in a unit of work asks the writer for a plain BEGIN (see `read`).
             statement = "BEGIN" if getattr(self._unit, "reading", False) else begin
-            conn.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
+            driver.execute(statement)  # type: ignore[union-attr]
 
         return engine
 
@@ -193,7 +247,40 @@ class Database:
         conn = self._writer_conn
         if conn is None or conn.closed:
             conn = self._writer_conn = self.writer.connect()
+            self._writer_generation += 1
         return conn
+
+    def add_log_writer(self, table: str) -> None:
+        """A recorder of this process writes events to `table` (see `change_mark`)."""
+        self._log_writers[table] = self._log_writers.get(table, 0) + 1
+
+    def change_mark(self, table: str, *, earlier: bool = False) -> tuple[int, int] | None:
+        """A reading that stays the same while only this process's one recorder of `table`
+        writes to the database; None when no such reading can be had. With `earlier`, the
+        unit of work's last reading will do, if it took one (an older reading is a more
+        cautious one: it can only differ from later readings in more cases).
+
+        SQLite's `PRAGMA data_version` changes when another connection commits, and not
+        for the connection's own commits. Read on the writer connection in a unit of work
+        (this thread holds the process's write lock, so no other thread of this process
+        writes meanwhile), two equal readings mean: nothing was committed in between but
+        by this connection. If a second recorder of this process writes the same table,
+        its writes would not move the reading, so there is none. PostgreSQL has no such
+        counter: None.
+        """
+        if (
+            not self.is_sqlite
+            or not getattr(self._unit, "active", False)
+            or self._log_writers.get(table) != 1
+        ):
+            return None
+        unit = self._unit
+        if earlier and unit.mark is not None:
+            return unit.mark  # type: ignore[no-any-return]
+        driver = self._writer_connection().connection.driver_connection
+        version = driver.execute("PRAGMA data_version").fetchone()[0]  # type: ignore[union-attr]
+        unit.mark = (self._writer_generation, version)
+        return unit.mark  # type: ignore[no-any-return]
 
     @contextmanager
     def unit_of_work(self) -> Iterator[None]:
@@ -217,10 +304,12 @@ class Database:
         with self._write_lock:
             self._writer_connection()
             self._unit.active = True
+            self._unit.mark = None  # `change_mark`'s last reading in this unit
             try:
                 yield
             finally:
                 self._unit.active = False
+                self._unit.mark = None
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -232,13 +321,36 @@ class Database:
         # In a unit of work this thread already holds the lock.
         with nullcontext() if getattr(self._unit, "active", False) else self._write_lock:
             conn = self._writer_connection()
-            with conn.begin():
+            # BEGIN and COMMIT go straight to the driver: SQLAlchemy's transaction (its
+            # objects and begin/commit events) cost a third of a user command's statements.
+            # A SQLAlchemy statement inside autobegins on `conn` and joins (see the engine's
+            # "begin" listener); the transaction then ends through SQLAlchemy, so its
+            # Connection never believes a transaction is open after this.
+            driver: Any = conn.connection.driver_connection
+            _on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
+            try:
                 yield conn
+                if conn.in_transaction():
+                    conn.commit()
+                else:
+                    _on_driver("COMMIT", driver.commit)
+            except BaseException:
+                # SQLAlchemy's transaction, if a statement began one, even one a failed
+                # COMMIT left inactive (until rolled back, the Connection refuses work).
+                if conn.get_transaction() is not None:
+                    conn.rollback()
+                if driver.in_transaction:
+                    driver.rollback()
+                raise
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
         conn = self._writer_conn if getattr(self._unit, "active", False) else None
-        if conn is None or conn.in_transaction():
+        if (
+            conn is None
+            or conn.in_transaction()
+            or conn.connection.driver_connection.in_transaction  # type: ignore[union-attr]
+        ):
             # Outside a unit of work, or while the writer's connection is in a transaction
             # (a write, whose uncommitted rows a read must not see, or an enclosing read
             # that began one): a reader connection.

@@ -32,6 +32,9 @@ from healthledger.adapters.persistence.schema import snapshots, stored_events, t
 from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy import exc as sa_exc
 
+# An event row's columns, in the order its INSERT binds them.
+_COLUMNS = ("originator_id", "originator_version", "topic", "state", "timestamp")
+
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 
 
@@ -62,14 +65,20 @@ class LedgerRecorder(ProcessRecorder):
         self._subscriptions_lock = threading.Lock()
         self._commit_listeners: list[Callable[[], None]] = []
         events = tables.events
-        columns = ("originator_id", "originator_version", "topic", "state", "timestamp")
+        db.add_log_writer(events.name)
         self._insert = db.prepare(
-            (events.name, "insert"), lambda: insert_statement(events, columns)
+            (events.name, "insert"), lambda: insert_statement(events, _COLUMNS)
         )
+        if db.is_sqlite and tuple(self._insert.parameter_order or ()) != _COLUMNS:
+            raise RuntimeError("the event INSERT binds its columns in another order")
         self._insert_returning = db.prepare(
             (events.name, "insert.returning"),
-            lambda: insert_statement(events, columns).returning(events.c.notification_id),
+            lambda: insert_statement(events, _COLUMNS).returning(events.c.notification_id),
         )
+
+    def change_mark(self, *, earlier: bool = False) -> tuple[int, int] | None:
+        """The ledger's `LogMark`: see `Database.change_mark`."""
+        return self.db.change_mark(self.tables.events.name, earlier=earlier)
 
     # -- writing ------------------------------------------------------------------------
 
@@ -84,14 +93,9 @@ class LedgerRecorder(ProcessRecorder):
         domain_events = aggregate_events
         if len(domain_events) != len(stored_events_):
             raise ValueError("the ledger passes each stored event's domain event")
+        # In the statement's column order (`_COLUMNS`).
         rows = [
-            {
-                "originator_id": s.originator_id,
-                "originator_version": s.originator_version,
-                "topic": s.topic,
-                "state": s.state,
-                "timestamp": d.timestamp,
-            }
+            (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
             for s, d in zip(stored_events_, domain_events, strict=True)
         ]
         try:
@@ -106,21 +110,23 @@ class LedgerRecorder(ProcessRecorder):
         self._notify_subscribers()
         return ids
 
-    def _insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
+    def _insert_rows(self, conn: Connection, rows: list[tuple[Any, ...]]) -> list[int]:
         if not rows:
             return []
         if self.db.is_sqlite:
-            # One writer holds the database (BEGIN IMMEDIATE), so the rowids just taken
-            # are contiguous and end at last_insert_rowid().
-            self._insert.execute_many(conn, rows)
-            driver = conn.connection.driver_connection
-            last = driver.execute("SELECT last_insert_rowid()").fetchone()[0]  # type: ignore[union-attr]
-            return list(range(last - len(rows) + 1, last + 1))
+            # One writer holds the database (BEGIN IMMEDIATE): a row's rowid is its
+            # notification id, and they are taken in order.
+            return self._insert.insert_each(conn, rows)
         # PostgreSQL: an exclusive table lock (readers still read) makes notification ids
         # commit in the order they are assigned, so a follower never skips a late id.
         lock = f"LOCK TABLE {self.tables.events.name} IN EXCLUSIVE MODE"
         conn.exec_driver_sql(lock)
-        return [self._insert_returning.execute(conn, row).fetchone()[0] for row in rows]
+        return [
+            self._insert_returning.execute(conn, dict(zip(_COLUMNS, row, strict=True))).fetchone()[
+                0
+            ]
+            for row in rows
+        ]
 
     def _insert_tracking(self, conn: Connection, record: Tracking) -> None:
         table = self.tables.tracking

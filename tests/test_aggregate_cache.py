@@ -1,0 +1,135 @@
+"""The ledger's aggregates known to be current (`LedgerRepository`): in a unit of work on
+SQLite, an aggregate this process saved or loaded is handed out without a query while no
+other writer has committed; anything another writer commits is seen by the next command."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.recorder import LedgerRecorder
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import UserNotFound, UserScheduledForDeletion
+from healthledger.domain.users import ACTIVE, PENDING_ERASURE, ClientUserIdClaim, User
+from sqlalchemy.engine import make_url
+
+from tests.conftest import Team
+
+
+@contextmanager
+def event_reads(service: Service) -> Iterator[list[str]]:
+    """The statements that read the event log on the writer's connection meanwhile."""
+    seen: list[str] = []
+    with service.db.write():  # opens the writer connection
+        pass
+    driver = service.db._writer_connection().connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+
+    def trace(sql: str) -> None:
+        if sql.lstrip().upper().startswith("SELECT") and "stored_events" in sql:
+            seen.append(sql)
+
+    driver.set_trace_callback(trace)
+    try:
+        yield seen
+    finally:
+        driver.set_trace_callback(None)
+
+
+def _sqlite_only(service: Service) -> None:
+    if not service.db.is_sqlite:
+        pytest.skip("PostgreSQL has no change counter: every get fast-forwards")
+
+
+def test_a_unit_of_work_hands_out_a_saved_aggregate_without_a_query(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    _sqlite_only(service)
+    user = service.users.create_user(ctx, team.team_id, client_user_id="cached")
+    with event_reads(service) as reads:
+        with service.db.unit_of_work():
+            found = service.ledger.find(user.id)
+            again = service.ledger.find(user.id)
+        assert reads == []
+    assert isinstance(found, User) and isinstance(again, User)
+    assert found is not again and found.version == again.version == user.version
+
+
+def test_a_copy_handed_out_is_the_callers_own(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    user = service.users.create_user(ctx, team.team_id, client_user_id="copied")
+    with service.db.unit_of_work():
+        found = service.ledger.find(user.id)
+        assert isinstance(found, User)
+        # A command that changes its copy and then fails to save changes nothing cached.
+        found.delete(ctx, service.clock(), service.clock())
+        again = service.ledger.find(user.id)
+    assert isinstance(again, User) and again.status == ACTIVE and again.version == user.version
+
+
+def test_another_writers_commit_makes_the_next_get_read_the_log(
+    service: Service, team: Team, ctx: CommandContext, settings: Settings
+) -> None:
+    _sqlite_only(service)
+    user = service.users.create_user(ctx, team.team_id, client_user_id="moved")
+    path = make_url(settings.database_url).database
+    assert path is not None
+    with event_reads(service) as reads:
+        # Any commit by another connection (here one that changes no event) moves the
+        # mark: the cached user is checked against the log once, then known current.
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("CREATE TABLE scratch (x)")
+        other.close()
+        with service.db.unit_of_work():
+            service.ledger.find(user.id)
+            service.ledger.find(user.id)
+        assert len(reads) == 1
+
+
+def test_a_command_sees_what_another_process_changed(
+    settings: Settings, service: Service, team: Team, ctx: CommandContext
+) -> None:
+    # A second service on the same database stands in for a second server process.
+    user = service.users.create_user(ctx, team.team_id, client_user_id="shared")
+    service.users.delete_user(ctx, team.team_id, user.id)
+    service.users.undo_deletion(ctx, team.team_id, user.id)  # known current here now
+    other = build_service(settings)
+    try:
+        other.users.delete_user(ctx, team.team_id, user.id)
+    finally:
+        other.close()
+    # The first service must not act on its copy from before the other's delete.
+    with pytest.raises(UserScheduledForDeletion):
+        service.users.delete_user(ctx, team.team_id, user.id)
+    undone = service.users.undo_deletion(ctx, team.team_id, user.id)
+    assert undone.status == ACTIVE and undone.version == user.version + 4
+    claim = service.ledger.find(ClientUserIdClaim.id_for(team.team_id, "shared"))
+    assert isinstance(claim, ClientUserIdClaim) and claim.holder == user.id
+
+
+def test_a_command_of_this_process_sees_every_save_of_this_process(
+    service: Service, team: Team, other_team: Team, ctx: CommandContext
+) -> None:
+    user = service.users.create_user(ctx, team.team_id, client_user_id="mine")
+    deleted = service.users.delete_user(ctx, team.team_id, user.id)
+    assert deleted.status == PENDING_ERASURE
+    with pytest.raises(UserScheduledForDeletion):
+        service.users.delete_user(ctx, team.team_id, user.id)
+    with pytest.raises(UserNotFound):
+        service.users.delete_user(ctx, other_team.team_id, user.id)
+
+
+def test_two_recorders_of_one_event_table_get_no_mark(service: Service) -> None:
+    _sqlite_only(service)
+    with service.db.unit_of_work():
+        assert service.ledger.repository.mark() is not None
+    # A second recorder writing the same table on the same connection would not move
+    # the mark: from then on there is none, and every get reads the log.
+    LedgerRecorder(service.db)
+    with service.db.unit_of_work():
+        assert service.ledger.repository.mark() is None
