@@ -38,6 +38,7 @@ from healthledger.domain.users import ERASED, User
 
 Clock = Callable[[], datetime]
 
+
 class LogMark(Protocol):
     """A reading of the log's "changed by another writer" counter (`LedgerRepository`);
     with `earlier`, a reading taken earlier in the same unit of work will do."""
@@ -102,8 +103,8 @@ class LedgerRepository(Repository[UUID]):
     def __init__(self, *args: Any, log_mark: LogMark, maxsize: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._log_mark = log_mark
-        # Private copies: the caller mutates what it is given; eventsourcing's cache
-        # entries are fast-forwarded in place by gets outside any unit of work.
+        # Private copies, apart from eventsourcing's cache (whose entries gets outside any
+        # unit of work fast-forward in place); a get hands out a copy of its own.
         self._current: LRUCache[UUID, tuple[Hashable, Aggregate]] = LRUCache(maxsize)
 
     def get(self, aggregate_id: UUID, *, version: int | None = None, **kwargs: Any) -> Any:
@@ -127,11 +128,11 @@ class LedgerRepository(Repository[UUID]):
     def saved(self, aggregates: Iterable[Aggregate], mark: Hashable | None) -> None:
         """Aggregates just saved, with a mark read before saving them (None: unknown).
 
-        Kept as they are, not copied: like eventsourcing's cache, this takes the saved
-        object to be what was saved (a command does not change an aggregate after saving
-        it without saving again); gets hand out copies of it."""
+        Copied: the saved object is also eventsourcing's cache entry, which a get outside
+        any unit of work may fast-forward in place at any moment."""
         for aggregate in aggregates:
-            self._current.put(aggregate.id, None if mark is None else (mark, aggregate))
+            entry = None if mark is None else (mark, deepcopy(aggregate))
+            self._current.put(aggregate.id, entry)
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
         for aggregate_id in aggregate_ids:

@@ -121,12 +121,11 @@ class LedgerRecorder(ProcessRecorder):
         # commit in the order they are assigned, so a follower never skips a late id.
         lock = f"LOCK TABLE {self.tables.events.name} IN EXCLUSIVE MODE"
         conn.exec_driver_sql(lock)
-        return [
-            self._insert_returning.execute(conn, dict(zip(_COLUMNS, row, strict=True))).fetchone()[
-                0
-            ]
-            for row in rows
-        ]
+        ids = []
+        for row in rows:
+            cursor = self._insert_returning.execute(conn, dict(zip(_COLUMNS, row, strict=True)))
+            ids.append(cursor.fetchone()[0])
+        return ids
 
     def _insert_tracking(self, conn: Connection, record: Tracking) -> None:
         table = self.tables.tracking
