@@ -58,9 +58,11 @@ class WriteCounter:
     (rows inserted, updated or deleted on that connection since it opened): the
     difference is the transaction's rows, UPDATEs and DELETEs included (a before/after
     row count per table would see an UPDATE as nothing and an INSERT plus a DELETE as
-    nothing). The reader connections do not write. The callback runs on every statement
-    of the writer, so its cost (about a microsecond a statement) is in the service's
-    timing.
+    nothing). The reader connections do not write.
+
+    The callback runs on every statement of the writer (about a microsecond each), so it
+    counts only while attached: during the warm-up, which runs the same code as the timed
+    commands. The timed run's rows come from `total_changes` alone (`rows_since`).
     """
 
     transactions: int = 0
@@ -75,9 +77,13 @@ class WriteCounter:
         self._driver = driver
         driver.set_trace_callback(self._statement)
 
-    def reset(self) -> None:
-        self.transactions = 0
-        self.rows = 0
+    def detach(self) -> None:
+        assert self._driver is not None
+        self._driver.set_trace_callback(None)
+
+    def total_changes(self) -> int:
+        assert self._driver is not None
+        return self._driver.total_changes
 
     def _statement(self, sql: str) -> None:
         driver = self._driver
@@ -97,7 +103,9 @@ class Result:
     kind: str
     commands: int
     seconds: float
+    # Write transactions over `counted` commands (the service's warm-up, see WriteCounter).
     transactions: int
+    counted: int
     rows: int
     # CPU time of the process over the timed run: wall time minus this is time spent
     # waiting, mostly for fsync, which shows whether a gap is CPU or I/O.
@@ -123,7 +131,7 @@ class Result:
 
     @property
     def transactions_per_command(self) -> float:
-        return self.transactions / self.commands
+        return self.transactions / self.counted
 
 
 # -- the service -----------------------------------------------------------------------
@@ -215,13 +223,13 @@ def service_side(kind: str, directory: Path, n: int, warmup: int) -> ServiceSide
             def run(i: int) -> None:
                 users.undo_deletion(ctx, team_id, ids[i])
 
-    counter.reset()
+    counter.transactions = counter.rows = 0
     warm()
+    counter.detach()
     # Every command of a kind writes the same rows; the raw side writes as many.
     rows_per_txn = max(1, round(counter.rows / max(counter.transactions, 1)))
     with service.db.read() as conn:
         rows_before = conn.exec_driver_sql("SELECT count(*) FROM stored_events").scalar_one()
-    counter.reset()
     return ServiceSide(service, counter, run, rows_per_txn, rows_before)
 
 
@@ -377,6 +385,7 @@ def bench_kind(kind: str, directory: Path, n: int, warmup: int, block: int) -> K
     floor_conn, floor_run = floor_side(directory, warmup) if kind == "create" else (None, None)
     service_clocks, raw_clocks, floor_clocks = Clocks(), Clocks(), Clocks()
     raw_changes = conn.total_changes
+    service_changes = side.counter.total_changes()
     try:
         # A collection during one side's block would be noise, not the code: collect
         # first, and keep the collector out of the timed blocks.
@@ -391,6 +400,7 @@ def bench_kind(kind: str, directory: Path, n: int, warmup: int, block: int) -> K
             gc.enable()
             gc.collect()
             gc.disable()
+        service_rows = side.counter.total_changes() - service_changes
     finally:
         gc.enable()
         side.service.close()
@@ -404,15 +414,25 @@ def bench_kind(kind: str, directory: Path, n: int, warmup: int, block: int) -> K
         n,
         service_clocks.seconds,
         counter.transactions,
-        counter.rows,
+        warmup,
+        service_rows,
         service_clocks.cpu_seconds,
         side.rows_before,
     )
-    raw = Result(kind, n, raw_clocks.seconds, n, raw_rows, raw_clocks.cpu_seconds, side.rows_before)
+    raw = Result(
+        kind, n, raw_clocks.seconds, n, n, raw_rows, raw_clocks.cpu_seconds, side.rows_before
+    )
     floor = None
     if floor_run is not None:
         floor = Result(
-            "floor", n, floor_clocks.seconds, n, 3 * n, floor_clocks.cpu_seconds, side.rows_before
+            "floor",
+            n,
+            floor_clocks.seconds,
+            n,
+            n,
+            3 * n,
+            floor_clocks.cpu_seconds,
+            side.rows_before,
         )
     return KindResults(service, raw, floor)
 
@@ -422,7 +442,7 @@ def bench_kind(kind: str, directory: Path, n: int, warmup: int, block: int) -> K
 
 def report(results: Sequence[KindResults]) -> bool:
     header = (
-        f"{'command':<8} {'rows/txn':>8} {'txns/cmd':>8} {'service cmds/s':>15} "
+        f"{'command':<8} {'rows/cmd':>8} {'txns/cmd':>8} {'service cmds/s':>15} "
         f"{'raw txns/s':>11} {'ratio':>7} {'target':>7}  result"
     )
     print(header)
@@ -471,8 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     args = parser.parse_args(argv)
-    if args.n < 1 or args.warmup < 0 or args.block < 1:
-        parser.error("--n and --block must be at least 1 and --warmup at least 0")
+    if args.n < 1 or args.warmup < 1 or args.block < 1:
+        # The warm-up also counts the transactions per command (see WriteCounter).
+        parser.error("--n, --warmup and --block must be at least 1")
 
     print(
         f"embedded benchmark: N={args.n} per command kind, warm-up {args.warmup}, "
@@ -487,10 +508,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for kind in args.kinds:
             measured = bench_kind(kind, directory, args.n, args.warmup, args.block)
             service = measured.service
-            if service.transactions != service.commands:
+            if service.transactions != service.counted:
                 print(
                     f"note: {kind} used {service.transactions} write transactions for "
-                    f"{service.commands} commands; the raw side does one per command"
+                    f"{service.counted} commands; the raw side does one per command"
                 )
             results.append(measured)
     all_met = report(results)

@@ -8,6 +8,7 @@ written in the same transaction as the events that cause them.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from copy import deepcopy
@@ -18,7 +19,6 @@ from uuid import UUID
 from eventsourcing.application import (
     AggregateNotFoundError,
     Application,
-    LRUCache,
     ProcessingEvent,
     Repository,
 )
@@ -103,22 +103,23 @@ class LedgerRepository(Repository[UUID]):
     def __init__(self, *args: Any, log_mark: LogMark, maxsize: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._log_mark = log_mark
+        self._maxsize = maxsize
         # Private copies, apart from eventsourcing's cache (whose entries gets outside any
-        # unit of work fast-forward in place); a get hands out a copy of its own.
-        self._current: LRUCache[UUID, tuple[Hashable, Aggregate]] = LRUCache(maxsize)
+        # unit of work fast-forward in place); a get hands out a copy of its own. Least
+        # recently used first. Read and written only in a unit of work (under its lock),
+        # except `forget`, whose one dict operation is atomic.
+        self._current: OrderedDict[UUID, tuple[Hashable, Aggregate]] = OrderedDict()
 
     def get(self, aggregate_id: UUID, *, version: int | None = None, **kwargs: Any) -> Any:
         mark = self._log_mark() if version is None and not kwargs else None
         if mark is None:
             return super().get(aggregate_id, version=version, **kwargs)
-        try:
-            entry = self._current.get(aggregate_id)
-        except KeyError:
-            entry = None
+        entry = self._current.get(aggregate_id)
         if entry is not None and entry[0] == mark:
-            return deepcopy(entry[1])
+            self._current.move_to_end(aggregate_id)
+            return copy_aggregate(entry[1])
         aggregate = super().get(aggregate_id)
-        self._current.put(aggregate_id, (mark, deepcopy(aggregate)))
+        self._keep(aggregate_id, mark, copy_aggregate(aggregate))
         return aggregate
 
     def mark(self) -> Hashable | None:
@@ -131,12 +132,28 @@ class LedgerRepository(Repository[UUID]):
         Copied: the saved object is also eventsourcing's cache entry, which a get outside
         any unit of work may fast-forward in place at any moment."""
         for aggregate in aggregates:
-            entry = None if mark is None else (mark, deepcopy(aggregate))
-            self._current.put(aggregate.id, entry)
+            if mark is None:
+                self._current.pop(aggregate.id, None)
+            else:
+                self._keep(aggregate.id, mark, copy_aggregate(aggregate))
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
         for aggregate_id in aggregate_ids:
-            self._current.put(aggregate_id, None)
+            self._current.pop(aggregate_id, None)
+
+    def _keep(self, aggregate_id: UUID, mark: Hashable, aggregate: Aggregate) -> None:
+        current = self._current
+        current[aggregate_id] = (mark, aggregate)
+        current.move_to_end(aggregate_id)
+        if len(current) > self._maxsize:
+            current.popitem(last=False)
+
+
+def copy_aggregate(aggregate: Any) -> Any:
+    """A copy a command may change freely: `CheapCopy`'s copy, called without
+    `copy.deepcopy`'s memo and dispatch (every aggregate of the ledger has one)."""
+    clone = getattr(aggregate, "__deepcopy__", None)
+    return clone({}) if clone is not None else deepcopy(aggregate)
 
 
 class Ledger(Application[UUID]):
@@ -242,13 +259,23 @@ class Ledger(Application[UUID]):
         return recordings
 
     def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
-        # Erasure deletes a user's snapshots in its own transaction; a snapshot taken
-        # after it (snapshots follow the save) would bring one back. Erased users are
-        # never snapshotted.
-        for aggregate_id, aggregate in list(processing_event.aggregates.items()):
+        # `Application._take_snapshots`, for aggregates whose events apply themselves (all
+        # of ours), in one pass. An aggregate of a type in `snapshotting_intervals` is
+        # snapshotted when one of its events lands on a multiple of the interval. Erasure
+        # deletes a user's snapshots in its own transaction; a snapshot taken after it
+        # (snapshots follow the save) would bring one back: erased users never are.
+        if self.snapshots is None:
+            return
+        intervals = self.snapshotting_intervals
+        aggregates = processing_event.aggregates
+        for event in processing_event.events:
+            aggregate = aggregates.get(event.originator_id)
+            interval = intervals.get(type(aggregate))
+            if interval is None or event.originator_version % interval:
+                continue
             if isinstance(aggregate, User) and aggregate.status == ERASED:
-                del processing_event.aggregates[aggregate_id]
-        super()._take_snapshots(processing_event)
+                continue
+            self.take_snapshot(event.originator_id, version=event.originator_version)
 
     def unit_of_work(self) -> AbstractContextManager[Any]:
         """The scope of one command's loads and saves (the persistence adapter decides what

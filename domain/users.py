@@ -45,7 +45,9 @@ def client_user_id_problem(value: str) -> str | None:
         return "client_user_id must not be empty."
     if len(value) > CLIENT_USER_ID_MAX_LENGTH:
         return f"client_user_id must be at most {CLIENT_USER_ID_MAX_LENGTH} characters."
-    if any(unicodedata.category(ch)[0] == "C" for ch in value):
+    # isprintable() is False for every "Other" character (and for separators but the
+    # ASCII space): one C call clears the usual id; the rest are looked at one by one.
+    if not value.isprintable() and any(unicodedata.category(ch)[0] == "C" for ch in value):
         # Control and format characters (NUL above all) cannot be stored on PostgreSQL.
         return "client_user_id must not contain control characters."
     if _EMAIL.search(value):

@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import UTCDateTime, pending_erasures
+from healthledger.adapters.persistence.database import insert_statement
+from healthledger.adapters.persistence.recorder import EVENT_COLUMNS, sqlite_event_values
+from healthledger.adapters.persistence.schema import UTCDateTime, pending_erasures, stored_events
 from sqlalchemy import Connection, TypeDecorator, func, insert, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import sqlite
@@ -135,3 +137,26 @@ def test_a_failed_commit_is_sqlalchemys_error_and_leaves_no_transaction(
     with db.write() as conn:  # and the writer writes on
         _add_pending(conn, uuid.uuid4())
     assert _pending(service) == 1
+
+
+def test_event_rows_bind_on_sqlite_as_the_columns_bind_processors_would(
+    service: Service,
+) -> None:
+    if not service.db.is_sqlite:
+        pytest.skip("the one-step values are SQLite's")
+    prepared = service.db.prepare(
+        ("stored_events", "insert"), lambda: insert_statement(stored_events, EVENT_COLUMNS)
+    )
+    rng = random.Random(11)
+    for _ in range(200):
+        offset = timezone(timedelta(minutes=rng.randrange(-720, 720)))
+        row = (
+            uuid.uuid4(),
+            rng.randrange(1, 10**6),
+            "healthledger:User.Created",
+            rng.randbytes(40),
+            datetime(2000, 1, 1, tzinfo=offset) + timedelta(microseconds=rng.randrange(10**16)),
+        )
+        assert sqlite_event_values(row) == prepared.params(
+            dict(zip(EVENT_COLUMNS, row, strict=True))
+        )

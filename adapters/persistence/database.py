@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from healthledger.adapters.persistence.schema import metadata, user_data_keys
@@ -84,23 +84,12 @@ class Prepared:
         """The parameters' names in the order a positional driver binds them."""
         return self._positions
 
-    def row_params(self, values: Sequence[Any]) -> tuple[Any, ...]:
-        """Values given in `parameter_order`, processed (positional drivers: sqlite3); no
-        dict to build or look up, for the event log's rows."""
-        assert self._positions is not None, "row_params is for positional drivers"
-        return tuple(
-            [
-                v if v is None or p is None else p(v)
-                for (_name, p), v in zip(self._plan, values, strict=True)
-            ]
-        )
-
-    def insert_each(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> list[int]:
-        """Run an INSERT once per row of values in parameter order; each row's rowid.
+    def insert_each(self, conn: Connection, params: Sequence[Sequence[Any]]) -> list[int]:
+        """Run an INSERT once per row of driver values (bound as they are, in
+        `parameter_order`); each row's rowid.
 
         sqlite3 reports the rowid of an `execute` (not of an `executemany`), which spares a
         `SELECT last_insert_rowid()`."""
-        params = [self.row_params(r) for r in rows]
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         ids: list[int] = []
         try:
@@ -158,6 +147,10 @@ class Prepared:
             raise sa_exc.DBAPIError.instance(self.sql, params, exc, self._dbapi.Error) from exc
         finally:
             cursor.close()
+
+
+# What a unit of work inside a unit of work (or on PostgreSQL) is: nothing to hold.
+_JOINED: AbstractContextManager[None] = nullcontext()
 
 
 def _on_driver(statement: str, run: Callable[[], Any]) -> None:
@@ -282,8 +275,7 @@ class Database:
         unit.mark = (self._writer_generation, version)
         return unit.mark  # type: ignore[no-any-return]
 
-    @contextmanager
-    def unit_of_work(self) -> Iterator[None]:
+    def unit_of_work(self) -> AbstractContextManager[None]:
         """The scope of one command: on SQLite, the write lock held from the command's
         first read to its last write, and its reads run on the writer's connection.
 
@@ -299,8 +291,11 @@ class Database:
         their pooled connections, and the recorder's table lock serialises writers.
         """
         if not self.is_sqlite or getattr(self._unit, "active", False):
-            yield
-            return
+            return _JOINED
+        return self._hold_unit()
+
+    @contextmanager
+    def _hold_unit(self) -> Iterator[None]:
         with self._write_lock:
             self._writer_connection()
             self._unit.active = True

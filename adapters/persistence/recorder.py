@@ -28,12 +28,26 @@ from eventsourcing.persistence import (
     TrackingRecorder,
 )
 from healthledger.adapters.persistence.database import Database, insert_statement
-from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
+from healthledger.adapters.persistence.schema import (
+    snapshots,
+    sqlite_datetime_text,
+    stored_events,
+    tracking,
+)
 from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy import exc as sa_exc
 
 # An event row's columns, in the order its INSERT binds them.
-_COLUMNS = ("originator_id", "originator_version", "topic", "state", "timestamp")
+EVENT_COLUMNS = ("originator_id", "originator_version", "topic", "state", "timestamp")
+
+
+def sqlite_event_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An event row (in `EVENT_COLUMNS` order) as sqlite3 binds it: what the columns' bind
+    processors make (a Uuid binds as its hex, a UTCDateTime as `sqlite_datetime_text`),
+    without their generic per-value dispatch. A test holds the two to the same values."""
+    originator_id, version, topic, state, timestamp = row
+    return (originator_id.hex, version, topic, state, sqlite_datetime_text(timestamp))
+
 
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 
@@ -67,13 +81,13 @@ class LedgerRecorder(ProcessRecorder):
         events = tables.events
         db.add_log_writer(events.name)
         self._insert = db.prepare(
-            (events.name, "insert"), lambda: insert_statement(events, _COLUMNS)
+            (events.name, "insert"), lambda: insert_statement(events, EVENT_COLUMNS)
         )
-        if db.is_sqlite and tuple(self._insert.parameter_order or ()) != _COLUMNS:
+        if db.is_sqlite and tuple(self._insert.parameter_order or ()) != EVENT_COLUMNS:
             raise RuntimeError("the event INSERT binds its columns in another order")
         self._insert_returning = db.prepare(
             (events.name, "insert.returning"),
-            lambda: insert_statement(events, _COLUMNS).returning(events.c.notification_id),
+            lambda: insert_statement(events, EVENT_COLUMNS).returning(events.c.notification_id),
         )
 
     def change_mark(self, *, earlier: bool = False) -> tuple[int, int] | None:
@@ -93,7 +107,7 @@ class LedgerRecorder(ProcessRecorder):
         domain_events = aggregate_events
         if len(domain_events) != len(stored_events_):
             raise ValueError("the ledger passes each stored event's domain event")
-        # In the statement's column order (`_COLUMNS`).
+        # In the statement's column order (`EVENT_COLUMNS`).
         rows = [
             (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
             for s, d in zip(stored_events_, domain_events, strict=True)
@@ -115,15 +129,18 @@ class LedgerRecorder(ProcessRecorder):
             return []
         if self.db.is_sqlite:
             # One writer holds the database (BEGIN IMMEDIATE): a row's rowid is its
-            # notification id, and they are taken in order.
-            return self._insert.insert_each(conn, rows)
+            # notification id, and they are taken in order. These are the service's most
+            # written rows: their values are made in one step (`sqlite_event_values`).
+            return self._insert.insert_each(conn, [sqlite_event_values(row) for row in rows])
         # PostgreSQL: an exclusive table lock (readers still read) makes notification ids
         # commit in the order they are assigned, so a follower never skips a late id.
         lock = f"LOCK TABLE {self.tables.events.name} IN EXCLUSIVE MODE"
         conn.exec_driver_sql(lock)
         ids = []
         for row in rows:
-            cursor = self._insert_returning.execute(conn, dict(zip(_COLUMNS, row, strict=True)))
+            cursor = self._insert_returning.execute(
+                conn, dict(zip(EVENT_COLUMNS, row, strict=True))
+            )
             ids.append(cursor.fetchone()[0])
         return ids
 

@@ -27,6 +27,16 @@ from sqlalchemy import (
 )
 
 
+def sqlite_datetime_text(value: datetime) -> str:
+    """The text SQLite's DATETIME column stores for an aware datetime: UTC, without an
+    offset, always with the microseconds ("YYYY-MM-DD HH:MM:SS.ffffff")."""
+    if value.tzinfo is None:
+        raise ValueError("naive datetimes are not stored; use UTC")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Aware UTC datetimes on both backends (SQLite keeps no offset, so we add it back)."""
 
@@ -50,8 +60,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         # %-format of seven fields) cost about 4 µs a value, and every event row has one.
         # A test holds the two paths to the same text.
         def process(value: datetime | None) -> str | None:
-            naive = self.process_bind_param(value, dialect)
-            return None if naive is None else naive.isoformat(" ", "microseconds")
+            return None if value is None else sqlite_datetime_text(value)
 
         return process
 
