@@ -73,11 +73,17 @@ class LedgerTranscoder(JSONTranscoder):
     """
 
     def _encode_obj(self, o: Any) -> dict[str, Any]:
-        for cls in type(o).__mro__:
-            transcoding = self.types.get(cls)
-            if transcoding is not None:
-                return {"_type_": transcoding.name, "_data_": transcoding.encode(o)}
-        return super()._encode_obj(o)
+        # The value's own class first (every UUID and datetime of every event), then its
+        # bases.
+        transcoding = self.types.get(type(o))
+        if transcoding is None:
+            for cls in type(o).__mro__[1:]:
+                transcoding = self.types.get(cls)
+                if transcoding is not None:
+                    break
+            else:
+                return super()._encode_obj(o)
+        return {"_type_": transcoding.name, "_data_": transcoding.encode(o)}
 
 
 class LedgerRepository(Repository[UUID]):

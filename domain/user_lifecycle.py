@@ -352,6 +352,8 @@ class UserLifecycle:
         start: date | None,
         end: date | None,
     ) -> None:
+        if time_zone is None and birth_date is None and start is None and end is None:
+            return  # nothing set, nothing to check (most creates)
         checks = (
             ("fallback_time_zone", time_zone is not None and time_zone_problem(time_zone)),
             (

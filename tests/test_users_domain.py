@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+from eventsourcing.domain import Aggregate, CanInitAggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -164,3 +165,51 @@ def test_time_zone_and_bounds_rules() -> None:
     assert ingestion_bounds_problem(date(2024, 2, 1), date(2024, 1, 1)) is not None
     assert ingestion_bounds_problem(date(2024, 1, 1), date(2024, 1, 1)) is None
     assert ingestion_bounds_problem(None, date(2024, 1, 1)) is None
+
+
+@pytest.mark.parametrize(
+    ("time_zone", "birth_date", "start", "end"),
+    [(None, None, None, None), ("Europe/Paris", "sealed", date(2026, 1, 1), date(2026, 2, 1))],
+)
+def test_users_and_claims_are_founded_as_eventsourcing_founds_them(
+    time_zone: str | None, birth_date: str | None, start: date | None, end: date | None
+) -> None:
+    now = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    team_id, user_id = uuid.uuid4(), uuid.uuid4()
+    made = [
+        (
+            User,
+            dict(
+                id=user_id,
+                timestamp=now,
+                actor=CTX.actor,
+                request_id=CTX.request_id,
+                team_id=team_id,
+                client_user_id="u-1",
+                fallback_time_zone=time_zone,
+                sealed_birth_date=birth_date,
+                ingestion_start=start,
+                ingestion_end=end,
+            ),
+        ),
+        (
+            ClientUserIdClaim,
+            dict(
+                id=ClientUserIdClaim.id_for(team_id, "u-1"),
+                timestamp=now,
+                actor=CTX.actor,
+                request_id=CTX.request_id,
+                team_id=team_id,
+                client_user_id="u-1",
+                user_id=user_id,
+            ),
+        ),
+    ]
+    for cls, fields in made:
+        ours = cls._create(cls.Created, **fields)
+        theirs = Aggregate._create.__func__(cls, cls.Created, **fields)  # type: ignore[attr-defined]
+        # Same type, same state, same pending Created event (dataclass equality).
+        assert ours == theirs and len(ours.pending_events) == 1
+        # And on a replay: the Created event founds the same aggregate as eventsourcing's.
+        event = ours.pending_events[0]
+        assert event.mutate(None) == CanInitAggregate.mutate(event, None)

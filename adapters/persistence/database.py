@@ -70,8 +70,9 @@ class Prepared:
         if self._defaults:
             values = {**self._defaults, **values}
         if self._positions is not None:
+            # A list comprehension, then tuple(): cheaper than a generator for a row.
             return tuple(
-                v if (v := values[name]) is None or p is None else p(v) for name, p in self._plan
+                [v if (v := values[name]) is None or p is None else p(v) for name, p in self._plan]
             )
         processors = self._processors
         return {
@@ -153,11 +154,11 @@ class Prepared:
 _JOINED: AbstractContextManager[None] = nullcontext()
 
 
-def _on_driver(statement: str, run: Callable[[], Any]) -> None:
-    """Run a statement on sqlite3 directly, its errors raised as SQLAlchemy's (callers
-    handle one family of exceptions)."""
+def _on_driver(statement: str, run: Callable[..., Any], *args: Any) -> None:
+    """Run a statement on sqlite3 directly (`run(*args)`), its errors raised as
+    SQLAlchemy's (callers handle one family of exceptions)."""
     try:
-        run()
+        run(*args)
     except sqlite3.Error as exc:
         raise sa_exc.DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
 
@@ -191,6 +192,8 @@ class Database:
         # lock. Opening a Connection (and checking it out of the pool) per write cost as
         # much as the statements in it.
         self._writer_conn: Connection | None = None
+        # Its sqlite3 connection (reached through SQLAlchemy's pool proxies otherwise).
+        self._writer_driver: Any = None
         # Each time the writer connection is (re)opened: `change_mark` readings of two
         # connections never compare equal.
         self._writer_generation = 0
@@ -238,8 +241,11 @@ class Database:
     def _writer_connection(self) -> Connection:
         """SQLite's writer Connection; the caller holds the write lock."""
         conn = self._writer_conn
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or conn.invalidated:
+            if conn is not None and not conn.closed:
+                conn.close()  # invalidated: its sqlite3 connection is gone
             conn = self._writer_conn = self.writer.connect()
+            self._writer_driver = conn.connection.driver_connection
             self._writer_generation += 1
         return conn
 
@@ -270,8 +276,8 @@ class Database:
         unit = self._unit
         if earlier and unit.mark is not None:
             return unit.mark  # type: ignore[no-any-return]
-        driver = self._writer_connection().connection.driver_connection
-        version = driver.execute("PRAGMA data_version").fetchone()[0]  # type: ignore[union-attr]
+        self._writer_connection()
+        version = self._writer_driver.execute("PRAGMA data_version").fetchone()[0]
         unit.mark = (self._writer_generation, version)
         return unit.mark  # type: ignore[no-any-return]
 
@@ -321,8 +327,8 @@ class Database:
             # A SQLAlchemy statement inside autobegins on `conn` and joins (see the engine's
             # "begin" listener); the transaction then ends through SQLAlchemy, so its
             # Connection never believes a transaction is open after this.
-            driver: Any = conn.connection.driver_connection
-            _on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
+            driver = self._writer_driver
+            _on_driver("BEGIN IMMEDIATE", driver.execute, "BEGIN IMMEDIATE")
             try:
                 yield conn
                 if conn.in_transaction():
