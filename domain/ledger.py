@@ -114,15 +114,17 @@ class LedgerRepository(Repository[UUID]):
         # unit of work fast-forward in place); a get hands out a copy of its own. Least
         # recently used first. Read and written only in a unit of work (under its lock),
         # except `forget`, whose one dict operation is atomic.
-        self._current: OrderedDict[UUID, tuple[Hashable, Aggregate]] = OrderedDict()
+        # Keyed by the id's int: hashing and comparing a UUID are Python calls.
+        self._current: OrderedDict[int, tuple[Hashable, Aggregate]] = OrderedDict()
 
     def get(self, aggregate_id: UUID, *, version: int | None = None, **kwargs: Any) -> Any:
         mark = self._log_mark() if version is None and not kwargs else None
         if mark is None:
             return super().get(aggregate_id, version=version, **kwargs)
-        entry = self._current.get(aggregate_id)
+        key = aggregate_id.int
+        entry = self._current.get(key)
         if entry is not None and entry[0] == mark:
-            self._current.move_to_end(aggregate_id)
+            self._current.move_to_end(key)
             return copy_aggregate(entry[1])
         aggregate = super().get(aggregate_id)
         self._keep(aggregate_id, mark, copy_aggregate(aggregate))
@@ -139,18 +141,19 @@ class LedgerRepository(Repository[UUID]):
         any unit of work may fast-forward in place at any moment."""
         for aggregate in aggregates:
             if mark is None:
-                self._current.pop(aggregate.id, None)
+                self._current.pop(aggregate.id.int, None)
             else:
                 self._keep(aggregate.id, mark, copy_aggregate(aggregate))
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
         for aggregate_id in aggregate_ids:
-            self._current.pop(aggregate_id, None)
+            self._current.pop(aggregate_id.int, None)
 
     def _keep(self, aggregate_id: UUID, mark: Hashable, aggregate: Aggregate) -> None:
         current = self._current
-        current[aggregate_id] = (mark, aggregate)
-        current.move_to_end(aggregate_id)
+        key = aggregate_id.int
+        current[key] = (mark, aggregate)
+        current.move_to_end(key)
         if len(current) > self._maxsize:
             current.popitem(last=False)
 

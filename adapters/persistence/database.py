@@ -267,16 +267,16 @@ class Database:
         its writes would not move the reading, so there is none. PostgreSQL has no such
         counter: None.
         """
+        unit = self._unit
         if (
             not self.is_sqlite
-            or not getattr(self._unit, "active", False)
+            or not getattr(unit, "active", False)
             or self._log_writers.get(table) != 1
         ):
             return None
-        unit = self._unit
         if earlier and unit.mark is not None:
             return unit.mark  # type: ignore[no-any-return]
-        self._writer_connection()
+        # The unit of work opened the writer connection (`_hold_unit`).
         version = self._writer_driver.execute("PRAGMA data_version").fetchone()[0]
         unit.mark = (self._writer_generation, version)
         return unit.mark  # type: ignore[no-any-return]
