@@ -8,8 +8,9 @@ written in the same transaction as the events that cause them.
 from __future__ import annotations
 
 import functools
+import json
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from copy import deepcopy
 from datetime import UTC, date, datetime
@@ -19,34 +20,36 @@ from uuid import UUID
 from eventsourcing.application import (
     AggregateNotFoundError,
     Application,
-    ProcessingEvent,
     Repository,
 )
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, DomainEventProtocol
 from eventsourcing.persistence import (
     DatetimeAsISO,
     DecimalAsStr,
     InfrastructureFactory,
     JSONTranscoder,
-    Recording,
+    Mapper,
+    StoredEvent,
     Tracking,
     Transcoder,
     Transcoding,
     UUIDAsHex,
 )
+from eventsourcing.utils import get_topic
 from healthledger.domain.users import ERASED, User
 
 Clock = Callable[[], datetime]
 
 
 class LogMark(Protocol):
-    """A reading of the log's "changed by another writer" counter (`LedgerRepository`);
-    with `earlier`, a reading taken earlier in the same unit of work will do."""
+    """The unit of work's reading of the log's "changed by another writer" counter
+    (`LedgerRepository`), taken at the first call if none was; with `existing`, only a
+    reading taken before the call (None if there is none)."""
 
-    def __call__(self, *, earlier: bool = False) -> Hashable | None: ...
+    def __call__(self, *, existing: bool = False) -> Hashable | None: ...
 
 
-def no_log_mark(*, earlier: bool = False) -> None:
+def no_log_mark(*, existing: bool = False) -> None:
     return None
 
 
@@ -66,24 +69,82 @@ class DateAsISO(Transcoding):
 
 
 class LedgerTranscoder(JSONTranscoder):
-    """Finds a transcoding by the value's class or any base class.
+    """eventsourcing's JSON transcoder, with two differences; what it writes is the same
+    (a test holds the two to the same bytes).
 
-    freezegun's FakeDatetime (and FakeDate) are subclasses of datetime (and date); an
-    exact-type lookup would refuse to store them, so frozen-time tests could not save.
+    A transcoding is found by the value's class or any base class: freezegun's
+    FakeDatetime (and FakeDate) are subclasses of datetime (and date); an exact-type
+    lookup would refuse to store them, so frozen-time tests could not save.
+
+    And `encode` calls the C encoder `json.JSONEncoder.encode` would make, made once:
+    `encode` builds one per call (nine arguments, a circular-reference memo) behind two
+    Python frames. The same separators, `ensure_ascii=False` and default hook. An event's
+    state holds no cycles: the circular-reference check is left out.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Per type: the transcoding's name and encode function (`register`).
+        self._encoders: dict[type, tuple[str, Callable[[Any], Any]]] = {}
+        c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+        self._iterencode: Callable[[Any, int], Any] | None = None
+        if c_make_encoder is not None:  # CPython's _json accelerator is present
+            self._iterencode = c_make_encoder(
+                None,  # markers: no circular check
+                self._encode_obj,
+                json.encoder.encode_basestring,  # ensure_ascii=False
+                None,  # indent
+                ":",
+                ",",
+                False,  # sort_keys
+                False,  # skipkeys
+                True,  # allow_nan
+            )
+
+    def register(self, transcoding: Transcoding) -> None:
+        super().register(transcoding)
+        self._encoders[transcoding.type] = (transcoding.name, transcoding.encode)
+
+    def encode(self, obj: Any) -> bytes:
+        iterencode = self._iterencode
+        if iterencode is None:
+            return super().encode(obj)
+        return "".join(iterencode(obj, 0)).encode("utf8")
 
     def _encode_obj(self, o: Any) -> dict[str, Any]:
         # The value's own class first (every UUID and datetime of every event), then its
         # bases.
-        transcoding = self.types.get(type(o))
-        if transcoding is None:
+        found = self._encoders.get(type(o))
+        if found is None:
             for cls in type(o).__mro__[1:]:
-                transcoding = self.types.get(cls)
-                if transcoding is not None:
+                found = self._encoders.get(cls)
+                if found is not None:
                     break
             else:
                 return super()._encode_obj(o)
-        return {"_type_": transcoding.name, "_data_": transcoding.encode(o)}
+        return {"_type_": found[0], "_data_": found[1](o)}
+
+
+class LedgerMapper(Mapper[UUID]):
+    """eventsourcing's `Mapper`, with each event class's topic and class version looked
+    up once. What it stores is the same (a test holds it to eventsourcing's own)."""
+
+    def __init__(self, transcoder: Transcoder) -> None:
+        super().__init__(transcoder)
+        self._classes: dict[type, tuple[str, int]] = {}
+
+    def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        cls = type(domain_event)
+        known = self._classes.get(cls)
+        if known is None:
+            known = self._classes[cls] = (get_topic(cls), getattr(cls, "class_version", 1))
+        topic, class_version = known
+        state = domain_event.__dict__.copy()
+        originator_id = state.pop("originator_id")
+        originator_version = state.pop("originator_version")
+        if class_version > 1:
+            state["class_version"] = class_version
+        return StoredEvent(originator_id, originator_version, topic, self.transcoder.encode(state))
 
 
 class LedgerRepository(Repository[UUID]):
@@ -98,10 +159,11 @@ class LedgerRepository(Repository[UUID]):
     aggregate this ledger saved or loaded when the mark read M is still current while
     the mark reads M, so it is handed out without a query.
 
-    Why it is right: the mark is read before the load or save it is stored with, so a
-    change by another writer after it changes the mark and forces the fast-forward; this
-    ledger's own saves run in a unit of work, under the same lock as every marked get,
-    and record what they saved before releasing it. A mark of None (PostgreSQL, or no
+    Why it is right: the mark is read before the load, or before the save's commit, it
+    is stored with, so a change by another writer after it changes the mark and forces
+    the fast-forward; this ledger's own saves run in a unit of work, under the same lock
+    as every marked get, and record what they saved before releasing it. A unit of work
+    takes one reading, at its first load or in its first write. A mark of None (PostgreSQL, or no
     unit of work) always takes the fast-forward. A stale copy could only cost a
     command a version conflict, never a wrong write: the event store refuses it.
     """
@@ -131,8 +193,9 @@ class LedgerRepository(Repository[UUID]):
         return aggregate
 
     def mark(self) -> Hashable | None:
-        """The mark for a save: any reading taken before it is right (see the class)."""
-        return self._log_mark(earlier=True)
+        """The mark for what was just saved: the unit's reading, which was taken before
+        the save's commit (at a load, or in the save's transaction), or None."""
+        return self._log_mark(existing=True)
 
     def saved(self, aggregates: Iterable[Aggregate], mark: Hashable | None) -> None:
         """Aggregates just saved, with a mark read before saving them (None: unknown).
@@ -208,6 +271,9 @@ class Ledger(Application[UUID]):
     def repository(self) -> LedgerRepository:
         return self._repository  # type: ignore[return-value]
 
+    def construct_mapper(self) -> LedgerMapper:
+        return LedgerMapper(self.construct_transcoder())
+
     def construct_transcoder(self) -> Transcoder:
         transcoder = LedgerTranscoder()
         self.register_transcodings(transcoder)
@@ -219,55 +285,55 @@ class Ledger(Application[UUID]):
         transcoder.register(DatetimeAsISO())
         transcoder.register(DateAsISO())
 
-    def save(
-        self, *objs: Any, tracking: Tracking | None = None, **kwargs: Any
-    ) -> list[Recording[UUID]]:
+    def save(self, *objs: Any, tracking: Tracking | None = None, **kwargs: Any) -> None:
         """Save aggregates' pending events in one transaction; with `tracking`, also a
         follower's position in the notification log (the outbox's exactly-once step).
 
-        Same steps as `Application.save`, minus its runtime-protocol isinstance checks on
-        every object (slow in Python 3.11, and we only ever save aggregates). A save is a
-        unit of work of its own, or part of the caller's: what it saved is known current
-        before another command of this process can load it (`LedgerRepository`).
+        What `Application.save` does for aggregates (the only objects we save), in fewer
+        steps: the events are mapped and handed to the recorder together with their
+        domain form (`LedgerRecorder.insert_events`), with no `ProcessingEvent`,
+        `Recording` or `Notification` objects around them (nothing here reads them; the
+        application's `notify` hooks are not used). A save is a unit of work of its own,
+        or part of the caller's: what it saved is known current before another command of
+        this process can load it (`LedgerRepository`).
         """
-        processing_event: ProcessingEvent[UUID] = ProcessingEvent(tracking=tracking)
+        events: list[Any] = []
+        aggregates: list[Aggregate] = []
+        # Each aggregate's new events, for the snapshots after the save.
+        pending: list[Sequence[Any]] = []
         for aggregate in objs:
             if aggregate is not None:
-                processing_event.events.extend(aggregate.collect_events())
-                processing_event.aggregates[aggregate.id] = aggregate
-        processing_event.saved_kwargs.update(kwargs)
+                new = aggregate.collect_events()
+                events.extend(new)
+                aggregates.append(aggregate)
+                pending.append(new)
+        to_stored_event = self.mapper.to_stored_event
+        stored = [to_stored_event(event) for event in events]
         repository = self.repository
         with self.unit_of_work():
-            # Read before writing: another writer's change after this reading moves it.
-            mark = repository.mark()
             try:
-                recordings = self._record(processing_event)
+                # The recorder gets the domain events too: it projects them into the read
+                # models and applies erasure effects inside the transaction that stores
+                # them.
+                self.recorder.insert_events(
+                    stored, tracking=tracking, aggregate_events=events, **kwargs
+                )
             except BaseException:
-                repository.forget(processing_event.aggregates)
+                repository.forget(aggregate.id for aggregate in aggregates)
                 raise
-            repository.saved(processing_event.aggregates.values(), mark)
-        self._take_snapshots(processing_event)
-        self._notify(recordings)
-        return recordings
+            # What was just saved is the freshest copy there is: the next command on it
+            # (a delete after a create, say) starts from a copy, not the database. Known
+            # current (a mark) it is one of the repository's own; otherwise it goes to
+            # eventsourcing's cache, from which loads fast-forward.
+            mark = repository.mark()
+            cache = repository.cache
+            if mark is None and cache is not None:
+                for aggregate in aggregates:
+                    cache.put(aggregate.id, aggregate)
+            repository.saved(aggregates, mark)
+        self._take_snapshots(zip(aggregates, pending, strict=True))
 
-    def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
-        # The recorder gets the domain events too: it projects them into the read
-        # models and applies erasure effects inside the transaction that stores them.
-        recordings = self.events.put(
-            processing_event.events,
-            tracking=processing_event.tracking,
-            aggregate_events=processing_event.events,
-            **processing_event.saved_kwargs,
-        )
-        # What was just saved is the freshest copy there is: the next command on it (a
-        # delete after a create, say) starts from the cache instead of the database.
-        cache = self.repository.cache
-        if cache is not None:
-            for aggregate_id, aggregate in processing_event.aggregates.items():
-                cache.put(aggregate_id, aggregate)
-        return recordings
-
-    def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
+    def _take_snapshots(self, saved: Iterable[tuple[Aggregate, Sequence[Any]]]) -> None:
         # `Application._take_snapshots`, for aggregates whose events apply themselves (all
         # of ours), in one pass. An aggregate of a type in `snapshotting_intervals` is
         # snapshotted when one of its events lands on a multiple of the interval. Erasure
@@ -276,15 +342,15 @@ class Ledger(Application[UUID]):
         if self.snapshots is None:
             return
         intervals = self.snapshotting_intervals
-        aggregates = processing_event.aggregates
-        for event in processing_event.events:
-            aggregate = aggregates.get(event.originator_id)
+        for aggregate, events in saved:
             interval = intervals.get(type(aggregate))
-            if interval is None or event.originator_version % interval:
+            if interval is None:
                 continue
             if isinstance(aggregate, User) and aggregate.status == ERASED:
                 continue
-            self.take_snapshot(event.originator_id, version=event.originator_version)
+            for event in events:
+                if event.originator_version % interval == 0:
+                    self.take_snapshot(aggregate.id, version=event.originator_version)
 
     def unit_of_work(self) -> AbstractContextManager[Any]:
         """The scope of one command's loads and saves (the persistence adapter decides what

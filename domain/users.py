@@ -8,6 +8,7 @@ run again on every replay); the rules live in the command methods before them.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import unicodedata
 import uuid
@@ -345,6 +346,10 @@ class User(FoundedDirectly, CheapCopy, Aggregate):
 
 # A fixed namespace: claim ids must never change, or uniqueness would be lost.
 CLAIM_NAMESPACE = uuid.UUID("6f1c7a52-4c1e-5b7e-9a43-2d8e0b1f6c11")
+_CLAIM_NAMESPACE_BYTES = CLAIM_NAMESPACE.bytes
+# A name-based SHA-1 UUID's version (5) and variant (RFC 4122) bits, as `uuid5` sets them.
+_UUID5_KEEP = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID5_SET = (5 << 76) | (0x8000 << 48)
 
 
 class ClientUserIdClaim(FoundedDirectly, CheapCopy, Aggregate):
@@ -390,7 +395,11 @@ class ClientUserIdClaim(FoundedDirectly, CheapCopy, Aggregate):
 
     @staticmethod
     def id_for(team_id: UUID, client_user_id: str) -> UUID:
-        return uuid.uuid5(CLAIM_NAMESPACE, f"{team_id}\x1f{client_user_id}")
+        """`uuid.uuid5(CLAIM_NAMESPACE, f"{team_id}\\x1f{client_user_id}")`, in fewer
+        steps (`uuid5` took 6 µs, half a claim's founding; a test holds the two equal)."""
+        name = f"{team_id}\x1f{client_user_id}".encode()
+        digest = hashlib.sha1(_CLAIM_NAMESPACE_BYTES + name, usedforsecurity=False).digest()
+        return UUID(int=(int.from_bytes(digest[:16]) & _UUID5_KEEP) | _UUID5_SET)
 
     @classmethod
     def start(

@@ -127,9 +127,41 @@ def test_a_command_of_this_process_sees_every_save_of_this_process(
 def test_two_recorders_of_one_event_table_get_no_mark(service: Service) -> None:
     _sqlite_only(service)
     with service.db.unit_of_work():
-        assert service.ledger.repository.mark() is not None
+        assert service.recorder.change_mark() is not None
     # A second recorder writing the same table on the same connection would not move
     # the mark: from then on there is none, and every get reads the log.
     LedgerRecorder(service.db)
     with service.db.unit_of_work():
-        assert service.ledger.repository.mark() is None
+        assert service.recorder.change_mark() is None
+
+
+def test_a_unit_of_work_takes_one_reading_and_a_save_never_takes_one_after_its_commit(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    _sqlite_only(service)
+    with service.db.unit_of_work():
+        # No reading yet: asked for an existing one, there is none (a reading taken now
+        # would come after whatever was committed before it).
+        assert service.recorder.change_mark(existing=True) is None
+        first = service.recorder.change_mark()
+        assert first is not None
+        assert service.recorder.change_mark() == first
+        assert service.recorder.change_mark(existing=True) == first
+    with service.db.unit_of_work():
+        # A write before any load takes the unit's reading inside its transaction.
+        with service.db.write():
+            pass
+        assert service.recorder.change_mark(existing=True) is not None
+
+
+def test_a_user_created_in_a_unit_of_work_is_known_current_to_the_next(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    _sqlite_only(service)
+    # The create saves before any load: its reading is taken in its own transaction, and
+    # the user and its claim are stored with it.
+    user = service.users.create_user(ctx, team.team_id, client_user_id="fresh")
+    with event_reads(service) as reads:
+        deleted = service.users.delete_user(ctx, team.team_id, user.id)
+        assert reads == []
+    assert deleted.status == PENDING_ERASURE

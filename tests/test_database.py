@@ -108,6 +108,13 @@ def test_sqlite_datetimes_bind_to_the_text_the_generic_path_makes() -> None:
         values.append(start + timedelta(microseconds=rng.randrange(10**16)))
     for value in values:
         assert fast(value) == generic(value)
+        # Again, the same object (its text is remembered), and an equal copy of it.
+        assert fast(value) == generic(value)
+        assert fast(value + timedelta(0)) == generic(value)
+    # Back and forth between two values: each gets its own text.
+    first, second = values[-2], values[-1]
+    for _ in range(3):
+        assert (fast(first), fast(second)) == (generic(first), generic(second))
     assert fast(None) is None
     with pytest.raises(ValueError, match="naive"):
         fast(datetime(2026, 1, 1))

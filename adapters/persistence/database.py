@@ -42,10 +42,24 @@ def insert_statement(table: Table, columns: Sequence[str]) -> Insert:
     return insert(table).values({name: bindparam(name) for name in columns})
 
 
-class Prepared:
-    """A statement compiled once for a dialect, executed through the DBAPI driver."""
+def driver_connection(conn: Connection) -> Any:
+    """The DBAPI connection under a SQLAlchemy Connection."""
+    return conn.connection.driver_connection
 
-    def __init__(self, statement: ClauseElement, dialect: Any) -> None:
+
+class Prepared:
+    """A statement compiled once for a dialect, executed through the DBAPI driver.
+
+    `driver_of` finds the DBAPI connection under a SQLAlchemy Connection (the database's
+    shortcut for its writer: two SQLAlchemy properties, about a µs, on every statement)."""
+
+    def __init__(
+        self,
+        statement: ClauseElement,
+        dialect: Any,
+        driver_of: Callable[[Connection], Any] = driver_connection,
+    ) -> None:
+        self._driver_of = driver_of
         compiled = statement.compile(dialect=dialect)
         self._dbapi = dialect.loaded_dbapi
         self.sql = compiled.string
@@ -91,7 +105,7 @@ class Prepared:
 
         sqlite3 reports the rowid of an `execute` (not of an `executemany`), which spares a
         `SELECT last_insert_rowid()`."""
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = self._driver_of(conn).cursor()
         ids: list[int] = []
         try:
             for p in params:
@@ -111,7 +125,7 @@ class Prepared:
     def execute(self, conn: Connection, values: Mapping[str, Any]) -> Any:
         """Run once; returns the DBAPI cursor (fetchone/fetchall)."""
         params = self.params(values)
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = self._driver_of(conn).cursor()
         try:
             cursor.execute(self.sql, params)
         except self._dbapi.Error as exc:
@@ -141,7 +155,7 @@ class Prepared:
         if not rows:
             return
         params = [self.params(r) for r in rows]
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = self._driver_of(conn).cursor()
         try:
             cursor.executemany(self.sql, params)
         except self._dbapi.Error as exc:
@@ -235,8 +249,14 @@ class Database:
         """The statement `build()` compiled once for this database, cached under `key`."""
         prepared = self._prepared.get(key)
         if prepared is None:
-            prepared = self._prepared[key] = Prepared(build(), self.dialect)
+            prepared = self._prepared[key] = Prepared(build(), self.dialect, self._driver_of)
         return prepared
+
+    def _driver_of(self, conn: Connection) -> Any:
+        """`driver_connection`, at once for the writer's Connection (kept at hand)."""
+        if conn is self._writer_conn:
+            return self._writer_driver
+        return conn.connection.driver_connection
 
     def _writer_connection(self) -> Connection:
         """SQLite's writer Connection; the caller holds the write lock."""
@@ -253,19 +273,23 @@ class Database:
         """A recorder of this process writes events to `table` (see `change_mark`)."""
         self._log_writers[table] = self._log_writers.get(table, 0) + 1
 
-    def change_mark(self, table: str, *, earlier: bool = False) -> tuple[int, int] | None:
-        """A reading that stays the same while only this process's one recorder of `table`
-        writes to the database; None when no such reading can be had. With `earlier`, the
-        unit of work's last reading will do, if it took one (an older reading is a more
-        cautious one: it can only differ from later readings in more cases).
+    def change_mark(self, table: str, *, existing: bool = False) -> tuple[int, int] | None:
+        """The unit of work's reading of a counter that stays the same while only this
+        process's one recorder of `table` writes to the database; None when no such
+        reading can be had. A unit of work takes one reading: at its first load, or, if
+        it writes before it loads (a create), inside its first write transaction, before
+        the commit (`write`). With `existing`, only a reading already taken (never a new
+        one: a reading taken after a commit would vouch for what happened before it).
 
         SQLite's `PRAGMA data_version` changes when another connection commits, and not
         for the connection's own commits. Read on the writer connection in a unit of work
         (this thread holds the process's write lock, so no other thread of this process
         writes meanwhile), two equal readings mean: nothing was committed in between but
-        by this connection. If a second recorder of this process writes the same table,
-        its writes would not move the reading, so there is none. PostgreSQL has no such
-        counter: None.
+        by this connection. One reading serves the whole unit: what it vouches for is as
+        old as the unit (microseconds), and a copy that old could at worst cost the
+        command a version conflict, as any load racing another process's save could. If
+        a second recorder of this process writes the same table, its writes would not move
+        the reading, so there is none. PostgreSQL has no such counter: None.
         """
         unit = self._unit
         if (
@@ -274,12 +298,16 @@ class Database:
             or self._log_writers.get(table) != 1
         ):
             return None
-        if earlier and unit.mark is not None:
-            return unit.mark  # type: ignore[no-any-return]
-        # The unit of work opened the writer connection (`_hold_unit`).
-        version = self._writer_driver.execute("PRAGMA data_version").fetchone()[0]
-        unit.mark = (self._writer_generation, version)
+        if unit.mark is None and not existing:
+            self._take_mark()
         return unit.mark  # type: ignore[no-any-return]
+
+    def _take_mark(self) -> None:
+        # The unit of work opened the writer connection (`_hold_unit`). Inside a write
+        # transaction the reading costs half as much: the transaction holds the locks that
+        # a reading outside one takes and drops.
+        version = self._writer_driver.execute("PRAGMA data_version").fetchone()[0]
+        self._unit.mark = (self._writer_generation, version)
 
     def unit_of_work(self) -> AbstractContextManager[None]:
         """The scope of one command: on SQLite, the write lock held from the command's
@@ -305,7 +333,7 @@ class Database:
         with self._write_lock:
             self._writer_connection()
             self._unit.active = True
-            self._unit.mark = None  # `change_mark`'s last reading in this unit
+            self._unit.mark = None  # the unit's `change_mark` reading
             try:
                 yield
             finally:
@@ -320,7 +348,8 @@ class Database:
                 yield conn
             return
         # In a unit of work this thread already holds the lock.
-        with nullcontext() if getattr(self._unit, "active", False) else self._write_lock:
+        in_unit = getattr(self._unit, "active", False)
+        with nullcontext() if in_unit else self._write_lock:
             conn = self._writer_connection()
             # BEGIN and COMMIT go straight to the driver: SQLAlchemy's transaction (its
             # objects and begin/commit events) cost a third of a user command's statements.
@@ -330,6 +359,9 @@ class Database:
             driver = self._writer_driver
             _on_driver("BEGIN IMMEDIATE", driver.execute, "BEGIN IMMEDIATE")
             try:
+                if in_unit and self._unit.mark is None and self._log_writers:
+                    # The unit's change reading (`change_mark`), before this commit.
+                    _on_driver("PRAGMA data_version", self._take_mark)
                 yield conn
                 if conn.in_transaction():
                     conn.commit()

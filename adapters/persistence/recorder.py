@@ -90,9 +90,9 @@ class LedgerRecorder(ProcessRecorder):
             lambda: insert_statement(events, EVENT_COLUMNS).returning(events.c.notification_id),
         )
 
-    def change_mark(self, *, earlier: bool = False) -> tuple[int, int] | None:
+    def change_mark(self, *, existing: bool = False) -> tuple[int, int] | None:
         """The ledger's `LogMark`: see `Database.change_mark`."""
-        return self.db.change_mark(self.tables.events.name, earlier=earlier)
+        return self.db.change_mark(self.tables.events.name, existing=existing)
 
     # -- writing ------------------------------------------------------------------------
 
