@@ -52,7 +52,8 @@ def client_user_id_problem(value: str) -> str | None:
     if not value.isprintable() and any(unicodedata.category(ch)[0] == "C" for ch in value):
         # Control and format characters (NUL above all) cannot be stored on PostgreSQL.
         return "client_user_id must not contain control characters."
-    if _EMAIL.search(value):
+    # The e-mail pattern needs an "@": without one, its search would try every start.
+    if "@" in value and _EMAIL.search(value):
         return "client_user_id must not contain personal data such as an e-mail address."
     if _PHONE_SHAPED.match(value):
         digits = sum(ch.isdigit() for ch in value)

@@ -135,31 +135,52 @@ def test_two_recorders_of_one_event_table_get_no_mark(service: Service) -> None:
         assert service.recorder.change_mark() is None
 
 
-def test_a_unit_of_work_takes_one_reading_and_a_save_never_takes_one_after_its_commit(
-    service: Service, team: Team, ctx: CommandContext
+def test_a_unit_of_work_reads_once_and_a_save_takes_an_earlier_reading(
+    service: Service, settings: Settings
 ) -> None:
     _sqlite_only(service)
     with service.db.unit_of_work():
-        # No reading yet: asked for an existing one, there is none (a reading taken now
-        # would come after whatever was committed before it).
-        assert service.recorder.change_mark(existing=True) is None
         first = service.recorder.change_mark()
         assert first is not None
-        assert service.recorder.change_mark() == first
-        assert service.recorder.change_mark(existing=True) == first
+        assert service.recorder.change_mark() == first  # one reading per unit
+    path = make_url(settings.database_url).database
+    assert path is not None
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("CREATE TABLE scratch (x)")  # another connection commits
+    other.close()
     with service.db.unit_of_work():
-        # A write before any load takes the unit's reading inside its transaction.
-        with service.db.write():
-            pass
-        assert service.recorder.change_mark(existing=True) is not None
+        # What a save asks for after its commit: no new reading (it would vouch for
+        # what was committed before it), the last one taken, from before that commit.
+        assert service.recorder.change_mark(existing=True) == first
+        fresh = service.recorder.change_mark()
+        assert fresh is not None and fresh != first
+        assert service.recorder.change_mark(existing=True) == fresh
+
+
+def test_a_user_created_after_another_writers_commit_is_checked_against_the_log(
+    settings: Settings, service: Service, team: Team, ctx: CommandContext
+) -> None:
+    _sqlite_only(service)
+    service.users.create_user(ctx, team.team_id, client_user_id="before")
+    other = build_service(settings)
+    try:
+        # The create below reads no counter: its user is stored with the last reading,
+        # from before this commit of the other service.
+        other.users.create_user(ctx, team.team_id, client_user_id="elsewhere")
+        user = service.users.create_user(ctx, team.team_id, client_user_id="created")
+        other.users.delete_user(ctx, team.team_id, user.id)
+    finally:
+        other.close()
+    with pytest.raises(UserScheduledForDeletion):
+        service.users.delete_user(ctx, team.team_id, user.id)
 
 
 def test_a_user_created_in_a_unit_of_work_is_known_current_to_the_next(
     service: Service, team: Team, ctx: CommandContext
 ) -> None:
     _sqlite_only(service)
-    # The create saves before any load: its reading is taken in its own transaction, and
-    # the user and its claim are stored with it.
+    # The create saves before any load and reads no counter: the user and its claim are
+    # stored with the last reading, and no other writer has committed since.
     user = service.users.create_user(ctx, team.team_id, client_user_id="fresh")
     with event_reads(service) as reads:
         deleted = service.users.delete_user(ctx, team.team_id, user.id)

@@ -211,8 +211,11 @@ class Database:
         # Each time the writer connection is (re)opened: `change_mark` readings of two
         # connections never compare equal.
         self._writer_generation = 0
+        # The last `change_mark` reading taken on the writer's connection.
+        self._last_mark: tuple[int, int] | None = None
         # Event tables and how many recorders of this process write each (`change_mark`).
         self._log_writers: dict[str, int] = {}
+        self._held_unit = _HeldUnit(self)
 
     def _sqlite_engine(self, begin: str, **options: Any) -> Engine:
         # The driver's own transaction handling is off; we emit BEGIN ourselves.
@@ -267,6 +270,9 @@ class Database:
             conn = self._writer_conn = self.writer.connect()
             self._writer_driver = conn.connection.driver_connection
             self._writer_generation += 1
+            # The new connection's first reading: a save with no reading of its own
+            # takes this one (`change_mark`).
+            _on_driver("PRAGMA data_version", self._read_mark)
         return conn
 
     def add_log_writer(self, table: str) -> None:
@@ -274,12 +280,16 @@ class Database:
         self._log_writers[table] = self._log_writers.get(table, 0) + 1
 
     def change_mark(self, table: str, *, existing: bool = False) -> tuple[int, int] | None:
-        """The unit of work's reading of a counter that stays the same while only this
-        process's one recorder of `table` writes to the database; None when no such
-        reading can be had. A unit of work takes one reading: at its first load, or, if
-        it writes before it loads (a create), inside its first write transaction, before
-        the commit (`write`). With `existing`, only a reading already taken (never a new
-        one: a reading taken after a commit would vouch for what happened before it).
+        """A reading of a counter that stays the same while only this process's one
+        recorder of `table` writes to the database; None when no such reading can be had.
+
+        A unit of work takes one reading, at its first call, and answers every later call
+        with it. With `existing`, no reading is taken: the answer is the unit's reading
+        or, if it took none, the last one taken on the writer's connection (in an earlier
+        unit, or when the connection opened). That is what a save asks for, after its
+        commit: any reading taken before the commit will do (`LedgerRepository`), and the
+        older it is, the more cautious (it differs from later readings in more cases). So
+        a command that saves without loading anything (a create) reads no counter at all.
 
         SQLite's `PRAGMA data_version` changes when another connection commits, and not
         for the connection's own commits. Read on the writer connection in a unit of work
@@ -298,16 +308,19 @@ class Database:
             or self._log_writers.get(table) != 1
         ):
             return None
-        if unit.mark is None and not existing:
-            self._take_mark()
-        return unit.mark  # type: ignore[no-any-return]
+        mark: tuple[int, int] | None = unit.mark
+        if mark is None:
+            if existing:
+                return self._last_mark
+            mark = unit.mark = self._read_mark()
+        return mark
 
-    def _take_mark(self) -> None:
-        # The unit of work opened the writer connection (`_hold_unit`). Inside a write
-        # transaction the reading costs half as much: the transaction holds the locks that
-        # a reading outside one takes and drops.
+    def _read_mark(self) -> tuple[int, int]:
+        """A reading on the writer's connection (the caller holds the write lock), kept as
+        the connection's last."""
         version = self._writer_driver.execute("PRAGMA data_version").fetchone()[0]
-        self._unit.mark = (self._writer_generation, version)
+        mark = self._last_mark = (self._writer_generation, version)
+        return mark
 
     def unit_of_work(self) -> AbstractContextManager[None]:
         """The scope of one command: on SQLite, the write lock held from the command's
@@ -326,55 +339,13 @@ class Database:
         """
         if not self.is_sqlite or getattr(self._unit, "active", False):
             return _JOINED
-        return self._hold_unit()
+        return self._held_unit
 
-    @contextmanager
-    def _hold_unit(self) -> Iterator[None]:
-        with self._write_lock:
-            self._writer_connection()
-            self._unit.active = True
-            self._unit.mark = None  # the unit's `change_mark` reading
-            try:
-                yield
-            finally:
-                self._unit.active = False
-                self._unit.mark = None
-
-    @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self) -> AbstractContextManager[Connection]:
         """One write transaction (committed on success, rolled back on error)."""
         if not self.is_sqlite:
-            with self.writer.begin() as conn:
-                yield conn
-            return
-        # In a unit of work this thread already holds the lock.
-        in_unit = getattr(self._unit, "active", False)
-        with nullcontext() if in_unit else self._write_lock:
-            conn = self._writer_connection()
-            # BEGIN and COMMIT go straight to the driver: SQLAlchemy's transaction (its
-            # objects and begin/commit events) cost a third of a user command's statements.
-            # A SQLAlchemy statement inside autobegins on `conn` and joins (see the engine's
-            # "begin" listener); the transaction then ends through SQLAlchemy, so its
-            # Connection never believes a transaction is open after this.
-            driver = self._writer_driver
-            _on_driver("BEGIN IMMEDIATE", driver.execute, "BEGIN IMMEDIATE")
-            try:
-                if in_unit and self._unit.mark is None and self._log_writers:
-                    # The unit's change reading (`change_mark`), before this commit.
-                    _on_driver("PRAGMA data_version", self._take_mark)
-                yield conn
-                if conn.in_transaction():
-                    conn.commit()
-                else:
-                    _on_driver("COMMIT", driver.commit)
-            except BaseException:
-                # SQLAlchemy's transaction, if a statement began one, even one a failed
-                # COMMIT left inactive (until rolled back, the Connection refuses work).
-                if conn.get_transaction() is not None:
-                    conn.rollback()
-                if driver.in_transaction:
-                    driver.rollback()
-                raise
+            return self.writer.begin()
+        return _SqliteWrite(self)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -433,3 +404,97 @@ class Database:
         self.writer.dispose()
         if self.reader is not self.writer:
             self.reader.dispose()
+
+
+# The two context managers every command enters are classes, not generators: a
+# `contextlib.contextmanager` costs a generator, a wrapper object and two resumptions
+# (a few µs a command, as much as a statement).
+
+
+class _HeldUnit:
+    """`Database.unit_of_work` on SQLite (outside a unit): the write lock, held from the
+    command's first read to its last write, with the writer's connection open. It keeps
+    no state of its own (that is the thread's `_unit`): one instance serves every thread."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        db = self._db
+        db._write_lock.acquire()
+        try:
+            db._writer_connection()
+        except BaseException:
+            db._write_lock.release()
+            raise
+        unit = db._unit
+        unit.active = True
+        unit.mark = None  # the unit's `change_mark` reading
+
+    def __exit__(self, *exc_info: object) -> None:
+        db = self._db
+        unit = db._unit
+        unit.active = False
+        unit.mark = None
+        db._write_lock.release()
+
+
+class _SqliteWrite:
+    """`Database.write` on SQLite: one transaction on the writer's connection, under the
+    process's write lock (already held in a unit of work).
+
+    BEGIN and COMMIT go straight to the driver: SQLAlchemy's transaction (its objects and
+    begin/commit events) cost a third of a user command's statements. A SQLAlchemy
+    statement inside autobegins on the Connection and joins (see the engine's "begin"
+    listener); the transaction then ends through SQLAlchemy, so its Connection never
+    believes a transaction is open after this."""
+
+    __slots__ = ("_conn", "_db", "_driver", "_locked")
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def __enter__(self) -> Connection:
+        db = self._db
+        in_unit = getattr(db._unit, "active", False)
+        self._locked = not in_unit
+        if self._locked:
+            db._write_lock.acquire()
+        try:
+            conn = self._conn = db._writer_connection()
+            driver = self._driver = db._writer_driver
+            _on_driver("BEGIN IMMEDIATE", driver.execute, "BEGIN IMMEDIATE")
+        except BaseException:
+            if self._locked:
+                db._write_lock.release()
+            raise
+        return conn
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        conn, driver = self._conn, self._driver
+        try:
+            if exc_type is not None:
+                self._roll_back()
+                return
+            try:
+                if conn.in_transaction():
+                    conn.commit()
+                else:
+                    _on_driver("COMMIT", driver.commit)
+            except BaseException:
+                self._roll_back()
+                raise
+        finally:
+            if self._locked:
+                self._db._write_lock.release()
+
+    def _roll_back(self) -> None:
+        # SQLAlchemy's transaction, if a statement began one, even one a failed COMMIT
+        # left inactive (until rolled back, the Connection refuses work).
+        conn, driver = self._conn, self._driver
+        if conn.get_transaction() is not None:
+            conn.rollback()
+        if driver.in_transaction:
+            driver.rollback()

@@ -78,6 +78,8 @@ class LedgerRecorder(ProcessRecorder):
         self._subscriptions: set[PollingSubscription] = set()
         self._subscriptions_lock = threading.Lock()
         self._commit_listeners: list[Callable[[], None]] = []
+        # What `_notify_subscribers` calls after each commit (`_update_wakers`).
+        self._wakers: tuple[Callable[[], None], ...] = ()
         events = tables.events
         db.add_log_writer(events.name)
         self._insert = db.prepare(
@@ -244,22 +246,29 @@ class LedgerRecorder(ProcessRecorder):
         be quick and must not write)."""
         with self._subscriptions_lock:
             self._commit_listeners.append(listener)
+            self._update_wakers()
 
     def _notify_subscribers(self) -> None:
-        with self._subscriptions_lock:
-            for subscription in self._subscriptions:
-                subscription.wake()
-            listeners = list(self._commit_listeners)
-        for listener in listeners:
-            listener()
+        # The tuple is replaced whole under the lock, so every commit reads it without one.
+        for wake in self._wakers:
+            wake()
 
     def _register(self, subscription: PollingSubscription) -> None:
         with self._subscriptions_lock:
             self._subscriptions.add(subscription)
+            self._update_wakers()
 
     def _unregister(self, subscription: PollingSubscription) -> None:
         with self._subscriptions_lock:
             self._subscriptions.discard(subscription)
+            self._update_wakers()
+
+    def _update_wakers(self) -> None:
+        # Under the lock: what a commit calls, subscriptions first.
+        self._wakers = (
+            *(subscription.wake for subscription in self._subscriptions),
+            *self._commit_listeners,
+        )
 
 
 def select_stream(
