@@ -102,7 +102,10 @@ class FoundedDirectly:
         if kwargs.get("timestamp") is None:
             kwargs["timestamp"] = event_class.create_timestamp()
         event = event_class(**kwargs)
-        aggregate = event.mutate(None)
+        # `Founding.mutate`, with the class at hand (no topic to resolve).
+        aggregate = cls.__new__(cls)
+        aggregate.__base_init__(id, event.originator_version, event.timestamp)
+        event.apply(aggregate)
         aggregate._pending_events.append(event)
         return aggregate
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.database import insert_statement
 from healthledger.adapters.persistence.recorder import EVENT_COLUMNS, sqlite_event_values
-from healthledger.adapters.persistence.schema import UTCDateTime, pending_erasures, stored_events
+from healthledger.adapters.persistence.schema import (
+    UTCDateTime,
+    pending_erasures,
+    stored_events,
+    users,
+)
 from sqlalchemy import Connection, TypeDecorator, func, insert, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import sqlite
@@ -167,3 +172,24 @@ def test_event_rows_bind_on_sqlite_as_the_columns_bind_processors_would(
         assert sqlite_event_values(row) == prepared.params(
             dict(zip(EVENT_COLUMNS, row, strict=True))
         )
+
+
+def test_a_row_binds_as_the_same_values_by_name_would(service: Service) -> None:
+    columns = ("user_id", "team_id", "client_user_id", "created_on", "ingestion_start", "version")
+    prepared = service.db.prepare(
+        ("test", "users.insert"), lambda: insert_statement(users, columns)
+    )
+    assert tuple(prepared.parameter_names) == columns
+    rng = random.Random(3)
+    for _ in range(200):
+        row = (
+            uuid.uuid4(),
+            uuid.uuid4(),
+            f"id-{rng.random()}",
+            datetime(2000, 1, 1, tzinfo=UTC) + timedelta(microseconds=rng.randrange(10**16)),
+            rng.choice([None, date(2026, 1, rng.randrange(1, 29))]),
+            rng.randrange(1, 100),
+        )
+        assert prepared.row_params(row) == prepared.params(dict(zip(columns, row, strict=True)))
+    with pytest.raises(ValueError):
+        prepared.row_params(row[:-1])

@@ -74,6 +74,16 @@ class Prepared:
         # Positional drivers (sqlite3): each parameter's name and bind processor, in the
         # statement's order, so `params` builds the tuple in one pass.
         self._plan = [(name, self._processors.get(name)) for name in self._positions or ()]
+        # `execute_row`: the parameters' names in the order a row gives their values, and
+        # (positional drivers, when the statement binds no values of its own) their
+        # processors in that order.
+        self.parameter_names: Sequence[str] = (
+            self._positions
+            if self._positions is not None
+            else tuple(compiled.construct_params(_check=False))
+        )
+        positional_rows = self._positions is not None and not self._defaults
+        self._row_processors = [p for _, p in self._plan] if positional_rows else None
         # For SELECTs: rows as named tuples, each value through its type's result
         # processor (UUIDs, aware datetimes and dates come back as on any other read).
         columns = list(getattr(statement, "selected_columns", ()))
@@ -122,9 +132,28 @@ class Prepared:
     # than the statement itself here. Driver errors are re-raised as SQLAlchemy's, so
     # callers handle one family of exceptions.
 
+    def execute_row(self, conn: Connection, row: Sequence[Any]) -> Any:
+        """`execute`, with the values given in `parameter_names` order: on a positional
+        driver they bind through their processors with no dict in between (the users
+        row of every create: its dict and lookups cost more than its INSERT's binding)."""
+        return self._run(conn, self.row_params(row))
+
+    def row_params(self, row: Sequence[Any]) -> tuple[Any, ...] | dict[str, Any]:
+        """What `params` makes of the same values given as a row (`execute_row`)."""
+        processors = self._row_processors
+        if processors is None:
+            return self.params(dict(zip(self.parameter_names, row, strict=True)))
+        if len(row) != len(processors):
+            raise ValueError(f"{len(row)} values for {len(processors)} parameters")
+        return tuple(
+            [v if v is None or p is None else p(v) for v, p in zip(row, processors, strict=False)]
+        )
+
     def execute(self, conn: Connection, values: Mapping[str, Any]) -> Any:
         """Run once; returns the DBAPI cursor (fetchone/fetchall)."""
-        params = self.params(values)
+        return self._run(conn, self.params(values))
+
+    def _run(self, conn: Connection, params: Any) -> Any:
         cursor = self._driver_of(conn).cursor()
         try:
             cursor.execute(self.sql, params)
@@ -463,7 +492,8 @@ class _SqliteWrite:
         if self._locked:
             db._write_lock.acquire()
         try:
-            conn = self._conn = db._writer_connection()
+            # A unit of work opened the writer's connection when it began.
+            conn = self._conn = db._writer_conn if in_unit else db._writer_connection()
             driver = self._driver = db._writer_driver
             _on_driver("BEGIN IMMEDIATE", driver.execute, "BEGIN IMMEDIATE")
         except BaseException:

@@ -195,6 +195,8 @@ class ReadModels:
         self._insert_user = prepare(
             "rm.users.insert", lambda: insert_statement(users, _USER_COLUMNS)
         )
+        if tuple(self._insert_user.parameter_names) != _USER_COLUMNS:
+            raise RuntimeError("the users INSERT binds its columns in another order")
         self._set_status = prepare(
             "rm.users.status",
             lambda: _update_user(("status", "deleted_at", "erasure_due_at", "version")),
@@ -217,24 +219,26 @@ class ReadModels:
     # -- users ----------------------------------------------------------------------------
 
     def _user_created(self, conn: Connection, e: User.Created) -> None:
-        self._insert_user.execute(
+        # In `_USER_COLUMNS` order (`execute_row`): every create writes this row.
+        timezone, sealed = e.fallback_time_zone, e.sealed_birth_date
+        self._insert_user.execute_row(
             conn,
-            {
-                "user_id": e.originator_id,
-                "team_id": e.team_id,
-                "client_user_id": e.client_user_id,
-                "status": ACTIVE,
-                "created_on": e.timestamp,
-                "fallback_time_zone": e.fallback_time_zone,
-                "fallback_time_zone_source": e.fallback_time_zone and MANUAL_SOURCE,
-                "fallback_time_zone_updated_at": e.fallback_time_zone and e.timestamp,
-                "sealed_birth_date": e.sealed_birth_date,
-                "birth_date_source": e.sealed_birth_date and MANUAL_SOURCE,
-                "birth_date_updated_at": e.sealed_birth_date and e.timestamp,
-                "ingestion_start": e.ingestion_start,
-                "ingestion_end": e.ingestion_end,
-                "version": e.originator_version,
-            },
+            (
+                e.originator_id,
+                e.team_id,
+                e.client_user_id,
+                ACTIVE,
+                e.timestamp,
+                timezone,
+                timezone and MANUAL_SOURCE,
+                timezone and e.timestamp,
+                sealed,
+                sealed and MANUAL_SOURCE,
+                sealed and e.timestamp,
+                e.ingestion_start,
+                e.ingestion_end,
+                e.originator_version,
+            ),
         )
 
     def _user_settings_changed(self, conn: Connection, e: User.SettingsChanged) -> None:
@@ -830,11 +834,17 @@ def _widened(oldest: Any, newest: Any) -> dict[str, Any]:
     return values
 
 
+# The events with erasure effects (neither class has subclasses).
+_ERASING = frozenset({User.Erased, Team.Deleted})
+
+
 def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
     """Destroy the data key and the snapshots of each user erased in this transaction, and
     the data key of each team deleted in it (which sealed its custom credential secrets and
     its webhook signing secrets)."""
     for event in events:
+        if type(event) not in _ERASING:
+            continue  # nearly every event: one set lookup instead of two isinstance calls
         if isinstance(event, User.Erased):
             KeyStore.destroy(conn, event.originator_id)
             delete_snapshots(conn, event.originator_id)

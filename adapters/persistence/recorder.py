@@ -7,6 +7,7 @@ the log and everything derived from it change together or not at all.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,8 @@ def sqlite_event_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
     processors make (a Uuid binds as its hex, a UTCDateTime as `sqlite_datetime_text`),
     without their generic per-value dispatch. A test holds the two to the same values."""
     originator_id, version, topic, state, timestamp = row
-    return (originator_id.hex, version, topic, state, sqlite_datetime_text(timestamp))
+    # `UUID.hex` is '%032x' of its int, behind a Python property: the same, in C.
+    return (f"{originator_id.int:032x}", version, topic, state, sqlite_datetime_text(timestamp))
 
 
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
@@ -82,6 +84,11 @@ class LedgerRecorder(ProcessRecorder):
         self._wakers: tuple[Callable[[], None], ...] = ()
         events = tables.events
         db.add_log_writer(events.name)
+        # The ledger's `LogMark` (see `Database.change_mark`), bound here: called on
+        # every save, a method in between would be one more Python frame.
+        self.change_mark: Callable[..., tuple[int, int] | None] = functools.partial(
+            db.change_mark, events.name
+        )
         self._insert = db.prepare(
             (events.name, "insert"), lambda: insert_statement(events, EVENT_COLUMNS)
         )
@@ -91,10 +98,6 @@ class LedgerRecorder(ProcessRecorder):
             (events.name, "insert.returning"),
             lambda: insert_statement(events, EVENT_COLUMNS).returning(events.c.notification_id),
         )
-
-    def change_mark(self, *, existing: bool = False) -> tuple[int, int] | None:
-        """The ledger's `LogMark`: see `Database.change_mark`."""
-        return self.db.change_mark(self.tables.events.name, existing=existing)
 
     # -- writing ------------------------------------------------------------------------
 
