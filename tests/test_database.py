@@ -7,18 +7,24 @@ import random
 import threading
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.database import insert_statement
-from healthledger.adapters.persistence.recorder import EVENT_COLUMNS, sqlite_event_values
+from healthledger.adapters.persistence.recorder import (
+    EVENT_COLUMNS,
+    event_rows,
+    sqlite_event_values,
+)
 from healthledger.adapters.persistence.schema import (
     UTCDateTime,
     pending_erasures,
     stored_events,
     users,
 )
-from sqlalchemy import Connection, TypeDecorator, func, insert, select
+from sqlalchemy import Connection, TypeDecorator, Uuid, func, insert, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import sqlite
 
@@ -160,18 +166,24 @@ def test_event_rows_bind_on_sqlite_as_the_columns_bind_processors_would(
         ("stored_events", "insert"), lambda: insert_statement(stored_events, EVENT_COLUMNS)
     )
     rng = random.Random(11)
+    stored, domain = [], []
     for _ in range(200):
         offset = timezone(timedelta(minutes=rng.randrange(-720, 720)))
-        row = (
-            uuid.uuid4(),
-            rng.randrange(1, 10**6),
-            "healthledger:User.Created",
-            rng.randbytes(40),
-            datetime(2000, 1, 1, tzinfo=offset) + timedelta(microseconds=rng.randrange(10**16)),
+        stored.append(
+            StoredEvent(
+                uuid.uuid4(),
+                rng.randrange(1, 10**6),
+                "healthledger:User.Created",
+                rng.randbytes(40),
+            )
         )
-        assert sqlite_event_values(row) == prepared.params(
-            dict(zip(EVENT_COLUMNS, row, strict=True))
-        )
+        at = datetime(2000, 1, 1, tzinfo=offset) + timedelta(microseconds=rng.randrange(10**16))
+        domain.append(SimpleNamespace(timestamp=at))
+    rows = event_rows(stored, domain)  # type: ignore[arg-type]
+    values = sqlite_event_values(stored, domain)  # type: ignore[arg-type]
+    assert len(values) == len(rows) == 200
+    for row, value in zip(rows, values, strict=True):
+        assert value == prepared.params(dict(zip(EVENT_COLUMNS, row, strict=True)))
 
 
 def test_a_row_binds_as_the_same_values_by_name_would(service: Service) -> None:
@@ -191,5 +203,53 @@ def test_a_row_binds_as_the_same_values_by_name_would(service: Service) -> None:
             rng.randrange(1, 100),
         )
         assert prepared.row_params(row) == prepared.params(dict(zip(columns, row, strict=True)))
+        if service.db.is_sqlite:
+            # UUIDs bind as SQLAlchemy's own Uuid processor binds them (its hex).
+            dialect = service.db.dialect
+            uuid_text = Uuid().dialect_impl(dialect).bind_processor(dialect)
+            bound = prepared.row_params(row)
+            assert bound[:2] == (uuid_text(row[0]), uuid_text(row[1])) == (row[0].hex, row[1].hex)
     with pytest.raises(ValueError):
         prepared.row_params(row[:-1])
+
+
+def test_an_invalidated_writer_connection_is_replaced(service: Service) -> None:
+    if not service.db.is_sqlite:
+        pytest.skip("SQLite's writer keeps one connection")
+    db = service.db
+    with db.write() as conn:
+        _add_pending(conn, uuid.uuid4())
+    first = db._writer_connection()
+    generation = db._writer_generation
+    first.invalidate()  # as SQLAlchemy does when it finds the connection gone
+    with db.write() as conn:
+        _add_pending(conn, uuid.uuid4())
+    assert db._writer_connection() is not first
+    assert db._writer_generation == generation + 1
+    with db.unit_of_work():
+        mark = service.recorder.change_mark()
+    assert mark is not None and mark[0] == generation + 1
+    assert _pending(service) == 2
+
+
+def test_a_sqlalchemy_statement_joins_a_write_and_ends_with_it(service: Service) -> None:
+    db = service.db
+    prepared = db.prepare(
+        ("test", "pending.insert"),
+        lambda: insert_statement(pending_erasures, ("user_id", "due_at")),
+    )
+    now = datetime.now(UTC)
+    for _ in range(2):
+        with db.write() as conn:
+            prepared.execute(conn, {"user_id": uuid.uuid4(), "due_at": now})  # on the driver
+            _add_pending(conn, uuid.uuid4())  # SQLAlchemy's: joins the same transaction
+    with pytest.raises(RuntimeError), db.write() as conn:
+        prepared.execute(conn, {"user_id": uuid.uuid4(), "due_at": now})
+        _add_pending(conn, uuid.uuid4())
+        raise RuntimeError("rolled back whole")
+    with db.write() as conn:  # a write with no SQLAlchemy statement after one with
+        prepared.execute(conn, {"user_id": uuid.uuid4(), "due_at": now})
+    assert _pending(service) == 5
+    writer = db._writer_conn
+    if writer is not None:
+        assert not writer.in_transaction()

@@ -26,6 +26,7 @@ from sqlalchemy import (
     Insert,
     MetaData,
     Table,
+    Uuid,
     bindparam,
     create_engine,
     event,
@@ -47,6 +48,20 @@ def driver_connection(conn: Connection) -> Any:
     return conn.connection.driver_connection
 
 
+# A UUID as the 32-digit hex SQLAlchemy's Uuid binds where the database has no UUID type
+# (SQLite): its processor reads `UUID.hex`, a Python property over `'%032x' % int`; this
+# writes the same text in C. (Callers pass it no None: they bind None as it is.)
+_uuid_hex: Callable[[Any], str] = "{0.int:032x}".format
+
+
+def _binds_uuid_as_hex(type_: Any, dialect: Any) -> bool:
+    return (
+        isinstance(type_, Uuid)
+        and type_.as_uuid
+        and not (dialect.supports_native_uuid and type_.native_uuid)
+    )
+
+
 class Prepared:
     """A statement compiled once for a dialect, executed through the DBAPI driver.
 
@@ -63,7 +78,10 @@ class Prepared:
         compiled = statement.compile(dialect=dialect)
         self._dbapi = dialect.loaded_dbapi
         self.sql = compiled.string
-        self._processors: Mapping[str, Any] = dict(compiled._bind_processors)
+        self._processors: Mapping[str, Any] = {
+            name: _uuid_hex if _binds_uuid_as_hex(compiled.binds[name].type, dialect) else p
+            for name, p in compiled._bind_processors.items()
+        }
         # Values the statement binds itself (an OFFSET 0 that SQLite adds to a LIMIT...).
         self._defaults = {
             k: v for k, v in compiled.construct_params(_check=False).items() if v is not None
@@ -197,13 +215,9 @@ class Prepared:
 _JOINED: AbstractContextManager[None] = nullcontext()
 
 
-def _on_driver(statement: str, run: Callable[..., Any], *args: Any) -> None:
-    """Run a statement on sqlite3 directly (`run(*args)`), its errors raised as
-    SQLAlchemy's (callers handle one family of exceptions)."""
-    try:
-        run(*args)
-    except sqlite3.Error as exc:
-        raise sa_exc.DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
+def _driver_error(statement: str, exc: sqlite3.Error) -> BaseException:
+    """A sqlite3 error as the SQLAlchemy error it would have been."""
+    return sa_exc.DBAPIError.instance(statement, (), exc, sqlite3.Error)
 
 
 class Database:
@@ -242,6 +256,19 @@ class Database:
         self._writer_generation = 0
         # The last `change_mark` reading taken on the writer's connection.
         self._last_mark: tuple[int, int] | None = None
+        # Whether SQLAlchemy invalidated a connection of the writer's pool (see
+        # `_writer_connection`), and whether a SQLAlchemy statement joined the current
+        # write transaction (`_SqliteWrite` then ends it through SQLAlchemy). Both are
+        # flags set by engine events, so that the writer's every command asks SQLAlchemy
+        # nothing.
+        self._writer_lost = False
+        self._sa_joined = False
+        if self.is_sqlite:
+
+            @event.listens_for(self.writer, "invalidate")
+            def _lost(*_args: Any) -> None:
+                self._writer_lost = True
+
         # Event tables and how many recorders of this process write each (`change_mark`).
         self._log_writers: dict[str, int] = {}
         self._held_unit = _HeldUnit(self)
@@ -270,6 +297,8 @@ class Database:
             if driver.in_transaction:  # type: ignore[union-attr]
                 # A SQLAlchemy statement inside `write()`, which began on the driver: it
                 # joins that transaction (and `write()` ends it through SQLAlchemy).
+                if conn is self._writer_conn:
+                    self._sa_joined = True
                 return
             # A read in a unit of work asks the writer for a plain BEGIN (see `read`).
             statement = "BEGIN" if getattr(self._unit, "reading", False) else begin
@@ -293,6 +322,9 @@ class Database:
     def _writer_connection(self) -> Connection:
         """SQLite's writer Connection; the caller holds the write lock."""
         conn = self._writer_conn
+        if conn is not None and not self._writer_lost:
+            return conn
+        self._writer_lost = False
         if conn is None or conn.closed or conn.invalidated:
             if conn is not None and not conn.closed:
                 conn.close()  # invalidated: its sqlite3 connection is gone
@@ -301,7 +333,10 @@ class Database:
             self._writer_generation += 1
             # The new connection's first reading: a save with no reading of its own
             # takes this one (`change_mark`).
-            _on_driver("PRAGMA data_version", self._read_mark)
+            try:
+                self._read_mark()
+            except sqlite3.Error as exc:
+                raise _driver_error("PRAGMA data_version", exc) from exc
         return conn
 
     def add_log_writer(self, table: str) -> None:
@@ -495,7 +530,10 @@ class _SqliteWrite:
             # A unit of work opened the writer's connection when it began.
             conn = self._conn = db._writer_conn if in_unit else db._writer_connection()
             driver = self._driver = db._writer_driver
-            _on_driver("BEGIN IMMEDIATE", driver.execute, "BEGIN IMMEDIATE")
+            try:
+                driver.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _driver_error("BEGIN IMMEDIATE", exc) from exc
         except BaseException:
             if self._locked:
                 db._write_lock.release()
@@ -508,11 +546,16 @@ class _SqliteWrite:
             if exc_type is not None:
                 self._roll_back()
                 return
+            db = self._db
             try:
-                if conn.in_transaction():
+                if db._sa_joined:
+                    db._sa_joined = False
                     conn.commit()
                 else:
-                    _on_driver("COMMIT", driver.commit)
+                    try:
+                        driver.commit()
+                    except sqlite3.Error as exc:
+                        raise _driver_error("COMMIT", exc) from exc
             except BaseException:
                 self._roll_back()
                 raise
@@ -524,6 +567,7 @@ class _SqliteWrite:
         # SQLAlchemy's transaction, if a statement began one, even one a failed COMMIT
         # left inactive (until rolled back, the Connection refuses work).
         conn, driver = self._conn, self._driver
+        self._db._sa_joined = False
         if conn.get_transaction() is not None:
             conn.rollback()
         if driver.in_transaction:

@@ -42,13 +42,33 @@ from sqlalchemy import exc as sa_exc
 EVENT_COLUMNS = ("originator_id", "originator_version", "topic", "state", "timestamp")
 
 
-def sqlite_event_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An event row (in `EVENT_COLUMNS` order) as sqlite3 binds it: what the columns' bind
-    processors make (a Uuid binds as its hex, a UTCDateTime as `sqlite_datetime_text`),
-    without their generic per-value dispatch. A test holds the two to the same values."""
-    originator_id, version, topic, state, timestamp = row
+def event_rows(
+    stored_events: Sequence[StoredEvent], domain_events: Sequence[DomainEventProtocol[Any]]
+) -> list[tuple[Any, ...]]:
+    """Each event's row, in `EVENT_COLUMNS` order."""
+    return [
+        (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
+        for s, d in zip(stored_events, domain_events, strict=True)
+    ]
+
+
+def sqlite_event_values(
+    stored_events: Sequence[StoredEvent], domain_events: Sequence[DomainEventProtocol[Any]]
+) -> list[tuple[Any, ...]]:
+    """`event_rows` as sqlite3 binds them: what the columns' bind processors make (a Uuid
+    binds as its hex, a UTCDateTime as `sqlite_datetime_text`), in one pass, without
+    their generic per-value dispatch. A test holds the two to the same values."""
     # `UUID.hex` is '%032x' of its int, behind a Python property: the same, in C.
-    return (f"{originator_id.int:032x}", version, topic, state, sqlite_datetime_text(timestamp))
+    return [
+        (
+            f"{s.originator_id.int:032x}",
+            s.originator_version,
+            s.topic,
+            s.state,
+            sqlite_datetime_text(d.timestamp),
+        )
+        for s, d in zip(stored_events, domain_events, strict=True)
+    ]
 
 
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
@@ -112,14 +132,9 @@ class LedgerRecorder(ProcessRecorder):
         domain_events = aggregate_events
         if len(domain_events) != len(stored_events_):
             raise ValueError("the ledger passes each stored event's domain event")
-        # In the statement's column order (`EVENT_COLUMNS`).
-        rows = [
-            (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
-            for s, d in zip(stored_events_, domain_events, strict=True)
-        ]
         try:
             with self.db.write() as conn:
-                ids = self._insert_rows(conn, rows)
+                ids = self._insert_rows(conn, stored_events_, domain_events)
                 if tracking is not None:
                     self._insert_tracking(conn, tracking)
                 if self.on_record is not None and domain_events:
@@ -129,20 +144,27 @@ class LedgerRecorder(ProcessRecorder):
         self._notify_subscribers()
         return ids
 
-    def _insert_rows(self, conn: Connection, rows: list[tuple[Any, ...]]) -> list[int]:
-        if not rows:
+    def _insert_rows(
+        self,
+        conn: Connection,
+        stored_events_: Sequence[StoredEvent],
+        domain_events: Sequence[DomainEventProtocol[Any]],
+    ) -> list[int]:
+        if not stored_events_:
             return []
         if self.db.is_sqlite:
             # One writer holds the database (BEGIN IMMEDIATE): a row's rowid is its
             # notification id, and they are taken in order. These are the service's most
             # written rows: their values are made in one step (`sqlite_event_values`).
-            return self._insert.insert_each(conn, [sqlite_event_values(row) for row in rows])
+            return self._insert.insert_each(
+                conn, sqlite_event_values(stored_events_, domain_events)
+            )
         # PostgreSQL: an exclusive table lock (readers still read) makes notification ids
         # commit in the order they are assigned, so a follower never skips a late id.
         lock = f"LOCK TABLE {self.tables.events.name} IN EXCLUSIVE MODE"
         conn.exec_driver_sql(lock)
         ids = []
-        for row in rows:
+        for row in event_rows(stored_events_, domain_events):
             cursor = self._insert_returning.execute(
                 conn, dict(zip(EVENT_COLUMNS, row, strict=True))
             )
