@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from copy import deepcopy
 from datetime import UTC, date, datetime
@@ -319,14 +319,20 @@ class Ledger(Application[UUID]):
         """
         events: list[Any] = []
         aggregates: list[Aggregate] = []
-        # Each aggregate's new events, for the snapshots after the save.
-        pending: list[Sequence[Any]] = []
+        # The snapshots due after the save (`_take_snapshots`): an aggregate of a type in
+        # `snapshotting_intervals` whose event lands on a multiple of the interval.
+        snapshots_due: list[tuple[Aggregate, int]] = []
+        intervals = self.snapshotting_intervals
         for aggregate in objs:
             if aggregate is not None:
                 new = aggregate.collect_events()
                 events.extend(new)
                 aggregates.append(aggregate)
-                pending.append(new)
+                interval = intervals.get(type(aggregate))
+                if interval is not None:
+                    for event in new:
+                        if event.originator_version % interval == 0:
+                            snapshots_due.append((aggregate, event.originator_version))
         to_stored_event = self.mapper.to_stored_event
         stored = [to_stored_event(event) for event in events]
         repository: LedgerRepository = self._repository  # type: ignore[assignment]
@@ -345,32 +351,26 @@ class Ledger(Application[UUID]):
             # (a delete after a create, say) starts from a copy, not the database. Known
             # current (a mark) it is one of the repository's own; otherwise it goes to
             # eventsourcing's cache, from which loads fast-forward.
-            mark = repository.mark()
+            mark = repository._log_mark(existing=True)  # `repository.mark()`, inline
             cache = repository.cache
             if mark is None and cache is not None:
                 for aggregate in aggregates:
                     cache.put(aggregate.id, aggregate)
             repository.saved(aggregates, mark)
-        self._take_snapshots(zip(aggregates, pending, strict=True))
+        if snapshots_due:
+            self._take_snapshots(snapshots_due)
 
-    def _take_snapshots(self, saved: Iterable[tuple[Aggregate, Sequence[Any]]]) -> None:
+    def _take_snapshots(self, due: list[tuple[Aggregate, int]]) -> None:
         # `Application._take_snapshots`, for aggregates whose events apply themselves (all
-        # of ours), in one pass. An aggregate of a type in `snapshotting_intervals` is
-        # snapshotted when one of its events lands on a multiple of the interval. Erasure
-        # deletes a user's snapshots in its own transaction; a snapshot taken after it
-        # (snapshots follow the save) would bring one back: erased users never are.
+        # of ours), with the due versions found by `save`. Erasure deletes a user's
+        # snapshots in its own transaction; a snapshot taken after it (snapshots follow
+        # the save) would bring one back: erased users never are.
         if self.snapshots is None:
             return
-        intervals = self.snapshotting_intervals
-        for aggregate, events in saved:
-            interval = intervals.get(type(aggregate))
-            if interval is None:
-                continue
+        for aggregate, version in due:
             if isinstance(aggregate, User) and aggregate.status == ERASED:
                 continue
-            for event in events:
-                if event.originator_version % interval == 0:
-                    self.take_snapshot(aggregate.id, version=event.originator_version)
+            self.take_snapshot(aggregate.id, version=version)
 
     def find(self, aggregate_id: UUID, version: int | None = None) -> Aggregate | None:
         try:

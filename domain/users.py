@@ -55,7 +55,8 @@ def client_user_id_problem(value: str) -> str | None:
     # The e-mail pattern needs an "@": without one, its search would try every start.
     if "@" in value and _EMAIL.search(value):
         return "client_user_id must not contain personal data such as an e-mail address."
-    if _PHONE_SHAPED.match(value):
+    # The phone pattern cannot match from a letter: most ids are not looked at twice.
+    if not value[0].isalpha() and _PHONE_SHAPED.match(value):
         digits = sum(ch.isdigit() for ch in value)
         separated = value.startswith("+") or any(ch in value for ch in " ().-/")
         if 7 <= digits <= 15 and separated:
