@@ -36,7 +36,7 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 from eventsourcing.utils import get_topic
-from healthledger.domain.users import ERASED, User
+from healthledger.domain.users import ERASED, CheapCopy, User
 
 Clock = Callable[[], datetime]
 
@@ -175,21 +175,22 @@ class LedgerRepository(Repository[UUID]):
     is stored with, so a change by another writer after it changes the mark and forces
     the fast-forward; this ledger's own saves run in a unit of work, under the same lock
     as every marked get, and record what they saved before releasing it. A unit of work
-    takes one reading, at its first load or in its first write. A mark of None (PostgreSQL, or no
-    unit of work) always takes the fast-forward. A stale copy could only cost a
-    command a version conflict, never a wrong write: the event store refuses it.
+    takes one reading, at its first load; a save with none takes the last one taken. A
+    mark of None (PostgreSQL, or no unit of work) always takes the fast-forward. A stale
+    copy could only cost a command a version conflict, never a wrong write: the event
+    store refuses it.
     """
 
     def __init__(self, *args: Any, log_mark: LogMark, maxsize: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._log_mark = log_mark
         self._maxsize = maxsize
-        # Private copies, apart from eventsourcing's cache (whose entries gets outside any
-        # unit of work fast-forward in place); a get hands out a copy of its own. Least
-        # recently used first. Read and written only in a unit of work (under its lock),
-        # except `forget`, whose one dict operation is atomic.
-        # Keyed by the id's int: hashing and comparing a UUID are Python calls.
-        self._current: OrderedDict[int, tuple[Hashable, Aggregate]] = OrderedDict()
+        # Private copies (`_private`), apart from eventsourcing's cache (whose entries gets
+        # outside any unit of work fast-forward in place); a get hands out an aggregate of
+        # its own (`_restore`). Least recently used first. Read and written only in a
+        # unit of work (under its lock), except `forget`, whose one dict operation is
+        # atomic. Keyed by the id's int: hashing and comparing a UUID are Python calls.
+        self._current: OrderedDict[int, tuple[Hashable, type | None, Any]] = OrderedDict()
 
     def get(self, aggregate_id: UUID, *, version: int | None = None, **kwargs: Any) -> Any:
         mark = self._log_mark() if version is None and not kwargs else None
@@ -199,9 +200,9 @@ class LedgerRepository(Repository[UUID]):
         entry = self._current.get(key)
         if entry is not None and entry[0] == mark:
             self._current.move_to_end(key)
-            return copy_aggregate(entry[1])
+            return _restore(entry[1], entry[2])
         aggregate = super().get(aggregate_id)
-        self._keep(aggregate_id, mark, copy_aggregate(aggregate))
+        self._keep(key, mark, aggregate)
         return aggregate
 
     def mark(self) -> Hashable | None:
@@ -219,8 +220,12 @@ class LedgerRepository(Repository[UUID]):
             if mark is None:
                 current.pop(key, None)
                 continue
-            # `_keep`, inline (every save of every command comes through here).
-            current[key] = (mark, copy_aggregate(aggregate))
+            # `_keep` and `_private`, inline (every save of every command comes here).
+            cls = type(aggregate)
+            if issubclass(cls, CheapCopy):
+                current[key] = (mark, cls, aggregate.__dict__.copy())
+            else:
+                current[key] = (mark, None, deepcopy(aggregate))
             current.move_to_end(key)
         while len(current) > self._maxsize:
             current.popitem(last=False)
@@ -229,20 +234,34 @@ class LedgerRepository(Repository[UUID]):
         for aggregate_id in aggregate_ids:
             self._current.pop(aggregate_id.int, None)
 
-    def _keep(self, aggregate_id: UUID, mark: Hashable, aggregate: Aggregate) -> None:
+    def _keep(self, key: int, mark: Hashable, aggregate: Aggregate) -> None:
         current = self._current
-        key = aggregate_id.int
-        current[key] = (mark, aggregate)
+        current[key] = (mark, *_private(aggregate))
         current.move_to_end(key)
         if len(current) > self._maxsize:
             current.popitem(last=False)
 
 
-def copy_aggregate(aggregate: Any) -> Any:
-    """A copy a command may change freely: `CheapCopy`'s copy, called without
-    `copy.deepcopy`'s memo and dispatch (every aggregate of the ledger has one)."""
-    clone = getattr(aggregate, "__deepcopy__", None)
-    return clone({}) if clone is not None else deepcopy(aggregate)
+def _private(aggregate: Any) -> tuple[type | None, Any]:
+    """What the repository keeps of an aggregate: for a `CheapCopy` one (all of the
+    ledger's but the mirror's), its class and a copy of its attribute dict (its values
+    are immutable and events replace them: a shallow copy is a deep one), one C call;
+    for any other, a deep copy."""
+    cls = type(aggregate)
+    if issubclass(cls, CheapCopy):
+        return cls, aggregate.__dict__.copy()
+    return None, deepcopy(aggregate)
+
+
+def _restore(cls: type | None, kept: Any) -> Any:
+    """An aggregate of the caller's own from what `_private` kept: with no pending events
+    (the kept dict may share the saved object's list, which its owner may fill)."""
+    if cls is None:
+        return deepcopy(kept)
+    clone = cls.__new__(cls)
+    clone.__dict__.update(kept)
+    clone._pending_events = []
+    return clone
 
 
 class Ledger(Application[UUID]):

@@ -186,3 +186,19 @@ def test_a_user_created_in_a_unit_of_work_is_known_current_to_the_next(
         deleted = service.users.delete_user(ctx, team.team_id, user.id)
         assert reads == []
     assert deleted.status == PENDING_ERASURE
+
+
+def test_what_a_caller_does_to_its_aggregate_after_saving_it_changes_nothing_kept(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    _sqlite_only(service)
+    user = service.users.create_user(ctx, team.team_id, client_user_id="kept")
+    # The caller goes on with its own object: a change it never saves.
+    user.delete(ctx, service.clock(), service.clock())
+    assert user.status == PENDING_ERASURE
+    with event_reads(service) as reads, service.db.unit_of_work():
+        found = service.ledger.find(user.id)
+    assert reads == []  # handed out from what was kept at the save
+    assert isinstance(found, User)
+    assert found.status == ACTIVE and found.version == 1
+    assert found.collect_events() == []
