@@ -310,11 +310,11 @@ def _sqlite_text(moment: datetime) -> str:
 
 
 def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callable[[int], None]]:
-    """The least a create can cost in this design, for reference: eventsourcing makes the
-    user and its client_user_id claim and maps their two events to stored form, as the
-    service does, and raw sqlite3 writes the two event rows and the users row into the
-    service's own schema (its tables and indexes), durably. Nothing else of the service:
-    no validation, unit of work, cache, read-model code or SQLAlchemy."""
+    """The least a create can cost in this design, for reference: the domain makes the
+    user and its client_user_id claim and the ledger's mapper maps their two events to
+    stored form, as the service does, and raw sqlite3 writes the two event rows and the
+    users row into the service's own schema (its tables and indexes), durably. Nothing
+    else of the service: no validation, unit of work, cache, read-model code or SQLAlchemy."""
     service, team_id = _new_service(directory, "floor")
     mapper = service.ledger.mapper
     service.close()
@@ -470,7 +470,7 @@ def report(results: Sequence[KindResults]) -> bool:
         if kind.floor is not None:
             floor, raw = kind.floor, kind.raw
             print(
-                f"\nfloor of create (eventsourcing's aggregates and mapper, raw sqlite3 rows in "
+                f"\nfloor of create (the ledger's aggregates and mapper, raw sqlite3 rows in "
                 f"the service's schema): {floor.per_second:.0f}/s, "
                 f"{floor.per_second / raw.per_second:.1%} of raw"
             )
