@@ -206,12 +206,13 @@ class LedgerRepository(Repository[UUID]):
         return aggregate
 
     def mark(self) -> Hashable | None:
-        """The mark for what was just saved: the unit's reading, which was taken before
-        the save's commit (at a load, or in the save's transaction), or None."""
+        """The mark for what was just saved, asked right after its commit: the unit's
+        reading (taken at a load) or the connection's last one, both from before the
+        commit; None if there is none. Never a new reading."""
         return self._log_mark(existing=True)
 
     def saved(self, aggregates: Iterable[Aggregate], mark: Hashable | None) -> None:
-        """Aggregates just saved, with a mark read before saving them (None: unknown).
+        """Aggregates just saved, with a mark read before their commit (None: unknown).
 
         Copied: the saved object is the caller's, who may go on changing it."""
         current = self._current
@@ -220,12 +221,7 @@ class LedgerRepository(Repository[UUID]):
             if mark is None:
                 current.pop(key, None)
                 continue
-            # `_keep` and `_private`, inline (every save of every command comes here).
-            cls = type(aggregate)
-            if issubclass(cls, CheapCopy):
-                current[key] = (mark, cls, aggregate.__dict__.copy())
-            else:
-                current[key] = (mark, None, deepcopy(aggregate))
+            current[key] = (mark, *_private(aggregate))
             current.move_to_end(key)
         while len(current) > self._maxsize:
             current.popitem(last=False)
@@ -370,7 +366,7 @@ class Ledger(Application[UUID]):
             # (a delete after a create, say) starts from a copy, not the database. Known
             # current (a mark) it is one of the repository's own; otherwise it goes to
             # eventsourcing's cache, from which loads fast-forward.
-            mark = repository._log_mark(existing=True)  # `repository.mark()`, inline
+            mark = repository.mark()
             cache = repository.cache
             if mark is None and cache is not None:
                 for aggregate in aggregates:

@@ -51,7 +51,7 @@ def driver_connection(conn: Connection) -> Any:
 # A UUID as the 32-digit hex SQLAlchemy's Uuid binds where the database has no UUID type
 # (SQLite): its processor reads `UUID.hex`, a Python property over `'%032x' % int`; this
 # writes the same text in C. (Callers pass it no None: they bind None as it is.)
-_uuid_hex: Callable[[Any], str] = "{0.int:032x}".format
+uuid_hex: Callable[[Any], str] = "{0.int:032x}".format
 
 
 def _binds_uuid_as_hex(type_: Any, dialect: Any) -> bool:
@@ -79,7 +79,7 @@ class Prepared:
         self._dbapi = dialect.loaded_dbapi
         self.sql = compiled.string
         self._processors: Mapping[str, Any] = {
-            name: _uuid_hex if _binds_uuid_as_hex(compiled.binds[name].type, dialect) else p
+            name: uuid_hex if _binds_uuid_as_hex(compiled.binds[name].type, dialect) else p
             for name, p in compiled._bind_processors.items()
         }
         # Values the statement binds itself (an OFFSET 0 that SQLite adds to a LIMIT...).
@@ -317,7 +317,7 @@ class Database:
         """`driver_connection`, at once for the writer's Connection (kept at hand)."""
         if conn is self._writer_conn:
             return self._writer_driver
-        return conn.connection.driver_connection
+        return driver_connection(conn)
 
     def _writer_connection(self) -> Connection:
         """SQLite's writer Connection; the caller holds the write lock."""

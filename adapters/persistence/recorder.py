@@ -28,7 +28,7 @@ from eventsourcing.persistence import (
     Tracking,
     TrackingRecorder,
 )
-from healthledger.adapters.persistence.database import Database, insert_statement
+from healthledger.adapters.persistence.database import Database, insert_statement, uuid_hex
 from healthledger.adapters.persistence.schema import (
     snapshots,
     sqlite_datetime_text,
@@ -58,10 +58,9 @@ def sqlite_event_values(
     """`event_rows` as sqlite3 binds them: what the columns' bind processors make (a Uuid
     binds as its hex, a UTCDateTime as `sqlite_datetime_text`), in one pass, without
     their generic per-value dispatch. A test holds the two to the same values."""
-    # `UUID.hex` is '%032x' of its int, behind a Python property: the same, in C.
     return [
         (
-            f"{s.originator_id.int:032x}",
+            uuid_hex(s.originator_id),
             s.originator_version,
             s.topic,
             s.state,
