@@ -12,8 +12,9 @@ import hashlib
 import hmac
 import re
 import secrets
-import uuid
 from uuid import UUID
+
+from healthledger.domain.identifiers import new_uuid
 
 TEAM_API_KEY = "hlk"
 MANAGEMENT_KEY = "hlm"
@@ -35,7 +36,7 @@ def key_matches(plain: str, stored_hash: str) -> bool:
 
 def new_key(kind: str) -> tuple[UUID, str]:
     """A fresh key id and the plain key text of that kind that embeds it."""
-    key_id = uuid.uuid4()
+    key_id = new_uuid()
     return key_id, f"{kind}_{key_id.hex}_{secrets.token_urlsafe(32)}"
 
 

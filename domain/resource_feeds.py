@@ -26,6 +26,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
+from healthledger.domain.identifiers import new_uuid
 from healthledger.domain.providers import RETRY_QUOTA_EXHAUSTED
 from healthledger.domain.users import CheapCopy
 
@@ -205,7 +206,7 @@ class ResourceFeed(CheapCopy, Aggregate):
             range_end=range_end,
             retries_allowed=retries_allowed,
             release=RELEASE_RETRYING if retries_allowed else RELEASE_LEGACY,
-            trace_id=uuid.uuid4().hex,
+            trace_id=new_uuid().hex,
         )
 
     @property

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
+from healthledger.domain.identifiers import new_uuid
 from healthledger.domain.keys import TEAM_API_KEY, hash_key, new_key
 from healthledger.domain.users import CheapCopy
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl, model_validator
@@ -75,7 +76,7 @@ class Organization(CheapCopy, Aggregate):
     ) -> Organization:
         return cls._create(
             cls.Created,
-            id=org_id or uuid4(),
+            id=org_id or new_uuid(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
@@ -158,7 +159,7 @@ class Team(CheapCopy, Aggregate):
             raise ValueError(f"region must be one of {', '.join(REGIONS)}")
         return cls._create(
             cls.Created,
-            id=uuid4(),
+            id=new_uuid(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,

@@ -13,10 +13,11 @@ import base64
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
+from healthledger.domain.identifiers import new_uuid
 from healthledger.domain.users import CheapCopy
 
 SECRET_PREFIX = "whsec_"
@@ -126,7 +127,7 @@ class WebhookEndpoint(CheapCopy, Aggregate):
     ) -> WebhookEndpoint:
         return cls._create(
             cls.Created,
-            id=uuid4(),
+            id=new_uuid(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-import uuid
 
+from healthledger.domain.identifiers import new_uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("healthledger.http")
@@ -34,7 +34,7 @@ class RequestIdMiddleware:
             if name == b"x-request-id":
                 given = value.decode("latin-1")
                 break
-        request_id = given if given and _SANE.match(given) else f"req-{uuid.uuid4()}"
+        request_id = given if given and _SANE.match(given) else f"req-{new_uuid()}"
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:

@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from healthledger.adapters.persistence.schema import metadata, user_data_keys
+from healthledger.domain.identifiers import uuid_hex
 from sqlalchemy import (
     Connection,
     Engine,
@@ -46,12 +47,6 @@ def insert_statement(table: Table, columns: Sequence[str]) -> Insert:
 def driver_connection(conn: Connection) -> Any:
     """The DBAPI connection under a SQLAlchemy Connection."""
     return conn.connection.driver_connection
-
-
-# A UUID as the 32-digit hex SQLAlchemy's Uuid binds where the database has no UUID type
-# (SQLite): its processor reads `UUID.hex`, a Python property over `'%032x' % int`; this
-# writes the same text in C. (Callers pass it no None: they bind None as it is.)
-uuid_hex: Callable[[Any], str] = "{0.int:032x}".format
 
 
 def _binds_uuid_as_hex(type_: Any, dialect: Any) -> bool:

@@ -28,13 +28,14 @@ from eventsourcing.persistence import (
     Tracking,
     TrackingRecorder,
 )
-from healthledger.adapters.persistence.database import Database, insert_statement, uuid_hex
+from healthledger.adapters.persistence.database import Database, insert_statement
 from healthledger.adapters.persistence.schema import (
     snapshots,
     sqlite_datetime_text,
     stored_events,
     tracking,
 )
+from healthledger.domain.identifiers import uuid_hex
 from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy import exc as sa_exc
 
