@@ -38,6 +38,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import get_topic
 from healthledger.domain.identifiers import uuid_hex
+from healthledger.domain.timestamps import iso_text
 from healthledger.domain.users import ERASED, CheapCopy, User
 
 Clock = Callable[[], datetime]
@@ -173,31 +174,13 @@ class LedgerTranscoder(JSONTranscoder):
 _KEYS_KEPT = 1024
 
 
-def _datetime_text(value: datetime) -> str:
-    """`datetime.isoformat`, remembering the last one: a command stamps all its events
-    with one `now` (a create's two, a delete's two or three), and the C isoformat of an
-    aware datetime (two formatted strings, the offset's and the time's) costs about
-    12,000 instructions. Datetimes are immutable, and the memo holds the object, so its
-    identity is not reused while it is kept."""
-    global _last_datetime_text
-    last = _last_datetime_text
-    if last[0] is value:
-        return last[1]
-    text = value.isoformat()
-    _last_datetime_text = (value, text)
-    return text
-
-
-# (datetime, its isoformat), replaced whole: another thread sees one pair or the other.
-_last_datetime_text: tuple[datetime | None, str] = (None, "")
-
 # eventsourcing's transcodings whose data is plain text that needs no JSON escaping
 # (hex digits; digits, "-", ":", "T", "." and "+"), written by C callables or by one
 # step around one: their `encode` methods are Python frames around one attribute
 # (`UUID.hex`, itself a Python property) or one method call.
 _PLAIN_TEXT: dict[type[Transcoding], Callable[[Any], str]] = {
     UUIDAsHex: uuid_hex,
-    DatetimeAsISO: _datetime_text,
+    DatetimeAsISO: iso_text,
     DateAsISO: date.isoformat,
 }
 

@@ -13,7 +13,11 @@ from typing import Any
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper
-from healthledger.adapters.persistence.database import Database, insert_statement
+from healthledger.adapters.persistence.database import (
+    Database,
+    SparseInsert,
+    insert_statement,
+)
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore
 from healthledger.adapters.persistence.recorder import LedgerRecorder, delete_snapshots
@@ -192,11 +196,7 @@ class ReadModels:
         self._delivery_failed = prepare(
             "rm.deliveries.failed", lambda: _delivery_attempt(succeeded=False)
         )
-        self._insert_user = prepare(
-            "rm.users.insert", lambda: insert_statement(users, _USER_COLUMNS)
-        )
-        if tuple(self._insert_user.parameter_names) != _USER_COLUMNS:
-            raise RuntimeError("the users INSERT binds its columns in another order")
+        self._insert_user = SparseInsert(db, "rm.users.insert", users, _USER_COLUMNS)
         self._set_status = prepare(
             "rm.users.status",
             lambda: _update_user(("status", "deleted_at", "erasure_due_at", "version")),
@@ -219,7 +219,8 @@ class ReadModels:
     # -- users ----------------------------------------------------------------------------
 
     def _user_created(self, conn: Connection, e: User.Created) -> None:
-        # In `_USER_COLUMNS` order (`execute_row`): every create writes this row.
+        # In `_USER_COLUMNS` order (`SparseInsert`): every create writes this row, most
+        # with the optional settings left out (None).
         timezone, sealed = e.fallback_time_zone, e.sealed_birth_date
         self._insert_user.execute_row(
             conn,

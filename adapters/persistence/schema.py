@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from healthledger.domain.timestamps import remembered_iso_text
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -33,15 +34,22 @@ def sqlite_datetime_text(value: datetime) -> str:
     # A command stamps its events and read-model rows with one `now`: a create binds the
     # same datetime three times (two event rows, the users row). The last one's text is
     # kept (datetimes are immutable; the memo holds the object, so its identity is never
-    # reused while it is kept); its making (a replace and an isoformat) cost 1.5-2 µs.
+    # reused while it is kept). It is made from the event JSON's isoformat of the same
+    # datetime when there is one ("YYYY-MM-DDTHH:MM:SS.ffffff+00:00": two slices), else
+    # by a replace and an isoformat (about 6,000 instructions).
     global _last_datetime_text
     last = _last_datetime_text
     if last[0] is value:
         return last[1]
-    if value.tzinfo is None:
+    tzinfo = value.tzinfo
+    if tzinfo is None:
         raise ValueError("naive datetimes are not stored; use UTC")
-    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    text = utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+    iso = remembered_iso_text(value) if tzinfo is UTC and value.microsecond else None
+    if iso is not None:
+        text = iso[:10] + " " + iso[11:26]
+    else:
+        utc = value if tzinfo is UTC else value.astimezone(UTC)
+        text = utc.replace(tzinfo=None).isoformat(" ", "microseconds")
     _last_datetime_text = (value, text)
     return text
 
