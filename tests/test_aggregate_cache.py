@@ -5,10 +5,12 @@ other writer has committed; anything another writer commits is seen by the next 
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from eventsourcing.persistence import IntegrityError
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.recorder import LedgerRecorder
 from healthledger.adapters.settings import Settings
@@ -202,3 +204,34 @@ def test_what_a_caller_does_to_its_aggregate_after_saving_it_changes_nothing_kep
     assert isinstance(found, User)
     assert found.status == ACTIVE and found.version == 1
     assert found.collect_events() == []
+
+
+def test_a_save_that_fails_leaves_nothing_of_itself_kept(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    # What a save keeps is kept before its commit (under the unit's lock); a failed one
+    # must take it back. A second claim of a taken client_user_id is refused by the
+    # event store: its claim (the same id, version 1, another holder) must not be what
+    # the next get hands out.
+    _sqlite_only(service)
+    first = service.users.create_user(ctx, team.team_id, client_user_id="taken")
+    claim_id = ClientUserIdClaim.id_for(team.team_id, "taken")
+    with service.db.unit_of_work():
+        refused = User.register(
+            ctx,
+            service.clock(),
+            user_id=uuid.uuid4(),
+            team_id=team.team_id,
+            client_user_id="taken",
+            fallback_time_zone=None,
+            sealed_birth_date=None,
+            ingestion_start=None,
+            ingestion_end=None,
+        )
+        duplicate = ClientUserIdClaim.start(ctx, service.clock(), team.team_id, "taken", refused.id)
+        with pytest.raises(IntegrityError):
+            service.ledger.save(duplicate, refused)
+        claim = service.ledger.find(claim_id)
+        assert service.ledger.find(refused.id) is None
+    assert isinstance(claim, ClientUserIdClaim)
+    assert claim.holder == first.id and claim.version == 1
