@@ -266,28 +266,30 @@ class LedgerRepository(Repository[UUID]):
         self._keep(key, mark, aggregate)
         return aggregate
 
-    def mark(self) -> Hashable | None:
-        """The mark for what a save is about to commit, asked before its commit: the
-        unit's reading (taken at a load) or the connection's last one; None if there is
-        none. Never a new reading."""
-        return self._log_mark(existing=True)
-
-    def saved(self, aggregates: Iterable[Aggregate], mark: Hashable | None) -> None:
-        """Aggregates a save is about to commit, with a mark read before their commit
-        (None: unknown). `Ledger.save` keeps them before its commit and `forget`s them if
-        the commit fails, in one unit of work: no other command sees them in between.
+    def saved(self, aggregates: Iterable[Aggregate]) -> Hashable | None:
+        """Keep aggregates a save is about to commit, with the mark for them, which it
+        returns: the unit's reading (taken at a load) or the connection's last one, both
+        from before the commit (never a new reading); None if there is none, and then
+        what was kept of them is dropped. `Ledger.save` calls it before its commit and
+        `forget`s them if the commit fails, in one unit of work: no other command sees
+        them in between.
 
         Copied: the saved object is the caller's, who may go on changing it."""
+        mark = self._log_mark(existing=True)
         current = self._current
         for aggregate in aggregates:
             key = aggregate.id.int
             if mark is None:
                 current.pop(key, None)
                 continue
+            # Setting a key keeps its place: only one kept already moves to the end.
+            kept = key in current
             current[key] = (mark, *_private(aggregate))
-            current.move_to_end(key)
+            if kept:
+                current.move_to_end(key)
         while len(current) > self._maxsize:
             current.popitem(last=False)
+        return mark
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
         for aggregate_id in aggregate_ids:
@@ -423,8 +425,7 @@ class Ledger(Application[UUID]):
             # below, and the copies are made while the aggregates are in the CPU's
             # caches; after a durable commit's wait, each memory access costs several
             # times as much (measured: 17 µs after, against 4 µs before).
-            mark = repository.mark()
-            repository.saved(aggregates, mark)
+            mark = repository.saved(aggregates)
             try:
                 # The recorder gets the domain events too: it projects them into the read
                 # models and applies erasure effects inside the transaction that stores

@@ -86,30 +86,32 @@ class CheapCopy:
         return clone
 
 
-def event_builder(event_class: type) -> Callable[..., Any]:
-    """What makes an event of `event_class` from its fields as keywords: the class itself,
-    or, for an event whose dataclass `__init__` only sets its fields, a function that
-    sets them in one step (`_build_without_init`)."""
+def event_builder(event_class: type) -> Callable[[dict[str, Any]], Any]:
+    """What makes an event of `event_class` from a dict of its fields: for an event whose
+    dataclass `__init__` only sets its fields, a function that sets them in one step
+    (`_build_without_init`); for any other, its class called with them."""
     builder = _BUILDERS.get(event_class)
     if builder is None:
         builder = _BUILDERS[event_class] = _build_without_init(event_class)
     return builder
 
 
-_BUILDERS: dict[type, Callable[..., Any]] = {}
+_BUILDERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
 
 
-def _build_without_init(event_class: type) -> Callable[..., Any]:
+def _build_without_init(event_class: type) -> Callable[[dict[str, Any]], Any]:
     """A frozen dataclass's `__init__` sets each field through `object.__setattr__` (a
     call per field) and then runs `__post_init__`: a user's Created event (twelve
     fields) cost about 24,000 instructions, more than half of founding the user. The
-    function made here takes the same keywords (all required) and fills the new event's
-    `__dict__` with one `update`, in field order, as `__init__` would (the stored JSON
-    follows that order). An event with defaults, fields outside `__init__`, slots or a
-    `__post_init__` of its own (eventsourcing's checks that the id is a UUID, which the
-    caller checks) keeps its class's `__init__`. A test holds the two equal, order of
-    attributes included. The source is made from field names, which are identifiers,
-    as `dataclasses` makes `__init__`."""
+    function made here takes a dict of the same fields (all required, no others) and
+    fills the new event's `__dict__` with one `update`, in field order, as `__init__`
+    would (the stored JSON follows that order). A dict, not keywords: a call's keywords
+    are matched to the parameters by name, one comparison of strings per keyword and
+    parameter when they go to a `**kwargs`. An event with defaults, fields outside
+    `__init__`, slots or a `__post_init__` of its own (eventsourcing's checks that the id
+    is a UUID, which the caller checks) keeps its class's `__init__`. A test holds the
+    two equal, order of attributes included. The source is made from field names, which
+    are identifiers, as `dataclasses` makes `__init__`."""
     fields = dataclasses.fields(event_class)  # type: ignore[arg-type]
     if (
         "__slots__" in vars(event_class)
@@ -119,17 +121,29 @@ def _build_without_init(event_class: type) -> Callable[..., Any]:
             for f in fields
         )
     ):
-        return event_class
+
+        def construct(values: dict[str, Any]) -> Any:
+            return event_class(**values)
+
+        return construct
     names = [f.name for f in fields]
     source = (
-        f"def build(*, {', '.join(names)}):\n"
+        "def build(values):\n"
+        f"    if len(values) != {len(names)}:\n"
+        "        raise TypeError(f'{event_class.__qualname__} has the fields {names},"
+        " not {sorted(values)}')\n"
+        "    try:\n"
+        f"        ordered = {{{', '.join(f'{n!r}: values[{n!r}]' for n in names)}}}\n"
+        "    except KeyError as missing:\n"
+        "        raise TypeError(f'{event_class.__qualname__} needs {missing}') from None\n"
         "    event = new(event_class)\n"
-        f"    event.__dict__.update({{{', '.join(f'{n!r}: {n}' for n in names)}}})\n"
+        "    event.__dict__.update(ordered)\n"
         "    return event\n"
     )
     namespace: dict[str, Any] = {"new": object.__new__, "event_class": event_class}
+    namespace["names"] = names
     exec(source, namespace)
-    build: Callable[..., Any] = namespace["build"]
+    build: Callable[[dict[str, Any]], Any] = namespace["build"]
     return build
 
 
@@ -148,14 +162,21 @@ class FoundedDirectly:
 
     @classmethod
     def _create(cls, event_class: Any, *, id: UUID, **kwargs: Any) -> Any:
+        """eventsourcing's signature, for callers of it: `_found`."""
+        return cls._found(event_class, id, kwargs)
+
+    @classmethod
+    def _found(cls, event_class: Any, id: UUID, fields: dict[str, Any]) -> Any:
+        """The aggregate founded by an `event_class` event with `fields` (a dict the
+        caller gives up: the event's id, version and topic are added to it)."""
         if not isinstance(id, UUID):  # what the event's __post_init__ checks
             raise TypeError(f"{event_class} was initialized with a non-UUID originator_id")
-        kwargs["originator_topic"] = get_topic(cls)
-        kwargs["originator_id"] = id
-        kwargs["originator_version"] = cls.INITIAL_VERSION  # type: ignore[attr-defined]
-        if kwargs.get("timestamp") is None:
-            kwargs["timestamp"] = event_class.create_timestamp()
-        event = event_builder(event_class)(**kwargs)
+        fields["originator_topic"] = get_topic(cls)
+        fields["originator_id"] = id
+        fields["originator_version"] = cls.INITIAL_VERSION  # type: ignore[attr-defined]
+        if fields.get("timestamp") is None:
+            fields["timestamp"] = event_class.create_timestamp()
+        event = event_builder(event_class)(fields)
         # `Founding.mutate`, with the class at hand (no topic to resolve).
         aggregate = cls.__new__(cls)
         aggregate.__base_init__(id, event.originator_version, event.timestamp)
@@ -303,18 +324,20 @@ class User(FoundedDirectly, CheapCopy, Aggregate):
         ingestion_start: date | None,
         ingestion_end: date | None,
     ) -> User:
-        return cls._create(
+        return cls._found(
             cls.Created,
-            id=user_id,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            team_id=team_id,
-            client_user_id=client_user_id,
-            fallback_time_zone=fallback_time_zone,
-            sealed_birth_date=sealed_birth_date,
-            ingestion_start=ingestion_start,
-            ingestion_end=ingestion_end,
+            user_id,
+            {
+                "timestamp": now,
+                "actor": ctx.actor,
+                "request_id": ctx.request_id,
+                "team_id": team_id,
+                "client_user_id": client_user_id,
+                "fallback_time_zone": fallback_time_zone,
+                "sealed_birth_date": sealed_birth_date,
+                "ingestion_start": ingestion_start,
+                "ingestion_end": ingestion_end,
+            },
         )
 
     # -- rules ------------------------------------------------------------------------
@@ -482,15 +505,17 @@ class ClientUserIdClaim(FoundedDirectly, CheapCopy, Aggregate):
     def start(
         cls, ctx: CommandContext, now: datetime, team_id: UUID, client_user_id: str, user_id: UUID
     ) -> ClientUserIdClaim:
-        return cls._create(
+        return cls._found(
             cls.Created,
-            id=cls.id_for(team_id, client_user_id),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            team_id=team_id,
-            client_user_id=client_user_id,
-            user_id=user_id,
+            cls.id_for(team_id, client_user_id),
+            {
+                "timestamp": now,
+                "actor": ctx.actor,
+                "request_id": ctx.request_id,
+                "team_id": team_id,
+                "client_user_id": client_user_id,
+                "user_id": user_id,
+            },
         )
 
     def claim(self, ctx: CommandContext, now: datetime, user_id: UUID) -> None:

@@ -220,6 +220,9 @@ def test_a_row_binds_as_the_same_values_by_name_would(service: Service) -> None:
             uuid_text = Uuid().dialect_impl(dialect).bind_processor(dialect)
             bound = prepared.row_params(row)
             assert bound[:2] == (uuid_text(row[0]), uuid_text(row[1])) == (row[0].hex, row[1].hex)
+            # Datetimes bind as the column type's own processor binds them.
+            datetime_text = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+            assert datetime_text is not None and bound[3] == datetime_text(row[3])
     with pytest.raises(ValueError):
         prepared.row_params(row[:-1])
 

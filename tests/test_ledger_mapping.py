@@ -187,13 +187,18 @@ def test_events_made_without_their_init_are_the_dataclass_ones_in_attribute_orde
         ),
     ):
         build = event_builder(cls)
-        assert build is not cls  # the one-step builder, not the class's __init__
-        ours, theirs = build(**fields), cls(**fields)
+        assert build.__name__ == "build"  # the one-step builder, not the class's __init__
+        # Given in another order than the fields': the event's follows the class.
+        ours, theirs = build(dict(reversed(fields.items()))), cls(**fields)
         assert type(ours) is cls and ours == theirs
         # The same attributes in the same order: the stored JSON follows it.
         assert list(vars(ours).items()) == list(vars(theirs).items())
-        with pytest.raises(TypeError):
-            build(**{k: v for k, v in fields.items() if k != "actor"})  # all required
+        with pytest.raises(TypeError, match="actor"):
+            build({k: v for k, v in fields.items() if k != "actor"})  # all required
+        with pytest.raises(TypeError, match="note"):
+            build({**fields, "note": "n"})  # and no others
+        with pytest.raises(TypeError, match="actor"):
+            build({**{k: v for k, v in fields.items() if k != "actor"}, "note": "n"})
 
 
 def test_an_event_with_defaults_keeps_its_own_init() -> None:
@@ -201,7 +206,18 @@ def test_an_event_with_defaults_keeps_its_own_init() -> None:
     class WithDefault(User.Event):
         note: str = "n"
 
-    assert event_builder(WithDefault) is WithDefault
+    build = event_builder(WithDefault)
+    assert build.__name__ == "construct"  # the class's own __init__, which sets defaults
+    event = build(
+        {
+            "originator_id": uuid.uuid4(),
+            "originator_version": 1,
+            "timestamp": T0,
+            "actor": "a",
+            "request_id": "r",
+        }
+    )
+    assert type(event) is WithDefault and event.note == "n"
 
 
 def test_a_datetime_is_written_as_its_own_isoformat_after_another() -> None:

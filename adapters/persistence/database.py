@@ -21,7 +21,12 @@ from itertools import compress
 from operator import is_not
 from typing import Any
 
-from healthledger.adapters.persistence.schema import metadata, user_data_keys
+from healthledger.adapters.persistence.schema import (
+    UTCDateTime,
+    metadata,
+    sqlite_datetime_text,
+    user_data_keys,
+)
 from healthledger.domain.identifiers import uuid_hex
 from sqlalchemy import (
     Connection,
@@ -51,12 +56,20 @@ def driver_connection(conn: Connection) -> Any:
     return conn.connection.driver_connection
 
 
-def _binds_uuid_as_hex(type_: Any, dialect: Any) -> bool:
-    return (
+def _fast_processor(type_: Any, dialect: Any, processor: Any) -> Any:
+    """The bind processor `Prepared` uses for a column type: the C-made UUID hex where
+    the database has no UUID type, and SQLite's DATETIME text itself where the type's
+    processor is a closure around it; otherwise SQLAlchemy's own. (`Prepared` never
+    hands a processor None, which those closures exist to pass through.)"""
+    if (
         isinstance(type_, Uuid)
         and type_.as_uuid
         and not (dialect.supports_native_uuid and type_.native_uuid)
-    )
+    ):
+        return uuid_hex
+    if isinstance(type_, UTCDateTime) and dialect.name == "sqlite":
+        return sqlite_datetime_text
+    return processor
 
 
 class Prepared:
@@ -76,7 +89,7 @@ class Prepared:
         self._dbapi = dialect.loaded_dbapi
         self.sql = compiled.string
         self._processors: Mapping[str, Any] = {
-            name: uuid_hex if _binds_uuid_as_hex(compiled.binds[name].type, dialect) else p
+            name: _fast_processor(compiled.binds[name].type, dialect, p)
             for name, p in compiled._bind_processors.items()
         }
         # Values the statement binds itself (an OFFSET 0 that SQLite adds to a LIMIT...).
@@ -455,7 +468,9 @@ class Database:
         """One write transaction (committed on success, rolled back on error)."""
         if not self.is_sqlite:
             return self.writer.begin()
-        return _SqliteWrite(self)
+        write = _new_write(_SqliteWrite)  # its one field set here: no __init__ frame
+        write._db = self
+        return write
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -563,9 +578,6 @@ class _SqliteWrite:
 
     __slots__ = ("_conn", "_db", "_driver", "_locked")
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
     def __enter__(self) -> Connection:
         db = self._db
         in_unit = getattr(db._unit, "active", False)
@@ -599,7 +611,7 @@ class _SqliteWrite:
                     conn.commit()
                 else:
                     try:
-                        driver.commit()
+                        driver.execute("COMMIT")
                     except sqlite3.Error as exc:
                         raise _driver_error("COMMIT", exc) from exc
             except BaseException:
@@ -618,3 +630,6 @@ class _SqliteWrite:
             conn.rollback()
         if driver.in_transaction:
             driver.rollback()
+
+
+_new_write = object.__new__

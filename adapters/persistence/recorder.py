@@ -100,7 +100,7 @@ class LedgerRecorder(ProcessRecorder):
         self._subscriptions: set[PollingSubscription] = set()
         self._subscriptions_lock = threading.Lock()
         self._commit_listeners: list[Callable[[], None]] = []
-        # What `_notify_subscribers` calls after each commit (`_update_wakers`).
+        # What `insert_events` calls after each commit (`_update_wakers`).
         self._wakers: tuple[Callable[[], None], ...] = ()
         events = tables.events
         db.add_log_writer(events.name)
@@ -141,7 +141,10 @@ class LedgerRecorder(ProcessRecorder):
                     self.on_record(conn, domain_events)
         except sa_exc.IntegrityError as exc:
             raise IntegrityError(str(exc.orig)) from exc
-        self._notify_subscribers()
+        # Wake the subscriptions and commit listeners (the tuple is replaced whole under
+        # the lock, so every commit reads it without one).
+        for wake in self._wakers:
+            wake()
         return ids
 
     def _insert_rows(
@@ -272,11 +275,6 @@ class LedgerRecorder(ProcessRecorder):
         with self._subscriptions_lock:
             self._commit_listeners.append(listener)
             self._update_wakers()
-
-    def _notify_subscribers(self) -> None:
-        # The tuple is replaced whole under the lock, so every commit reads it without one.
-        for wake in self._wakers:
-            wake()
 
     def _register(self, subscription: PollingSubscription) -> None:
         with self._subscriptions_lock:
