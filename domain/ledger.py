@@ -284,7 +284,8 @@ class LedgerRepository(Repository[UUID]):
                 continue
             # Setting a key keeps its place: only one kept already moves to the end.
             kept = key in current
-            current[key] = (mark, *_private(aggregate))
+            cls, private = _private(aggregate)
+            current[key] = (mark, cls, private)
             if kept:
                 current.move_to_end(key)
         while len(current) > self._maxsize:

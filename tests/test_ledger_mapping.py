@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import threading
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -156,6 +158,33 @@ def test_ids_made_without_uuid_init_are_the_standard_librarys() -> None:
     value = random.Random(7).getrandbits(128)
     assert uuid_from_int(value) == uuid.UUID(int=value)
     assert uuid_from_int(value).is_safe is uuid.UUID(int=value).is_safe
+
+
+def test_random_ids_are_never_handed_out_twice_across_threads_or_a_fork() -> None:
+    # new_uuid reads os.urandom 4,096 bytes at a time and keeps what it has not used.
+    made: list[uuid.UUID] = []
+
+    def take() -> None:
+        made.extend(new_uuid() for _ in range(3000))
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(made)) == len(made) == 12000
+    # A forked child must not hand out the numbers its parent kept.
+    new_uuid()  # the pool is not empty at the fork
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's side
+        os.write(writer, new_uuid().bytes)
+        os._exit(0)
+    os.close(writer)
+    os.waitpid(child, 0)
+    from_child = uuid.UUID(bytes=os.read(reader, 16))
+    os.close(reader)
+    assert from_child not in {new_uuid() for _ in range(300)}
 
 
 def test_events_made_without_their_init_are_the_dataclass_ones_in_attribute_order() -> None:

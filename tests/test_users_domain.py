@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 import uuid
 from datetime import UTC, date, datetime, timedelta
 
@@ -17,11 +18,13 @@ from healthledger.domain.errors import (
     UserScheduledForDeletion,
 )
 from healthledger.domain.users import (
+    _PHONE_SHAPED,
     ACTIVE,
     ERASED,
     PENDING_ERASURE,
     ClientUserIdClaim,
     User,
+    _phone_shaped,
     client_user_id_problem,
     ingestion_bounds_problem,
     time_zone_problem,
@@ -156,6 +159,20 @@ def test_client_user_id_rejects_personal_data_and_bad_lengths(value: str) -> Non
 )
 def test_client_user_id_accepts_ordinary_ids(value: str) -> None:
     assert client_user_id_problem(value) is None
+
+
+def test_the_phone_shape_is_the_patterns_for_every_value() -> None:
+    # ASCII values are looked at without the regular expression; they must match where
+    # it matches: digits, ASCII and other whitespace, the punctuation, a "+" (only first
+    # counts), letters, other digits (Arabic-Indic), a trailing newline.
+    rng = random.Random(13)
+    alphabet = "0123456789 +().-/\t\n\x0b\x0c\r\x1c\x1f\x85\u00a0\u2003x@#_٣"
+    values = ["+", "++1", "1\n", "+\n", "٣٣٣", " ", "\x1c"]
+    values += [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12))) for _ in range(20000)
+    ]
+    for value in values:
+        assert _phone_shaped(value) == (_PHONE_SHAPED.match(value) is not None), repr(value)
 
 
 def test_time_zone_and_bounds_rules() -> None:
