@@ -2,15 +2,15 @@
 
 A command stamps all its events (and the read-model rows they project) with one `now`: a
 create's two events, a delete's two or three. The C `isoformat` of an aware datetime
-formats two strings (the time's and the offset's) through `PyUnicode_FromFormat`, about
-5,000 instructions; its text is kept for the last datetime, which the stored event's JSON
-(`LedgerTranscoder`) and SQLite's DATETIME text (`sqlite_datetime_text`, a slice of it)
-both read.
+formats each number through `PyUnicode_FromFormat`, about 11,000 instructions; a UTC
+one's text is made here from pieces instead, and the text is kept for the last datetime,
+which the stored event's JSON (`LedgerTranscoder`) and SQLite's DATETIME text
+(`sqlite_datetime_text`, a slice of it) both read.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 def iso_text(value: datetime) -> str:
@@ -20,9 +20,41 @@ def iso_text(value: datetime) -> str:
     last = _last
     if last[0] is value:
         return last[1]
-    text = value.isoformat()
+    utc = value.tzinfo is UTC and value.microsecond
+    text = _utc_iso_text(value) if utc else value.isoformat()
     _last = (value, text)
     return text
+
+
+def _utc_iso_text(value: datetime) -> str:
+    """`value.isoformat()` of a UTC datetime with microseconds, from pieces: the date's
+    text kept per day, two-digit texts from a table. The C `isoformat` formats every
+    number through `PyUnicode_FromFormat`, about 11,000 instructions; this, about 5,000.
+    A test holds the two equal."""
+    day = _DAYS.get(value.toordinal())
+    if day is None:
+        if len(_DAYS) >= _DAYS_KEPT:
+            _DAYS.clear()
+        day = _DAYS[value.toordinal()] = value.date().isoformat() + "T"
+    return "".join(
+        (
+            day,
+            _TWO_DIGITS[value.hour],
+            ":",
+            _TWO_DIGITS[value.minute],
+            ":",
+            _TWO_DIGITS[value.second],
+            ".",
+            str(value.microsecond).zfill(6),
+            "+00:00",
+        )
+    )
+
+
+# Per day (its ordinal): its ISO text and the "T" (a handful of days are in use).
+_DAYS: dict[int, str] = {}
+_DAYS_KEPT = 64
+_TWO_DIGITS = [f"{number:02d}" for number in range(60)]
 
 
 def remembered_iso_text(value: datetime) -> str | None:

@@ -22,6 +22,7 @@ from freezegun import freeze_time
 from healthledger.domain.context import CommandContext
 from healthledger.domain.identifiers import new_uuid, uuid_from_int, uuid_hex
 from healthledger.domain.ledger import Ledger, LedgerMapper, LedgerTranscoder
+from healthledger.domain.timestamps import iso_text
 from healthledger.domain.users import CLAIM_NAMESPACE, ClientUserIdClaim, User, event_builder
 
 CTX = CommandContext(actor="team_api_key:k", request_id="req-1")
@@ -247,6 +248,27 @@ def test_an_event_with_defaults_keeps_its_own_init() -> None:
         }
     )
     assert type(event) is WithDefault and event.note == "n"
+
+
+def test_the_iso_text_of_a_datetime_is_its_isoformat() -> None:
+    rng = random.Random(17)
+    zones = [UTC, UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(0))]
+    values = [
+        datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+        datetime(999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2026, 1, 1, tzinfo=UTC),  # no microseconds: isoformat leaves them out
+        datetime(2026, 1, 1, 10, 0, 0, 10, tzinfo=UTC),
+    ]
+    for _ in range(5000):
+        moment = datetime(1, 1, 1, tzinfo=UTC) + timedelta(
+            microseconds=rng.randrange(315_537_897_600_000_000)
+        )
+        values.append(moment.astimezone(rng.choice(zones)))
+    for value in values:
+        assert iso_text(value) == value.isoformat()
+    with freeze_time("2026-03-01 12:00:00.000123"):
+        now = datetime.now(UTC)
+        assert iso_text(now) == now.isoformat() == "2026-03-01T12:00:00.000123+00:00"
 
 
 def test_a_datetime_is_written_as_its_own_isoformat_after_another() -> None:
