@@ -20,8 +20,10 @@ def iso_text(value: datetime) -> str:
     last = _last
     if last[0] is value:
         return last[1]
-    utc = value.tzinfo is UTC and value.microsecond
-    text = _utc_iso_text(value) if utc else value.isoformat()
+    # UTC with microseconds (nearly every `now`): from pieces. Any other: isoformat
+    # itself (without microseconds it leaves the fraction out).
+    pieces = value.tzinfo is UTC and value.microsecond
+    text = _utc_iso_text(value) if pieces else value.isoformat()
     _last = (value, text)
     return text
 

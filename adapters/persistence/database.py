@@ -236,12 +236,12 @@ class SparseInsert:
     sqlite3 binds an int, float, str or bytearray (of exactly that type) as it is, and
     looks any other value up as one to adapt: for None, a registry miss and two failed
     attribute lookups, each making a formatted AttributeError, about 2,600 instructions a
-    value (callgrind), ten times the binding of a str. A created user's row holds eight
-    Nones in fourteen values (no time zone, birth date or ingestion bounds given): they
-    cost more than the rest of its binding. A column left out of an INSERT takes its
-    default, NULL for a column with none, so the row stored is the same; columns with a
-    default are refused here. One statement per set of columns present, compiled at its
-    first use (at most 2**k for k nullable columns; a handful in practice)."""
+    value (callgrind). A created user's row holds eight Nones in fourteen values (no time
+    zone, birth date or ingestion bounds given): they cost more than the rest of its
+    binding. A column left out of an INSERT takes its default, NULL for a column with
+    none, so the row stored is the same; columns with a default are refused here. One
+    statement per set of columns present, compiled at its first use (at most 2**k for k
+    nullable columns; a handful in practice). On PostgreSQL it stores the same rows."""
 
     def __init__(self, db: Database, key: Any, table: Table, columns: Sequence[str]) -> None:
         with_default = [
@@ -611,6 +611,8 @@ class _SqliteWrite:
                     conn.commit()
                 else:
                     try:
+                        # From the connection's statement cache, as BEGIN is:
+                        # `sqlite3.Connection.commit()` prepares COMMIT anew every time.
                         driver.execute("COMMIT")
                     except sqlite3.Error as exc:
                         raise _driver_error("COMMIT", exc) from exc
