@@ -175,9 +175,9 @@ _KEYS_KEPT = 1024
 
 
 # eventsourcing's transcodings whose data is plain text that needs no JSON escaping
-# (hex digits; digits, "-", ":", "T", "." and "+"), written by C callables or by one
-# step around one: their `encode` methods are Python frames around one attribute
-# (`UUID.hex`, itself a Python property) or one method call.
+# (hex digits; digits, "-", ":", "T", "." and "+"), and what writes that text: the
+# remembered UUID hex (`uuid_hex`), the command's ISO text made once (`iso_text`), a
+# date's C `isoformat`. Their own `encode` methods write the same text, less directly.
 _PLAIN_TEXT: dict[type[Transcoding], Callable[[Any], str]] = {
     UUIDAsHex: uuid_hex,
     DatetimeAsISO: iso_text,
@@ -276,20 +276,12 @@ class LedgerRepository(Repository[UUID]):
 
         Copied: the saved object is the caller's, who may go on changing it."""
         mark = self._log_mark(existing=True)
-        current = self._current
         for aggregate in aggregates:
             key = aggregate.id.int
             if mark is None:
-                current.pop(key, None)
-                continue
-            # Setting a key keeps its place: only one kept already moves to the end.
-            kept = key in current
-            cls, private = _private(aggregate)
-            current[key] = (mark, cls, private)
-            if kept:
-                current.move_to_end(key)
-        while len(current) > self._maxsize:
-            current.popitem(last=False)
+                self._current.pop(key, None)
+            else:
+                self._keep(key, mark, aggregate)
         return mark
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
@@ -297,9 +289,14 @@ class LedgerRepository(Repository[UUID]):
             self._current.pop(aggregate_id.int, None)
 
     def _keep(self, key: int, mark: Hashable, aggregate: Aggregate) -> None:
+        """Keep a private copy of `aggregate` with `mark`, as the most recently used."""
         current = self._current
-        current[key] = (mark, *_private(aggregate))
-        current.move_to_end(key)
+        # Setting a key keeps its place: only one kept already moves to the end.
+        kept = key in current
+        cls, private = _private(aggregate)
+        current[key] = (mark, cls, private)
+        if kept:
+            current.move_to_end(key)
         if len(current) > self._maxsize:
             current.popitem(last=False)
 

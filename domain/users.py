@@ -157,8 +157,7 @@ def _build_without_init(event_class: type) -> Callable[[dict[str, Any]], Any]:
         "    event.__dict__.update(ordered)\n"
         "    return event\n"
     )
-    namespace: dict[str, Any] = {"new": object.__new__, "event_class": event_class}
-    namespace["names"] = names
+    namespace: dict[str, Any] = {"new": object.__new__, "event_class": event_class, "names": names}
     exec(source, namespace)
     build: Callable[[dict[str, Any]], Any] = namespace["build"]
     return build

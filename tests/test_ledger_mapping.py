@@ -36,6 +36,17 @@ def _transcoders() -> tuple[LedgerTranscoder, JSONTranscoder]:
     return ours, stock
 
 
+def _event_fields(version: int = 1) -> dict[str, Any]:
+    """The fields every event of ours has."""
+    return {
+        "originator_id": uuid.uuid4(),
+        "originator_version": version,
+        "timestamp": T0,
+        "actor": "a",
+        "request_id": "r",
+    }
+
+
 STATES: list[dict[str, Any]] = [
     {},
     {"a": "plain", "b": None, "c": 3, "d": True, "e": False, "f": -7, "g": 2.5},
@@ -120,14 +131,7 @@ def test_a_class_version_is_stored_as_eventsourcing_stores_it() -> None:
         note: str
 
     ours, stock = _transcoders()
-    event = Versioned(
-        originator_id=uuid.uuid4(),
-        originator_version=2,
-        timestamp=T0,
-        actor="a",
-        request_id="r",
-        note="n",
-    )
+    event = Versioned(**_event_fields(version=2), note="n")
     stored = LedgerMapper(ours).to_stored_event(event)
     assert stored == Mapper(stock).to_stored_event(event)
     assert b'"class_version":2' in stored.state
@@ -190,15 +194,7 @@ def test_random_ids_are_never_handed_out_twice_across_threads_or_a_fork() -> Non
 
 def test_events_made_without_their_init_are_the_dataclass_ones_in_attribute_order() -> None:
     # The fields every Created event of ours has (`event_builder` needs them all).
-    common = dict(
-        originator_id=uuid.uuid4(),
-        originator_version=1,
-        timestamp=T0,
-        actor="a",
-        request_id="r",
-        team_id=uuid.uuid4(),
-        client_user_id="c",
-    )
+    common = {**_event_fields(), "team_id": uuid.uuid4(), "client_user_id": "c"}
     user_fields = dict(
         fallback_time_zone=None,
         sealed_birth_date="s",
@@ -238,15 +234,7 @@ def test_an_event_with_defaults_keeps_its_own_init() -> None:
 
     build = event_builder(WithDefault)
     assert build.__name__ == "construct"  # the class's own __init__, which sets defaults
-    event = build(
-        {
-            "originator_id": uuid.uuid4(),
-            "originator_version": 1,
-            "timestamp": T0,
-            "actor": "a",
-            "request_id": "r",
-        }
-    )
+    event = build(_event_fields())
     assert type(event) is WithDefault and event.note == "n"
 
 
