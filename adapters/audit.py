@@ -13,7 +13,7 @@ from uuid import UUID
 
 from healthledger.adapters.composition import Service
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
-from healthledger.domain.users import User
+from healthledger.domain.users.user import User
 
 _BASE_FIELDS = {
     "originator_id",

@@ -10,6 +10,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from healthledger.adapters.eventstore.recorder import (
+    LedgerInfrastructure,
+    LedgerRecorder,
+    SnapshotRecorder,
+)
 from healthledger.adapters.http.cursors import cursor_secret
 from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
@@ -19,11 +24,6 @@ from healthledger.adapters.persistence.link_token_queries import LinkTokenQuerie
 from healthledger.adapters.persistence.pull_queries import PullQueries
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
 from healthledger.adapters.persistence.read_models import ReadModels, erasure_effects
-from healthledger.adapters.persistence.recorder import (
-    LedgerInfrastructure,
-    LedgerRecorder,
-    SnapshotRecorder,
-)
 from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.reference import (
@@ -37,18 +37,18 @@ from healthledger.adapters.reference import (
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.adapters.webhooks.payloads import Payloads
-from healthledger.domain.connecting import Connections
+from healthledger.domain.connections.connecting import Connections
+from healthledger.domain.connections.linking import LinkTokens
+from healthledger.domain.connections.providers import ProviderAdapter
+from healthledger.domain.connections.pulling import PullPolicy, Pulls
 from healthledger.domain.context import BOOTSTRAP, CommandContext
-from healthledger.domain.deprecations import Deprecations
 from healthledger.domain.ledger import Clock, Ledger, utc_now
-from healthledger.domain.linking import LinkTokens
-from healthledger.domain.providers import ProviderAdapter
-from healthledger.domain.pulling import PullPolicy, Pulls
-from healthledger.domain.redelivery import Redeliveries
-from healthledger.domain.team_directory import Bootstrap, TeamDirectory
-from healthledger.domain.user_lifecycle import UserLifecycle
-from healthledger.domain.webhook_event_types import EventTypeCatalog
-from healthledger.domain.webhook_management import WebhookEndpoints, address, url_address
+from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
+from healthledger.domain.users.lifecycle import UserLifecycle
+from healthledger.domain.webhooks.deprecations import Deprecations
+from healthledger.domain.webhooks.event_types import EventTypeCatalog
+from healthledger.domain.webhooks.management import WebhookEndpoints, address, url_address
+from healthledger.domain.webhooks.redelivery import Redeliveries
 from sqlalchemy import Connection
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
-from healthledger.domain.users import ClientUserIdClaim, User
+from healthledger.domain.users.user import ClientUserIdClaim, User
 
 TARGET = 0.70
 KINDS = ("create", "delete", "undo")

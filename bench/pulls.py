@@ -44,9 +44,9 @@ from healthledger.adapters.composition import build_service
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.reference import provider_catalog
 from healthledger.adapters.settings import Settings
+from healthledger.domain.connections.providers import PullTarget
+from healthledger.domain.connections.pulling import pull_chunks
 from healthledger.domain.context import CommandContext
-from healthledger.domain.providers import PullTarget
-from healthledger.domain.pulling import pull_chunks
 
 FULL_HISTORY_TARGET_S = 2.0
 DEMO_PROVIDERS = ("oura", "fitbit", "apple_health_kit", "freestyle_libre", "withings")

@@ -36,7 +36,7 @@ from healthledger.adapters.persistence.schema import teams, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.signing import signed_headers
 from healthledger.domain.context import CommandContext
-from healthledger.domain.webhook_deliveries import message_id_for
+from healthledger.domain.webhooks.deliveries import message_id_for
 from healthledger.scheduler.pulls import run_due_pulls
 from healthledger.scheduler.runner import start_scheduler
 from healthledger.scheduler.webhooks import dispatch_webhooks

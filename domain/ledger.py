@@ -39,7 +39,7 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import get_topic
 from healthledger.domain.identifiers import uuid_hex
 from healthledger.domain.timestamps import iso_text
-from healthledger.domain.users import ERASED, CheapCopy, User
+from healthledger.domain.users.user import ERASED, CheapCopy, User
 
 Clock = Callable[[], datetime]
 

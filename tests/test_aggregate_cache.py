@@ -12,11 +12,11 @@ from contextlib import contextmanager
 import pytest
 from eventsourcing.persistence import IntegrityError
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.recorder import LedgerRecorder
+from healthledger.adapters.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import UserNotFound, UserScheduledForDeletion
-from healthledger.domain.users import ACTIVE, PENDING_ERASURE, ClientUserIdClaim, User
+from healthledger.domain.users.user import ACTIVE, PENDING_ERASURE, ClientUserIdClaim, User
 from sqlalchemy.engine import make_url
 
 from tests.conftest import Team

@@ -133,7 +133,7 @@ def test_keys_create_for_an_org_prints_a_working_management_key(
     service: Service, team: Team, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from healthledger.adapters.http.management_api import create_management_api
-    from healthledger.domain.team_directory import DEFAULT_ORG_ID
+    from healthledger.domain.teams.directory import DEFAULT_ORG_ID
 
     assert main(["keys", "create", "--org", str(DEFAULT_ORG_ID)]) == 0
     plain = capsys.readouterr().out.splitlines()[-1]

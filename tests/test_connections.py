@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.schema import connections, stored_events
-from healthledger.domain.connections import Connection
+from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext
 from healthledger.scheduler.erasure import sweep_erasures
 from sqlalchemy import func, select

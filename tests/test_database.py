@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 from eventsourcing.persistence import StoredEvent
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.database import SparseInsert, insert_statement
-from healthledger.adapters.persistence.recorder import (
+from healthledger.adapters.eventstore.recorder import (
     EVENT_COLUMNS,
     event_rows,
     sqlite_event_values,
 )
+from healthledger.adapters.persistence.database import SparseInsert, insert_statement
 from healthledger.adapters.persistence.schema import (
     UTCDateTime,
     metadata,

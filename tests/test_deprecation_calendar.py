@@ -20,7 +20,7 @@ from healthledger.adapters.reference import (
 )
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import SCHEDULER, CommandContext
-from healthledger.domain.deprecation_calendar import (
+from healthledger.domain.webhooks.deprecation_calendar import (
     CALENDAR_ID,
     CONNECTION_SOURCE_REMOVED,
     HYPNOGRAM_EVENTS_REMOVED,

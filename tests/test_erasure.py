@@ -22,8 +22,8 @@ from healthledger.adapters.persistence.schema import (
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import UserNotFound
-from healthledger.domain.user_lifecycle import ERASURE_REMOVES
-from healthledger.domain.users import ERASED, User
+from healthledger.domain.users.lifecycle import ERASURE_REMOVES
+from healthledger.domain.users.user import ERASED, User
 from healthledger.scheduler.erasure import sweep_erasures
 from healthledger.scheduler.runner import start_scheduler
 from sqlalchemy import func, select
@@ -238,7 +238,7 @@ def test_history_survives_erasure_without_personal_values(
 def test_the_sweep_finishes_a_team_deletion_a_crash_cut_short(
     service: Service, team: Team, ctx: CommandContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from healthledger.domain.team_directory import DEFAULT_ORG_ID
+    from healthledger.domain.teams.directory import DEFAULT_ORG_ID
 
     kept = [
         service.users.create_user(ctx, team.team_id, client_user_id=f"t{n}").id for n in range(3)

@@ -14,7 +14,7 @@ from healthledger.adapters.persistence.schema import user_data_keys
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import ClientUserIdTaken
-from healthledger.domain.users import User
+from healthledger.domain.users.user import User
 from sqlalchemy import func, select
 
 from tests.conftest import Team

@@ -23,7 +23,7 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.identifiers import new_uuid, uuid_from_int, uuid_hex
 from healthledger.domain.ledger import Ledger, LedgerMapper, LedgerTranscoder
 from healthledger.domain.timestamps import iso_text
-from healthledger.domain.users import CLAIM_NAMESPACE, ClientUserIdClaim, User, event_builder
+from healthledger.domain.users.user import CLAIM_NAMESPACE, ClientUserIdClaim, User, event_builder
 
 CTX = CommandContext(actor="team_api_key:k", request_id="req-1")
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)

@@ -17,7 +17,7 @@ from healthledger.domain.errors import (
     UserNotFound,
     UserScheduledForDeletion,
 )
-from healthledger.domain.users import ClientUserIdClaim, User
+from healthledger.domain.users.user import ClientUserIdClaim, User
 from sqlalchemy import func, select
 
 from tests.conftest import Team

@@ -18,13 +18,13 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.link_page import create_link_app, outcome_url
 from healthledger.adapters.persistence.schema import link_tokens
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connecting import Connections
-from healthledger.domain.connections import Connection
+from healthledger.domain.connections.connecting import Connections
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.link_tokens import LinkToken, LinkTokenRejected
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import hash_key, link_token_id
-from healthledger.domain.link_tokens import LinkToken, LinkTokenRejected
-from healthledger.domain.team_directory import DEFAULT_ORG_ID
-from healthledger.domain.teams import BrandInformation, EnvironmentSettings
+from healthledger.domain.teams.directory import DEFAULT_ORG_ID
+from healthledger.domain.teams.teams import BrandInformation, EnvironmentSettings
 from sqlalchemy import select
 
 from tests.conftest import Team, create_user

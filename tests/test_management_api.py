@@ -1035,7 +1035,7 @@ def test_every_administrative_act_is_audited_with_its_key(org: Org) -> None:
         ("TeamApiKey.Created", by_team, "r-t-key"),
         ("TeamApiKey.Revoked", by_team, "r-t-revoke"),
     ]
-    from healthledger.domain.custom_credentials import CustomCredentials
+    from healthledger.domain.teams.custom_credentials import CustomCredentials
 
     assert org.events(CustomCredentials.id_for(UUID(team["id"]), "oura")) == [
         ("CustomCredentials.Created", by_team, "r-t-prep"),

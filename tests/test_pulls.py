@@ -15,10 +15,10 @@ from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.schema import health_data
 from healthledger.adapters.providers.demo import DemoProvider
-from healthledger.domain.connections import Connection
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.providers import PullTarget
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
-from healthledger.domain.providers import PullTarget
-from healthledger.domain.resource_feeds import ResourceFeed
 from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
 from sqlalchemy import select
 

@@ -17,7 +17,7 @@ from healthledger.domain.errors import (
     UserNotFound,
     UserScheduledForDeletion,
 )
-from healthledger.domain.users import (
+from healthledger.domain.users.user import (
     _PHONE_SHAPED,
     ACTIVE,
     ERASED,

@@ -20,10 +20,10 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.schema import teams, tracking, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
-from healthledger.domain.connections import Connection
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
-from healthledger.domain.resource_feeds import ResourceFeed
-from healthledger.domain.webhook_deliveries import RETRY_DELAYS, WebhookDelivery
+from healthledger.domain.webhooks.deliveries import RETRY_DELAYS, WebhookDelivery
 from healthledger.scheduler.pulls import run_due_pulls
 from healthledger.scheduler.webhooks import dispatch_webhooks
 from sqlalchemy import select
@@ -392,8 +392,8 @@ def test_our_receiver_mirrors_what_the_service_delivers(
     svc: Service, clock: Clock, database_url: str, tmp_path: Any
 ) -> None:
     from healthledger.adapters.http.team_api import create_team_api
-    from healthledger.adapters.webhooks.receiver import build_receiver
-    from healthledger.adapters.webhooks.receiver_app import create_receiver_app
+    from healthledger.adapters.mirror.receiver import build_receiver
+    from healthledger.adapters.mirror.receiver_app import create_receiver_app
     from starlette.testclient import TestClient
 
     sock = free_socket()

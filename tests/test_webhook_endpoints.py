@@ -19,7 +19,7 @@ from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.persistence.schema import webhook_endpoints
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import SCHEDULER, CommandContext
-from healthledger.domain.webhook_endpoints import ENDPOINT_GONE
+from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE
 from httpx import Response
 from sqlalchemy import select
 

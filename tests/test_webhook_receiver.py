@@ -23,22 +23,22 @@ import uvicorn
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.mirror_schema import mirror_snapshots, mirror_stored_events
-from healthledger.adapters.persistence.received_webhooks import APPLIED, RECEIVED
-from healthledger.adapters.persistence.schema import stored_events
-from healthledger.adapters.webhooks.messages import (
+from healthledger.adapters.mirror.messages import (
     INVALID_DATA,
     INVALID_ENVELOPE,
     MALFORMED_JSON,
     InvalidMessage,
 )
-from healthledger.adapters.webhooks.receiver import (
+from healthledger.adapters.mirror.received_webhooks import APPLIED, RECEIVED
+from healthledger.adapters.mirror.receiver import (
     DUPLICATE,
     TEAM_MISMATCH,
     WebhookReceiver,
     build_receiver,
 )
-from healthledger.adapters.webhooks.receiver_app import create_receiver_app
+from healthledger.adapters.mirror.receiver_app import create_receiver_app
+from healthledger.adapters.mirror.schema import mirror_snapshots, mirror_stored_events
+from healthledger.adapters.persistence.schema import stored_events
 from healthledger.adapters.webhooks.signing import (
     INVALID_SIGNATURE,
     MALFORMED_HEADERS,
@@ -50,7 +50,8 @@ from healthledger.adapters.webhooks.signing import (
     new_message_id,
     signed_headers,
 )
-from healthledger.domain.mirrored_users import (
+from healthledger.domain.mirror.mirroring import SAVE_ATTEMPTS
+from healthledger.domain.mirror.users import (
     CONNECTED,
     ERROR,
     ConnectionCreated,
@@ -59,8 +60,7 @@ from healthledger.domain.mirrored_users import (
     Envelope,
     MirroredUser,
 )
-from healthledger.domain.mirroring import SAVE_ATTEMPTS
-from healthledger.domain.webhook_endpoints import new_signing_secret
+from healthledger.domain.webhooks.endpoints import new_signing_secret
 from healthledger.scheduler.pulls import run_due_pulls
 from sqlalchemy import func, select
 

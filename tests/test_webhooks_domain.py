@@ -16,15 +16,15 @@ from healthledger.adapters.reference import (
     webhook_event_types,
 )
 from healthledger.domain.context import CommandContext
-from healthledger.domain.webhook_endpoints import (
+from healthledger.domain.webhooks.endpoints import (
     BY_CALLER,
     FAILING_TOO_LONG,
     ROTATION_OVERLAP,
     WebhookEndpoint,
     new_signing_secret,
 )
-from healthledger.domain.webhook_event_types import filter_matches, subscribed
-from healthledger.domain.webhook_management import address, url_problem
+from healthledger.domain.webhooks.event_types import filter_matches, subscribed
+from healthledger.domain.webhooks.management import address, url_problem
 
 CTX = CommandContext(actor="test:actor", request_id="req-test")
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ from fastapi.security import APIKeyHeader
 from healthledger.adapters.persistence.queries import TeamQueries
 from healthledger.domain.context import CommandContext, team_api_key_actor
 from healthledger.domain.keys import MANAGEMENT_KEY, key_matches, parse_key, team_api_key_id
-from healthledger.domain.management_keys import ORG_ADMIN
+from healthledger.domain.teams.management_keys import ORG_ADMIN
 
 TEAM_API_KEY_HEADER = "x-service-api-key"
 

@@ -7,13 +7,13 @@ from uuid import UUID
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
-from healthledger.domain.errors import InvalidRequest
-from healthledger.domain.providers import (
+from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
     NON_RETRIABLE,
     RETRIABLE_CODES,
     UNEXPECTED,
 )
+from healthledger.domain.errors import InvalidRequest
 from pydantic import BaseModel, ConfigDict, Field
 
 _NOT_FOUND = {404: {"description": "Unknown user, another team's user, or scheduled for deletion"}}

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.domain import errors
-from healthledger.domain.connections import AlreadyConnected, NotConnected
+from healthledger.domain.connections.connection import AlreadyConnected, NotConnected
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 

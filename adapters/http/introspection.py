@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
-from healthledger.domain.connections import CONNECTED
+from healthledger.domain.connections.connection import CONNECTED
 from healthledger.domain.errors import InvalidRequest
 
 # What a resource's feed looks like from outside in /v2/introspect/resources.

@@ -31,8 +31,8 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from healthledger.adapters.persistence.link_token_queries import LinkTokenView
 from healthledger.adapters.reference import ProviderEntry
-from healthledger.domain.connections import AlreadyConnected
-from healthledger.domain.link_tokens import (
+from healthledger.domain.connections.connection import AlreadyConnected
+from healthledger.domain.connections.link_tokens import (
     INVALID_TOKEN,
     REDIRECT,
     TOKEN_CONSUMED,

@@ -11,7 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
-from healthledger.domain.link_tokens import INVALID_TOKEN
+from healthledger.domain.connections.link_tokens import INVALID_TOKEN
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
 _NOT_FOUND = {404: {"description": "Unknown user, another team's user, or scheduled for deletion"}}

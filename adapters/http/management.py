@@ -16,8 +16,8 @@ from healthledger.adapters.http.auth import ManagementCaller, management_caller_
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.persistence.queries import TeamQueries
 from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, TeamNotFound
-from healthledger.domain.management_keys import ROLES
-from healthledger.domain.teams import CLOSED_BETA_FEATURES, EnvironmentSettings
+from healthledger.domain.teams.management_keys import ROLES
+from healthledger.domain.teams.teams import CLOSED_BETA_FEATURES, EnvironmentSettings
 from pydantic import BaseModel, ConfigDict, Field
 
 Environment = Literal["sandbox", "production"]

@@ -16,7 +16,7 @@ from healthledger.domain.personal_data import (
     Race,
     SexualOrientation,
 )
-from healthledger.domain.users import (
+from healthledger.domain.users.user import (
     CLIENT_USER_ID_MAX_LENGTH,
     birth_date_problem,
     client_user_id_problem,

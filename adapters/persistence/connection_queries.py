@@ -8,9 +8,9 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import connections, users
-from healthledger.domain.connections import DEREGISTERED
+from healthledger.domain.connections.connection import DEREGISTERED
 from healthledger.domain.personal_data import PersonalDataVault
-from healthledger.domain.users import ACTIVE
+from healthledger.domain.users.user import ACTIVE
 from sqlalchemy import bindparam, select
 
 # slug -> {"name", "slug", "logo"}: the provider object of events and summaries (2.13).

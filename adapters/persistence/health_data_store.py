@@ -11,7 +11,7 @@ from uuid import UUID
 from healthledger.adapters.persistence.database import Database, insert_statement
 from healthledger.adapters.persistence.key_store import KeyStore, canonical_json
 from healthledger.adapters.persistence.schema import health_data, users
-from healthledger.domain.health_data import StoreResult, UserDataGone
+from healthledger.domain.connections.health_data import StoreResult, UserDataGone
 from healthledger.domain.ledger import Clock
 from sqlalchemy import Connection, bindparam, delete, func, select, update
 

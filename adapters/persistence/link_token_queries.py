@@ -9,13 +9,13 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import link_tokens, teams, users
-from healthledger.domain.keys import key_matches, link_token_id
-from healthledger.domain.link_tokens import (
+from healthledger.domain.connections.link_tokens import (
     INVALID_TOKEN,
     link_token_expiry,
     link_token_problem,
 )
-from healthledger.domain.users import ACTIVE
+from healthledger.domain.keys import key_matches, link_token_id
+from healthledger.domain.users.user import ACTIVE
 from sqlalchemy import select
 
 

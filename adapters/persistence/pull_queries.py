@@ -9,9 +9,9 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import connections, resource_feeds, users
-from healthledger.domain.connections import CONNECTED, DEREGISTERED, PAUSED
-from healthledger.domain.resource_feeds import IN_PROGRESS, RETRYING, SCHEDULED, SUCCESS
-from healthledger.domain.users import ACTIVE
+from healthledger.domain.connections.connection import CONNECTED, DEREGISTERED, PAUSED
+from healthledger.domain.connections.resource_feeds import IN_PROGRESS, RETRYING, SCHEDULED, SUCCESS
+from healthledger.domain.users.user import ACTIVE
 from sqlalchemy import and_, func, or_, select
 
 

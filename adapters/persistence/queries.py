@@ -24,7 +24,7 @@ from healthledger.domain.errors import (
     UserScheduledForDeletion,
 )
 from healthledger.domain.personal_data import PersonalDataVault
-from healthledger.domain.users import ACTIVE, PENDING_ERASURE, client_user_id_problem
+from healthledger.domain.users.user import ACTIVE, PENDING_ERASURE, client_user_id_problem
 from sqlalchemy import Row, bindparam, func, select
 
 

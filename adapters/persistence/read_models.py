@@ -13,6 +13,7 @@ from typing import Any
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper
+from healthledger.adapters.eventstore.recorder import LedgerRecorder, delete_snapshots
 from healthledger.adapters.persistence.database import (
     Database,
     SparseInsert,
@@ -20,7 +21,6 @@ from healthledger.adapters.persistence.database import (
 )
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore
-from healthledger.adapters.persistence.recorder import LedgerRecorder, delete_snapshots
 from healthledger.adapters.persistence.schema import (
     READ_MODEL_TABLES,
     connections,
@@ -38,28 +38,28 @@ from healthledger.adapters.persistence.schema import (
     webhook_deliveries,
     webhook_endpoints,
 )
-from healthledger.domain.connections import CONNECTED, PAUSED
-from healthledger.domain.connections import DEREGISTERED as CONNECTION_DEREGISTERED
-from healthledger.domain.connections import ERROR as CONNECTION_ERROR
-from healthledger.domain.connections import Connection as ProviderConnection
-from healthledger.domain.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
-from healthledger.domain.deprecation_calendar import DeprecationCalendar
-from healthledger.domain.link_tokens import LinkToken
-from healthledger.domain.management_keys import ManagementKey
-from healthledger.domain.resource_feeds import FAILURE as PULL_FAILURE
-from healthledger.domain.resource_feeds import IN_PROGRESS as PULL_IN_PROGRESS
-from healthledger.domain.resource_feeds import RETRYING as PULL_RETRYING
-from healthledger.domain.resource_feeds import SCHEDULED as PULL_SCHEDULED
-from healthledger.domain.resource_feeds import SUCCESS as PULL_SUCCESS
-from healthledger.domain.resource_feeds import ResourceFeed
-from healthledger.domain.teams import Organization, Team, TeamApiKey, default_settings
-from healthledger.domain.users import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
-from healthledger.domain.webhook_deliveries import DROPPED as DELIVERY_DROPPED
-from healthledger.domain.webhook_deliveries import FAILED as DELIVERY_FAILED
-from healthledger.domain.webhook_deliveries import PENDING as DELIVERY_PENDING
-from healthledger.domain.webhook_deliveries import SUCCEEDED as DELIVERY_SUCCEEDED
-from healthledger.domain.webhook_deliveries import WebhookDelivery
-from healthledger.domain.webhook_endpoints import BY_CALLER, WebhookEndpoint
+from healthledger.domain.connections.connection import CONNECTED, PAUSED
+from healthledger.domain.connections.connection import DEREGISTERED as CONNECTION_DEREGISTERED
+from healthledger.domain.connections.connection import ERROR as CONNECTION_ERROR
+from healthledger.domain.connections.connection import Connection as ProviderConnection
+from healthledger.domain.connections.link_tokens import LinkToken
+from healthledger.domain.connections.resource_feeds import FAILURE as PULL_FAILURE
+from healthledger.domain.connections.resource_feeds import IN_PROGRESS as PULL_IN_PROGRESS
+from healthledger.domain.connections.resource_feeds import RETRYING as PULL_RETRYING
+from healthledger.domain.connections.resource_feeds import SCHEDULED as PULL_SCHEDULED
+from healthledger.domain.connections.resource_feeds import SUCCESS as PULL_SUCCESS
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.teams.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
+from healthledger.domain.teams.management_keys import ManagementKey
+from healthledger.domain.teams.teams import Organization, Team, TeamApiKey, default_settings
+from healthledger.domain.users.user import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
+from healthledger.domain.webhooks.deliveries import DROPPED as DELIVERY_DROPPED
+from healthledger.domain.webhooks.deliveries import FAILED as DELIVERY_FAILED
+from healthledger.domain.webhooks.deliveries import PENDING as DELIVERY_PENDING
+from healthledger.domain.webhooks.deliveries import SUCCEEDED as DELIVERY_SUCCEEDED
+from healthledger.domain.webhooks.deliveries import WebhookDelivery
+from healthledger.domain.webhooks.deprecation_calendar import DeprecationCalendar
+from healthledger.domain.webhooks.endpoints import BY_CALLER, WebhookEndpoint
 from sqlalchemy import Connection, bindparam, case, delete, func, insert, select, update
 
 # last_attempt_status of a feed whose attempt failed (retrying or failure).

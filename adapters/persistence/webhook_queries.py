@@ -14,8 +14,8 @@ from healthledger.adapters.persistence.schema import (
     webhook_deliveries,
     webhook_endpoints,
 )
-from healthledger.domain.webhook_deliveries import FAILED, PENDING
-from healthledger.domain.webhook_event_types import subscribed
+from healthledger.domain.webhooks.deliveries import FAILED, PENDING
+from healthledger.domain.webhooks.event_types import subscribed
 from sqlalchemy import func, select
 
 # Every column but the sealed secrets: no view of an endpoint carries a secret.

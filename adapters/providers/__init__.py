@@ -1,1 +1,3 @@
-"""Provider adapters behind the domain's provider port (`healthledger.domain.providers`)."""
+"""Provider adapters behind the domain's provider port
+(`healthledger.domain.connections.providers`).
+"""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from healthledger.domain.providers import (
+from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
     NON_RETRIABLE,
     ProviderError,

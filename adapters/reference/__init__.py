@@ -13,8 +13,13 @@ from datetime import date, datetime
 from importlib import resources
 from typing import Any, Literal, get_args
 
-from healthledger.domain.deprecation_calendar import CUT_OVER_KEYS, CutOver, Rules, rules_from
-from healthledger.domain.webhook_event_types import EventType, EventTypeCatalog
+from healthledger.domain.webhooks.deprecation_calendar import (
+    CUT_OVER_KEYS,
+    CutOver,
+    Rules,
+    rules_from,
+)
+from healthledger.domain.webhooks.event_types import EventType, EventTypeCatalog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PROVIDERS_FILE = "providers.json"

@@ -1,7 +1,7 @@
 """The webhook dispatcher: the outbox that follows the event log, and the sender.
 
 `follow` reads the notification log from its tracking position, turns each event into the
-public events it announces (`domain/announcements.py`), and records a `WebhookDelivery`
+public events it announces (`domain/webhooks/announcements.py`), and records a `WebhookDelivery`
 per subscribed endpoint, in the transaction that moves the tracking position on: a
 delivery is created exactly once per (event, endpoint), even with several dispatchers.
 
@@ -25,26 +25,26 @@ from uuid import UUID
 
 import httpx
 from eventsourcing.persistence import IntegrityError, Tracking
-from healthledger.adapters.persistence.recorder import LedgerRecorder
+from healthledger.adapters.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.schema import team_api_keys
 from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
 from healthledger.adapters.webhooks.signing import signed_headers
-from healthledger.domain.announcements import announcements
-from healthledger.domain.connections import Connection
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.resource_feeds import ResourceFeed
-from healthledger.domain.webhook_deliveries import (
+from healthledger.domain.webhooks.announcements import announcements
+from healthledger.domain.webhooks.deliveries import (
     DELIVERY_TIMEOUT,
     FAILING_TOO_LONG,
     PENDING,
     WebhookDelivery,
 )
-from healthledger.domain.webhook_endpoints import ENDPOINT_GONE
-from healthledger.domain.webhook_endpoints import FAILING_TOO_LONG as DISABLED_FAILING
-from healthledger.domain.webhook_event_types import subscribed
-from healthledger.domain.webhook_management import WebhookEndpoints
+from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE
+from healthledger.domain.webhooks.endpoints import FAILING_TOO_LONG as DISABLED_FAILING
+from healthledger.domain.webhooks.event_types import subscribed
+from healthledger.domain.webhooks.management import WebhookEndpoints
 from sqlalchemy import select
 
 log = logging.getLogger("healthledger.webhooks")

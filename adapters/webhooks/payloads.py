@@ -19,11 +19,11 @@ from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore
 from healthledger.adapters.persistence.schema import users
-from healthledger.domain.connections import Connection
-from healthledger.domain.deprecation_calendar import Rules
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.providers import SUMMARY_RESOURCES
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.ledger import Ledger
-from healthledger.domain.providers import SUMMARY_RESOURCES
-from healthledger.domain.resource_feeds import ResourceFeed
+from healthledger.domain.webhooks.deprecation_calendar import Rules
 from sqlalchemy import select
 
 # slug -> {"name", "slug", "logo"}

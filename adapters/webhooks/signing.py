@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from healthledger.domain.identifiers import new_uuid
-from healthledger.domain.webhook_endpoints import SECRET_PREFIX
+from healthledger.domain.webhooks.endpoints import SECRET_PREFIX
 
 SIGNATURE_VERSION = "v1"
 HEADER_PREFIXES = ("webhook", "svix")

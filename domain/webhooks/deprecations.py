@@ -12,14 +12,14 @@ from datetime import datetime
 
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.context import CommandContext
-from healthledger.domain.deprecation_calendar import (
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.webhooks.deprecation_calendar import (
     CALENDAR_ID,
     CutOver,
     DeprecationCalendar,
     Rules,
     rules_from,
 )
-from healthledger.domain.ledger import Clock, Ledger
 
 
 class Deprecations:

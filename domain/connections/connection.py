@@ -17,7 +17,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 CONNECTED = "connected"
 ERROR = "error"

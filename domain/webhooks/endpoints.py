@@ -18,7 +18,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.identifiers import new_uuid
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 SECRET_PREFIX = "whsec_"
 # Standard Webhooks asks for 24 to 64 bytes; 32 is 256 bits, the HMAC-SHA256 key size.

@@ -10,8 +10,8 @@ from uuid import UUID
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import WebhookEndpointNotFound
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.webhook_deliveries import WebhookDelivery
-from healthledger.domain.webhook_endpoints import WebhookEndpoint
+from healthledger.domain.webhooks.deliveries import WebhookDelivery
+from healthledger.domain.webhooks.endpoints import WebhookEndpoint
 
 DeliveriesSince = Callable[[UUID, datetime], list[UUID]]
 # Deliveries replayed per transaction.

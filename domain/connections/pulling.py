@@ -18,11 +18,9 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
-from healthledger.domain.connections import Connection
-from healthledger.domain.context import SCHEDULER, CommandContext
-from healthledger.domain.health_data import HealthDataStore, UserDataGone
-from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.providers import (
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.health_data import HealthDataStore, UserDataGone
+from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     UNEXPECTED,
     AdapterFor,
@@ -30,8 +28,15 @@ from healthledger.domain.providers import (
     ProviderError,
     PullTarget,
 )
-from healthledger.domain.resource_feeds import IN_PROGRESS, RETRYING, SUCCESS, ResourceFeed
-from healthledger.domain.users import User
+from healthledger.domain.connections.resource_feeds import (
+    IN_PROGRESS,
+    RETRYING,
+    SUCCESS,
+    ResourceFeed,
+)
+from healthledger.domain.context import SCHEDULER, CommandContext
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.users.user import User
 
 log = logging.getLogger("healthledger.pulls")
 

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
-from healthledger.domain.connections import BY_USER_DELETION, Connection
+from healthledger.domain.connections.connection import BY_USER_DELETION, Connection
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -22,7 +22,7 @@ from healthledger.domain.errors import (
 from healthledger.domain.identifiers import new_uuid
 from healthledger.domain.ledger import Clock, Ledger, command
 from healthledger.domain.personal_data import Demographics, PersonalDataVault
-from healthledger.domain.users import (
+from healthledger.domain.users.user import (
     ACTIVE,
     PENDING_ERASURE,
     ClientUserIdClaim,

@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from healthledger.adapters.webhooks.messages import InvalidMessage
-from healthledger.adapters.webhooks.receiver import WebhookReceiver
+from healthledger.adapters.mirror.messages import InvalidMessage
+from healthledger.adapters.mirror.receiver import WebhookReceiver
 from healthledger.adapters.webhooks.signing import (
     MALFORMED_HEADERS,
     MISSING_HEADERS,
     VerificationError,
 )
-from healthledger.domain.mirroring import MirrorBusy
+from healthledger.domain.mirror.mirroring import MirrorBusy
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request

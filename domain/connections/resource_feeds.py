@@ -25,10 +25,10 @@ from datetime import UTC, date, datetime
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.connections.providers import RETRY_QUOTA_EXHAUSTED
 from healthledger.domain.context import CommandContext
 from healthledger.domain.identifiers import new_uuid
-from healthledger.domain.providers import RETRY_QUOTA_EXHAUSTED
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 SCHEDULED = "scheduled"
 IN_PROGRESS = "in_progress"

@@ -3,7 +3,7 @@
 The mirror is its own event-sourced application (`MirrorLedger`), recording in its own
 tables, because it runs in the customer's database, not ours. Its recorder writes the
 message id into the received-messages table in the transaction that stores the events, under
-a primary key (see `adapters/persistence/received_webhooks.py`): a message applied once
+a primary key (see `adapters/mirror/received_webhooks.py`): a message applied once
 can never be applied again, however its copies race.
 """
 
@@ -18,7 +18,7 @@ from uuid import UUID
 from eventsourcing.persistence import InfrastructureFactory, IntegrityError
 from healthledger.domain.errors import LedgerError
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.mirrored_users import Announcement, Envelope, MirroredUser
+from healthledger.domain.mirror.users import Announcement, Envelope, MirroredUser
 
 # How often a message is tried when another message about the same user was saved between
 # its read and its write. Each failure means another message was applied, and each retry

@@ -19,7 +19,7 @@ from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
 from healthledger.domain.keys import LINK_TOKEN, hash_key, key_matches, new_key
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 LINK_TOKEN_LIFETIME = timedelta(minutes=60)
 

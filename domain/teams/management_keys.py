@@ -13,7 +13,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import MANAGEMENT_KEY, hash_key, new_key
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 ORG_ADMIN = "org_admin"
 TEAM_ADMIN = "team_admin"

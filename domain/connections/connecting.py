@@ -12,13 +12,18 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
-from healthledger.domain.connections import BY_TEAM, AlreadyConnected, Connection, NotConnected
+from healthledger.domain.connections.connection import (
+    BY_TEAM,
+    AlreadyConnected,
+    Connection,
+    NotConnected,
+)
+from healthledger.domain.connections.pulling import Pulls
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.personal_data import PersonalDataVault
-from healthledger.domain.pulling import Pulls
-from healthledger.domain.resource_feeds import ResourceFeed
-from healthledger.domain.user_lifecycle import UserLifecycle
+from healthledger.domain.users.lifecycle import UserLifecycle
 
 
 @dataclass

@@ -26,15 +26,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.mirror_schema import MIRROR_TABLES, mirror_metadata
-from healthledger.adapters.persistence.received_webhooks import ReceivedWebhook, ReceivedWebhooks
-from healthledger.adapters.persistence.recorder import (
+from healthledger.adapters.eventstore.recorder import (
     LedgerInfrastructure,
     LedgerRecorder,
     SnapshotRecorder,
 )
-from healthledger.adapters.webhooks.messages import InvalidMessage, parse_message
+from healthledger.adapters.mirror.messages import InvalidMessage, parse_message
+from healthledger.adapters.mirror.received_webhooks import ReceivedWebhook, ReceivedWebhooks
+from healthledger.adapters.mirror.schema import MIRROR_TABLES, mirror_metadata
+from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.webhooks.signing import (
     DEFAULT_TOLERANCE,
     SigningError,
@@ -42,8 +42,8 @@ from healthledger.adapters.webhooks.signing import (
     verify,
 )
 from healthledger.domain.ledger import Clock, utc_now
-from healthledger.domain.mirrored_users import TeamMismatch
-from healthledger.domain.mirroring import Mirror, MirroredUserView, MirrorLedger
+from healthledger.domain.mirror.mirroring import Mirror, MirroredUserView, MirrorLedger
+from healthledger.domain.mirror.users import TeamMismatch
 
 logger = logging.getLogger("healthledger.receiver")
 

@@ -31,7 +31,8 @@ from typing import Annotated, Any, get_args
 from uuid import UUID
 
 from healthledger.adapters.reference import Resource
-from healthledger.domain.mirrored_users import (
+from healthledger.domain.connections.providers import SUMMARY_RESOURCES
+from healthledger.domain.mirror.users import (
     Announcement,
     ConnectionCreated,
     ConnectionErrored,
@@ -39,7 +40,6 @@ from healthledger.domain.mirrored_users import (
     Envelope,
     HistoricalDataAnnounced,
 )
-from healthledger.domain.providers import SUMMARY_RESOURCES
 from pydantic import (
     AwareDatetime,
     BaseModel,

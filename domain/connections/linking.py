@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
-from healthledger.domain.connecting import Connections
-from healthledger.domain.connections import AlreadyConnected
+from healthledger.domain.connections.connecting import Connections
+from healthledger.domain.connections.connection import AlreadyConnected
+from healthledger.domain.connections.link_tokens import (
+    INVALID_TOKEN,
+    REDIRECT,
+    TOKEN_CONSUMED,
+    LinkToken,
+    LinkTokenRejected,
+)
 from healthledger.domain.context import CommandContext, link_token_actor
 from healthledger.domain.errors import (
     InvalidRequest,
@@ -19,14 +26,7 @@ from healthledger.domain.errors import (
 )
 from healthledger.domain.keys import link_token_id
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.link_tokens import (
-    INVALID_TOKEN,
-    REDIRECT,
-    TOKEN_CONSUMED,
-    LinkToken,
-    LinkTokenRejected,
-)
-from healthledger.domain.user_lifecycle import UserLifecycle
+from healthledger.domain.users.lifecycle import UserLifecycle
 
 
 @dataclass(frozen=True)

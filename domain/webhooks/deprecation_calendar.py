@@ -18,7 +18,7 @@ from datetime import UTC, date, datetime, time
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 # What each cut-over key switches off.
 IS_FINAL_REMOVED = "historical_is_final_removed"

@@ -16,10 +16,10 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import ConcurrentChange, InvalidRequest, WebhookEndpointNotFound
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.personal_data import PersonalDataVault
-from healthledger.domain.team_directory import TeamDirectory
-from healthledger.domain.teams import ENVIRONMENTS
-from healthledger.domain.webhook_endpoints import BY_CALLER, WebhookEndpoint, new_signing_secret
-from healthledger.domain.webhook_event_types import EventTypeCatalog
+from healthledger.domain.teams.directory import TeamDirectory
+from healthledger.domain.teams.teams import ENVIRONMENTS
+from healthledger.domain.webhooks.endpoints import BY_CALLER, WebhookEndpoint, new_signing_secret
+from healthledger.domain.webhooks.event_types import EventTypeCatalog
 
 _SECRET_FIELD = "webhook_secret"
 _DEFAULT_PORTS = {"http": 80, "https": 443}

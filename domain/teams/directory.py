@@ -8,7 +8,6 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.context import CommandContext
-from healthledger.domain.custom_credentials import DELETED, CustomCredentials
 from healthledger.domain.errors import (
     ConcurrentChange,
     CredentialsNotFound,
@@ -21,9 +20,10 @@ from healthledger.domain.errors import (
     UserScheduledForDeletion,
 )
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.management_keys import ORG_ADMIN, TEAM_ADMIN, ManagementKey
 from healthledger.domain.personal_data import PersonalDataVault
-from healthledger.domain.teams import (
+from healthledger.domain.teams.custom_credentials import DELETED, CustomCredentials
+from healthledger.domain.teams.management_keys import ORG_ADMIN, TEAM_ADMIN, ManagementKey
+from healthledger.domain.teams.teams import (
     ENVIRONMENTS,
     REGIONS,
     EnvironmentSettings,
@@ -31,7 +31,7 @@ from healthledger.domain.teams import (
     Team,
     TeamApiKey,
 )
-from healthledger.domain.user_lifecycle import UserLifecycle
+from healthledger.domain.users.lifecycle import UserLifecycle
 
 # The first run's organization has a fixed id: two processes starting on an empty
 # database both try to create it, and the event store lets exactly one succeed.

@@ -22,7 +22,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 PENDING = "pending"
 SUCCEEDED = "succeeded"

@@ -12,9 +12,9 @@ from datetime import date
 from typing import Any
 from uuid import UUID
 
-from healthledger.domain.connections import Connection
-from healthledger.domain.deprecation_calendar import Rules
-from healthledger.domain.resource_feeds import ResourceFeed
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.webhooks.deprecation_calendar import Rules
 
 # Resources whose events are timeseries events, named `*.timeseries.<resource>.*`: only
 # the deprecated hypnogram keeps that form; every other resource is `*.data.<resource>.*`.

@@ -11,7 +11,7 @@ from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.identifiers import new_uuid
 from healthledger.domain.keys import TEAM_API_KEY, hash_key, new_key
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl, model_validator
 
 REGIONS = ("us", "eu")

@@ -13,7 +13,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import CredentialsNotPrepared
-from healthledger.domain.users import CheapCopy
+from healthledger.domain.users.user import CheapCopy
 
 PREPARED = "prepared"
 SET = "set"

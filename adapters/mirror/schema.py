@@ -8,7 +8,7 @@ its own names, so the two never mix even in one database (the tests put both in 
 
 from __future__ import annotations
 
-from healthledger.adapters.persistence.recorder import EventTables
+from healthledger.adapters.eventstore.recorder import EventTables
 from healthledger.adapters.persistence.schema import UTCDateTime
 from sqlalchemy import (
     BigInteger,

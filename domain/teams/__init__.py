@@ -1,0 +1,1 @@
+"""Organizations, teams, their keys, closed-beta switches and custom provider credentials."""
