@@ -105,3 +105,11 @@ def create_user(client: TestClient, team: Team, client_user_id: str, **fields: A
     )
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The folder is the scope: `pytest -m unit` runs the domain tests that need no database.
+    for item in items:
+        scope = item.path.parent.name
+        if scope in ("unit", "integration", "e2e"):
+            item.add_marker(getattr(pytest.mark, scope))

@@ -65,8 +65,8 @@ from healthledger.scheduler.pulls import run_due_pulls
 from sqlalchemy import func, select
 
 from tests.conftest import Team, create_user
-from tests.test_pulls import connect, provider_status, pulls_of
-from tests.test_server import free_port
+from tests.e2e.test_server import free_port
+from tests.integration.test_pulls import connect, provider_status, pulls_of
 
 SECRET = new_signing_secret()
 USER = uuid.UUID("3f1e3b57-8b1a-4e3c-9d2f-0a1b2c3d4e5f")

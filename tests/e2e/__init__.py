@@ -1,0 +1,1 @@
+"""End-to-end tests: real servers, subprocesses, the command line and the installed package."""

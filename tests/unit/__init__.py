@@ -1,0 +1,1 @@
+"""Unit tests: the domain on its own, no database, no network."""
