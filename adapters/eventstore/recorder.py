@@ -9,69 +9,37 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.domain import CanMutateAggregate, DomainEventProtocol
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
-    InfrastructureFactory,
     IntegrityError,
-    ListenNotifySubscription,
     Notification,
     ProcessRecorder,
     StoredEvent,
     Subscription,
     Tracking,
-    TrackingRecorder,
 )
-from healthledger.adapters.persistence.database import Database, insert_statement
-from healthledger.adapters.persistence.schema import (
-    snapshots,
-    sqlite_datetime_text,
-    stored_events,
-    tracking,
-)
-from healthledger.domain.identifiers import uuid_hex
-from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
+from healthledger.adapters.eventstore.subscription import PollingSubscription
+from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
+from healthledger.adapters.persistence.statements import CompiledStatement, insert_rows_of
+from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select
 from sqlalchemy import exc as sa_exc
 
-# An event row's columns, in the order its INSERT binds them.
+# An event row's columns.
 EVENT_COLUMNS = ("originator_id", "originator_version", "topic", "state", "timestamp")
-
-
-def event_rows(
-    stored_events: Sequence[StoredEvent], domain_events: Sequence[DomainEventProtocol[Any]]
-) -> list[tuple[Any, ...]]:
-    """Each event's row, in `EVENT_COLUMNS` order."""
-    return [
-        (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
-        for s, d in zip(stored_events, domain_events, strict=True)
-    ]
-
-
-def sqlite_event_values(
-    stored_events: Sequence[StoredEvent], domain_events: Sequence[DomainEventProtocol[Any]]
-) -> list[tuple[Any, ...]]:
-    """`event_rows` as sqlite3 binds them: what the columns' bind processors make (a Uuid
-    binds as its hex, a UTCDateTime as `sqlite_datetime_text`), in one pass, without
-    their generic per-value dispatch. A test holds the two to the same values."""
-    return [
-        (
-            uuid_hex(s.originator_id),
-            s.originator_version,
-            s.topic,
-            s.state,
-            sqlite_datetime_text(d.timestamp),
-        )
-        for s, d in zip(stored_events, domain_events, strict=True)
-    ]
-
+# The most event rows one INSERT writes (a command writes a few; a fan-out, more).
+EVENT_BATCH = 16
 
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
+# Called after a commit with the domain events it stored (none for a tracking-only one).
+CommitListener = Callable[[Sequence[DomainEventProtocol[Any]]], None]
 
 
 @dataclass(frozen=True)
@@ -88,6 +56,23 @@ class EventTables:
 LEDGER_TABLES = EventTables()
 
 
+def event_rows(
+    stored: Sequence[StoredEvent], domain_events: Sequence[CanMutateAggregate[Any]]
+) -> list[dict[str, Any]]:
+    """Each event's row: its stored form, and its domain event's time (the time-travel
+    index)."""
+    return [
+        {
+            "originator_id": s.originator_id,
+            "originator_version": s.originator_version,
+            "topic": s.topic,
+            "state": s.state,
+            "timestamp": d.timestamp,
+        }
+        for s, d in zip(stored, domain_events, strict=True)
+    ]
+
+
 class LedgerRecorder(ProcessRecorder):
     """Events, notifications and tracking on one table set; effects in the same txn."""
 
@@ -97,84 +82,97 @@ class LedgerRecorder(ProcessRecorder):
         self.db = db
         self.on_record = on_record
         self.tables = tables
-        self._subscriptions: set[PollingSubscription] = set()
-        self._subscriptions_lock = threading.Lock()
-        self._commit_listeners: list[Callable[[], None]] = []
-        # What `insert_events` calls after each commit (`_update_wakers`).
-        self._wakers: tuple[Callable[[], None], ...] = ()
+        # What each commit of events calls (subscriptions' wakes, commit listeners):
+        # replaced whole under the lock, so a commit reads it without one.
+        self.listeners_lock = threading.Lock()
+        self.listeners: tuple[CommitListener, ...] = ()
         events = tables.events
         db.add_log_writer(events.name)
-        # The ledger's `LogMark` (see `Database.change_mark`), bound here: called on
-        # every save, a method in between would be one more Python frame.
-        self.change_mark: Callable[..., tuple[int, int] | None] = functools.partial(
+        # The ledger's log mark (ADR 0011) for this recorder's table.
+        self.change_mark: Callable[..., Hashable | None] = functools.partial(
             db.change_mark, events.name
         )
-        self._insert = db.prepare(
-            (events.name, "insert"), lambda: insert_statement(events, EVENT_COLUMNS)
+        # SQLite: a command's events in one INSERT, compiled once per number of rows (up
+        # to `EVENT_BATCH`): the service's most written rows (ADR 0014).
+        self.insert_batches: dict[int, CompiledStatement] = {}
+        # Each row's notification id, in the order the rows were given.
+        self.insert_events_returning = insert(events).returning(
+            events.c.notification_id, sort_by_parameter_order=True
         )
-        if db.is_sqlite and tuple(self._insert.parameter_order or ()) != EVENT_COLUMNS:
-            raise RuntimeError("the event INSERT binds its columns in another order")
-        self._insert_returning = db.prepare(
-            (events.name, "insert.returning"),
-            lambda: insert_statement(events, EVENT_COLUMNS).returning(events.c.notification_id),
-        )
+        # An exclusive table lock (readers still read) makes notification ids commit in
+        # the order they are assigned, so a follower never skips a late id.
+        self.lock_statement = f"LOCK TABLE {events.name} IN EXCLUSIVE MODE"
 
     # -- writing ------------------------------------------------------------------------
 
     def insert_events(
         self,
-        stored_events_: Sequence[StoredEvent],
+        stored_events: Sequence[StoredEvent],
         *,
-        aggregate_events: Sequence[DomainEventProtocol[Any]] = (),
+        aggregate_events: Sequence[CanMutateAggregate[Any]] = (),
         tracking: Tracking | None = None,
         **kwargs: Any,
     ) -> Sequence[int] | None:
-        domain_events = aggregate_events
-        if len(domain_events) != len(stored_events_):
+        if len(aggregate_events) != len(stored_events):
             raise ValueError("the ledger passes each stored event's domain event")
         try:
             with self.db.write() as conn:
-                ids = self._insert_rows(conn, stored_events_, domain_events)
+                ids = self.insert_rows(conn, stored_events, aggregate_events)
                 if tracking is not None:
-                    self._insert_tracking(conn, tracking)
-                if self.on_record is not None and domain_events:
-                    self.on_record(conn, domain_events)
+                    self.record_tracking(conn, tracking)
+                if self.on_record is not None and aggregate_events:
+                    self.on_record(conn, aggregate_events)
         except sa_exc.IntegrityError as exc:
             raise IntegrityError(str(exc.orig)) from exc
-        # Wake the subscriptions and commit listeners (the tuple is replaced whole under
-        # the lock, so every commit reads it without one).
-        for wake in self._wakers:
-            wake()
+        for listener in self.listeners:
+            listener(aggregate_events)
         return ids
 
-    def _insert_rows(
+    def insert_rows(
         self,
         conn: Connection,
-        stored_events_: Sequence[StoredEvent],
-        domain_events: Sequence[DomainEventProtocol[Any]],
+        stored: Sequence[StoredEvent],
+        domain_events: Sequence[CanMutateAggregate[Any]],
     ) -> list[int]:
-        if not stored_events_:
+        """Insert the events' rows; their notification ids."""
+        if not stored:
             return []
         if self.db.is_sqlite:
             # One writer holds the database (BEGIN IMMEDIATE): a row's rowid is its
-            # notification id, and they are taken in order. These are the service's most
-            # written rows: their values are made in one step (`sqlite_event_values`).
-            return self._insert.insert_each(
-                conn, sqlite_event_values(stored_events_, domain_events)
-            )
-        # PostgreSQL: an exclusive table lock (readers still read) makes notification ids
-        # commit in the order they are assigned, so a follower never skips a late id.
-        lock = f"LOCK TABLE {self.tables.events.name} IN EXCLUSIVE MODE"
-        conn.exec_driver_sql(lock)
-        ids = []
-        for row in event_rows(stored_events_, domain_events):
-            cursor = self._insert_returning.execute(
-                conn, dict(zip(EVENT_COLUMNS, row, strict=True))
-            )
-            ids.append(cursor.fetchone()[0])
-        return ids
+            # notification id, and the rows of one INSERT take consecutive ones (the
+            # table is AUTOINCREMENT), the last of which sqlite3 reports.
+            ids: list[int] = []
+            for start in range(0, len(stored), EVENT_BATCH):
+                values: list[Any] = []
+                for s, d in zip(
+                    stored[start : start + EVENT_BATCH],
+                    domain_events[start : start + EVENT_BATCH],
+                    strict=True,
+                ):
+                    # In `EVENT_COLUMNS` order.
+                    values += (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
+                count = len(values) // len(EVENT_COLUMNS)
+                last = self.insert_batch(conn, count).execute_row(conn, values)
+                assert last is not None
+                ids.extend(range(last - count + 1, last + 1))
+            return ids
+        conn.exec_driver_sql(self.lock_statement)
+        rows = event_rows(stored, domain_events)
+        return list(conn.execute(self.insert_events_returning, rows).scalars())
 
-    def _insert_tracking(self, conn: Connection, record: Tracking) -> None:
+    def insert_batch(self, conn: Connection, count: int) -> CompiledStatement:
+        """The INSERT of `count` event rows, binding their values row after row, each
+        row's in `EVENT_COLUMNS` order."""
+        statement = self.insert_batches.get(count)
+        if statement is None:
+            statement = CompiledStatement(insert_rows_of(self.tables.events, EVENT_COLUMNS, count))
+            expected = tuple(f"{name}_{row}" for row in range(count) for name in EVENT_COLUMNS)
+            if statement.compiled(conn.dialect).positions != expected:
+                raise RuntimeError("the event INSERT binds its values in another order")
+            self.insert_batches[count] = statement
+        return statement
+
+    def record_tracking(self, conn: Connection, record: Tracking) -> None:
         table = self.tables.tracking
         conn.execute(
             insert(table).values(
@@ -194,14 +192,15 @@ class LedgerRecorder(ProcessRecorder):
 
     def insert_tracking(self, tracking: Tracking) -> None:
         with self.db.write() as conn:
-            self._insert_tracking(conn, tracking)
+            self.record_tracking(conn, tracking)
 
     def max_tracking_id(self, application_name: str) -> int | None:
         with self.db.read() as conn:
             c = self.tables.tracking.c
-            return conn.execute(
+            found: int | None = conn.execute(
                 select(func.max(c.notification_id)).where(c.application_name == application_name)
             ).scalar()
+            return found
 
     # -- reading ------------------------------------------------------------------------
 
@@ -250,48 +249,63 @@ class LedgerRecorder(ProcessRecorder):
 
     def max_notification_id(self) -> int | None:
         with self.db.read() as conn:
-            return conn.execute(select(func.max(self.tables.events.c.notification_id))).scalar()
+            found: int | None = conn.execute(
+                select(func.max(self.tables.events.c.notification_id))
+            ).scalar()
+            return found
 
     def version_at(self, originator_id: UUID, instant: Any) -> int | None:
         """The aggregate's version as of `instant`, from the timestamp index."""
         c = self.tables.events.c
         with self.db.read() as conn:
-            return conn.execute(
+            found: int | None = conn.execute(
                 select(func.max(c.originator_version)).where(
                     c.originator_id == originator_id, c.timestamp <= instant
                 )
             ).scalar()
+            return found
 
     # -- following ----------------------------------------------------------------------
 
     def subscribe(
         self, gt: int | None = None, topics: Sequence[str] = ()
     ) -> Subscription[ApplicationRecorder]:
-        return PollingSubscription(self, gt=gt, topics=topics)
-
-    def add_commit_listener(self, listener: Callable[[], None]) -> None:
-        """Call `listener` after each commit of events in this process (a wake-up: it must
-        be quick and must not write)."""
-        with self._subscriptions_lock:
-            self._commit_listeners.append(listener)
-            self._update_wakers()
-
-    def _register(self, subscription: PollingSubscription) -> None:
-        with self._subscriptions_lock:
-            self._subscriptions.add(subscription)
-            self._update_wakers()
-
-    def _unregister(self, subscription: PollingSubscription) -> None:
-        with self._subscriptions_lock:
-            self._subscriptions.discard(subscription)
-            self._update_wakers()
-
-    def _update_wakers(self) -> None:
-        # Under the lock: what a commit calls, subscriptions first.
-        self._wakers = (
-            *(subscription.wake for subscription in self._subscriptions),
-            *self._commit_listeners,
+        subscription = PollingSubscription(
+            self, gt=gt, topics=topics, on_stop=self.end_subscription
         )
+        self.add_commit_listener(subscription.wake)
+        return subscription
+
+    def end_subscription(self, subscription: PollingSubscription) -> None:
+        self.remove_commit_listener(subscription.wake)
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        """Call `listener` with the domain events of each commit in this process (a
+        wake-up of followers and workers: it must be quick and must not write)."""
+        with self.listeners_lock:
+            self.listeners = (*self.listeners, listener)
+
+    def remove_commit_listener(self, listener: CommitListener) -> None:
+        with self.listeners_lock:
+            self.listeners = tuple(known for known in self.listeners if known != listener)
+
+
+@functools.cache
+def stream_query(table: Table, gt: bool, lte: bool, desc: bool, limit: bool) -> Select[Any]:
+    """The SELECT of one aggregate's stored events (or snapshots) from `table`, of one
+    shape (which bounds it has), built once: aggregates load on every command."""
+    c = table.c
+    query = select(c.originator_version, c.topic, c.state).where(
+        c.originator_id == bindparam("originator_id")
+    )
+    if gt:
+        query = query.where(c.originator_version > bindparam("gt"))
+    if lte:
+        query = query.where(c.originator_version <= bindparam("lte"))
+    query = query.order_by(c.originator_version.desc() if desc else c.originator_version)
+    if limit:
+        query = query.limit(bindparam("limit"))
+    return query
 
 
 def select_stream(
@@ -303,30 +317,14 @@ def select_stream(
     desc: bool,
     limit: int | None,
 ) -> list[StoredEvent]:
-    """One aggregate's stored events (or snapshots) from `table`, through a statement
-    compiled once per shape: aggregates load on every command, so this is a hot path."""
-
-    def build() -> Any:
-        c = table.c
-        query = select(c.originator_version, c.topic, c.state).where(
-            c.originator_id == bindparam("originator_id")
-        )
-        if gt is not None:
-            query = query.where(c.originator_version > bindparam("gt"))
-        if lte is not None:
-            query = query.where(c.originator_version <= bindparam("lte"))
-        query = query.order_by(c.originator_version.desc() if desc else c.originator_version)
-        if limit is not None:
-            query = query.limit(bindparam("limit"))
-        return query
-
-    key = (table.name, gt is not None, lte is not None, desc, limit is not None)
+    """One aggregate's stored events (or snapshots) from `table`."""
+    query = stream_query(table, gt is not None, lte is not None, desc, limit is not None)
     params: dict[str, Any] = {"originator_id": originator_id}
     for name, value in (("gt", gt), ("lte", lte), ("limit", limit)):
         if value is not None:
             params[name] = value
     with db.read() as conn:
-        rows = db.prepare(key, build).execute(conn, params).fetchall()
+        rows = conn.execute(query, params).all()
     return [
         StoredEvent(
             originator_id=originator_id,
@@ -338,36 +336,6 @@ def select_stream(
     ]
 
 
-class PollingSubscription(ListenNotifySubscription[LedgerRecorder]):
-    """Woken at once by this process's own writes, and by a poll for other processes."""
-
-    def __init__(
-        self,
-        recorder: LedgerRecorder,
-        gt: int | None = None,
-        topics: Sequence[str] = (),
-        poll_interval: float = 0.5,
-    ) -> None:
-        self._poll_interval = poll_interval
-        self._poll_stop = threading.Event()
-        super().__init__(recorder=recorder, gt=gt, topics=topics)
-        recorder._register(self)
-        self._poller = threading.Thread(target=self._poll, daemon=True)
-        self._poller.start()
-
-    def wake(self) -> None:
-        self._has_been_notified.set()
-
-    def _poll(self) -> None:
-        while not self._poll_stop.wait(self._poll_interval):
-            self.wake()
-
-    def stop(self) -> None:
-        self._poll_stop.set()
-        self._recorder._unregister(self)
-        super().stop()
-
-
 class SnapshotRecorder(AggregateRecorder):
     """Snapshots in their own table; erasure deletes a user's rows (see erasure policy)."""
 
@@ -375,7 +343,7 @@ class SnapshotRecorder(AggregateRecorder):
         self.db = db
         self.table = table
 
-    def insert_events(self, stored_events_: Sequence[StoredEvent], **kwargs: Any) -> None:
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
         rows = [
             {
                 "originator_id": s.originator_id,
@@ -383,7 +351,7 @@ class SnapshotRecorder(AggregateRecorder):
                 "topic": s.topic,
                 "state": s.state,
             }
-            for s in stored_events_
+            for s in stored_events
         ]
         try:
             with self.db.write() as conn:
@@ -405,29 +373,3 @@ class SnapshotRecorder(AggregateRecorder):
 
 def delete_snapshots(conn: Connection, originator_id: UUID) -> None:
     conn.execute(delete(snapshots).where(snapshots.c.originator_id == originator_id))
-
-
-class LedgerInfrastructure(InfrastructureFactory[TrackingRecorder]):
-    """Hands the ledger our recorders instead of eventsourcing's own persistence modules."""
-
-    def __init__(self, recorder: LedgerRecorder, snapshot_recorder: SnapshotRecorder) -> None:
-        super().__init__(env={})
-        self.recorder = recorder
-        self.snapshot_recorder = snapshot_recorder
-
-    def is_snapshotting_enabled(self) -> bool:
-        return True
-
-    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
-        return self.snapshot_recorder if purpose == "snapshots" else self.recorder
-
-    def application_recorder(self) -> ApplicationRecorder:
-        return self.recorder
-
-    def tracking_recorder(
-        self, tracking_recorder_class: type[TrackingRecorder] | None = None
-    ) -> TrackingRecorder:
-        return self.recorder
-
-    def process_recorder(self) -> ProcessRecorder:
-        return self.recorder

@@ -1,9 +1,12 @@
-"""Request ids and the last line of defence.
+"""Request ids, bodies, and the last line of defence.
 
 The id is taken from `x-request-id` when it is a sane token, else made; it is echoed on
 every response and recorded on every event the request causes. An unexpected exception
 becomes a JSON 500 that carries the id, and is logged by type only: exception messages
 can hold values a caller sent, and nothing personal may reach a log.
+
+Every route of both APIs is a `LedgerRoute`, whose JSON bodies are decoded so that any
+malformed body is the same 422 (see `JsonBodyRequest`).
 """
 
 from __future__ import annotations
@@ -11,8 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+from uuid import uuid4
 
-from healthledger.domain.identifiers import new_uuid
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("healthledger.http")
@@ -34,7 +41,7 @@ class RequestIdMiddleware:
             if name == b"x-request-id":
                 given = value.decode("latin-1")
                 break
-        request_id = given if given and _SANE.match(given) else f"req-{new_uuid()}"
+        request_id = given if given and _SANE.match(given) else f"req-{uuid4()}"
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:
@@ -167,3 +174,38 @@ class DeprecatedHeaderMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_deprecation)
+
+
+class JsonBodyRequest(Request):
+    """A request whose body, however it is malformed, fails as a JSON decode error.
+
+    FastAPI answers a JSON decode error with a 422 in the pydantic shape, but any other
+    failure of the parser with a 400 of its own: JSON nested deeper than the parser's
+    recursion limit, an integer longer than Python converts (4300 digits), bytes that are
+    not UTF-8. Here those are decode errors too, so one status answers every malformed
+    body."""
+
+    async def json(self) -> Any:
+        body = await self.body()
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            raise
+        except RecursionError:
+            reason = "JSON nested too deeply"
+        except ValueError:  # UnicodeDecodeError is one, as is the integer digit limit
+            reason = "not JSON this service can read (encoding or number size)"
+        raise json.JSONDecodeError(reason, body.decode("utf-8", "replace"), 0) from None
+
+
+class LedgerRoute(APIRoute):
+    """The route class of every router of both APIs: hands its handler a
+    `JsonBodyRequest` (FastAPI's documented way to change how a request is read)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(JsonBodyRequest(request.scope, request.receive))
+
+        return handle

@@ -23,8 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import uuid4
 
-from healthledger.domain.identifiers import new_uuid
 from healthledger.domain.webhooks.endpoints import SECRET_PREFIX
 
 SIGNATURE_VERSION = "v1"
@@ -57,7 +57,7 @@ def secret_key(secret: str) -> bytes:
 
 def new_message_id() -> str:
     """A message id, made once per event and endpoint and kept across retries."""
-    return f"msg_{new_uuid().hex}"
+    return f"msg_{uuid4().hex}"
 
 
 def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:

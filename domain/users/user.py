@@ -7,21 +7,15 @@ run again on every replay); the rules live in the command methods before them.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import hashlib
 import re
-import unicodedata
 import uuid
 import zoneinfo
-from collections.abc import Callable
-from dataclasses import MISSING
 from datetime import date, datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate, DomainEvent
-from eventsourcing.utils import get_topic, resolve_topic
+from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -30,7 +24,7 @@ from healthledger.domain.errors import (
     UserNotFound,
     UserScheduledForDeletion,
 )
-from healthledger.domain.identifiers import uuid_from_int
+from healthledger.domain.free_text import CONTROL_CHARACTERS, has_control_characters
 
 ACTIVE = "active"
 PENDING_ERASURE = "pending_erasure"
@@ -45,39 +39,19 @@ _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 _PHONE_SHAPED = re.compile(r"^\+?[\d\s().\-/]+$")
 
 
-def _phone_shaped(value: str) -> bool:
-    """`_PHONE_SHAPED.match(value)`, for an ASCII value without the regular expression
-    engine (a few µs on a command's cold caches): without its optional "+", the value is
-    not empty and every character is one the pattern's class takes (`\\d` and `\\s` of
-    ASCII: the digits and Python's ASCII whitespace), so stripping them all leaves
-    nothing. A test holds the two equal."""
-    if not value.isascii():
-        return _PHONE_SHAPED.match(value) is not None
-    rest = value[1:] if value[0] == "+" else value
-    return bool(rest) and not rest.strip(_PHONE_ASCII)
-
-
-# The ASCII characters `[\d\s().\-/]` matches (`str.isspace` of ASCII: "\t\n\x0b\x0c\r",
-# "\x1c" to "\x1f" and the space).
-_PHONE_ASCII = "0123456789().-/ \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
-
-
 def client_user_id_problem(value: str) -> str | None:
     """Why `value` may not be a client_user_id, or None when it may."""
     if not value or not value.strip():
         return "client_user_id must not be empty."
     if len(value) > CLIENT_USER_ID_MAX_LENGTH:
         return f"client_user_id must be at most {CLIENT_USER_ID_MAX_LENGTH} characters."
-    # isprintable() is False for every "Other" character (and for separators but the
-    # ASCII space): one C call clears the usual id; the rest are looked at one by one.
-    if not value.isprintable() and any(unicodedata.category(ch)[0] == "C" for ch in value):
+    if has_control_characters(value):
         # Control and format characters (NUL above all) cannot be stored on PostgreSQL.
-        return "client_user_id must not contain control characters."
+        return f"client_user_id {CONTROL_CHARACTERS}."
     # The e-mail pattern needs an "@": without one, its search would try every start.
     if "@" in value and _EMAIL.search(value):
         return "client_user_id must not contain personal data such as an e-mail address."
-    # The phone pattern cannot match from a letter: most ids are not looked at twice.
-    if not value[0].isalpha() and _phone_shaped(value):
+    if _PHONE_SHAPED.match(value):
         digits = sum(ch.isdigit() for ch in value)
         separated = value.startswith("+") or any(ch in value for ch in " ().-/")
         if 7 <= digits <= 15 and separated:
@@ -85,137 +59,12 @@ def client_user_id_problem(value: str) -> str | None:
     return None
 
 
-class CheapCopy:
-    """The aggregate cache hands out deep copies (so a failed command cannot corrupt the
-    cached aggregate); `copy.deepcopy` walks every datetime and UUID, which cost more than
-    the database read it saves. Our aggregates hold only immutable values, and their event
-    bodies replace attributes rather than mutate them in place, so a shallow copy with its
-    own pending-event list is a deep copy. The shallow copy is what `copy.copy` does for a
-    plain object (a new instance, the same attribute dict), without its generic
-    `__reduce_ex__` round trip, which took three quarters of the time (every command loads
-    one or two aggregates from the cache)."""
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        cls = type(self)
-        clone = cls.__new__(cls)
-        clone.__dict__.update(self.__dict__)
-        clone._pending_events = list(self._pending_events)  # type: ignore[attr-defined]
-        return clone
+# A sourced setting: (value, source slug, when it was set). A snapshot stores it as a
+# JSON array, so a user restored from one holds a list of the same three values.
+Sourced = tuple[str, str, datetime]
 
 
-def event_builder(event_class: type) -> Callable[[dict[str, Any]], Any]:
-    """What makes an event of `event_class` from a dict of its fields: for an event whose
-    dataclass `__init__` only sets its fields, a function that sets them in one step
-    (`_build_without_init`); for any other, its class called with them."""
-    builder = _BUILDERS.get(event_class)
-    if builder is None:
-        builder = _BUILDERS[event_class] = _build_without_init(event_class)
-    return builder
-
-
-_BUILDERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
-
-
-def _build_without_init(event_class: type) -> Callable[[dict[str, Any]], Any]:
-    """A frozen dataclass's `__init__` sets each field through `object.__setattr__` (a
-    call per field) and then runs `__post_init__`: a user's Created event (twelve
-    fields) cost about 24,000 instructions, more than half of founding the user. The
-    function made here takes a dict of the same fields (all required, no others) and
-    fills the new event's `__dict__` with one `update`, in field order, as `__init__`
-    would (the stored JSON follows that order). A dict, not keywords: a call's keywords
-    are matched to the parameters by name, one comparison of strings per keyword and
-    parameter when they go to a `**kwargs`. An event with defaults, fields outside
-    `__init__`, slots or a `__post_init__` of its own (eventsourcing's checks that the id
-    is a UUID, which the caller checks) keeps its class's `__init__`. A test holds the
-    two equal, order of attributes included. The source is made from field names, which
-    are identifiers, as `dataclasses` makes `__init__`."""
-    fields = dataclasses.fields(event_class)  # type: ignore[arg-type]
-    if (
-        "__slots__" in vars(event_class)
-        or getattr(event_class, "__post_init__", None) is not DomainEvent.__post_init__
-        or any(
-            not f.init or f.default is not MISSING or f.default_factory is not MISSING
-            for f in fields
-        )
-    ):
-
-        def construct(values: dict[str, Any]) -> Any:
-            return event_class(**values)
-
-        return construct
-    names = [f.name for f in fields]
-    source = (
-        "def build(values):\n"
-        f"    if len(values) != {len(names)}:\n"
-        "        raise TypeError(f'{event_class.__qualname__} has the fields {names},"
-        " not {sorted(values)}')\n"
-        "    try:\n"
-        f"        ordered = {{{', '.join(f'{n!r}: values[{n!r}]' for n in names)}}}\n"
-        "    except KeyError as missing:\n"
-        "        raise TypeError(f'{event_class.__qualname__} needs {missing}') from None\n"
-        "    event = new(event_class)\n"
-        "    event.__dict__.update(ordered)\n"
-        "    return event\n"
-    )
-    namespace: dict[str, Any] = {"new": object.__new__, "event_class": event_class, "names": names}
-    exec(source, namespace)
-    build: Callable[[dict[str, Any]], Any] = namespace["build"]
-    return build
-
-
-class FoundedDirectly:
-    """For an aggregate with no `__init__` of its own (state comes from its Created
-    event's `apply`): eventsourcing's `_create`, for an id always given, without its
-    generic keyword filtering. Its three dict comprehensions over every event field (which
-    id arguments? which `__base_init__` and `__init__` parameters?) were a fifth of a
-    create's Python work. The Created event's `mutate` comes from `Founding`. A test holds
-    the aggregates and events made this way equal to eventsourcing's own."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.__init__ is not object.__init__:
-            raise TypeError(f"{cls.__name__} has an __init__: FoundedDirectly would skip it")
-
-    @classmethod
-    def _create(cls, event_class: Any, *, id: UUID, **kwargs: Any) -> Any:
-        """eventsourcing's signature, for callers of it: `_found`."""
-        return cls._found(event_class, id, kwargs)
-
-    @classmethod
-    def _found(cls, event_class: Any, id: UUID, fields: dict[str, Any]) -> Any:
-        """The aggregate founded by an `event_class` event with `fields` (a dict the
-        caller gives up: the event's id, version and topic are added to it)."""
-        if not isinstance(id, UUID):  # what the event's __post_init__ checks
-            raise TypeError(f"{event_class} was initialized with a non-UUID originator_id")
-        fields["originator_topic"] = get_topic(cls)
-        fields["originator_id"] = id
-        fields["originator_version"] = cls.INITIAL_VERSION  # type: ignore[attr-defined]
-        if fields.get("timestamp") is None:
-            fields["timestamp"] = event_class.create_timestamp()
-        event = event_builder(event_class)(fields)
-        # `Founding.mutate`, with the class at hand (no topic to resolve).
-        aggregate = cls.__new__(cls)
-        aggregate.__base_init__(id, event.originator_version, event.timestamp)
-        event.apply(aggregate)
-        aggregate._pending_events.append(event)
-        return aggregate
-
-
-class Founding:
-    """The Created event of a `FoundedDirectly` aggregate: `CanInitAggregate.mutate`
-    without the keyword filtering (the aggregate's `__init__` is object's, a no-op)."""
-
-    def mutate(self, aggregate: Any) -> Any:
-        assert aggregate is None
-        event: Any = self
-        cls = resolve_topic(event.originator_topic)
-        founded = cls.__new__(cls)
-        founded.__base_init__(event.originator_id, event.originator_version, event.timestamp)
-        event.apply(founded)
-        return founded
-
-
-class User(FoundedDirectly, CheapCopy, Aggregate):
+class User(Aggregate):
     """An end user of a team. Personal values are held only sealed (per-user key)."""
 
     TOPIC = "healthledger:User"
@@ -224,7 +73,7 @@ class User(FoundedDirectly, CheapCopy, Aggregate):
         actor: str
         request_id: str
 
-    class Created(Founding, Event, Aggregate.Created):
+    class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:User.Created.v1"
         PERSONAL_FIELDS = ("sealed_birth_date",)
         team_id: UUID
@@ -233,24 +82,6 @@ class User(FoundedDirectly, CheapCopy, Aggregate):
         sealed_birth_date: str | None
         ingestion_start: date | None
         ingestion_end: date | None
-
-        def apply(self, user: User) -> None:
-            user.team_id = self.team_id
-            user.client_user_id = self.client_user_id
-            user.status = ACTIVE
-            user.fallback_time_zone = None
-            user.sealed_birth_date = None
-            if self.fallback_time_zone is not None:
-                user.fallback_time_zone = (self.fallback_time_zone, MANUAL_SOURCE, self.timestamp)
-            if self.sealed_birth_date is not None:
-                user.sealed_birth_date = (self.sealed_birth_date, MANUAL_SOURCE, self.timestamp)
-            user.ingestion_start = self.ingestion_start
-            user.ingestion_end = self.ingestion_end
-            user.sealed_demographics = None
-            user.demographics_updated_at = None
-            user.deleted_at = None
-            user.erasure_due_at = None
-            user.erased_at = None
 
     class SettingsChanged(Event):
         """Fallbacks or ingestion bounds changed; `changes` holds only the changed keys."""
@@ -321,10 +152,40 @@ class User(FoundedDirectly, CheapCopy, Aggregate):
             user.sealed_birth_date = None
             user.sealed_demographics = None
 
-    # State (set by Created.apply; class annotations would become __init__ parameters):
-    # team_id, client_user_id, status, fallback_time_zone and sealed_birth_date as
-    # (value, source_slug, updated_at) or None, ingestion_start, ingestion_end,
-    # sealed_demographics, demographics_updated_at, deleted_at, erasure_due_at, erased_at.
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        team_id: UUID,
+        client_user_id: str,
+        fallback_time_zone: str | None,
+        sealed_birth_date: str | None,
+        ingestion_start: date | None,
+        ingestion_end: date | None,
+    ) -> None:
+        """The state of a new user, from its Created event's fields: eventsourcing calls
+        this with them at `register` and again on every replay of that event (the id,
+        actor and request id are the event's, taken because every field is passed).
+        Attributes are set in the order snapshots have always stored them."""
+        self.team_id: UUID = team_id
+        self.client_user_id: str = client_user_id
+        self.status: str = ACTIVE
+        self.fallback_time_zone: Sourced | None = (
+            None if fallback_time_zone is None else (fallback_time_zone, MANUAL_SOURCE, timestamp)
+        )
+        self.sealed_birth_date: Sourced | None = (
+            None if sealed_birth_date is None else (sealed_birth_date, MANUAL_SOURCE, timestamp)
+        )
+        self.ingestion_start: date | None = ingestion_start
+        self.ingestion_end: date | None = ingestion_end
+        self.sealed_demographics: str | None = None
+        self.demographics_updated_at: datetime | None = None
+        self.deleted_at: datetime | None = None
+        self.erasure_due_at: datetime | None = None
+        self.erased_at: datetime | None = None
 
     @classmethod
     def register(
@@ -340,21 +201,24 @@ class User(FoundedDirectly, CheapCopy, Aggregate):
         ingestion_start: date | None,
         ingestion_end: date | None,
     ) -> User:
-        return cls._found(
-            cls.Created,
-            user_id,
-            {
-                "timestamp": now,
-                "actor": ctx.actor,
-                "request_id": ctx.request_id,
-                "team_id": team_id,
-                "client_user_id": client_user_id,
-                "fallback_time_zone": fallback_time_zone,
-                "sealed_birth_date": sealed_birth_date,
-                "ingestion_start": ingestion_start,
-                "ingestion_end": ingestion_end,
-            },
+        return cls(
+            id=user_id,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            team_id=team_id,
+            client_user_id=client_user_id,
+            fallback_time_zone=fallback_time_zone,
+            sealed_birth_date=sealed_birth_date,
+            ingestion_start=ingestion_start,
+            ingestion_end=ingestion_end,
         )
+
+    @property
+    def may_be_snapshotted(self) -> bool:
+        """Not once erased: erasure deletes the user's snapshots, and a snapshot taken
+        after it (snapshots follow the save) would bring its state back."""
+        return self.status != ERASED
 
     # -- rules ------------------------------------------------------------------------
 
@@ -443,18 +307,9 @@ class User(FoundedDirectly, CheapCopy, Aggregate):
 
 # A fixed namespace: claim ids must never change, or uniqueness would be lost.
 CLAIM_NAMESPACE = uuid.UUID("6f1c7a52-4c1e-5b7e-9a43-2d8e0b1f6c11")
-_CLAIM_NAMESPACE_BYTES = CLAIM_NAMESPACE.bytes
-# A name-based SHA-1 UUID's version (5) and variant (RFC 4122) bits, as `uuid5` sets them.
-_UUID5_KEEP = ~((0xF000 << 64) | (0xC000 << 48))
-_UUID5_SET = (5 << 76) | (0x8000 << 48)
-# (a team id's int, a SHA-1 fed with the namespace's bytes and the team's text up to the
-# separator): the last team's (`ClientUserIdClaim.id_for`), replaced whole, so that
-# another thread sees one pair or the other. The hash is only ever copied, never fed
-# again.
-_claim_name_prefix: tuple[int, Any] = (-1, hashlib.sha1(usedforsecurity=False))
 
 
-class ClientUserIdClaim(FoundedDirectly, CheapCopy, Aggregate):
+class ClientUserIdClaim(Aggregate):
     """Who holds a client_user_id within a team.
 
     Its id is derived from (team, client_user_id), so two concurrent creates race on the
@@ -468,16 +323,11 @@ class ClientUserIdClaim(FoundedDirectly, CheapCopy, Aggregate):
         actor: str
         request_id: str
 
-    class Created(Founding, Event, Aggregate.Created):
+    class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:ClientUserIdClaim.Created.v1"
         team_id: UUID
         client_user_id: str
         user_id: UUID
-
-        def apply(self, claim: ClientUserIdClaim) -> None:
-            claim.team_id = self.team_id
-            claim.client_user_id = self.client_user_id
-            claim.holder = self.user_id
 
     class Claimed(Event):
         TOPIC = "healthledger:ClientUserIdClaim.Claimed.v1"
@@ -493,45 +343,38 @@ class ClientUserIdClaim(FoundedDirectly, CheapCopy, Aggregate):
         def apply(self, claim: ClientUserIdClaim) -> None:
             claim.holder = None
 
-    # State: team_id, client_user_id, holder (the user id, or None when released).
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        team_id: UUID,
+        client_user_id: str,
+        user_id: UUID,
+    ) -> None:
+        self.team_id: UUID = team_id
+        self.client_user_id: str = client_user_id
+        # The user id, or None when released.
+        self.holder: UUID | None = user_id
 
     @staticmethod
     def id_for(team_id: UUID, client_user_id: str) -> UUID:
-        """`uuid.uuid5(CLAIM_NAMESPACE, f"{team_id}\\x1f{client_user_id}")`, in fewer
-        steps (`uuid5` took 6 µs, half a claim's founding; a test holds the two equal):
-        the digest's bits set as `uuid5` sets them, made a UUID by `uuid_from_int`.
-        For the last team, the hash is kept fed with the bytes up to the client_user_id
-        and copied: the text of a UUID (`UUID.__str__`, Python slicing) cost 8,000
-        instructions, and a new `hashlib.sha1` asks OpenSSL to fetch the algorithm (a
-        provider lookup under locks), 8 µs on a command's cold caches against 3 µs for
-        a copy."""
-        global _claim_name_prefix
-        prefix = _claim_name_prefix
-        if prefix[0] != team_id.int:
-            fed = hashlib.sha1(_CLAIM_NAMESPACE_BYTES, usedforsecurity=False)
-            fed.update(f"{team_id}\x1f".encode())
-            prefix = (team_id.int, fed)
-            _claim_name_prefix = prefix
-        hashed = prefix[1].copy()
-        hashed.update(client_user_id.encode())
-        digest = hashed.digest()
-        return uuid_from_int((int.from_bytes(digest[:16]) & _UUID5_KEEP) | _UUID5_SET)
+        return uuid.uuid5(CLAIM_NAMESPACE, f"{team_id}\x1f{client_user_id}")
 
     @classmethod
     def start(
         cls, ctx: CommandContext, now: datetime, team_id: UUID, client_user_id: str, user_id: UUID
     ) -> ClientUserIdClaim:
-        return cls._found(
-            cls.Created,
-            cls.id_for(team_id, client_user_id),
-            {
-                "timestamp": now,
-                "actor": ctx.actor,
-                "request_id": ctx.request_id,
-                "team_id": team_id,
-                "client_user_id": client_user_id,
-                "user_id": user_id,
-            },
+        return cls(
+            id=cls.id_for(team_id, client_user_id),
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            team_id=team_id,
+            client_user_id=client_user_id,
+            user_id=user_id,
         )
 
     def claim(self, ctx: CommandContext, now: datetime, user_id: UUID) -> None:

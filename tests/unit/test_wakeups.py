@@ -1,11 +1,17 @@
 """WakeableJob: a wake-up during a run is never lost, runs never overlap, and after close
-nothing more starts."""
+nothing more starts. LedgerScheduler: a commit wakes the workers its events give work to."""
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
 
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.context import CommandContext
+from healthledger.scheduler.pulls import makes_a_pull_due
+from healthledger.scheduler.runner import Intervals, Jobs, LedgerScheduler
 from healthledger.scheduler.wakeups import WakeableJob
 
 
@@ -42,9 +48,99 @@ def test_a_wake_up_during_a_run_makes_it_go_round_once_more_and_runs_never_overl
 
 
 def test_after_close_no_wake_up_starts_a_run() -> None:
-    rounds = []
-    job = WakeableJob("test", lambda: rounds.append(1) or 1)
+    rounds: list[int] = []
+
+    def work() -> int:
+        rounds.append(1)
+        return 1
+
+    job = WakeableJob("test", work)
     job.close()
     job.wake()
     time.sleep(0.05)
     assert rounds == []
+
+
+# -- which commits wake which worker (LedgerScheduler.committed) ---------------------------
+
+T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+CTX = CommandContext(actor="test:actor", request_id="req-wakeups")
+
+
+def pulled_feed_events(retry_delay: float) -> list[object]:
+    """A feed's events from its creation to a failed attempt retried `retry_delay` later."""
+    feed = ResourceFeed.open(
+        CTX,
+        T0,
+        connection_id=uuid4(),
+        user_id=uuid4(),
+        team_id=uuid4(),
+        provider="oura",
+        resource="sleep",
+    )
+    feed.schedule_pull(
+        CTX, T0, range_start=T0 - timedelta(days=30), range_end=T0, connection_created_at=T0
+    )
+    feed.start_attempt(CTX, T0)
+    feed.attempt_failed(
+        CTX,
+        T0,
+        code="provider_unavailable",
+        reason="503",
+        retriable=True,
+        retry_delays=[retry_delay],
+    )
+    return list(feed.collect_events())
+
+
+def test_only_a_scheduled_pull_or_a_retry_due_now_makes_a_pull_due() -> None:
+    created, scheduled, started, retry_later = pulled_feed_events(retry_delay=60)
+    assert isinstance(scheduled, ResourceFeed.PullScheduled)
+    assert isinstance(retry_later, ResourceFeed.PullRetrying)
+    assert [makes_a_pull_due(e) for e in (created, scheduled, started, retry_later)] == [
+        False,
+        True,
+        False,
+        False,
+    ]
+    *_, retry_now = pulled_feed_events(retry_delay=0)
+    assert isinstance(retry_now, ResourceFeed.PullRetrying) and makes_a_pull_due(retry_now)
+
+
+class Counting:
+    """A job that counts its runs and says when one ended."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.ran = threading.Event()
+
+    def __call__(self) -> int:
+        self.runs += 1
+        self.ran.set()
+        return 0
+
+
+def test_a_commit_wakes_the_dispatcher_and_only_a_pull_due_wakes_the_pull_worker() -> None:
+    pulls, webhooks = Counting(), Counting()
+    jobs = Jobs(
+        sweep_erasures=lambda: 0,
+        run_due_pulls=pulls,
+        sync_connected_feeds=lambda: 0,
+        dispatch_webhooks=webhooks,
+        apply_cut_overs=list,
+    )
+    hour = timedelta(hours=1)
+    # Not started: APScheduler runs nothing, so every run below is a wake-up's.
+    scheduler = LedgerScheduler(jobs, Intervals(hour, hour, hour, hour, hour))
+    try:
+        created, scheduled, *_ = pulled_feed_events(retry_delay=60)
+        scheduler.committed([created])
+        assert webhooks.ran.wait(5)
+        webhooks.ran.clear()
+        scheduler.committed([created, scheduled])
+        assert pulls.ran.wait(5) and webhooks.ran.wait(5)
+    finally:
+        for job in (scheduler.pull_worker, scheduler.webhook_dispatcher):
+            job.close()
+    assert (pulls.runs, webhooks.runs) == (1, 2)
+    assert scheduler.pull_worker.runs_ended == 1

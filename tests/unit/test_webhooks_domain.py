@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 from typing import get_args
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 from healthledger.adapters.reference import (
@@ -16,6 +16,22 @@ from healthledger.adapters.reference import (
     webhook_event_types,
 )
 from healthledger.domain.context import CommandContext
+from healthledger.domain.webhooks.deliveries import (
+    DROPPED,
+    FAILED,
+    PENDING,
+    RETRY_DELAYS,
+    SUCCEEDED,
+    WebhookDelivery,
+    message_id_for,
+)
+from healthledger.domain.webhooks.deprecation_calendar import (
+    CALENDAR_ID,
+    IS_FINAL_REMOVED,
+    CutOver,
+    CutOverNotDue,
+    DeprecationCalendar,
+)
 from healthledger.domain.webhooks.endpoints import (
     BY_CALLER,
     FAILING_TOO_LONG,
@@ -25,6 +41,8 @@ from healthledger.domain.webhooks.endpoints import (
 )
 from healthledger.domain.webhooks.event_types import filter_matches, subscribed
 from healthledger.domain.webhooks.management import address, url_problem
+
+from tests.unit.stored_form import assert_replays
 
 CTX = CommandContext(actor="test:actor", request_id="req-test")
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -197,10 +215,147 @@ def test_rotation_keeps_the_previous_secret_for_its_overlap() -> None:
         "v1.first",
     ]
     assert endpoint.sealed_secrets_in_force(end) == ["v1.second"]
-    # Replaying the events rebuilds the same state.
-    events = endpoint.collect_events()
-    replayed = None
-    for event in events:
-        replayed = event.mutate(replayed)
-    assert isinstance(replayed, WebhookEndpoint)
-    assert replayed.sealed_secrets_in_force(T0) == ["v1.second", "v1.first"]
+    # Replaying the stored events rebuilds the same state.
+    events = assert_replays(endpoint)
+    assert [type(e).__name__ for e in events] == ["Created", "SecretRotated"]
+
+
+def test_an_endpoint_created_disabled_is_disabled_by_its_caller_and_deleted_once() -> None:
+    endpoint = _endpoint(disabled=True, filter_types=["daily.*"])
+    assert endpoint.disabled and endpoint.disabled_reason == BY_CALLER
+    assert endpoint.filter_types == ("daily.*",)
+    assert (endpoint.sealed_previous_secret, endpoint.deleted_at) == (None, None)
+    endpoint.delete(CTX, T0)
+    endpoint.delete(CTX, T0 + timedelta(hours=1))
+    assert endpoint.deleted_at == T0
+    events = assert_replays(endpoint)
+    assert [type(e).__name__ for e in events] == ["Created", "Deleted"]
+
+
+# -- deliveries -------------------------------------------------------------------------
+
+SOURCE_ID = UUID("11111111-2222-4333-8444-000000000007")
+
+
+def _delivery(endpoint_id: UUID | None = None) -> WebhookDelivery:
+    return WebhookDelivery.create(
+        CTX,
+        T0,
+        endpoint_id=endpoint_id or uuid4(),
+        team_id=uuid4(),
+        user_id=uuid4(),
+        event_type="daily.data.sleep.created",
+        source_id=SOURCE_ID,
+        source_version=3,
+        source_timestamp=T0 - timedelta(minutes=1),
+        day=date(2026, 2, 28),
+        log_position=7,
+    )
+
+
+def test_a_message_id_is_derived_from_the_event_it_announces() -> None:
+    first = message_id_for(SOURCE_ID, 3, "daily.data.sleep.created", date(2026, 2, 28))
+    assert first == message_id_for(SOURCE_ID, 3, "daily.data.sleep.created", date(2026, 2, 28))
+    assert first.startswith("msg_") and len(first) == 4 + 32
+    others = {
+        message_id_for(SOURCE_ID, 4, "daily.data.sleep.created", date(2026, 2, 28)),
+        message_id_for(SOURCE_ID, 3, "daily.data.sleep.updated", date(2026, 2, 28)),
+        message_id_for(SOURCE_ID, 3, "daily.data.sleep.created", date(2026, 2, 27)),
+        message_id_for(SOURCE_ID, 3, "daily.data.sleep.created", None),
+    }
+    assert first not in others and len(others) == 4
+    endpoint_id = uuid4()
+    delivery = _delivery(endpoint_id)
+    assert delivery.message_id == first
+    assert delivery.id == WebhookDelivery.id_for(endpoint_id, first)
+    assert delivery.id != _delivery().id
+
+
+def test_a_new_delivery_is_due_at_once_and_a_2xx_succeeds() -> None:
+    delivery = _delivery()
+    assert (delivery.status, delivery.attempts, delivery.next_attempt_at) == (PENDING, 0, T0)
+    delivery.record_attempt(CTX, T0, status_code=204, latency_ms=12.34567, error=None)
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == (SUCCEEDED, 1, 204)
+    assert delivery.next_attempt_at is None
+    events = assert_replays(delivery)
+    attempt = events[-1]
+    assert isinstance(attempt, WebhookDelivery.AttemptMade)
+    assert (attempt.outcome, attempt.latency_ms, attempt.error) == ("success", 12.346, None)
+
+
+def test_failures_are_retried_on_the_schedule_and_the_last_one_is_final() -> None:
+    delivery = _delivery()
+    now = T0
+    for attempt, delay in enumerate(RETRY_DELAYS, start=1):
+        delivery.record_attempt(CTX, now, status_code=500, latency_ms=1.0, error="http_500")
+        assert (delivery.status, delivery.attempts) == (PENDING, attempt)
+        assert delivery.next_attempt_at == now + delay
+        now = now + delay
+    delivery.record_attempt(CTX, now, status_code=500, latency_ms=1.0, error="http_500")
+    assert (delivery.status, delivery.attempts) == (FAILED, len(RETRY_DELAYS) + 1)
+    assert delivery.next_attempt_at is None
+    # A failed delivery is not dropped; a redelivery sends it again from the start.
+    delivery.drop(CTX, now, "endpoint_deleted")
+    assert delivery.status == FAILED
+    delivery.replay(CTX, now)
+    assert (delivery.status, delivery.attempts, delivery.next_attempt_at) == (PENDING, 0, now)
+    events = assert_replays(delivery)
+    assert [type(e).__name__ for e in events[-2:]] == ["AttemptMade", "Replayed"]
+
+
+def test_a_retry_after_delays_the_next_try_and_a_gone_endpoint_ends_it() -> None:
+    delivery = _delivery()
+    delivery.record_attempt(
+        CTX,
+        T0,
+        status_code=429,
+        latency_ms=1.0,
+        error="http_429",
+        retry_after=timedelta(minutes=1),
+    )
+    assert delivery.next_attempt_at == T0 + timedelta(minutes=1)
+    # A Retry-After shorter than the schedule's delay does not bring the try forward.
+    delivery.record_attempt(
+        CTX,
+        T0,
+        status_code=429,
+        latency_ms=1.0,
+        error="http_429",
+        retry_after=timedelta(seconds=1),
+    )
+    assert delivery.next_attempt_at == T0 + RETRY_DELAYS[1]
+    delivery.record_attempt(CTX, T0, status_code=410, latency_ms=1.0, error="gone", final=True)
+    assert (delivery.status, delivery.next_attempt_at) == (FAILED, None)
+    assert_replays(delivery)
+
+
+def test_only_a_pending_delivery_is_dropped() -> None:
+    delivery = _delivery()
+    delivery.drop(CTX, T0, "user_erased")
+    assert (delivery.status, delivery.next_attempt_at) == (DROPPED, None)
+    delivery.drop(CTX, T0, "user_erased")
+    events = assert_replays(delivery)
+    assert [type(e).__name__ for e in events] == ["Created", "Dropped"]
+
+
+# -- the deprecation calendar -----------------------------------------------------------
+
+
+def test_a_cut_over_is_applied_once_and_not_before_its_date() -> None:
+    cut_over = CutOver(
+        key=IS_FINAL_REMOVED,
+        effective_on=date(2026, 3, 2),
+        what="is_final removed",
+        before="sent",
+        after="not sent",
+    )
+    calendar = DeprecationCalendar.start(CTX, T0)
+    assert calendar.id == CALENDAR_ID and calendar.applied == {}
+    with pytest.raises(CutOverNotDue):
+        calendar.apply_cut_over(CTX, T0, cut_over)
+    due = cut_over.effective_at
+    assert calendar.apply_cut_over(CTX, due, cut_over) is True
+    assert calendar.apply_cut_over(CTX, due + timedelta(days=1), cut_over) is False
+    assert calendar.applied == {IS_FINAL_REMOVED: due}
+    events = assert_replays(calendar)
+    assert [type(e).__name__ for e in events] == ["Created", "CutOverApplied"]

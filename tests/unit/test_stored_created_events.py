@@ -1,0 +1,625 @@
+"""The stored bytes of every aggregate's Created event, and of the aggregate's attribute
+dict (what a snapshot stores), held to what the code wrote before the aggregates were
+founded through eventsourcing's public constructor: events already stored must still
+load, and new ones be stored as before. Each is replayed from its stored form too.
+
+The golden values were written by the previous main (with fixed ids and timestamps) and
+eventsourcing's stock mapper and JSON transcoder (`stored_form`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from uuid import UUID
+
+import pytest
+from eventsourcing.domain import Aggregate, Snapshot
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.link_tokens import LinkToken
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.context import CommandContext
+from healthledger.domain.keys import (
+    LINK_TOKEN,
+    MANAGEMENT_KEY,
+    TEAM_API_KEY,
+    hash_key,
+    link_token_id,
+    team_api_key_id,
+)
+from healthledger.domain.mirror.users import Envelope, MirroredUser
+from healthledger.domain.teams.custom_credentials import CustomCredentials
+from healthledger.domain.teams.management_keys import ManagementKey
+from healthledger.domain.teams.teams import Organization, Team, TeamApiKey
+from healthledger.domain.users.user import ClientUserIdClaim, User
+from healthledger.domain.webhooks.deliveries import WebhookDelivery
+from healthledger.domain.webhooks.deprecation_calendar import DeprecationCalendar
+from healthledger.domain.webhooks.endpoints import WebhookEndpoint
+
+from tests.unit.stored_form import MAPPER, stock_transcoder, stored
+
+T = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+CTX = CommandContext(
+    actor="team_api_key:00000000-0000-4000-8000-0000000000aa", request_id="req-golden"
+)
+
+
+def fixed_id(n: int) -> UUID:
+    return UUID(f"11111111-2222-4333-8444-{n:012x}")
+
+
+TEAM, USER, ORG = fixed_id(1), fixed_id(2), fixed_id(3)
+ENDPOINT, CONNECTION, SOURCE = fixed_id(5), fixed_id(6), fixed_id(7)
+FOUNDED = {"timestamp": T, "actor": CTX.actor, "request_id": CTX.request_id}
+
+
+def user(**fields: object) -> User:
+    values: dict[str, object] = {
+        "user_id": USER,
+        "team_id": TEAM,
+        "client_user_id": "client-1",
+        "fallback_time_zone": "Europe/Berlin",
+        "sealed_birth_date": "v1.sealed-birth",
+        "ingestion_start": date(2025, 1, 2),
+        "ingestion_end": None,
+        **fields,
+    }
+    return User.register(CTX, T, **values)  # type: ignore[arg-type]
+
+
+# What founds each aggregate: its factory where the factory's ids are derived, else its
+# constructor with the fixed id the factory would have drawn (the factories that draw
+# fresh ids are held to these constructors below).
+FOUND: dict[str, Callable[[], Aggregate]] = {
+    "User": user,
+    "User.bare": lambda: user(
+        fallback_time_zone=None,
+        sealed_birth_date=None,
+        ingestion_start=None,
+        ingestion_end=date(2027, 1, 2),
+    ),
+    "ClientUserIdClaim": lambda: ClientUserIdClaim.start(CTX, T, TEAM, "client-1", USER),
+    "Connection": lambda: Connection.connect_new(
+        CTX,
+        T,
+        user_id=USER,
+        team_id=TEAM,
+        provider="oura",
+        sealed_external_user_id="v1.sealed-ext",
+        resource_availability={"sleep": "available"},
+        demo=False,
+    ),
+    "ResourceFeed": lambda: ResourceFeed.open(
+        CTX,
+        T,
+        connection_id=CONNECTION,
+        user_id=USER,
+        team_id=TEAM,
+        provider="oura",
+        resource="sleep",
+    ),
+    "LinkToken": lambda: LinkToken(
+        id=fixed_id(14),
+        **FOUNDED,
+        team_id=TEAM,
+        user_id=USER,
+        environment="sandbox",
+        token_hash=hash_key(f"{LINK_TOKEN}_plain"),
+        provider=None,
+        redirect_url="https://example.com/back",
+        filter_on_providers=["oura", "whoop"],
+        on_error="redirect",
+        on_close=None,
+    ),
+    "Organization": lambda: Organization.found(CTX, T, "Acme", org_id=ORG),
+    "Team": lambda: Team(id=fixed_id(10), **FOUNDED, org_id=ORG, name="Team A", region="eu"),
+    "TeamApiKey": lambda: TeamApiKey(
+        id=fixed_id(12),
+        **FOUNDED,
+        team_id=TEAM,
+        environment="sandbox",
+        region="eu",
+        key_hash=hash_key(f"{TEAM_API_KEY}_plain"),
+    ),
+    "ManagementKey": lambda: ManagementKey(
+        id=fixed_id(13),
+        **FOUNDED,
+        org_id=ORG,
+        role="team_admin",
+        team_ids=[fixed_id(20), fixed_id(21)],
+        label="ops",
+        key_hash=hash_key(f"{MANAGEMENT_KEY}_plain"),
+    ),
+    "CustomCredentials": lambda: CustomCredentials.prepare_new(CTX, T, TEAM, "oura"),
+    "WebhookEndpoint": lambda: WebhookEndpoint(
+        id=fixed_id(11),
+        **FOUNDED,
+        team_id=TEAM,
+        environment="production",
+        url="https://example.com/hook",
+        description="main",
+        filter_types=["provider.connection.created"],
+        disabled=True,
+        sealed_secret="v1.sealed-secret",
+    ),
+    "WebhookDelivery": lambda: WebhookDelivery.create(
+        CTX,
+        T,
+        endpoint_id=ENDPOINT,
+        team_id=TEAM,
+        user_id=USER,
+        event_type="daily.data.sleep.created",
+        source_id=SOURCE,
+        source_version=3,
+        source_timestamp=datetime(2026, 2, 28, 23, 59, 59, tzinfo=UTC),
+        day=date(2026, 2, 28),
+        log_position=42,
+    ),
+    "DeprecationCalendar": lambda: DeprecationCalendar.start(CTX, T),
+    "MirroredUser": lambda: MirroredUser.start(
+        Envelope(
+            message_id="msg_1",
+            event_type="provider.connection.created",
+            user_id=USER,
+            team_id=TEAM,
+            client_user_id="client-1",
+        ),
+        T,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Golden:
+    id: str
+    topic: str
+    # The Created event's stored state.
+    state: str
+    # The aggregate's attribute dict after its Created event, as a snapshot stores it.
+    aggregate_state: str
+
+
+GOLDEN = {
+    "User": Golden(
+        id="11111111-2222-4333-8444-000000000002",
+        topic="healthledger:User.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:User",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"fallback_time_zone":"Europe/Berlin","sealed_birth_date":"v1.sealed-birth",'
+            '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},'
+            '"ingestion_end":null}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"status":"active","fallback_time_zone":["Europe/Berlin","manual",'
+            '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}],'
+            '"sealed_birth_date":["v1.sealed-birth","manual",{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"}],'
+            '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},"ingestion_end":null,'
+            '"sealed_demographics":null,"demographics_updated_at":null,"deleted_at":null,'
+            '"erasure_due_at":null,"erased_at":null}'
+        ),
+    ),
+    "User.bare": Golden(
+        id="11111111-2222-4333-8444-000000000002",
+        topic="healthledger:User.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:User",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"fallback_time_zone":null,"sealed_birth_date":null,"ingestion_start":null,'
+            '"ingestion_end":{"_type_":"date_iso","_data_":"2027-01-02"}}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"status":"active","fallback_time_zone":null,"sealed_birth_date":null,'
+            '"ingestion_start":null,"ingestion_end":{"_type_":"date_iso","_data_":"2027-01-02"},'
+            '"sealed_demographics":null,"demographics_updated_at":null,"deleted_at":null,'
+            '"erasure_due_at":null,"erased_at":null}'
+        ),
+    ),
+    "ClientUserIdClaim": Golden(
+        id="5c4d5776-2bd9-5b26-a71f-754219d9de17",
+        topic="healthledger:ClientUserIdClaim.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:ClientUserIdClaim",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"user_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"}}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"holder":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"}}'
+        ),
+    ),
+    "Connection": Golden(
+        id="bdcb166b-7be0-55c9-8730-95b4bb06a427",
+        topic="healthledger:Connection.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:Connection",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"provider":"oura",'
+            '"sealed_external_user_id":"v1.sealed-ext",'
+            '"resource_availability":{"sleep":"available"},"demo":false}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"provider":"oura","demo":false,'
+            '"status":"connected","connected_at":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"sealed_external_user_id":"v1.sealed-ext",'
+            '"resource_availability":{"sleep":"available"},"error_details":null,'
+            '"deregistered_at":null,"demo_failures":{}}'
+        ),
+    ),
+    "ResourceFeed": Golden(
+        id="784957ac-52d6-571e-8381-82e31547ad59",
+        topic="healthledger:ResourceFeed.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:ResourceFeed",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","connection_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000006"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"provider":"oura","resource":"sleep"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"connection_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000006"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"provider":"oura","resource":"sleep",'
+            '"pull_number":0,"status":null,"oldest_day":null,"newest_day":null}'
+        ),
+    ),
+    "LinkToken": Golden(
+        id="11111111-2222-4333-8444-00000000000e",
+        topic="healthledger:LinkToken.Issued.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:LinkToken",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"environment":"sandbox",'
+            '"token_hash":"f288fc0829d942de70ba6685b22864cbd258e15cf2b73fbb3e5eae3a2d3a17a2",'
+            '"provider":null,"redirect_url":"https://example.com/back",'
+            '"filter_on_providers":["oura","whoop"],"on_error":"redirect","on_close":null}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"environment":"sandbox",'
+            '"token_hash":"f288fc0829d942de70ba6685b22864cbd258e15cf2b73fbb3e5eae3a2d3a17a2",'
+            '"provider":null,"redirect_url":"https://example.com/back",'
+            '"filter_on_providers":["oura","whoop"],"on_error":"redirect","on_close":null,'
+            '"consumed_at":null,"consumed_provider":null}'
+        ),
+    ),
+    "Organization": Golden(
+        id="11111111-2222-4333-8444-000000000003",
+        topic="healthledger:Organization.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:Organization",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","name":"Acme"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"name":"Acme"}'
+        ),
+    ),
+    "Team": Golden(
+        id="11111111-2222-4333-8444-00000000000a",
+        topic="healthledger:Team.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:Team",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","org_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000003"},"name":"Team A","region":"eu"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"org_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000003"},"name":"Team A","region":"eu",'
+            '"features":[],"settings":{"sandbox":{"logo_url":null,"brand_information":null},'
+            '"production":{"logo_url":null,"brand_information":null}},"deleted_at":null}'
+        ),
+    ),
+    "TeamApiKey": Golden(
+        id="11111111-2222-4333-8444-00000000000c",
+        topic="healthledger:TeamApiKey.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:TeamApiKey",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"environment":"sandbox","region":"eu",'
+            '"key_hash":"62822e6d4c4f30f66e0d492c5ede34a05fe472d8602f08fd7f851269c458f59f"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"environment":"sandbox","region":"eu",'
+            '"key_hash":"62822e6d4c4f30f66e0d492c5ede34a05fe472d8602f08fd7f851269c458f59f",'
+            '"revoked_at":null}'
+        ),
+    ),
+    "ManagementKey": Golden(
+        id="11111111-2222-4333-8444-00000000000d",
+        topic="healthledger:ManagementKey.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:ManagementKey",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","org_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000003"},"role":"team_admin",'
+            '"team_ids":[{"_type_":"uuid_hex","_data_":"11111111222243338444000000000014"},'
+            '{"_type_":"uuid_hex","_data_":"11111111222243338444000000000015"}],"label":"ops",'
+            '"key_hash":"f0226e85e577c95c162c2b6475fb27cf6facaf5bf05c1a7d4740649f623280d1"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"org_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000003"},"role":"team_admin",'
+            '"team_ids":[{"_type_":"uuid_hex","_data_":"11111111222243338444000000000014"},'
+            '{"_type_":"uuid_hex","_data_":"11111111222243338444000000000015"}],"label":"ops",'
+            '"key_hash":"f0226e85e577c95c162c2b6475fb27cf6facaf5bf05c1a7d4740649f623280d1",'
+            '"revoked_at":null}'
+        ),
+    ),
+    "CustomCredentials": Golden(
+        id="0e2035f5-6190-54d5-8447-0da67e85451c",
+        topic="healthledger:CustomCredentials.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:CustomCredentials",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"provider":"oura"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"provider":"oura","status":"prepared",'
+            '"client_id":null,"sealed_client_secret":null}'
+        ),
+    ),
+    "WebhookEndpoint": Golden(
+        id="11111111-2222-4333-8444-00000000000b",
+        topic="healthledger:WebhookEndpoint.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:WebhookEndpoint",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"environment":"production",'
+            '"url":"https://example.com/hook","description":"main",'
+            '"filter_types":["provider.connection.created"],"disabled":true,'
+            '"sealed_secret":"v1.sealed-secret"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"environment":"production",'
+            '"url":"https://example.com/hook","description":"main",'
+            '"filter_types":["provider.connection.created"],'
+            '"disabled_reason":"management_request","sealed_secret":"v1.sealed-secret",'
+            '"sealed_previous_secret":null,"previous_secret_expires_at":null,"deleted_at":null}'
+        ),
+    ),
+    "WebhookDelivery": Golden(
+        id="c9148b9b-6466-5eeb-8989-c9e72ca045e4",
+        topic="healthledger:WebhookDelivery.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:WebhookDelivery",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","endpoint_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000005"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},'
+            '"event_type":"daily.data.sleep.created",'
+            '"message_id":"msg_52f96921740059cd80ce479c0e8e4472",'
+            '"source_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000007"},'
+            '"source_version":3,"source_timestamp":{"_type_":"datetime_iso",'
+            '"_data_":"2026-02-28T23:59:59+00:00"},"day":{"_type_":"date_iso",'
+            '"_data_":"2026-02-28"},"log_position":42}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"endpoint_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000005"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},'
+            '"event_type":"daily.data.sleep.created",'
+            '"message_id":"msg_52f96921740059cd80ce479c0e8e4472",'
+            '"source_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000007"},'
+            '"source_version":3,"source_timestamp":{"_type_":"datetime_iso",'
+            '"_data_":"2026-02-28T23:59:59+00:00"},"day":{"_type_":"date_iso",'
+            '"_data_":"2026-02-28"},"status":"pending","attempts":0,"last_status_code":null,'
+            '"next_attempt_at":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"}}'
+        ),
+    ),
+    "DeprecationCalendar": Golden(
+        id="b6087bfd-f7fe-5fb2-b3b9-7ade392f61ed",
+        topic="healthledger:DeprecationCalendar.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:DeprecationCalendar",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"applied":{}}'
+        ),
+    ),
+    "MirroredUser": Golden(
+        id="11111111-2222-4333-8444-000000000002",
+        topic="healthledger:MirroredUser.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:MirroredUser","message_id":"msg_1",'
+            '"event_type":"provider.connection.created","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"connections":{},"resources":{},"last_message_at":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"}}'
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_a_created_event_is_stored_as_before_and_replays_to_the_same_aggregate(
+    name: str,
+) -> None:
+    golden = GOLDEN[name]
+    aggregate = FOUND[name]()
+    (event,) = aggregate.collect_events()
+    record = stored(event)
+    assert (str(record.originator_id), record.originator_version) == (golden.id, 1)
+    assert record.topic == golden.topic
+    assert record.state == golden.state.encode()
+    state = Snapshot.take(aggregate).state
+    assert stock_transcoder().encode(state) == golden.aggregate_state.encode()
+    assert MAPPER.to_domain_event(record).mutate(None) == aggregate
+
+
+def test_the_golden_values_cover_every_aggregate() -> None:
+    founded = {type(found()) for found in FOUND.values()}
+    assert {cls.__name__ for cls in founded} == {name.split(".")[0] for name in GOLDEN}
+    assert len(founded) == 14
+
+
+def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> None:
+    team = Team.create(CTX, T, ORG, "Team A", "eu")
+    assert team == Team(id=team.id, **FOUNDED, org_id=ORG, name="Team A", region="eu")
+    assert team.id != Team.create(CTX, T, ORG, "Team A", "eu").id
+
+    key, plain = TeamApiKey.issue(CTX, T, TEAM, "sandbox", "eu")
+    assert team_api_key_id(plain) == key.id
+    assert key == TeamApiKey(
+        id=key.id,
+        **FOUNDED,
+        team_id=TEAM,
+        environment="sandbox",
+        region="eu",
+        key_hash=hash_key(plain),
+    )
+
+    management_key, plain = ManagementKey.issue(
+        CTX,
+        T,
+        org_id=ORG,
+        role="team_admin",
+        team_ids=[fixed_id(21), fixed_id(20), fixed_id(21)],
+        label="ops",
+    )
+    assert management_key == ManagementKey(
+        id=management_key.id,
+        **FOUNDED,
+        org_id=ORG,
+        role="team_admin",
+        team_ids=[fixed_id(20), fixed_id(21)],
+        label="ops",
+        key_hash=hash_key(plain),
+    )
+
+    token, plain = LinkToken.issue(
+        CTX,
+        T,
+        team_id=TEAM,
+        user_id=USER,
+        environment="sandbox",
+        provider=None,
+        redirect_url="https://example.com/back",
+        filter_on_providers=["oura", "whoop"],
+        on_error="redirect",
+        on_close=None,
+    )
+    assert link_token_id(plain) == token.id
+    assert token == LinkToken(
+        id=token.id,
+        **FOUNDED,
+        team_id=TEAM,
+        user_id=USER,
+        environment="sandbox",
+        token_hash=hash_key(plain),
+        provider=None,
+        redirect_url="https://example.com/back",
+        filter_on_providers=["oura", "whoop"],
+        on_error="redirect",
+        on_close=None,
+    )
+
+    endpoint_fields: dict[str, object] = {
+        "team_id": TEAM,
+        "environment": "production",
+        "url": "https://example.com/hook",
+        "description": "main",
+        "filter_types": ["provider.connection.created"],
+        "disabled": True,
+        "sealed_secret": "v1.sealed-secret",
+    }
+    endpoint = WebhookEndpoint.create(CTX, T, **endpoint_fields)  # type: ignore[arg-type]
+    assert endpoint == WebhookEndpoint(id=endpoint.id, **FOUNDED, **endpoint_fields)  # type: ignore[arg-type]
