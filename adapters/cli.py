@@ -1,5 +1,5 @@
-"""The `healthledger` command line: serve, audit, rebuild, keys, features, erase-due,
-deprecations."""
+"""The `healthledger` command line: serve, migrate, audit, rebuild, keys, features,
+erase-due, deprecations, webhooks."""
 
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="overrides HEALTHLEDGER_HOST")
     serve.add_argument("--port", type=int, help="overrides HEALTHLEDGER_TEAM_API_PORT")
+
+    migrate = commands.add_parser(
+        "migrate", help="apply the database's pending schema migrations (Alembic)"
+    )
+    migrate.add_argument(
+        "--status",
+        action="store_true",
+        help="only show the current revision and what is pending; change nothing",
+    )
 
     audit = commands.add_parser("audit", help="a user's full history, or its state at an instant")
     audit.add_argument("user_id", type=_uuid)
@@ -119,22 +128,74 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = "HEALTHLEDGER_" + "_".join(str(part) for part in error["loc"]).upper()
             print(f"healthledger: setting {name}: {error['msg']}", file=sys.stderr)
         return 2
+    from healthledger.adapters.persistence.migrating import MigrationError
+
+    if args.command == "migrate":
+        try:
+            return _migrate(settings, args.status)
+        except MigrationError as exc:
+            return _schema_problem(exc)
     if args.command == "serve":
         from healthledger.adapters.server import serve
 
         updates = {
             k: v for k, v in (("host", args.host), ("team_api_port", args.port)) if v is not None
         }
-        serve(settings.model_copy(update=updates))
+        try:
+            serve(settings.model_copy(update=updates))
+        except MigrationError as exc:
+            return _schema_problem(exc)
         return 0
 
     from healthledger.adapters.composition import build_service
 
-    service = build_service(settings)
+    try:
+        service = build_service(settings)
+    except MigrationError as exc:
+        return _schema_problem(exc)
     try:
         return _run(args, service)
     finally:
         service.close()
+
+
+def _schema_problem(exc: Exception) -> int:
+    # Pending migrations under HEALTHLEDGER_MIGRATE_ON_START=refuse, or a schema this
+    # version cannot migrate (newer, or not healthledger's): said plainly, no traceback.
+    print(f"healthledger: {exc}", file=sys.stderr)
+    return 1
+
+
+def _migrate(settings: Settings, status_only: bool) -> int:
+    from healthledger.adapters.persistence import migrating
+    from sqlalchemy.engine import make_url
+
+    out = sys.stdout
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    if status_only:
+        state = migrating.schema_state(settings.database_url)
+        print(f"database  {where}", file=out)
+        current = state.current or "none (not under migrations yet)"
+        pending = [revision.describe() for revision in state.pending]
+        if state.before_migrations:
+            current = "none (its tables were written before migrations)"
+            pending.insert(0, f"stamp {state.line.baseline} (the tables are the baseline's)")
+        print(f"current   {current}", file=out)
+        print(f"head      {state.head}", file=out)
+        for number, what in enumerate(pending or ["none"]):
+            print(f"{'pending' if number == 0 else '':<9} {what}", file=out)
+        return 0
+    done = migrating.upgrade(settings.database_url)
+    print(f"database  {where}", file=out)
+    if done.stamped is not None:
+        print(f"stamped   {done.stamped} (its tables were written before migrations)", file=out)
+    for revision in done.applied:
+        print(f"applied   {revision.describe()}", file=out)
+    if done.stamped is None and not done.applied:
+        print(f"nothing to apply: already at {done.after} (head)", file=out)
+    else:
+        print(f"now at    {done.after} (head)", file=out)
+    return 0
 
 
 def _run(args: argparse.Namespace, service: Any) -> int:
@@ -211,16 +272,12 @@ def _run(args: argparse.Namespace, service: Any) -> int:
         return 0
 
     if args.command == "erase-due":
-        from healthledger.scheduler.erasure import sweep_erasures
-
-        print(f"erased {sweep_erasures(service)} user(s)", file=out)
+        print(f"erased {service.jobs.sweep_erasures()} user(s)", file=out)
         return 0
 
     if args.command == "deprecations":
-        from healthledger.scheduler.deprecations import apply_cut_overs
-
         if args.apply:
-            print(f"applied {len(apply_cut_overs(service))} cut-over(s)", file=out)
+            print(f"applied {len(service.jobs.apply_cut_overs())} cut-over(s)", file=out)
         applied = service.webhook_queries.applied_cut_overs()
         for cut_over in service.deprecations.calendar:
             when = applied.get(cut_over.key)

@@ -6,24 +6,26 @@ so there is one way to wire the parts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from healthledger.adapters.eventstore.recorder import (
-    LedgerInfrastructure,
-    LedgerRecorder,
-    SnapshotRecorder,
-)
+from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
+from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
+from healthledger.adapters.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.http.cursors import cursor_secret
+from healthledger.adapters.persistence import migrating
 from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
 from healthledger.adapters.persistence.link_token_queries import LinkTokenQueries
+from healthledger.adapters.persistence.projections.erasure import erasure_effects
+from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.pull_queries import PullQueries
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
-from healthledger.adapters.persistence.read_models import ReadModels, erasure_effects
 from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.reference import (
@@ -45,10 +47,16 @@ from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
 from healthledger.domain.users.lifecycle import UserLifecycle
+from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecations import Deprecations
 from healthledger.domain.webhooks.event_types import EventTypeCatalog
 from healthledger.domain.webhooks.management import WebhookEndpoints, address, url_address
 from healthledger.domain.webhooks.redelivery import Redeliveries
+from healthledger.scheduler.deprecations import apply_cut_overs
+from healthledger.scheduler.erasure import ErasurePorts, sweep_erasures
+from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
+from healthledger.scheduler.runner import Intervals, Jobs, LedgerScheduler
+from healthledger.scheduler.webhooks import dispatch_webhooks
 from sqlalchemy import Connection
 
 
@@ -82,9 +90,9 @@ class Service:
     deprecations: Deprecations
     dispatcher: Dispatcher
     redeliveries: Redeliveries
-    # Set by the scheduler when it runs: wakes the pull worker now (after a connect)
-    # instead of at its next interval. Latency only; the worker's table is the truth.
-    wake_pull_worker: Callable[[], None] = lambda: None
+    # The scheduler's jobs, bound to their ports: `start_scheduler` runs them, and the
+    # CLI's sweeps and the tests call them directly.
+    jobs: Jobs
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -118,7 +126,7 @@ def own_addresses(settings: Settings) -> set[tuple[str, int]]:
 def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -> Service:
     settings = settings or Settings()
     db = Database(settings.database_url)
-    db.create_schema()
+    migrating.at_start(settings.database_url, settings.migrate_on_start)
     read_models = ReadModels(db)
 
     def on_record(conn: Connection, events: Sequence[Any]) -> None:
@@ -128,10 +136,16 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
     recorder = LedgerRecorder(db, on_record)
     ledger = Ledger(
         LedgerInfrastructure(recorder, SnapshotRecorder(db)),
-        user_snapshot_interval=settings.user_snapshot_interval,
+        # Long-lived users replay from a snapshot; erasure deletes their snapshots.
+        snapshot_intervals={User: settings.user_snapshot_interval},
         aggregate_cache_size=settings.aggregate_cache_size,
         unit_of_work=db.unit_of_work,
-        log_mark=recorder.change_mark,
+        # Aggregates known current (ADR 0011) need a cache to keep them in.
+        repository=(
+            partial(KnownCurrentRepository, log_mark=recorder.change_mark)
+            if settings.aggregate_cache_size > 0
+            else None
+        ),
     )
     # A new master key is made only for a database that holds no data key yet: pointing
     # an existing database at a missing key file must fail, not mint a second master key.
@@ -185,8 +199,10 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         live_user_ids=user_queries.live_user_ids,
         provider_slugs=provider_slugs(),
     )
+    team_queries = TeamQueries(db)
     event_types = webhook_event_types()
     webhook_queries = WebhookQueries(db)
+    deprecations = Deprecations(ledger, clock, deprecation_calendar())
     webhooks = WebhookEndpoints(
         ledger, clock, key_store, teams, event_types, own_addresses(settings)
     )
@@ -199,6 +215,25 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         Payloads(db, ledger, key_store, health_data, describe, rules_at),
         rules_at,
     )
+    erasure = ErasurePorts(
+        users=users,
+        teams=teams,
+        clock=clock,
+        deleted_teams_with_live_users=team_queries.deleted_teams_with_live_users,
+        gone_users_with_live_connections=connection_queries.gone_users_with_live_connections,
+        due_for_erasure=user_queries.due_for_erasure,
+        vacuum_key_store=db.vacuum_key_store,
+        batch_size=settings.erasure_batch_size,
+    )
+    jobs = Jobs(
+        sweep_erasures=partial(sweep_erasures, erasure),
+        run_due_pulls=partial(run_due_pulls, pulls),
+        sync_connected_feeds=partial(
+            sync_connected_feeds, pulls, pull_queries.ingestion_bound_changes
+        ),
+        dispatch_webhooks=partial(dispatch_webhooks, dispatcher),
+        apply_cut_overs=partial(apply_cut_overs, deprecations, webhook_queries.applied_cut_overs),
+    )
     return Service(
         settings=settings,
         clock=clock,
@@ -210,7 +245,7 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         users=users,
         teams=teams,
         user_queries=user_queries,
-        team_queries=TeamQueries(db),
+        team_queries=team_queries,
         cursor_secret=cursor_secret(master_key),
         catalog=catalog,
         connections=connections,
@@ -223,7 +258,33 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         event_types=event_types,
         webhooks=webhooks,
         webhook_queries=webhook_queries,
-        deprecations=Deprecations(ledger, clock, deprecation_calendar()),
+        deprecations=deprecations,
         dispatcher=dispatcher,
         redeliveries=Redeliveries(ledger, clock, webhook_queries.deliveries_since),
+        jobs=jobs,
     )
+
+
+def start_scheduler(service: Service) -> LedgerScheduler:
+    """Run the service's jobs at their intervals, and wake its workers on every commit of
+    events in this process, whoever made it (HTTP, the CLI, an embedding application)."""
+    settings = service.settings
+    scheduler = LedgerScheduler(
+        service.jobs,
+        Intervals(
+            erasure_sweep=settings.erasure_sweep_interval,
+            pull_worker=settings.pull_poll_interval,
+            webhook_dispatcher=settings.webhook_poll_interval,
+            daily_sync=settings.daily_sync_sweep_interval,
+            deprecation_cut_overs=settings.deprecation_sweep_interval,
+        ),
+    )
+    recorder = service.recorder
+    recorder.add_commit_listener(scheduler.committed)
+    # Once shut down, its workers take no more wake-ups: stop listening with them.
+    scheduler.add_listener(
+        lambda _event: recorder.remove_commit_listener(scheduler.committed),
+        EVENT_SCHEDULER_SHUTDOWN,
+    )
+    scheduler.start()
+    return scheduler

@@ -6,18 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import sys
 from collections.abc import Iterator
 from typing import TextIO
 
 import uvicorn
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.management_api import create_management_api
+from healthledger.adapters.http.request_deadlines import request_deadlines
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.settings import Settings
-from healthledger.scheduler.runner import start_scheduler
 
 log = logging.getLogger("healthledger.server")
 
@@ -65,12 +66,30 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
     )
     # APScheduler logs every run at INFO; its warnings (missed runs, errors) still show.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # Alembic narrates each step at INFO; what the start applied is logged once by
+    # healthledger.migrations, and pending migrations under `refuse` stop the start
+    # (`build_service` raises; the command line says so and exits 1).
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     service = build_service(settings)
     announce_bootstrap(service, out)
     scheduler = start_scheduler(service)
+    # Deadlines for reading requests and a connection limit, so that slow clients cannot
+    # exhaust a port (docs/adr/0013-slow-clients.md).
+    protocol = request_deadlines(
+        header_timeout=settings.request_header_timeout.total_seconds(),
+        body_timeout=settings.request_body_timeout.total_seconds(),
+    )
     servers = [
         _Server(
-            uvicorn.Config(app, host=settings.host, port=port, log_level=settings.log_level.lower())
+            uvicorn.Config(
+                app,
+                host=settings.host,
+                port=port,
+                log_level=settings.log_level.lower(),
+                http=protocol,
+                timeout_keep_alive=math.ceil(settings.keep_alive_timeout.total_seconds()),
+                limit_concurrency=settings.connection_limit,
+            )
         )
         for app, port in (
             (create_team_api(service), settings.team_api_port),

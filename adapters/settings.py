@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -32,6 +32,9 @@ class Settings(BaseSettings):
 
     # One SQLAlchemy URL for everything; a SQLite file in the current directory by default.
     database_url: str = "sqlite:///healthledger.db"
+    # What `serve`, the CLI and `build_service` do with pending schema migrations at start:
+    # `apply` them, or `refuse` to start (then `healthledger migrate` applies them).
+    migrate_on_start: Literal["apply", "refuse"] = "apply"
     # The master key that wraps every user's data key; never stored in the database.
     master_key_file: Path = Path("healthledger.master.key")
     # Seconds or ISO 8601 (P7D). The spec's grace period is 7 days.
@@ -72,3 +75,13 @@ class Settings(BaseSettings):
     # Aggregates kept in memory per process (0: none); each get still reads newer events.
     aggregate_cache_size: int = Field(default=10_000, ge=0)
     log_level: str = "info"
+    # Slow clients (docs/adr/0013-slow-clients.md). A request head must be in within
+    # request_header_timeout of its connection opening (of its first byte, on a kept-alive
+    # connection), its body within request_body_timeout of the head; else the connection
+    # is closed. An idle kept-alive connection is closed after keep_alive_timeout. Each
+    # port serves at most connection_limit connections at once: requests beyond it are
+    # answered 503 until slow ones are closed.
+    request_header_timeout: Duration = Field(default=timedelta(seconds=10), gt=timedelta(0))
+    request_body_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    keep_alive_timeout: Duration = Field(default=timedelta(seconds=5), gt=timedelta(0))
+    connection_limit: int = Field(default=1000, ge=1)

@@ -31,15 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.persistence.schema import teams, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.signing import signed_headers
 from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.deliveries import message_id_for
-from healthledger.scheduler.pulls import run_due_pulls
-from healthledger.scheduler.runner import start_scheduler
-from healthledger.scheduler.webhooks import dispatch_webhooks
 from sqlalchemy import select
 
 CTX = CommandContext.system("bench:webhooks")
@@ -112,7 +109,7 @@ def connect_users(service: Service, count: int, prefix: str) -> None:
     for n in range(count):
         user = service.users.create_user(CTX, team, client_user_id=f"{prefix}-{n}")
         service.connections.connect_demo(CTX, team, user.id, "freestyle_libre", resources)
-    run_due_pulls(service)
+    service.jobs.run_due_pulls()
 
 
 def fan_out(endpoints: int, deliveries: int, base: str, workdir: Path) -> dict[str, Any]:
@@ -124,7 +121,7 @@ def fan_out(endpoints: int, deliveries: int, base: str, workdir: Path) -> dict[s
         # Two public events per connection.
         connect_users(service, max(1, deliveries // (2 * endpoints)), f"f{endpoints}")
         started = time.perf_counter()
-        while dispatch_webhooks(service):
+        while service.jobs.dispatch_webhooks():
             pass
         ours = time.perf_counter() - started
         counts = service.webhook_queries.delivery_counts()
@@ -180,7 +177,6 @@ def latency(events: int, base: str, workdir: Path) -> dict[str, Any]:
             prepared = service.connections.connect_demo(
                 CTX, team, user.id, "freestyle_libre", resources
             )
-            service.wake_pull_worker()
             created = prepared.connection
             message = message_id_for(
                 created.id, created.version, "provider.connection.created", None

@@ -1,12 +1,23 @@
 """Fixtures shared by every test: the same tests run on a SQLite file and, when
-HEALTHLEDGER_TEST_POSTGRES_URL is set (CI sets it), on PostgreSQL in a fresh schema."""
+HEALTHLEDGER_TEST_POSTGRES_URL is set (CI sets it), on PostgreSQL in a schema of their own.
+
+Each test gets its own real database, already migrated to the head of both migration
+lines (the service's and the webhook receiver's), so that `build_service` and
+`build_receiver` find nothing to migrate: a version check. The migrations are not run
+per test. SQLite: they run once per session into a template file, which each test copies.
+PostgreSQL: their SQL is written once per session (Alembic's offline mode) and each test's
+fresh schema is made by running it, in one round trip. (A database per test, `CREATE
+DATABASE ... TEMPLATE`, was measured too and cost more: see docs/adr/0012.)"""
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import uuid
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +26,9 @@ from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.migrating import MIRROR, SERVICE, alembic_config, upgrade
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 
@@ -25,23 +38,86 @@ with warnings.catch_warnings():
 
 POSTGRES_URL = os.environ.get("HEALTHLEDGER_TEST_POSTGRES_URL")
 BACKENDS = ["sqlite", *(["postgres"] if POSTGRES_URL else [])]
+LINES = (SERVICE, MIRROR)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[sa.Engine]:
+    """Connections to HEALTHLEDGER_TEST_POSTGRES_URL outside a transaction (for CREATE
+    DATABASE, and for scripts that hold their own BEGIN and COMMIT)."""
+    assert POSTGRES_URL is not None
+    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    yield admin
+    admin.dispose()
+
+
+def postgres_database_url(name: str) -> str:
+    """HEALTHLEDGER_TEST_POSTGRES_URL, pointed at another database of the same server."""
+    assert POSTGRES_URL is not None
+    return sa.make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def create_postgres_database(admin: sa.Engine) -> str:
+    """A new, empty, uniquely named database on the test server; its name."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def drop_postgres_database(admin: sa.Engine, name: str) -> None:
+    # FORCE: a connection a test leaked (a pool not disposed) must not keep it alive.
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "ledger.db"
+    for line in LINES:
+        upgrade(f"sqlite:///{path}", line)
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_migrations_sql() -> str:
+    """What migrating an empty PostgreSQL schema to the head of both lines runs."""
+    script = io.StringIO()
+    for line in LINES:
+        config = alembic_config(line, POSTGRES_URL)
+        config.output_buffer = script
+        command.upgrade(config, "head", sql=True)
+    return script.getvalue()
+
+
+@contextmanager
+def postgres_schema(admin: sa.Engine, sql: str = "") -> Iterator[str]:
+    """A new schema in HEALTHLEDGER_TEST_POSTGRES_URL's database, `sql` run in it; the URL
+    of the database with that schema first on the search path. Dropped afterwards."""
+    assert POSTGRES_URL is not None
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(
+            f'CREATE SCHEMA "{schema}"; SET search_path TO "{schema}";\n{sql}\nRESET search_path'
+        )
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield f"{POSTGRES_URL}{separator}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        path = tmp_path / "ledger.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
         return
-    assert POSTGRES_URL is not None
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    admin = sa.create_engine(POSTGRES_URL)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    yield f"{POSTGRES_URL}{separator}options={quote(f'-csearch_path={schema}')}"
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-    admin.dispose()
+    admin: sa.Engine = request.getfixturevalue("postgres_admin")
+    with postgres_schema(admin, request.getfixturevalue("postgres_migrations_sql")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -26,14 +26,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
-from healthledger.adapters.eventstore.recorder import (
-    LedgerInfrastructure,
-    LedgerRecorder,
-    SnapshotRecorder,
-)
+from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
+from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.mirror.messages import InvalidMessage, parse_message
 from healthledger.adapters.mirror.received_webhooks import ReceivedWebhook, ReceivedWebhooks
-from healthledger.adapters.mirror.schema import MIRROR_TABLES, mirror_metadata
+from healthledger.adapters.mirror.schema import MIRROR_TABLES
+from healthledger.adapters.persistence import migrating
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.webhooks.signing import (
     DEFAULT_TOLERANCE,
@@ -136,12 +134,13 @@ def build_receiver(
     clock: Clock = utc_now,
     snapshot_interval: int = 100,
 ) -> WebhookReceiver:
-    """A receiver on the database at `database_url` (SQLite file or PostgreSQL), creating
-    its tables there if they are missing. `secrets`: the endpoint's signing secrets
+    """A receiver on the database at `database_url` (SQLite file or PostgreSQL), its
+    tables created or migrated there first (their own migration line, see
+    `migrating.MIRROR`). `secrets`: the endpoint's signing secrets
     (`whsec_...`); give the old and the new one during a rotation."""
     _check_secrets(secrets)
     db = Database(database_url)
-    db.create_schema(mirror_metadata)
+    migrating.upgrade(database_url, migrating.MIRROR)
     received = ReceivedWebhooks(db)
     recorder = LedgerRecorder(db, received.record_applied, tables=MIRROR_TABLES)
     ledger = MirrorLedger(

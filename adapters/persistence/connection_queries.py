@@ -8,6 +8,7 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import connections, users
+from healthledger.adapters.persistence.statements import CompiledStatement
 from healthledger.domain.connections.connection import DEREGISTERED
 from healthledger.domain.personal_data import PersonalDataVault
 from healthledger.domain.users.user import ACTIVE
@@ -15,6 +16,13 @@ from sqlalchemy import bindparam, select
 
 # slug -> {"name", "slug", "logo"}: the provider object of events and summaries (2.13).
 DescribeProvider = Callable[[str], dict[str, Any]]
+
+# Every user deletion asks it: compiled once (ADR 0014).
+LIVE_CONNECTION_IDS = CompiledStatement(
+    select(connections.c.connection_id).where(
+        connections.c.user_id == bindparam("user_id"), connections.c.status != DEREGISTERED
+    )
+)
 
 
 class ConnectionQueries:
@@ -24,16 +32,9 @@ class ConnectionQueries:
         self.describe = describe
 
     def live_connection_ids(self, user_id: UUID) -> list[UUID]:
-        # Every user deletion asks this: a statement compiled once, run on the driver.
-        c = connections.c
-        prepared = self.db.prepare(
-            "q.connections.live_ids",
-            lambda: select(c.connection_id).where(
-                c.user_id == bindparam("user_id"), c.status != DEREGISTERED
-            ),
-        )
+        # Every user deletion asks this.
         with self.db.read() as conn:
-            return [row.connection_id for row in prepared.fetch(conn, {"user_id": user_id})]
+            return [row[0] for row in LIVE_CONNECTION_IDS.rows(conn, {"user_id": user_id})]
 
     def providers_of(self, user_id: UUID) -> list[dict[str, Any]]:
         """Spec 2.2 items for the user's connections that are not deregistered."""
@@ -85,8 +86,10 @@ class ConnectionQueries:
             return []
         c = connections.c
         with self.db.read() as conn:
-            return conn.execute(
-                select(connections)
-                .where(c.user_id.in_(user_ids), c.status != DEREGISTERED)
-                .order_by(c.user_id, c.created_on, c.provider)
-            ).all()
+            return list(
+                conn.execute(
+                    select(connections)
+                    .where(c.user_id.in_(user_ids), c.status != DEREGISTERED)
+                    .order_by(c.user_id, c.created_on, c.provider)
+                ).all()
+            )

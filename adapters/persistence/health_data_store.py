@@ -8,14 +8,21 @@ from datetime import date
 from typing import Any
 from uuid import UUID
 
-from healthledger.adapters.persistence.database import Database, insert_statement
+from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.key_store import KeyStore, canonical_json
 from healthledger.adapters.persistence.schema import health_data, users
 from healthledger.domain.connections.health_data import StoreResult, UserDataGone
 from healthledger.domain.ledger import Clock
-from sqlalchemy import Connection, bindparam, delete, func, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 
-_COLUMNS = ("user_id", "provider", "resource", "day", "sealed", "digest", "stored_at", "updated_at")
+# Many days a store: each run as one executemany.
+INSERT_DAY = insert(health_data)
+UPDATE_DAY = update(health_data).where(
+    health_data.c.user_id == bindparam("uid"),
+    health_data.c.provider == bindparam("prov"),
+    health_data.c.resource == bindparam("res"),
+    health_data.c.day == bindparam("d"),
+)
 
 
 class SqlHealthDataStore:
@@ -23,25 +30,6 @@ class SqlHealthDataStore:
         self.db = db
         self.key_store = key_store
         self.clock = clock
-        h = health_data.c
-        self._insert = db.prepare("hd.insert", lambda: insert_statement(health_data, _COLUMNS))
-        self._update = db.prepare(
-            "hd.update",
-            lambda: (
-                update(health_data)
-                .where(
-                    h.user_id == bindparam("uid"),
-                    h.provider == bindparam("prov"),
-                    h.resource == bindparam("res"),
-                    h.day == bindparam("d"),
-                )
-                .values(
-                    sealed=bindparam("sealed"),
-                    digest=bindparam("digest"),
-                    updated_at=bindparam("updated_at"),
-                )
-            ),
-        )
 
     def store(
         self, user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
@@ -104,9 +92,9 @@ class SqlHealthDataStore:
                         }
                     )
             if inserts:
-                self._insert.execute_many(conn, inserts)
+                conn.execute(INSERT_DAY, inserts)
             if updates:
-                self._update.execute_many(conn, updates)
+                conn.execute(UPDATE_DAY, updates)
         return results
 
     def read(

@@ -120,7 +120,7 @@ class PullQueries:
         if provider is not None:
             query = query.where(f.provider == provider)
         with self.db.read() as conn:
-            return conn.execute(query).all()
+            return list(conn.execute(query).all())
 
     def live_providers_of(self, user_ids: Sequence[UUID], provider: str | None) -> list[Any]:
         """(user_id, provider, resource_availability) of each live connection."""
@@ -133,4 +133,4 @@ class PullQueries:
         if provider is not None:
             query = query.where(c.provider == provider)
         with self.db.read() as conn:
-            return conn.execute(query).all()
+            return list(conn.execute(query).all())

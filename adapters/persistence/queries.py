@@ -76,6 +76,28 @@ def _require_possible(client_user_id: str) -> None:
         raise UserNotFound()
 
 
+# Built once: every user read, and every request's key, is looked up by one of these.
+USER_BY_ID = select(users).where(
+    users.c.user_id == bindparam("user_id"), users.c.team_id == bindparam("team_id")
+)
+TEAM_API_KEY_BY_ID = (
+    select(
+        team_api_keys.c.key_id,
+        team_api_keys.c.team_id,
+        team_api_keys.c.key_hash,
+        team_api_keys.c.revoked_at,
+        team_api_keys.c.environment,
+        team_api_keys.c.region,
+        teams.c.deleted_at,
+    )
+    .join(teams, teams.c.team_id == team_api_keys.c.team_id)
+    .where(team_api_keys.c.key_id == bindparam("key_id"))
+)
+MANAGEMENT_KEY_BY_ID = select(management_keys).where(
+    management_keys.c.key_id == bindparam("key_id")
+)
+
+
 # user ids -> each user's spec 2.3 connected_sources (one query for a whole page).
 ConnectedSources = Callable[[list[UUID]], dict[UUID, list[dict[str, Any]]]]
 
@@ -99,15 +121,8 @@ class UserQueries:
 
     def _user_row(self, team_id: UUID, user_id: UUID) -> Any:
         # Every read of one user (and the answer to every create) comes through here.
-        prepared = self.db.prepare(
-            "q.users.by_id",
-            lambda: select(users).where(
-                users.c.user_id == bindparam("user_id"), users.c.team_id == bindparam("team_id")
-            ),
-        )
         with self.db.read() as conn:
-            rows = prepared.fetch(conn, {"user_id": user_id, "team_id": team_id})
-        return rows[0] if rows else None
+            return conn.execute(USER_BY_ID, {"user_id": user_id, "team_id": team_id}).first()
 
     def resolve(self, team_id: UUID, client_user_id: str) -> dict[str, Any]:
         """The live user holding `client_user_id`; else 404 (scheduled-for-deletion if so)."""
@@ -238,42 +253,20 @@ class TeamQueries:
     def api_key(self, key_id: UUID) -> ApiKeyRecord | None:
         # Every team API request authenticates through this lookup. A deleted team's
         # keys stop working with it.
-        prepared = self.db.prepare(
-            "q.team_api_keys.by_id",
-            lambda: (
-                select(
-                    team_api_keys.c.key_id,
-                    team_api_keys.c.team_id,
-                    team_api_keys.c.key_hash,
-                    team_api_keys.c.revoked_at,
-                    team_api_keys.c.environment,
-                    team_api_keys.c.region,
-                    teams.c.deleted_at,
-                )
-                .join(teams, teams.c.team_id == team_api_keys.c.team_id)
-                .where(team_api_keys.c.key_id == bindparam("key_id"))
-            ),
-        )
         with self.db.read() as conn:
-            rows = prepared.fetch(conn, {"key_id": key_id})
-        if not rows:
+            row = conn.execute(TEAM_API_KEY_BY_ID, {"key_id": key_id}).first()
+        if row is None:
             return None
-        row = rows[0]
         revoked = row.revoked_at is not None or row.deleted_at is not None
         return ApiKeyRecord(
             row.key_id, row.team_id, row.key_hash, revoked, row.environment, row.region
         )
 
     def management_key(self, key_id: UUID) -> ManagementKeyRecord | None:
-        prepared = self.db.prepare(
-            "q.management_keys.by_id",
-            lambda: select(management_keys).where(management_keys.c.key_id == bindparam("key_id")),
-        )
         with self.db.read() as conn:
-            rows = prepared.fetch(conn, {"key_id": key_id})
-        if not rows:
+            row = conn.execute(MANAGEMENT_KEY_BY_ID, {"key_id": key_id}).first()
+        if row is None:
             return None
-        row = rows[0]
         return ManagementKeyRecord(
             key_id=row.key_id,
             org_id=row.org_id,

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from healthledger.domain.timestamps import remembered_iso_text
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -28,37 +27,6 @@ from sqlalchemy import (
 )
 
 
-def sqlite_datetime_text(value: datetime) -> str:
-    """The text SQLite's DATETIME column stores for an aware datetime: UTC, without an
-    offset, always with the microseconds ("YYYY-MM-DD HH:MM:SS.ffffff")."""
-    # A command stamps its events and read-model rows with one `now`: a create binds the
-    # same datetime three times (two event rows, the users row). The last one's text is
-    # kept (datetimes are immutable; the memo holds the object, so its identity is never
-    # reused while it is kept). It is made from the event JSON's isoformat of the same
-    # datetime when there is one ("YYYY-MM-DDTHH:MM:SS.ffffff+00:00": two slices), else
-    # by a replace and an isoformat (about 17,000 instructions, callgrind).
-    global _last_datetime_text
-    last = _last_datetime_text
-    if last[0] is value:
-        return last[1]
-    tzinfo = value.tzinfo
-    if tzinfo is None:
-        raise ValueError("naive datetimes are not stored; use UTC")
-    iso = remembered_iso_text(value) if tzinfo is UTC and value.microsecond else None
-    if iso is not None:
-        text = iso[:10] + " " + iso[11:26]
-    else:
-        utc = value if tzinfo is UTC else value.astimezone(UTC)
-        text = utc.replace(tzinfo=None).isoformat(" ", "microseconds")
-    _last_datetime_text = (value, text)
-    return text
-
-
-# (datetime, its text), replaced whole: a reader on another thread sees one pair or the
-# other, never a mix.
-_last_datetime_text: tuple[datetime | None, str] = (None, "")
-
-
 class UTCDateTime(TypeDecorator[datetime]):
     """Aware UTC datetimes on both backends (SQLite keeps no offset, so we add it back)."""
 
@@ -72,19 +40,6 @@ class UTCDateTime(TypeDecorator[datetime]):
             raise ValueError("naive datetimes are not stored; use UTC")
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def bind_processor(self, dialect: Dialect) -> Any:
-        if dialect.name != "sqlite":
-            return super().bind_processor(dialect)
-
-        # The text SQLite's DATETIME stores ("YYYY-MM-DD HH:MM:SS.ffffff", always with the
-        # microseconds), made by one C call: the generic path (process_bind_param, then a
-        # %-format of seven fields) cost about 4 µs a value, and every event row has one.
-        # A test holds the two paths to the same text.
-        def process(value: datetime | None) -> str | None:
-            return None if value is None else sqlite_datetime_text(value)
-
-        return process
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:

@@ -103,12 +103,14 @@ class WebhookQueries:
     def due_deliveries(self, now: datetime, limit: int) -> list[Any]:
         d = webhook_deliveries.c
         with self.db.read() as conn:
-            return conn.execute(
-                select(webhook_deliveries)
-                .where(d.status == PENDING, d.next_attempt_at <= now)
-                .order_by(d.next_attempt_at, d.log_position, d.delivery_id)
-                .limit(limit)
-            ).all()
+            return list(
+                conn.execute(
+                    select(webhook_deliveries)
+                    .where(d.status == PENDING, d.next_attempt_at <= now)
+                    .order_by(d.next_attempt_at, d.log_position, d.delivery_id)
+                    .limit(limit)
+                ).all()
+            )
 
     def failing_since(self, endpoint_id: UUID) -> datetime | None:
         """When the endpoint's oldest failure with no success after it happened."""

@@ -148,14 +148,13 @@ def test_webhooks_replay_queues_an_endpoints_deliveries_again(
     service: Service, team: Team, ctx: CommandContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from healthledger.adapters.persistence.schema import webhook_deliveries
-    from healthledger.scheduler.pulls import run_due_pulls
     from sqlalchemy import select
 
     created = service.webhooks.create(ctx, team.team_id, "sandbox", url="https://hooks.example/in")
     with freeze_time(T0):
         user = service.users.create_user(ctx, team.team_id, client_user_id="cli-hooks")
         service.connections.connect_demo(ctx, team.team_id, user.id, "freestyle_libre", ["glucose"])
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         service.dispatcher.follow()  # two deliveries queued, never sent (no sender ran)
     with service.db.read() as conn:
         rows = conn.execute(select(webhook_deliveries.c.delivery_id)).scalars().all()

@@ -1,0 +1,1 @@
+"""The mirror's revisions, oldest first by `down_revision`."""

@@ -1,0 +1,1 @@
+"""The service's migration line: its tables, versions in `alembic_version`."""

@@ -1,0 +1,8 @@
+"""Alembic's entry point for the service's line (run by Alembic, never imported)."""
+
+from healthledger.adapters.persistence.migrating import SERVICE, run_env
+from healthledger.adapters.persistence.schema import metadata
+
+# The metadata is only what autogenerate compares a database with when a revision is
+# written; what a revision creates is written out in the revision itself.
+run_env(SERVICE, metadata)

@@ -1,0 +1,1 @@
+"""The service's revisions, oldest first by `down_revision`."""

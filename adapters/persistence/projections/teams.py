@@ -1,0 +1,214 @@
+"""The teams context's read models: organizations, teams, team API keys, management keys
+and custom credentials."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.schema import (
+    custom_credentials,
+    management_keys,
+    organizations,
+    team_api_keys,
+    teams,
+    webhook_endpoints,
+)
+from healthledger.domain.teams.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
+from healthledger.domain.teams.management_keys import ManagementKey
+from healthledger.domain.teams.teams import Organization, Team, TeamApiKey, default_settings
+from sqlalchemy import Connection, delete, insert, select, update
+
+# -- organizations and teams ----------------------------------------------------------
+
+
+def organization_created(conn: Connection, e: Organization.Created) -> None:
+    conn.execute(
+        insert(organizations).values(org_id=e.originator_id, name=e.name, created_on=e.timestamp)
+    )
+
+
+def organization_renamed(conn: Connection, e: Organization.Renamed) -> None:
+    conn.execute(
+        update(organizations).where(organizations.c.org_id == e.originator_id).values(name=e.name)
+    )
+
+
+def team_created(conn: Connection, e: Team.Created) -> None:
+    conn.execute(
+        insert(teams).values(
+            team_id=e.originator_id,
+            org_id=e.org_id,
+            name=e.name,
+            name_folded=e.name.casefold(),
+            region=e.region,
+            features=[],
+            settings=default_settings(),
+            created_on=e.timestamp,
+        )
+    )
+
+
+def team_renamed(conn: Connection, e: Team.Renamed) -> None:
+    conn.execute(
+        update(teams)
+        .where(teams.c.team_id == e.originator_id)
+        .values(name=e.name, name_folded=e.name.casefold())
+    )
+
+
+def team_settings_changed(conn: Connection, e: Team.SettingsChanged) -> None:
+    current = conn.execute(
+        select(teams.c.settings).where(teams.c.team_id == e.originator_id)
+    ).scalar_one()
+    conn.execute(
+        update(teams)
+        .where(teams.c.team_id == e.originator_id)
+        .values(settings={**current, e.environment: e.settings})
+    )
+
+
+def team_features_changed(conn: Connection, e: Any) -> None:
+    current = conn.execute(
+        select(teams.c.features).where(teams.c.team_id == e.originator_id)
+    ).scalar_one()
+    features = set(current)
+    if isinstance(e, Team.FeatureEnabled):
+        features.add(e.feature)
+    else:
+        features.discard(e.feature)
+    conn.execute(
+        update(teams).where(teams.c.team_id == e.originator_id).values(features=sorted(features))
+    )
+
+
+def team_deleted(conn: Connection, e: Team.Deleted) -> None:
+    conn.execute(
+        update(teams).where(teams.c.team_id == e.originator_id).values(deleted_at=e.timestamp)
+    )
+    # Its custom credentials go with it (their secrets' key is destroyed with it too).
+    conn.execute(
+        update(custom_credentials)
+        .where(custom_credentials.c.team_id == e.originator_id)
+        .values(status=DELETED, client_id=None, sealed_client_secret=None)
+    )
+    # So do its webhook endpoints: nothing is delivered for a deleted team.
+    conn.execute(delete(webhook_endpoints).where(webhook_endpoints.c.team_id == e.originator_id))
+
+
+# -- team API keys --------------------------------------------------------------------
+
+
+def team_api_key_created(conn: Connection, e: TeamApiKey.Created) -> None:
+    conn.execute(
+        insert(team_api_keys).values(
+            key_id=e.originator_id,
+            team_id=e.team_id,
+            environment=e.environment,
+            region=e.region,
+            key_hash=e.key_hash,
+            created_on=e.timestamp,
+        )
+    )
+
+
+def team_api_key_revoked(conn: Connection, e: TeamApiKey.Revoked) -> None:
+    conn.execute(
+        update(team_api_keys)
+        .where(team_api_keys.c.key_id == e.originator_id)
+        .values(revoked_at=e.timestamp)
+    )
+
+
+# -- management keys ------------------------------------------------------------------
+
+
+def management_key_created(conn: Connection, e: ManagementKey.Created) -> None:
+    conn.execute(
+        insert(management_keys).values(
+            key_id=e.originator_id,
+            org_id=e.org_id,
+            role=e.role,
+            team_ids=[str(t) for t in e.team_ids],
+            label=e.label,
+            key_hash=e.key_hash,
+            created_on=e.timestamp,
+        )
+    )
+
+
+def update_management_key(conn: Connection, e: Any, **values: Any) -> None:
+    conn.execute(
+        update(management_keys).where(management_keys.c.key_id == e.originator_id).values(**values)
+    )
+
+
+def management_key_relabeled(conn: Connection, e: ManagementKey.Relabeled) -> None:
+    update_management_key(conn, e, label=e.label)
+
+
+def management_key_teams_bound(conn: Connection, e: ManagementKey.TeamsBound) -> None:
+    update_management_key(conn, e, team_ids=[str(t) for t in e.team_ids])
+
+
+def management_key_revoked(conn: Connection, e: ManagementKey.Revoked) -> None:
+    update_management_key(conn, e, revoked_at=e.timestamp)
+
+
+# -- custom credentials ---------------------------------------------------------------
+
+
+def credentials_prepared(conn: Connection, e: CustomCredentials.Created) -> None:
+    conn.execute(
+        insert(custom_credentials).values(
+            credentials_id=e.originator_id,
+            team_id=e.team_id,
+            provider=e.provider,
+            status=PREPARED,
+            updated_at=e.timestamp,
+        )
+    )
+
+
+def credentials_reprepared(conn: Connection, e: Any) -> None:
+    update_credentials(conn, e, status=PREPARED, client_id=None, sealed_client_secret=None)
+
+
+def credentials_set(conn: Connection, e: CustomCredentials.Set) -> None:
+    update_credentials(
+        conn, e, status=SET, client_id=e.client_id, sealed_client_secret=e.sealed_client_secret
+    )
+
+
+def credentials_deleted(conn: Connection, e: Any) -> None:
+    update_credentials(conn, e, status=DELETED, client_id=None, sealed_client_secret=None)
+
+
+def update_credentials(conn: Connection, e: Any, **values: Any) -> None:
+    conn.execute(
+        update(custom_credentials)
+        .where(custom_credentials.c.credentials_id == e.originator_id)
+        .values(updated_at=e.timestamp, **values)
+    )
+
+
+HANDLERS: Handlers = {
+    Organization.Created: organization_created,
+    Organization.Renamed: organization_renamed,
+    Team.Created: team_created,
+    Team.Renamed: team_renamed,
+    Team.SettingsChanged: team_settings_changed,
+    Team.FeatureEnabled: team_features_changed,
+    Team.FeatureDisabled: team_features_changed,
+    Team.Deleted: team_deleted,
+    TeamApiKey.Created: team_api_key_created,
+    TeamApiKey.Revoked: team_api_key_revoked,
+    ManagementKey.Created: management_key_created,
+    ManagementKey.Relabeled: management_key_relabeled,
+    ManagementKey.TeamsBound: management_key_teams_bound,
+    ManagementKey.Revoked: management_key_revoked,
+    CustomCredentials.Created: credentials_prepared,
+    CustomCredentials.Reprepared: credentials_reprepared,
+    CustomCredentials.Set: credentials_set,
+    CustomCredentials.Deleted: credentials_deleted,
+}

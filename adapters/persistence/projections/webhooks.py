@@ -1,0 +1,207 @@
+"""The webhooks context's read models: endpoints, deliveries and the deprecation
+cut-overs applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.schema import (
+    deprecation_cut_overs,
+    webhook_deliveries,
+    webhook_endpoints,
+)
+from healthledger.domain.webhooks.deliveries import DROPPED as DELIVERY_DROPPED
+from healthledger.domain.webhooks.deliveries import FAILED as DELIVERY_FAILED
+from healthledger.domain.webhooks.deliveries import PENDING as DELIVERY_PENDING
+from healthledger.domain.webhooks.deliveries import SUCCEEDED as DELIVERY_SUCCEEDED
+from healthledger.domain.webhooks.deliveries import WebhookDelivery
+from healthledger.domain.webhooks.deprecation_calendar import DeprecationCalendar
+from healthledger.domain.webhooks.endpoints import BY_CALLER, WebhookEndpoint
+from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
+
+# -- webhook deliveries ---------------------------------------------------------------
+
+
+def delivery_attempt(*, succeeded: bool) -> Update:
+    """UPDATE of a delivery's row after an attempt (a success, or a failure whose first
+    failure time is kept)."""
+    d = webhook_deliveries.c
+    values: dict[str, Any] = {
+        "attempts": bindparam("attempts"),
+        "last_attempt_at": bindparam("at"),
+        "last_status_code": bindparam("code"),
+        "next_attempt_at": bindparam("next_at"),
+        "status": bindparam("status"),
+        "version": bindparam("version"),
+    }
+    if succeeded:
+        values["succeeded_at"] = bindparam("at")
+    else:
+        values["first_failure_at"] = func.coalesce(d.first_failure_at, bindparam("at"))
+    return update(webhook_deliveries).where(d.delivery_id == bindparam("did")).values(values)
+
+
+# Built once: a fan-out writes a delivery per endpoint, and each attempt updates one.
+INSERT_DELIVERY = insert(webhook_deliveries)
+DELIVERY_SUCCEEDED_UPDATE = delivery_attempt(succeeded=True)
+DELIVERY_FAILED_UPDATE = delivery_attempt(succeeded=False)
+
+
+def delivery_created(conn: Connection, e: WebhookDelivery.Created) -> None:
+    conn.execute(
+        INSERT_DELIVERY,
+        {
+            "delivery_id": e.originator_id,
+            "endpoint_id": e.endpoint_id,
+            "team_id": e.team_id,
+            "user_id": e.user_id,
+            "event_type": e.event_type,
+            "message_id": e.message_id,
+            "source_id": e.source_id,
+            "source_version": e.source_version,
+            "source_timestamp": e.source_timestamp,
+            "day": e.day,
+            "log_position": e.log_position,
+            "status": DELIVERY_PENDING,
+            "attempts": 0,
+            "next_attempt_at": e.timestamp,
+            "created_at": e.timestamp,
+            "version": e.originator_version,
+        },
+    )
+
+
+def update_delivery(conn: Connection, e: Any, **values: Any) -> None:
+    conn.execute(
+        update(webhook_deliveries)
+        .where(webhook_deliveries.c.delivery_id == e.originator_id)
+        .values(version=e.originator_version, **values)
+    )
+
+
+def delivery_attempted(conn: Connection, e: WebhookDelivery.AttemptMade) -> None:
+    success = e.outcome == "success"
+    if success:
+        status = DELIVERY_SUCCEEDED
+    else:
+        status = DELIVERY_PENDING if e.next_attempt_at is not None else DELIVERY_FAILED
+    conn.execute(
+        DELIVERY_SUCCEEDED_UPDATE if success else DELIVERY_FAILED_UPDATE,
+        {
+            "did": e.originator_id,
+            "attempts": e.attempt,
+            "at": e.timestamp,
+            "code": e.status_code,
+            "next_at": e.next_attempt_at,
+            "status": status,
+            "version": e.originator_version,
+        },
+    )
+
+
+def delivery_dropped(conn: Connection, e: WebhookDelivery.Dropped) -> None:
+    update_delivery(conn, e, status=DELIVERY_DROPPED, next_attempt_at=None)
+
+
+def delivery_replayed(conn: Connection, e: WebhookDelivery.Replayed) -> None:
+    update_delivery(
+        conn,
+        e,
+        status=DELIVERY_PENDING,
+        attempts=0,
+        next_attempt_at=e.timestamp,
+        first_failure_at=None,
+    )
+
+
+# -- webhook endpoints ----------------------------------------------------------------
+
+
+def webhook_endpoint_created(conn: Connection, e: WebhookEndpoint.Created) -> None:
+    conn.execute(
+        insert(webhook_endpoints).values(
+            endpoint_id=e.originator_id,
+            team_id=e.team_id,
+            environment=e.environment,
+            url=e.url,
+            description=e.description,
+            filter_types=list(e.filter_types),
+            disabled_reason=BY_CALLER if e.disabled else None,
+            sealed_secret=e.sealed_secret,
+            created_on=e.timestamp,
+            updated_at=e.timestamp,
+        )
+    )
+
+
+def webhook_endpoint_updated(conn: Connection, e: WebhookEndpoint.Updated) -> None:
+    update_endpoint(conn, e, **e.changes)
+
+
+def webhook_endpoint_disabled(conn: Connection, e: WebhookEndpoint.Disabled) -> None:
+    update_endpoint(conn, e, disabled_reason=e.reason)
+
+
+def webhook_endpoint_enabled(conn: Connection, e: WebhookEndpoint.Enabled) -> None:
+    update_endpoint(conn, e, disabled_reason=None)
+
+
+def webhook_secret_rotated(conn: Connection, e: WebhookEndpoint.SecretRotated) -> None:
+    current = conn.execute(
+        select(webhook_endpoints.c.sealed_secret).where(
+            webhook_endpoints.c.endpoint_id == e.originator_id
+        )
+    ).scalar_one()
+    update_endpoint(
+        conn,
+        e,
+        sealed_secret=e.sealed_secret,
+        sealed_previous_secret=current,
+        previous_secret_expires_at=e.previous_expires_at,
+    )
+
+
+def webhook_endpoint_deleted(conn: Connection, e: WebhookEndpoint.Deleted) -> None:
+    # Gone from every read, secrets included; its sealed copies stay only in the log.
+    conn.execute(
+        delete(webhook_endpoints).where(webhook_endpoints.c.endpoint_id == e.originator_id)
+    )
+
+
+def update_endpoint(conn: Connection, e: Any, **values: Any) -> None:
+    conn.execute(
+        update(webhook_endpoints)
+        .where(webhook_endpoints.c.endpoint_id == e.originator_id)
+        .values(updated_at=e.timestamp, **values)
+    )
+
+
+# -- the deprecation calendar ---------------------------------------------------------
+
+
+def cut_over_applied(conn: Connection, e: DeprecationCalendar.CutOverApplied) -> None:
+    conn.execute(
+        insert(deprecation_cut_overs).values(
+            key=e.key,
+            effective_on=e.effective_on,
+            what=e.what,
+            applied_at=e.timestamp,
+            actor=e.actor,
+        )
+    )
+
+
+HANDLERS: Handlers = {
+    WebhookDelivery.Created: delivery_created,
+    WebhookDelivery.AttemptMade: delivery_attempted,
+    WebhookDelivery.Dropped: delivery_dropped,
+    WebhookDelivery.Replayed: delivery_replayed,
+    WebhookEndpoint.Created: webhook_endpoint_created,
+    WebhookEndpoint.Updated: webhook_endpoint_updated,
+    WebhookEndpoint.Disabled: webhook_endpoint_disabled,
+    WebhookEndpoint.Enabled: webhook_endpoint_enabled,
+    WebhookEndpoint.SecretRotated: webhook_secret_rotated,
+    WebhookEndpoint.Deleted: webhook_endpoint_deleted,
+    DeprecationCalendar.CutOverApplied: cut_over_applied,
+}

@@ -1,0 +1,123 @@
+"""SQLite specifics: the PRAGMAs every connection gets, transactions begun as SQLAlchemy's
+pysqlite recipe begins them, and the one writer connection.
+
+WAL, synchronous=FULL (a committed deletion survives power loss), secure_delete (erased
+rows are overwritten, not left in free pages). The driver's own transaction handling is
+off (`isolation_level=None`) and a `"begin"` engine event emits the BEGIN, as
+SQLAlchemy's documentation shows for pysqlite: the writer's transactions begin
+IMMEDIATE, so writers queue on SQLite's lock instead of failing to upgrade a read lock;
+readers begin a plain (deferred) transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import StaticPool
+
+PRAGMAS = (
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=FULL",
+    "PRAGMA secure_delete=ON",
+    "PRAGMA foreign_keys=ON",
+    "PRAGMA busy_timeout=30000",
+)
+
+
+def sqlite_engine(url: URL, *, begin: Callable[[], str], **options: Any) -> Engine:
+    """An engine whose connections get `PRAGMAS` and whose transactions begin with the
+    statement `begin()` names ("BEGIN IMMEDIATE" for a write, "BEGIN" for a read)."""
+    engine = create_engine(
+        url,
+        connect_args={"isolation_level": None, "check_same_thread": False, "timeout": 30},
+        **options,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        for pragma in PRAGMAS:
+            cursor.execute(pragma)
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        # Straight on the driver, as SQLAlchemy's own `do_begin` would: a statement
+        # executed through the Connection here would cost as much as the transaction.
+        statement = begin()
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        try:
+            driver.execute(statement)
+        except sqlite3.Error as exc:
+            raise sa_exc.DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
+
+    return engine
+
+
+def writer_engine(url: URL, begin: Callable[[], str]) -> Engine:
+    # One writer: a single connection (StaticPool), used under the process's write lock,
+    # with no reset-on-return rollback (every write ends its own transaction).
+    return sqlite_engine(url, begin=begin, poolclass=StaticPool, pool_reset_on_return=None)
+
+
+def reader_engine(url: URL) -> Engine:
+    return sqlite_engine(url, begin=lambda: "BEGIN")
+
+
+class WriterConnection:
+    """The writer engine's one Connection, opened at first use and kept open: opening a
+    Connection (and checking it out of the pool) per write cost as much as the
+    statements in it. Used only under the process's write lock (`UnitOfWork`).
+
+    It also reads SQLite's `PRAGMA data_version` for the ledger's change mark (ADR 0011):
+    the counter moves when another connection commits, never for this connection's own
+    commits. A reading is paired with the connection's generation (how many times it was
+    opened), so readings of two connections never compare equal."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.generation = 0
+        self.last_mark: tuple[int, int] | None = None
+        self.lost = False
+        self.current: Connection | None = None
+
+        @event.listens_for(engine, "invalidate")
+        def _lost(*_args: Any) -> None:
+            self.lost = True
+
+    def get(self) -> Connection:
+        """The writer's Connection, reopened if SQLAlchemy invalidated it; the caller
+        holds the write lock."""
+        conn = self.current
+        if conn is not None and not self.lost:
+            return conn
+        self.lost = False
+        if conn is not None and not conn.closed:
+            conn.close()
+        conn = self.current = self.engine.connect()
+        self.generation += 1
+        # The new connection's first reading: a save with no reading of its own takes
+        # this one (`Database.change_mark`).
+        self.read_mark()
+        return conn
+
+    def read_mark(self) -> tuple[int, int]:
+        """A reading of `PRAGMA data_version` on the writer's connection, outside any
+        transaction (the driver's own, so SQLAlchemy begins none), kept as the last."""
+        conn = self.current if self.current is not None and not self.lost else self.get()
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        version = driver.execute("PRAGMA data_version").fetchone()[0]
+        mark = self.last_mark = (self.generation, version)
+        return mark
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+            self.current = None

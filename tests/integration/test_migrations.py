@@ -1,0 +1,459 @@
+"""Schema migrations: a database written by main before migrations (tests/data/legacy_main)
+is stamped, upgraded and served with every event, key and user it held; an empty database
+is upgraded from nothing; the migrated schema is the metadata's; `refuse` refuses."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from fastapi.testclient import TestClient
+from healthledger.adapters.cli import main
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.mirror.receiver import build_receiver
+from healthledger.adapters.mirror.schema import mirror_metadata
+from healthledger.adapters.persistence.migrating import (
+    MIRROR,
+    SERVICE,
+    MigrationError,
+    MigrationLine,
+    PendingMigrations,
+    schema_state,
+    upgrade,
+)
+from healthledger.adapters.persistence.schema import metadata
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import CommandContext
+from healthledger.domain.users.user import User
+
+from tests.conftest import (
+    BACKENDS,
+    create_postgres_database,
+    drop_postgres_database,
+    postgres_database_url,
+    postgres_schema,
+)
+
+LEGACY = Path(__file__).resolve().parents[1] / "data" / "legacy_main"
+SECRET = "whsec_" + "A" * 32
+
+
+@dataclass
+class ScratchDatabase:
+    """A database of the test's own, left as the test makes it (not the migrated copy of
+    the `database_url` fixture)."""
+
+    url: str
+    is_sqlite: bool
+
+    def execute(self, sql: str) -> list[Any]:
+        engine = sa.create_engine(self.url, poolclass=sa.NullPool)
+        try:
+            with engine.begin() as conn:
+                result = conn.exec_driver_sql(sql)
+                return list(result) if result.returns_rows else []
+        finally:
+            engine.dispose()
+
+    def tables(self) -> set[str]:
+        engine = sa.create_engine(self.url, poolclass=sa.NullPool)
+        try:
+            with engine.connect() as conn:
+                return set(sa.inspect(conn).get_table_names())
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def empty_database(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ScratchDatabase]:
+    if backend == "sqlite":
+        yield ScratchDatabase(f"sqlite:///{tmp_path / 'empty.db'}", is_sqlite=True)
+        return
+    with postgres_schema(request.getfixturevalue("postgres_admin")) as url:
+        yield ScratchDatabase(url, is_sqlite=False)
+
+
+@dataclass
+class Legacy:
+    database: ScratchDatabase
+    master_key_file: Path
+
+
+@pytest.fixture
+def legacy(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Legacy]:
+    """The database main wrote before migrations, with the master key it was written under."""
+    key = tmp_path / "master.key"
+    if backend == "sqlite":
+        shutil.copyfile(LEGACY / "sqlite-master.key", key)
+        path = tmp_path / "ledger.db"
+        with gzip.open(LEGACY / "sqlite-ledger.db.gz") as packed, path.open("wb") as out:
+            shutil.copyfileobj(packed, out)
+        yield Legacy(ScratchDatabase(f"sqlite:///{path}", is_sqlite=True), key)
+        return
+    shutil.copyfile(LEGACY / "postgres-master.key", key)
+    admin: sa.Engine = request.getfixturevalue("postgres_admin")
+    name = create_postgres_database(admin)
+    # The dump creates and fills the schema `legacy_main`: in a database of its own, it
+    # cannot meet another test's.
+    load_dump(postgres_database_url(name), LEGACY / "postgres-dump.sql.gz")
+    url = sa.make_url(postgres_database_url(name)).update_query_dict(
+        {"options": "-csearch_path=legacy_main"}
+    )
+    yield Legacy(ScratchDatabase(url.render_as_string(hide_password=False), is_sqlite=False), key)
+    drop_postgres_database(admin, name)
+
+
+def load_dump(url: str, dump: Path) -> None:
+    target = sa.make_url(url)
+    command = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target.database or ""]
+    for flag, value in (("-h", target.host), ("-p", target.port), ("-U", target.username)):
+        if value is not None:
+            command += [flag, str(value)]
+    env = {"PGPASSWORD": target.password} if target.password else {}
+    with gzip.open(dump) as sql:
+        subprocess.run(
+            command,
+            input=sql.read(),
+            check=True,
+            capture_output=True,
+            env={**os.environ, **env},
+        )
+
+
+def settings_for(url: str, master_key_file: Path, **overrides: Any) -> Settings:
+    return Settings(
+        database_url=url,
+        master_key_file=master_key_file,
+        grace_period=timedelta(days=7),
+        **overrides,
+    )
+
+
+def schema_differences(url: str, line: MigrationLine, target: sa.MetaData) -> list[Any]:
+    """What autogenerate would write in a new revision of `line`: nothing, if the
+    migrations make exactly the metadata's schema."""
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": line.version_table})
+            return list(compare_metadata(context, target))
+    finally:
+        engine.dispose()
+
+
+# -- the database main wrote before migrations ---------------------------------------------
+
+
+def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_key_and_user(
+    legacy: Legacy,
+) -> None:
+    db = legacy.database
+    events_before = db.execute("SELECT count(*) FROM stored_events")[0][0]
+    keys_before = {UUID(str(row[0])) for row in db.execute("SELECT user_id FROM user_data_keys")}
+    health_before = db.execute("SELECT count(*) FROM health_data")[0][0]
+    assert events_before > 300 and len(keys_before) == 6 and health_before > 1000
+
+    state = schema_state(db.url)
+    assert state.current is None and state.before_migrations and not state.up_to_date
+    done = upgrade(db.url)
+    assert (done.before, done.stamped, done.applied, done.after) == (None, "0001", (), "0001")
+    assert schema_state(db.url).up_to_date
+    assert schema_differences(db.url, SERVICE, metadata) == []
+
+    service = build_service(settings_for(db.url, legacy.master_key_file))
+    try:
+        # Every stored event: counted, and each one decodes through the ledger's mapper.
+        notifications = service.recorder.select_notifications(start=1, limit=events_before + 10)
+        assert len(notifications) == events_before
+        events = [service.ledger.mapper.to_domain_event(n) for n in notifications]
+        created = {
+            event.client_user_id: event.originator_id
+            for event in events
+            if isinstance(event, User.Created)
+        }
+        assert sorted(created) == [f"legacy-{i}" for i in range(6)]
+
+        # Every key unwraps under the master key that came with the database, and the
+        # health data sealed under them opens.
+        for owner in keys_before:
+            assert service.key_store.cipher(owner) is not None
+        rows = db.execute("SELECT user_id, sealed FROM health_data")
+        assert len(rows) == health_before
+        for user_id, sealed in rows:
+            cipher = service.key_store.cipher(UUID(str(user_id)))
+            assert cipher is not None and cipher.open(sealed) is not None
+
+        check_users_through_the_team_api(service, created)
+    finally:
+        service.close()
+
+
+def check_users_through_the_team_api(service: Service, created: dict[str, UUID]) -> None:
+    # The legacy team's key was stored hashed only: issue it a new one.
+    default_team = next(
+        UUID(str(row[0]))
+        for row in ScratchDatabase(service.settings.database_url, service.db.is_sqlite).execute(
+            "SELECT team_id FROM teams WHERE name = 'Default team'"
+        )
+    )
+    issued = service.teams.issue_team_api_key(CommandContext.system("test:setup"), default_team)
+    headers = {"x-service-api-key": issued.plain}
+    with TestClient(create_team_api(service), raise_server_exceptions=False) as client:
+        for client_user_id in ("legacy-0", "legacy-1", "legacy-3", "legacy-5"):
+            response = client.get(f"/v2/user/{created[client_user_id]}", headers=headers)
+            assert response.status_code == 200, response.text
+            assert response.json()["client_user_id"] == client_user_id
+        assert (
+            client.get(f"/v2/user/{created['legacy-1']}", headers=headers)
+            .json()["ingestion_start"]
+            .startswith("2026-01-01")
+        )
+
+        pending = client.get(f"/v2/user/{created['legacy-2']}", headers=headers)
+        assert pending.status_code == 404
+        assert "scheduled for deletion" in pending.text
+        erased = client.get(f"/v2/user/{created['legacy-4']}", headers=headers)
+        assert erased.status_code == 404
+        assert "scheduled for deletion" not in erased.text
+
+        info = client.get(f"/v2/user/{created['legacy-0']}/info/latest", headers=headers)
+        assert info.status_code == 200, info.text
+        assert info.json()["first_name"] == "Ada"
+
+        # And it serves: a new user is created and deleted.
+        made = client.post("/v2/user", json={"client_user_id": "after-migration"}, headers=headers)
+        assert made.status_code == 200, made.text
+        gone = client.delete(f"/v2/user/{made.json()['user_id']}", headers=headers)
+        assert gone.status_code == 200, gone.text
+
+
+def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations(
+    legacy: Legacy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", legacy.database.url)
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(legacy.master_key_file))
+
+    assert main(["migrate", "--status"]) == 0
+    status = capsys.readouterr().out
+    assert "written before migrations" in status and "head      0001" in status
+    assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
+
+    assert main(["migrate"]) == 0
+    assert "stamped   0001" in capsys.readouterr().out
+    assert main(["migrate"]) == 0
+    assert "nothing to apply: already at 0001" in capsys.readouterr().out
+    assert main(["migrate", "--status"]) == 0
+    assert "pending   none" in capsys.readouterr().out
+
+
+# -- an empty database ---------------------------------------------------------------------
+
+
+def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
+    empty_database: ScratchDatabase,
+) -> None:
+    state = schema_state(empty_database.url)
+    assert (state.current, state.before_migrations) == (None, False)
+    assert [r.revision for r in state.pending] == ["0001"]
+
+    done = upgrade(empty_database.url)
+    assert (done.stamped, [r.revision for r in done.applied], done.after) == (
+        None,
+        ["0001"],
+        "0001",
+    )
+    assert schema_differences(empty_database.url, SERVICE, metadata) == []
+    assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
+        empty_database.tables()
+    )
+    assert upgrade(empty_database.url).applied == ()
+
+
+def test_build_service_applies_pending_migrations_by_default(
+    empty_database: ScratchDatabase, tmp_path: Path
+) -> None:
+    service = build_service(settings_for(empty_database.url, tmp_path / "master.key"))
+    try:
+        assert schema_state(empty_database.url).up_to_date
+        assert service.bootstrap() is not None
+    finally:
+        service.close()
+
+
+def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
+    empty_database: ScratchDatabase,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = settings_for(empty_database.url, tmp_path / "master.key", migrate_on_start="refuse")
+    with pytest.raises(PendingMigrations, match="healthledger migrate"):
+        build_service(settings)
+    assert schema_state(empty_database.url).current is None  # nothing was applied
+
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", empty_database.url)
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(tmp_path / "master.key"))
+    monkeypatch.setenv("HEALTHLEDGER_MIGRATE_ON_START", "refuse")
+    assert main(["serve"]) == 1
+    refused = capsys.readouterr().err
+    assert "pending migrations (0001)" in refused and "`healthledger migrate`" in refused
+    assert main(["erase-due"]) == 1
+    capsys.readouterr()
+
+    assert main(["migrate"]) == 0
+    assert "applied   0001" in capsys.readouterr().out
+    assert main(["erase-due"]) == 0  # the same setting, nothing pending: it starts
+    assert "erased 0 user(s)" in capsys.readouterr().out
+
+
+def test_refuse_also_refuses_a_database_written_before_migrations(legacy: Legacy) -> None:
+    settings = settings_for(legacy.database.url, legacy.master_key_file, migrate_on_start="refuse")
+    with pytest.raises(PendingMigrations, match="written before migrations"):
+        build_service(settings)
+    assert schema_state(legacy.database.url).before_migrations
+
+
+def test_processes_starting_together_migrate_once(empty_database: ScratchDatabase) -> None:
+    # Without the lock (SQLite's write lock, PostgreSQL's advisory lock) the second
+    # CREATE TABLE of a table would fail.
+    starters = 4
+    barrier = threading.Barrier(starters)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            results.append(upgrade(empty_database.url))
+        except BaseException as exc:  # reported below, with the others
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(starters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [1]
+    assert schema_state(empty_database.url).up_to_date
+
+
+def test_a_partial_schema_is_refused_and_left_as_it_is(empty_database: ScratchDatabase) -> None:
+    upgrade(empty_database.url)
+    empty_database.execute("DROP TABLE alembic_version")
+    empty_database.execute("DROP TABLE health_data")
+    with pytest.raises(MigrationError, match="missing: health_data"):
+        upgrade(empty_database.url)
+    assert "alembic_version" not in empty_database.tables()
+
+
+def test_a_database_migrated_by_a_newer_version_is_refused(empty_database: ScratchDatabase) -> None:
+    upgrade(empty_database.url)
+    empty_database.execute("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(MigrationError, match="9999, which this version of healthledger"):
+        upgrade(empty_database.url)
+
+
+# -- the webhook receiver's own line -------------------------------------------------------
+
+# What the receiver's `create_all` wrote before migrations (main at bccbead), per dialect.
+LEGACY_MIRROR_DDL = {
+    "sqlite": """
+CREATE TABLE mirror_snapshots (
+    originator_id CHAR(32) NOT NULL, originator_version INTEGER NOT NULL,
+    topic TEXT NOT NULL, state BLOB NOT NULL,
+    PRIMARY KEY (originator_id, originator_version));
+CREATE TABLE mirror_stored_events (
+    notification_id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+    originator_id CHAR(32) NOT NULL, originator_version INTEGER NOT NULL,
+    topic TEXT NOT NULL, state BLOB NOT NULL, timestamp DATETIME NOT NULL,
+    CONSTRAINT uq_mirror_stored_events_version UNIQUE (originator_id, originator_version));
+CREATE INDEX ix_mirror_stored_events_originator_time
+    ON mirror_stored_events (originator_id, timestamp);
+CREATE TABLE mirror_tracking (
+    application_name VARCHAR(64) NOT NULL, notification_id BIGINT NOT NULL,
+    PRIMARY KEY (application_name, notification_id));
+CREATE TABLE received_webhooks (
+    message_id VARCHAR(255) NOT NULL, event_type VARCHAR(255) NOT NULL,
+    user_id CHAR(32) NOT NULL, outcome VARCHAR(16) NOT NULL, received_at DATETIME NOT NULL,
+    PRIMARY KEY (message_id));
+CREATE INDEX ix_received_webhooks_user ON received_webhooks (user_id, received_at);
+""",
+    "postgresql": """
+CREATE TABLE mirror_snapshots (
+    originator_id UUID NOT NULL, originator_version INTEGER NOT NULL,
+    topic TEXT NOT NULL, state BYTEA NOT NULL,
+    PRIMARY KEY (originator_id, originator_version));
+CREATE TABLE mirror_stored_events (
+    notification_id BIGSERIAL NOT NULL, originator_id UUID NOT NULL,
+    originator_version INTEGER NOT NULL, topic TEXT NOT NULL, state BYTEA NOT NULL,
+    timestamp TIMESTAMP WITH TIME ZONE NOT NULL, PRIMARY KEY (notification_id),
+    CONSTRAINT uq_mirror_stored_events_version UNIQUE (originator_id, originator_version));
+CREATE INDEX ix_mirror_stored_events_originator_time
+    ON mirror_stored_events (originator_id, timestamp);
+CREATE TABLE mirror_tracking (
+    application_name VARCHAR(64) NOT NULL, notification_id BIGINT NOT NULL,
+    PRIMARY KEY (application_name, notification_id));
+CREATE TABLE received_webhooks (
+    message_id VARCHAR(255) NOT NULL, event_type VARCHAR(255) NOT NULL,
+    user_id UUID NOT NULL, outcome VARCHAR(16) NOT NULL,
+    received_at TIMESTAMP WITH TIME ZONE NOT NULL, PRIMARY KEY (message_id));
+CREATE INDEX ix_received_webhooks_user ON received_webhooks (user_id, received_at);
+""",
+}
+
+
+def test_the_receiver_migrates_its_own_tables_beside_other_tables(
+    empty_database: ScratchDatabase,
+) -> None:
+    empty_database.execute("CREATE TABLE customer_orders (order_id INTEGER PRIMARY KEY)")
+    receiver = build_receiver(empty_database.url, [SECRET])
+    receiver.close()
+
+    state = schema_state(empty_database.url, MIRROR)
+    assert (state.current, state.up_to_date) == ("m0001", True)
+    # Only the customer's own table is not the mirror's.
+    differences = schema_differences(empty_database.url, MIRROR, mirror_metadata)
+    assert [(kind, table.name) for kind, table in differences] == [
+        ("remove_table", "customer_orders")
+    ]
+    # The receiver's versions are apart from the service's (which it left alone).
+    assert "alembic_version" not in empty_database.tables()
+    assert schema_state(empty_database.url, SERVICE).current is None
+
+
+def test_receiver_tables_written_before_migrations_are_stamped(
+    empty_database: ScratchDatabase,
+) -> None:
+    dialect = "sqlite" if empty_database.is_sqlite else "postgresql"
+    for statement in LEGACY_MIRROR_DDL[dialect].split(";"):
+        if statement.strip():
+            empty_database.execute(statement)
+
+    assert schema_state(empty_database.url, MIRROR).before_migrations
+    receiver = build_receiver(empty_database.url, [SECRET])
+    receiver.close()
+    done = upgrade(empty_database.url, MIRROR)
+    assert (done.before, done.applied) == ("m0001", ())
+    assert schema_differences(empty_database.url, MIRROR, mirror_metadata) == []
