@@ -5,8 +5,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from healthledger.domain.identifiers import new_uuid
-
 SCHEDULER = "system:scheduler"
 BOOTSTRAP = "system:bootstrap"
 OPERATOR_CLI = "system:cli"
@@ -21,7 +19,7 @@ class CommandContext:
 
     @classmethod
     def system(cls, actor: str, request_id: str | None = None) -> CommandContext:
-        return cls(actor=actor, request_id=request_id or f"job-{new_uuid()}")
+        return cls(actor=actor, request_id=request_id or f"job-{uuid.uuid4()}")
 
 
 def team_api_key_actor(key_id: uuid.UUID) -> str:

@@ -12,9 +12,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from uuid import UUID
-
-from healthledger.domain.identifiers import new_uuid
+from uuid import UUID, uuid4
 
 TEAM_API_KEY = "hlk"
 MANAGEMENT_KEY = "hlm"
@@ -36,7 +34,7 @@ def key_matches(plain: str, stored_hash: str) -> bool:
 
 def new_key(kind: str) -> tuple[UUID, str]:
     """A fresh key id and the plain key text of that kind that embeds it."""
-    key_id = new_uuid()
+    key_id = uuid4()
     return key_id, f"{kind}_{key_id.hex}_{secrets.token_urlsafe(32)}"
 
 

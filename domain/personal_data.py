@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 from uuid import UUID
 
+from healthledger.domain.free_text import FreeText
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
 
 # How a personal value is shown where it is never printed (the audit trail): whether its
@@ -78,21 +79,21 @@ _Text = Field(min_length=1, max_length=255)
 
 class Address(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    first_line: str = _Text
-    second_line: str | None = Field(default=None, max_length=255)
-    zip_code: str = Field(min_length=1, max_length=20)
-    state: str = _Text
-    city: str = _Text
+    first_line: FreeText = _Text
+    second_line: FreeText | None = Field(default=None, max_length=255)
+    zip_code: FreeText = Field(min_length=1, max_length=20)
+    state: FreeText = _Text
+    city: FreeText = _Text
 
 
 class Guarantor(BaseModel):
     """GuarantorDetails: the spec does not show its members; ours (see gaps ADR)."""
 
     model_config = ConfigDict(extra="forbid")
-    first_name: str = _Text
-    last_name: str = _Text
+    first_name: FreeText = _Text
+    last_name: FreeText = _Text
     address: Address | None = None
-    phone_number: str | None = Field(default=None, max_length=40)
+    phone_number: FreeText | None = Field(default=None, max_length=40)
     email: EmailStr | None = None
 
 
@@ -100,11 +101,11 @@ class Demographics(BaseModel):
     """Spec 2.1: all of it is personal data."""
 
     model_config = ConfigDict(extra="forbid")
-    first_name: str = _Text
-    last_name: str = _Text
+    first_name: FreeText = _Text
+    last_name: FreeText = _Text
     email: EmailStr
     phone_number: str = Field(min_length=3, max_length=40, pattern=r"^\+?[0-9 ()./\-]+$")
-    gender: str = Field(min_length=1, max_length=64)
+    gender: FreeText = Field(min_length=1, max_length=64)
     dob: date
     address: Address
     medical_proxy: Guarantor | None = None

@@ -9,17 +9,21 @@ records nothing more.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 
-from healthledger.adapters.composition import Service
 from healthledger.domain.context import SCHEDULER, CommandContext
+from healthledger.domain.webhooks.deprecations import Deprecations
 
 log = logging.getLogger("healthledger.scheduler.deprecations")
 
 
-def apply_cut_overs(service: Service) -> list[str]:
-    """Apply the cut-overs that are due; returns the keys this call recorded."""
+def apply_cut_overs(
+    deprecations: Deprecations, applied_cut_overs: Callable[[], Collection[str]]
+) -> list[str]:
+    """Apply the cut-overs that are due and not yet in `applied_cut_overs()` (the read
+    model's keys); returns the keys this call recorded."""
     ctx = CommandContext.system(SCHEDULER)
-    applied = service.deprecations.apply_due(ctx, service.webhook_queries.applied_cut_overs())
+    applied = deprecations.apply_due(ctx, applied_cut_overs())
     for key in applied:
         log.info("deprecation cut-over %s applied (sweep %s)", key, ctx.request_id)
     return applied

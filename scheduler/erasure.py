@@ -9,14 +9,38 @@ event store lets exactly one record its Erased event, the other sees a conflict.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
 
-from healthledger.adapters.composition import Service
 from healthledger.domain.context import SCHEDULER, CommandContext
+from healthledger.domain.ledger import Clock
+from healthledger.domain.teams.directory import TeamDirectory
+from healthledger.domain.users.lifecycle import UserLifecycle
 
 log = logging.getLogger("healthledger.scheduler.erasure")
 
 
-def sweep_erasures(service: Service) -> int:
+@dataclass(frozen=True)
+class ErasurePorts:
+    """What the sweep reads and calls; the composition root wires them."""
+
+    users: UserLifecycle
+    teams: TeamDirectory
+    clock: Clock
+    # Deleted teams that still have live users (a crash cut their deletion short).
+    deleted_teams_with_live_users: Callable[[], Iterable[UUID]]
+    # Deleted or erased users that a racing connect left with a live connection.
+    gone_users_with_live_connections: Callable[[], Iterable[UUID]]
+    # Users whose grace period ended by `now`, at most `limit` of them.
+    due_for_erasure: Callable[[datetime, int], Sequence[UUID]]
+    # Reclaims the space of the keys that erasures destroyed.
+    vacuum_key_store: Callable[[], None]
+    batch_size: int
+
+
+def sweep_erasures(ports: ErasurePorts) -> int:
     """Erase what is due now; returns how many users this call erased.
 
     It first finishes what a crash or a race cut short: live users of a deleted team are
@@ -24,16 +48,16 @@ def sweep_erasures(service: Service) -> int:
     deregistered.
     """
     ctx = CommandContext.system(SCHEDULER)
-    for team_id in service.team_queries.deleted_teams_with_live_users():
-        service.teams.delete_team_users(ctx, team_id)
+    for team_id in ports.deleted_teams_with_live_users():
+        ports.teams.delete_team_users(ctx, team_id)
     # A connect that raced a user's deletion can leave a live connection behind.
-    for user_id in service.connection_queries.gone_users_with_live_connections():
-        service.users.deregister_connections_of_gone_user(ctx, user_id)
-    batch = service.settings.erasure_batch_size
+    for user_id in ports.gone_users_with_live_connections():
+        ports.users.deregister_connections_of_gone_user(ctx, user_id)
+    batch = ports.batch_size
     erased = 0
     while True:
-        due = service.user_queries.due_for_erasure(service.clock(), batch)
-        erased_now = sum(service.users.erase_user(ctx, user_id) for user_id in due)
+        due = ports.due_for_erasure(ports.clock(), batch)
+        erased_now = sum(ports.users.erase_user(ctx, user_id) for user_id in due)
         erased += erased_now
         # Stop at a short batch, or when a batch changed nothing (so a row we cannot
         # erase, which would be a bug, never spins the sweep forever).
@@ -41,5 +65,5 @@ def sweep_erasures(service: Service) -> int:
             break
     if erased:
         log.info("erased %d user(s) whose grace period ended (sweep %s)", erased, ctx.request_id)
-        service.db.vacuum_key_store()
+        ports.vacuum_key_store()
     return erased

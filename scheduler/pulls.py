@@ -6,8 +6,12 @@ nothing."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from datetime import date
+from uuid import UUID
 
-from healthledger.adapters.composition import Service
+from healthledger.domain.connections.pulling import Pulls
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 
 log = logging.getLogger("healthledger.scheduler.pulls")
 
@@ -16,30 +20,40 @@ log = logging.getLogger("healthledger.scheduler.pulls")
 BATCH = 200
 MAX_BATCHES = 100
 
+# The connections whose user's ingestion bounds changed their state by `today`.
+IngestionBoundChanges = Callable[[date], Sequence[UUID]]
 
-def run_due_pulls(service: Service) -> int:
+
+def makes_a_pull_due(event: object) -> bool:
+    """Whether a committed event makes a pull due at once, so the pull worker should run
+    now rather than at its next interval: a pull was scheduled (a connect, a reconnect),
+    or a failed attempt's retry is already due (a retry due later waits for an interval).
+    """
+    if isinstance(event, ResourceFeed.PullScheduled):
+        return True
+    return isinstance(event, ResourceFeed.PullRetrying) and event.retry_at <= event.timestamp
+
+
+def run_due_pulls(pulls: Pulls) -> int:
     """Run the pulls that are due; how many were looked at."""
     total = 0
     for _ in range(MAX_BATCHES):
-        looked_at = service.pulls.run_due(BATCH)
+        looked_at = pulls.run_due(BATCH)
         total += looked_at
         if looked_at < BATCH:
             break
     return total
 
 
-def sync_connected_feeds(service: Service) -> int:
+def sync_connected_feeds(pulls: Pulls, ingestion_bound_changes: IngestionBoundChanges) -> int:
     """Apply ingestion bounds (pause/resume), then sync every feed that is due; how many
     feeds were synced."""
-    today = service.clock().date()
-    changed = service.pulls.apply_ingestion_bounds(
-        service.pull_queries.ingestion_bound_changes(today)
-    )
+    changed = pulls.apply_ingestion_bounds(ingestion_bound_changes(pulls.clock().date()))
     if changed:
         log.info("paused or resumed %d connections", changed)
     total = 0
     for _ in range(MAX_BATCHES):
-        looked_at, synced = service.pulls.sync_due(BATCH)
+        looked_at, synced = pulls.sync_due(BATCH)
         total += synced
         # Feeds that failed stay due (first in line): stop when a batch made no progress.
         if looked_at < BATCH or synced == 0:

@@ -6,95 +6,95 @@ fell due while the process was down, and two schedulers sharing a job store run 
 twice. So: an in-memory store, interval jobs that sweep our own tables, a first run at
 start (what fell due while the service was down is erased, or applied, at once), no
 misfire skips.
+
+The jobs come bound to the ports they need (the composition root builds `Jobs`), and
+the workers that a commit can give work to are woken by `LedgerScheduler.committed`, the
+commit listener of the event store: one way, whoever made the commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from healthledger.adapters.composition import Service
-from healthledger.scheduler.deprecations import apply_cut_overs
-from healthledger.scheduler.erasure import sweep_erasures
-from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
+from healthledger.scheduler.pulls import makes_a_pull_due
 from healthledger.scheduler.wakeups import WakeableJob
-from healthledger.scheduler.webhooks import dispatch_webhooks
+
+PULL_WORKER = "pull-worker"
+WEBHOOK_DISPATCHER = "webhook-dispatcher"
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """The scheduler's work, each job bound to its ports; each returns what it did."""
+
+    sweep_erasures: Callable[[], int]
+    run_due_pulls: Callable[[], int]
+    sync_connected_feeds: Callable[[], int]
+    dispatch_webhooks: Callable[[], int]
+    apply_cut_overs: Callable[[], list[str]]
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """How often each job runs when nothing wakes it."""
+
+    erasure_sweep: timedelta
+    pull_worker: timedelta
+    webhook_dispatcher: timedelta
+    daily_sync: timedelta
+    deprecation_cut_overs: timedelta
 
 
 class LedgerScheduler(BackgroundScheduler):
-    """APScheduler, plus the jobs that can be woken outside it: shutting down stops their
-    wake-ups and waits for them first."""
+    """APScheduler with the service's jobs, plus the workers that a commit wakes at once:
+    shutting down stops their wake-ups and waits for them first."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.wakeables: list[WakeableJob] = []
+    def __init__(self, jobs: Jobs, intervals: Intervals) -> None:
+        super().__init__(
+            timezone=UTC,
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        )
+        self.pull_worker = self.wakeable(PULL_WORKER, intervals.pull_worker, jobs.run_due_pulls)
+        self.webhook_dispatcher = self.wakeable(
+            WEBHOOK_DISPATCHER, intervals.webhook_dispatcher, jobs.dispatch_webhooks
+        )
+        for job_id, interval, work in (
+            ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
+            ("daily-sync", intervals.daily_sync, jobs.sync_connected_feeds),
+            ("deprecation-cut-overs", intervals.deprecation_cut_overs, jobs.apply_cut_overs),
+        ):
+            self.every(job_id, interval, work)
+
+    def committed(self, events: Sequence[object]) -> None:
+        """A commit of this process stored `events`: wake the workers they give work to.
+        Every commit may hold an event to announce (the dispatcher follows the whole log);
+        only a scheduled or due retry of a pull gives the pull worker work. Commits of
+        other processes are found at the next interval. Called on the committing thread:
+        it only starts wake-ups, it waits for nothing."""
+        if any(makes_a_pull_due(event) for event in events):
+            self.pull_worker.wake()
+        self.webhook_dispatcher.wake()
+
+    def every(self, job_id: str, interval: timedelta, work: Callable[[], object]) -> None:
+        """Run `work` every `interval`, and once at start."""
+        self.add_job(
+            work,
+            "interval",
+            seconds=interval.total_seconds(),
+            id=job_id,
+            next_run_time=datetime.now(UTC),
+        )
+
+    def wakeable(self, job_id: str, interval: timedelta, work: Callable[[], int]) -> WakeableJob:
+        """`every`, and woken at once by `WakeableJob.wake`."""
+        job = WakeableJob(job_id, work)
+        self.every(job_id, interval, job.run)
+        return job
 
     def shutdown(self, wait: bool = True) -> None:
-        for wakeable in self.wakeables:
-            wakeable.close()
+        for job in (self.pull_worker, self.webhook_dispatcher):
+            job.close()
         super().shutdown(wait)
-
-
-def start_scheduler(service: Service) -> LedgerScheduler:
-    scheduler = LedgerScheduler(
-        timezone=UTC,
-        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-    )
-    scheduler.add_job(
-        sweep_erasures,
-        "interval",
-        seconds=service.settings.erasure_sweep_interval.total_seconds(),
-        args=[service],
-        id="erasure-sweep",
-        next_run_time=datetime.now(UTC),
-    )
-    settings = service.settings
-    pulls = _wakeable(
-        scheduler, "pull-worker", settings.pull_poll_interval, lambda: run_due_pulls(service)
-    )
-    # A connect just scheduled pulls: run the worker now, not at its next interval.
-    service.wake_pull_worker = pulls.wake
-    webhooks = _wakeable(
-        scheduler,
-        "webhook-dispatcher",
-        settings.webhook_poll_interval,
-        lambda: dispatch_webhooks(service),
-    )
-    # Every commit in this process may hold an event to announce: dispatch it now. Other
-    # processes' commits are found at the next interval.
-    service.recorder.add_commit_listener(webhooks.wake)
-    scheduler.add_job(
-        sync_connected_feeds,
-        "interval",
-        seconds=settings.daily_sync_sweep_interval.total_seconds(),
-        args=[service],
-        id="daily-sync",
-        next_run_time=datetime.now(UTC),
-    )
-    scheduler.add_job(
-        apply_cut_overs,
-        "interval",
-        seconds=settings.deprecation_sweep_interval.total_seconds(),
-        args=[service],
-        id="deprecation-cut-overs",
-        next_run_time=datetime.now(UTC),
-    )
-    scheduler.start()
-    return scheduler
-
-
-def _wakeable(
-    scheduler: LedgerScheduler, job_id: str, interval: timedelta, work: Callable[[], int]
-) -> WakeableJob:
-    wakeable = WakeableJob(job_id, work)
-    scheduler.add_job(
-        wakeable.run,
-        "interval",
-        seconds=interval.total_seconds(),
-        id=job_id,
-        next_run_time=datetime.now(UTC),
-    )
-    scheduler.wakeables.append(wakeable)
-    return wakeable

@@ -1,9 +1,9 @@
 """A job that runs at its interval and can also be woken at once, without losing a wake-up.
 
 APScheduler runs the job at its interval; `wake` runs it now, on a thread of its own (a
-connect scheduled pulls, an event was committed). Only one run goes on at a time: a run or
-wake-up that arrives meanwhile makes the running one go round once more. Latency only:
-the work itself is always selected from our own tables.
+commit gave it work: see `LedgerScheduler.committed`). Only one run goes on at a time: a
+run or wake-up that arrives meanwhile makes the running one go round once more. Latency
+only: the work itself is always selected from our own tables.
 
 The wake-up does not go through APScheduler (`modify_job`): a job that commits, and so
 wakes a job, while the scheduler shuts down would wait for the job store lock that
@@ -28,6 +28,8 @@ class WakeableJob:
         self._again = False
         self._closed = False
         self._threads: list[threading.Thread] = []
+        # How many runs have ended: a caller can tell that a run it saw start is over.
+        self.runs_ended = 0
 
     def run(self) -> int:
         """Do the work until no wake-up came in meanwhile; 0 if a run was going on."""
@@ -47,6 +49,7 @@ class WakeableJob:
         finally:
             with self._lock:
                 self._running = False
+                self.runs_ended += 1
 
     def wake(self) -> None:
         with self._lock:

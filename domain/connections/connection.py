@@ -17,7 +17,6 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
-from healthledger.domain.users.user import CheapCopy
 
 CONNECTED = "connected"
 ERROR = "error"
@@ -41,7 +40,7 @@ class NotConnected(LedgerError):
         super().__init__("The user has no connection to this provider.")
 
 
-class Connection(CheapCopy, Aggregate):
+class Connection(Aggregate):
     TOPIC = "healthledger:Connection"
 
     class Event(Aggregate.Event):
@@ -60,13 +59,6 @@ class Connection(CheapCopy, Aggregate):
         resource_availability: dict[str, Any]
         demo: bool
 
-        def apply(self, connection: Connection) -> None:
-            connection.user_id = self.user_id
-            connection.team_id = self.team_id
-            connection.provider = self.provider
-            connection.demo = self.demo
-            _connect(connection, self)
-
     class Reconnected(Event):
         """Connected again after a deregistration."""
 
@@ -78,7 +70,12 @@ class Connection(CheapCopy, Aggregate):
 
         def apply(self, connection: Connection) -> None:
             connection.demo = self.demo
-            _connect(connection, self)
+            _connect(
+                connection,
+                self.timestamp,
+                self.sealed_external_user_id,
+                self.resource_availability,
+            )
 
     class Deregistered(Event):
         TOPIC = "healthledger:Connection.Deregistered.v1"
@@ -125,6 +122,36 @@ class Connection(CheapCopy, Aggregate):
         def apply(self, connection: Connection) -> None:
             connection.status = CONNECTED
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        user_id: UUID,
+        team_id: UUID,
+        provider: str,
+        sealed_external_user_id: str | None,
+        resource_availability: dict[str, Any],
+        demo: bool,
+    ) -> None:
+        """From the Created event's fields, at `connect_new` and on every replay."""
+        self.user_id: UUID = user_id
+        self.team_id: UUID = team_id
+        self.provider: str = provider
+        self.demo: bool = demo
+        # The state of a connection period, set by `_connect` (and again on reconnection).
+        self.status: str
+        self.connected_at: datetime
+        self.sealed_external_user_id: str | None
+        self.resource_availability: dict[str, Any]
+        # error_type, error_message and errored_at while in error.
+        self.error_details: dict[str, Any] | None
+        self.deregistered_at: datetime | None
+        self.demo_failures: dict[str, Any]
+        _connect(self, timestamp, sealed_external_user_id, resource_availability)
+
     @staticmethod
     def id_for(user_id: UUID, provider: str) -> UUID:
         return uuid.uuid5(_NAMESPACE, f"{user_id}\x1f{provider}")
@@ -142,8 +169,7 @@ class Connection(CheapCopy, Aggregate):
         resource_availability: dict[str, Any],
         demo: bool,
     ) -> Connection:
-        return cls._create(
-            cls.Created,
+        return cls(
             id=cls.id_for(user_id, provider),
             timestamp=now,
             actor=ctx.actor,
@@ -221,11 +247,16 @@ class Connection(CheapCopy, Aggregate):
         )
 
 
-def _connect(connection: Connection, event: Any) -> None:
+def _connect(
+    connection: Connection,
+    at: datetime,
+    sealed_external_user_id: str | None,
+    resource_availability: dict[str, Any],
+) -> None:
     connection.status = CONNECTED
-    connection.connected_at = event.timestamp
-    connection.sealed_external_user_id = event.sealed_external_user_id
-    connection.resource_availability = event.resource_availability
+    connection.connected_at = at
+    connection.sealed_external_user_id = sealed_external_user_id
+    connection.resource_availability = resource_availability
     connection.error_details = None
     connection.deregistered_at = None
     # A new connection period starts without the previous period's injected failures.

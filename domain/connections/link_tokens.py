@@ -19,7 +19,6 @@ from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
 from healthledger.domain.keys import LINK_TOKEN, hash_key, key_matches, new_key
-from healthledger.domain.users.user import CheapCopy
 
 LINK_TOKEN_LIFETIME = timedelta(minutes=60)
 
@@ -70,7 +69,7 @@ def link_error_message(error_type: str) -> str:
     return _MESSAGES[error_type]
 
 
-class LinkToken(CheapCopy, Aggregate):
+class LinkToken(Aggregate, created_event_name="Issued"):
     TOPIC = "healthledger:LinkToken"
 
     class Event(Aggregate.Event):
@@ -91,21 +90,10 @@ class LinkToken(CheapCopy, Aggregate):
         on_error: str | None
         on_close: str | None
 
-        def apply(self, token: LinkToken) -> None:
-            token.team_id = self.team_id
-            token.user_id = self.user_id
-            token.environment = self.environment
-            token.token_hash = self.token_hash
-            token.provider = self.provider
-            token.redirect_url = self.redirect_url
-            token.filter_on_providers = self.filter_on_providers
-            token.on_error = self.on_error
-            token.on_close = self.on_close
-            token.consumed_at = None
-            token.consumed_provider = None
-
-    # eventsourcing gives every aggregate a `Created` event class unless it has one by
-    # that name; this aggregate's creation is called Issued, so Created names it too.
+    # eventsourcing gives an aggregate a subclass of each event class of its bases
+    # (`Aggregate.Created` among them) that it does not define by that name, which would
+    # have no pinned topic; this aggregate's creation is called Issued, so Created names
+    # it too (and `created_event_name` says which of the two names founds a token).
     Created = Issued
 
     class Consumed(Event):
@@ -118,9 +106,36 @@ class LinkToken(CheapCopy, Aggregate):
             token.consumed_at = self.timestamp
             token.consumed_provider = self.provider
 
-    # State (set by Issued.apply; class annotations would become __init__ parameters):
-    # team_id, user_id, environment, token_hash, provider, redirect_url,
-    # filter_on_providers, on_error, on_close, consumed_at, consumed_provider.
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        team_id: UUID,
+        user_id: UUID,
+        environment: str,
+        token_hash: str,
+        provider: str | None,
+        redirect_url: str | None,
+        filter_on_providers: list[str] | None,
+        on_error: str | None,
+        on_close: str | None,
+    ) -> None:
+        """From the Issued event's fields (eventsourcing passes them all), at `issue` and
+        on every replay."""
+        self.team_id: UUID = team_id
+        self.user_id: UUID = user_id
+        self.environment: str = environment
+        self.token_hash: str = token_hash
+        self.provider: str | None = provider
+        self.redirect_url: str | None = redirect_url
+        self.filter_on_providers: list[str] | None = filter_on_providers
+        self.on_error: str | None = on_error
+        self.on_close: str | None = on_close
+        self.consumed_at: datetime | None = None
+        self.consumed_provider: str | None = None
 
     @classmethod
     def issue(
@@ -139,8 +154,7 @@ class LinkToken(CheapCopy, Aggregate):
     ) -> tuple[LinkToken, str]:
         """The new token and its text, which is never stored."""
         token_id, plain = new_key(LINK_TOKEN)
-        token = cls._create(
-            cls.Issued,
+        token = cls(
             id=token_id,
             timestamp=now,
             actor=ctx.actor,

@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, date, datetime
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.connections.providers import RETRY_QUOTA_EXHAUSTED
 from healthledger.domain.context import CommandContext
-from healthledger.domain.identifiers import new_uuid
-from healthledger.domain.users.user import CheapCopy
 
 SCHEDULED = "scheduled"
 IN_PROGRESS = "in_progress"
@@ -46,7 +44,7 @@ RELEASE_LEGACY = "legacy"
 _NAMESPACE = uuid.UUID("3c1d8e52-7a0b-5f64-9d2e-41b7c6a9e0f3")
 
 
-class ResourceFeed(CheapCopy, Aggregate):
+class ResourceFeed(Aggregate):
     TOPIC = "healthledger:ResourceFeed"
 
     class Event(Aggregate.Event):
@@ -60,17 +58,6 @@ class ResourceFeed(CheapCopy, Aggregate):
         team_id: UUID
         provider: str
         resource: str
-
-        def apply(self, feed: ResourceFeed) -> None:
-            feed.connection_id = self.connection_id
-            feed.user_id = self.user_id
-            feed.team_id = self.team_id
-            feed.provider = self.provider
-            feed.resource = self.resource
-            feed.pull_number = 0
-            feed.status = None
-            feed.oldest_day = None
-            feed.newest_day = None
 
     class PullScheduled(Event):
         TOPIC = "healthledger:ResourceFeed.PullScheduled.v1"
@@ -158,6 +145,48 @@ class ResourceFeed(CheapCopy, Aggregate):
             if days:
                 _widen(feed, min(days), max(days))
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        connection_id: UUID,
+        user_id: UUID,
+        team_id: UUID,
+        provider: str,
+        resource: str,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `open` and
+        on every replay."""
+        self.connection_id: UUID = connection_id
+        self.user_id: UUID = user_id
+        self.team_id: UUID = team_id
+        self.provider: str = provider
+        self.resource: str = resource
+        self.pull_number: int = 0
+        # One of PULL_STATES, or None before the first pull is scheduled.
+        self.status: str | None = None
+        # The days with data found so far, over every pull and sync.
+        self.oldest_day: date | None = None
+        self.newest_day: date | None = None
+        # The current pull's, set from its PullScheduled on.
+        self.range_start: datetime
+        self.range_end: datetime
+        self.retries_allowed: bool
+        self.release: str
+        self.trace_id: str
+        self.scheduled_at: datetime
+        self.started_at: datetime | None
+        self.ended_at: datetime | None
+        self.attempts: int
+        self.failures: int
+        self.error_code: str | None
+        self.days_with_data: int
+        # Set by PullRetrying: when the next attempt is due.
+        self.retry_at: datetime
+
     @staticmethod
     def id_for(connection_id: UUID, resource: str) -> UUID:
         return uuid.uuid5(_NAMESPACE, f"{connection_id}\x1f{resource}")
@@ -174,8 +203,7 @@ class ResourceFeed(CheapCopy, Aggregate):
         provider: str,
         resource: str,
     ) -> ResourceFeed:
-        return cls._create(
-            cls.Created,
+        return cls(
             id=cls.id_for(connection_id, resource),
             timestamp=now,
             actor=ctx.actor,
@@ -206,7 +234,7 @@ class ResourceFeed(CheapCopy, Aggregate):
             range_end=range_end,
             retries_allowed=retries_allowed,
             release=RELEASE_RETRYING if retries_allowed else RELEASE_LEGACY,
-            trace_id=new_uuid().hex,
+            trace_id=uuid4().hex,
         )
 
     @property

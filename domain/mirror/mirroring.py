@@ -45,14 +45,13 @@ class MirrorLedger(Ledger):
         snapshot_interval: int = 100,
         aggregate_cache_size: int = 1_000,
     ) -> None:
-        super().__init__(
-            factory,
-            user_snapshot_interval=snapshot_interval,
-            aggregate_cache_size=aggregate_cache_size,
-        )
         # A user announces data every day for every resource: its stream grows without
         # end, so it is replayed from a snapshot.
-        self.snapshotting_intervals = {MirroredUser: snapshot_interval}
+        super().__init__(
+            factory,
+            snapshot_intervals={MirroredUser: snapshot_interval},
+            aggregate_cache_size=aggregate_cache_size,
+        )
 
 
 class Mirror:

@@ -113,13 +113,6 @@ class MirroredUser(Aggregate):
         team_id: UUID
         client_user_id: str | None
 
-        def apply(self, user: MirroredUser) -> None:
-            user.team_id = self.team_id
-            user.client_user_id = self.client_user_id
-            user.connections = {}
-            user.resources = {}
-            user.last_message_at = self.timestamp
-
     class ClientUserIdChanged(Event):
         """A message named the user with another client_user_id (the team changed it)."""
 
@@ -216,10 +209,30 @@ class MirroredUser(Aggregate):
             feed["last_calendar_date"] = day if last is None else max(last, day)
             _touch(user, self, feed)
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        message_id: str,
+        event_type: str,
+        team_id: UUID,
+        client_user_id: str | None,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `start` and
+        on every replay."""
+        self.team_id: UUID = team_id
+        self.client_user_id: str | None = client_user_id
+        # Per provider: status, name, logo, resource_availability, external_user_id,
+        # connected_at and error_details.
+        self.connections: dict[str, dict[str, Any]] = {}
+        # Per provider, per resource: what has been announced (`_feed`).
+        self.resources: dict[str, dict[str, dict[str, Any]]] = {}
+        self.last_message_at: datetime = timestamp
+
     @classmethod
     def start(cls, envelope: Envelope, now: datetime) -> MirroredUser:
-        return cls._create(
-            cls.Created,
+        return cls(
             id=envelope.user_id,
             timestamp=now,
             message_id=envelope.message_id,

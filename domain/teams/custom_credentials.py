@@ -13,7 +13,6 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import CredentialsNotPrepared
-from healthledger.domain.users.user import CheapCopy
 
 PREPARED = "prepared"
 SET = "set"
@@ -22,7 +21,7 @@ DELETED = "deleted"
 _NAMESPACE = uuid.UUID("2d3c1b7e-9f0a-5c4d-8e6f-1a2b3c4d5e6f")
 
 
-class CustomCredentials(CheapCopy, Aggregate):
+class CustomCredentials(Aggregate):
     TOPIC = "healthledger:CustomCredentials"
 
     class Event(Aggregate.Event):
@@ -35,13 +34,6 @@ class CustomCredentials(CheapCopy, Aggregate):
         TOPIC = "healthledger:CustomCredentials.Created.v1"
         team_id: UUID
         provider: str
-
-        def apply(self, creds: CustomCredentials) -> None:
-            creds.team_id = self.team_id
-            creds.provider = self.provider
-            creds.status = PREPARED
-            creds.client_id = None
-            creds.sealed_client_secret = None
 
     class Reprepared(Event):
         TOPIC = "healthledger:CustomCredentials.Reprepared.v1"
@@ -70,6 +62,24 @@ class CustomCredentials(CheapCopy, Aggregate):
             creds.client_id = None
             creds.sealed_client_secret = None
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        team_id: UUID,
+        provider: str,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at
+        `prepare_new` and on every replay."""
+        self.team_id: UUID = team_id
+        self.provider: str = provider
+        self.status: str = PREPARED
+        self.client_id: str | None = None
+        self.sealed_client_secret: str | None = None
+
     @staticmethod
     def id_for(team_id: UUID, provider: str) -> UUID:
         return uuid.uuid5(_NAMESPACE, f"{team_id}\x1f{provider}")
@@ -78,8 +88,7 @@ class CustomCredentials(CheapCopy, Aggregate):
     def prepare_new(
         cls, ctx: CommandContext, now: datetime, team_id: UUID, provider: str
     ) -> CustomCredentials:
-        return cls._create(
-            cls.Created,
+        return cls(
             id=cls.id_for(team_id, provider),
             timestamp=now,
             actor=ctx.actor,

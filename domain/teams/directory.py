@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
@@ -353,7 +354,7 @@ class TeamDirectory:
                     "team_role_bindings",
                 ) from None
 
-    def _save(self, *aggregates: object) -> None:
+    def _save(self, *aggregates: Aggregate) -> None:
         try:
             self.ledger.save(*aggregates)
         except IntegrityError as exc:

@@ -13,14 +13,13 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import MANAGEMENT_KEY, hash_key, new_key
-from healthledger.domain.users.user import CheapCopy
 
 ORG_ADMIN = "org_admin"
 TEAM_ADMIN = "team_admin"
 ROLES = (ORG_ADMIN, TEAM_ADMIN)
 
 
-class ManagementKey(CheapCopy, Aggregate):
+class ManagementKey(Aggregate):
     TOPIC = "healthledger:ManagementKey"
 
     class Event(Aggregate.Event):
@@ -34,14 +33,6 @@ class ManagementKey(CheapCopy, Aggregate):
         team_ids: list[UUID]
         label: str
         key_hash: str
-
-        def apply(self, key: ManagementKey) -> None:
-            key.org_id = self.org_id
-            key.role = self.role
-            key.team_ids = tuple(self.team_ids)
-            key.label = self.label
-            key.key_hash = self.key_hash
-            key.revoked_at = None
 
     class Relabeled(Event):
         TOPIC = "healthledger:ManagementKey.Relabeled.v1"
@@ -65,6 +56,29 @@ class ManagementKey(CheapCopy, Aggregate):
         def apply(self, key: ManagementKey) -> None:
             key.revoked_at = self.timestamp
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        org_id: UUID,
+        role: str,
+        team_ids: list[UUID],
+        label: str,
+        key_hash: str,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `issue` and
+        on every replay."""
+        self.org_id: UUID = org_id
+        self.role: str = role
+        # The bound teams, sorted (none for an org key).
+        self.team_ids: tuple[UUID, ...] = tuple(team_ids)
+        self.label: str = label
+        self.key_hash: str = key_hash
+        self.revoked_at: datetime | None = None
+
     @classmethod
     def issue(
         cls,
@@ -82,8 +96,7 @@ class ManagementKey(CheapCopy, Aggregate):
         if (role == TEAM_ADMIN) != bool(team_ids):
             raise ValueError("a team_admin key is bound to at least one team; an org key to none")
         key_id, plain = new_key(MANAGEMENT_KEY)
-        key = cls._create(
-            cls.Created,
+        key = cls(
             id=key_id,
             timestamp=now,
             actor=ctx.actor,

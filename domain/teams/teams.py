@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
-from healthledger.domain.identifiers import new_uuid
+from healthledger.domain.free_text import FreeText, MultilineText, WebUrl
 from healthledger.domain.keys import TEAM_API_KEY, hash_key, new_key
-from healthledger.domain.users.user import CheapCopy
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl, model_validator
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, model_validator
 
 REGIONS = ("us", "eu")
 ENVIRONMENTS = ("sandbox", "production")
@@ -23,11 +22,11 @@ class BrandInformation(BaseModel):
     """Shown by the hosted link widget, lab-testing communications and booking pages."""
 
     model_config = ConfigDict(extra="forbid")
-    company_name: str | None = Field(default=None, min_length=1, max_length=255)
-    company_website: HttpUrl | None = None
+    company_name: FreeText | None = Field(default=None, min_length=1, max_length=255)
+    company_website: WebUrl | None = None
     support_email: EmailStr | None = None
-    support_contact: str | None = Field(default=None, max_length=255)
-    company_address: str | None = Field(default=None, max_length=1000)
+    support_contact: FreeText | None = Field(default=None, max_length=255)
+    company_address: MultilineText | None = Field(default=None, max_length=1000)
     brand_color: str | None = Field(default=None, pattern=r"^#[0-9A-Fa-f]{6}$")
 
 
@@ -35,7 +34,7 @@ class EnvironmentSettings(BaseModel):
     """A team's settings for one environment (sandbox or production)."""
 
     model_config = ConfigDict(extra="forbid")
-    logo_url: HttpUrl | None = None
+    logo_url: WebUrl | None = None
     brand_information: BrandInformation | None = None
 
     @model_validator(mode="after")
@@ -49,7 +48,7 @@ def default_settings() -> dict[str, Any]:
     return {env: EnvironmentSettings().model_dump(mode="json") for env in ENVIRONMENTS}
 
 
-class Organization(CheapCopy, Aggregate):
+class Organization(Aggregate):
     TOPIC = "healthledger:Organization"
 
     class Event(Aggregate.Event):
@@ -60,9 +59,6 @@ class Organization(CheapCopy, Aggregate):
         TOPIC = "healthledger:Organization.Created.v1"
         name: str
 
-        def apply(self, org: Organization) -> None:
-            org.name = self.name
-
     class Renamed(Event):
         TOPIC = "healthledger:Organization.Renamed.v1"
         name: str
@@ -70,13 +66,19 @@ class Organization(CheapCopy, Aggregate):
         def apply(self, org: Organization) -> None:
             org.name = self.name
 
+    def __init__(
+        self, *, id: UUID, timestamp: datetime, actor: str, request_id: str, name: str
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `found` and
+        on every replay."""
+        self.name: str = name
+
     @classmethod
     def found(
         cls, ctx: CommandContext, now: datetime, name: str, org_id: UUID | None = None
     ) -> Organization:
-        return cls._create(
-            cls.Created,
-            id=org_id or new_uuid(),
+        return cls(
+            id=org_id or uuid4(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
@@ -90,7 +92,7 @@ class Organization(CheapCopy, Aggregate):
             )
 
 
-class Team(CheapCopy, Aggregate):
+class Team(Aggregate):
     TOPIC = "healthledger:Team"
 
     class Event(Aggregate.Event):
@@ -102,14 +104,6 @@ class Team(CheapCopy, Aggregate):
         org_id: UUID
         name: str
         region: str
-
-        def apply(self, team: Team) -> None:
-            team.org_id = self.org_id
-            team.name = self.name
-            team.region = self.region
-            team.features = ()
-            team.settings = default_settings()
-            team.deleted_at = None
 
     class Renamed(Event):
         TOPIC = "healthledger:Team.Renamed.v1"
@@ -151,15 +145,36 @@ class Team(CheapCopy, Aggregate):
         def apply(self, team: Team) -> None:
             team.features = tuple(f for f in team.features if f != self.feature)
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        org_id: UUID,
+        name: str,
+        region: str,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `create`
+        and on every replay."""
+        self.org_id: UUID = org_id
+        self.name: str = name
+        self.region: str = region
+        # The closed-beta features enabled, sorted.
+        self.features: tuple[str, ...] = ()
+        # Per environment, its EnvironmentSettings as JSON.
+        self.settings: dict[str, Any] = default_settings()
+        self.deleted_at: datetime | None = None
+
     @classmethod
     def create(
         cls, ctx: CommandContext, now: datetime, org_id: UUID, name: str, region: str
     ) -> Team:
         if region not in REGIONS:
             raise ValueError(f"region must be one of {', '.join(REGIONS)}")
-        return cls._create(
-            cls.Created,
-            id=new_uuid(),
+        return cls(
+            id=uuid4(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
@@ -208,7 +223,7 @@ class Team(CheapCopy, Aggregate):
         )
 
 
-class TeamApiKey(CheapCopy, Aggregate):
+class TeamApiKey(Aggregate):
     TOPIC = "healthledger:TeamApiKey"
 
     class Event(Aggregate.Event):
@@ -222,18 +237,31 @@ class TeamApiKey(CheapCopy, Aggregate):
         region: str
         key_hash: str
 
-        def apply(self, key: TeamApiKey) -> None:
-            key.team_id = self.team_id
-            key.environment = self.environment
-            key.region = self.region
-            key.key_hash = self.key_hash
-            key.revoked_at = None
-
     class Revoked(Event):
         TOPIC = "healthledger:TeamApiKey.Revoked.v1"
 
         def apply(self, key: TeamApiKey) -> None:
             key.revoked_at = self.timestamp
+
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        team_id: UUID,
+        environment: str,
+        region: str,
+        key_hash: str,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `issue` and
+        on every replay."""
+        self.team_id: UUID = team_id
+        self.environment: str = environment
+        self.region: str = region
+        self.key_hash: str = key_hash
+        self.revoked_at: datetime | None = None
 
     @classmethod
     def issue(
@@ -246,8 +274,7 @@ class TeamApiKey(CheapCopy, Aggregate):
     ) -> tuple[TeamApiKey, str]:
         """The new key and its plain text, which is never stored."""
         key_id, plain = new_key(TEAM_API_KEY)
-        key = cls._create(
-            cls.Created,
+        key = cls(
             id=key_id,
             timestamp=now,
             actor=ctx.actor,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import date, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.connections.connection import BY_USER_DELETION, Connection
@@ -19,7 +19,6 @@ from healthledger.domain.errors import (
     NothingToUpdate,
     UserNotFound,
 )
-from healthledger.domain.identifiers import new_uuid
 from healthledger.domain.ledger import Clock, Ledger, command
 from healthledger.domain.personal_data import Demographics, PersonalDataVault
 from healthledger.domain.users.user import (
@@ -103,7 +102,7 @@ class UserLifecycle:
         self._check_settings(
             fallback_time_zone, fallback_birth_date, ingestion_start, ingestion_end
         )
-        user_id = new_uuid()
+        user_id = uuid4()
         sealed_birth_date = (
             None
             if fallback_birth_date is None

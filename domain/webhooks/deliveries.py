@@ -22,7 +22,6 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
-from healthledger.domain.users.user import CheapCopy
 
 PENDING = "pending"
 SUCCEEDED = "succeeded"
@@ -58,7 +57,7 @@ def message_id_for(source_id: UUID, source_version: int, event_type: str, day: d
     return "msg_" + uuid.uuid5(_NAMESPACE, key).hex
 
 
-class WebhookDelivery(CheapCopy, Aggregate):
+class WebhookDelivery(Aggregate):
     TOPIC = "healthledger:WebhookDelivery"
 
     class Event(Aggregate.Event):
@@ -80,18 +79,6 @@ class WebhookDelivery(CheapCopy, Aggregate):
         # The announcing event's notification id: deliveries to one endpoint about one
         # user are sent in this order.
         log_position: int
-
-        def apply(self, delivery: WebhookDelivery) -> None:
-            delivery.endpoint_id = self.endpoint_id
-            delivery.team_id = self.team_id
-            delivery.user_id = self.user_id
-            delivery.event_type = self.event_type
-            delivery.message_id = self.message_id
-            delivery.source_id = self.source_id
-            delivery.source_version = self.source_version
-            delivery.source_timestamp = self.source_timestamp
-            delivery.day = self.day
-            _reset(delivery, self.timestamp)
 
     class AttemptMade(Event):
         """One POST: its answer (or why there was none), how long it took, and what next."""
@@ -135,6 +122,42 @@ class WebhookDelivery(CheapCopy, Aggregate):
         def apply(self, delivery: WebhookDelivery) -> None:
             _reset(delivery, self.timestamp)
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        endpoint_id: UUID,
+        team_id: UUID,
+        user_id: UUID,
+        event_type: str,
+        message_id: str,
+        source_id: UUID,
+        source_version: int,
+        source_timestamp: datetime,
+        day: date | None,
+        log_position: int,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `create`
+        and on every replay."""
+        self.endpoint_id: UUID = endpoint_id
+        self.team_id: UUID = team_id
+        self.user_id: UUID = user_id
+        self.event_type: str = event_type
+        self.message_id: str = message_id
+        self.source_id: UUID = source_id
+        self.source_version: int = source_version
+        self.source_timestamp: datetime = source_timestamp
+        self.day: date | None = day
+        # The sending state, set by `_reset` (and again at each redelivery: Replayed).
+        self.status: str
+        self.attempts: int
+        self.last_status_code: int | None
+        self.next_attempt_at: datetime | None
+        _reset(self, timestamp)
+
     @staticmethod
     def id_for(endpoint_id: UUID, message_id: str) -> UUID:
         return uuid.uuid5(_NAMESPACE, f"{endpoint_id}\x1f{message_id}")
@@ -156,8 +179,7 @@ class WebhookDelivery(CheapCopy, Aggregate):
         log_position: int,
     ) -> WebhookDelivery:
         message_id = message_id_for(source_id, source_version, event_type, day)
-        return cls._create(
-            cls.Created,
+        return cls(
             id=cls.id_for(endpoint_id, message_id),
             timestamp=now,
             actor=ctx.actor,

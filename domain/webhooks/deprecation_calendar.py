@@ -15,10 +15,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
-from healthledger.domain.users.user import CheapCopy
 
 # What each cut-over key switches off.
 IS_FINAL_REMOVED = "historical_is_final_removed"
@@ -89,7 +89,7 @@ class CutOverNotDue(ValueError):
     pass
 
 
-class DeprecationCalendar(CheapCopy, Aggregate):
+class DeprecationCalendar(Aggregate):
     """One stream for the deployment (a fixed id): which cut-overs were applied, when."""
 
     TOPIC = "healthledger:DeprecationCalendar"
@@ -101,9 +101,6 @@ class DeprecationCalendar(CheapCopy, Aggregate):
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:DeprecationCalendar.Created.v1"
 
-        def apply(self, calendar: DeprecationCalendar) -> None:
-            calendar.applied = {}
-
     class CutOverApplied(Event):
         TOPIC = "healthledger:DeprecationCalendar.CutOverApplied.v1"
         key: str
@@ -113,11 +110,15 @@ class DeprecationCalendar(CheapCopy, Aggregate):
         def apply(self, calendar: DeprecationCalendar) -> None:
             calendar.applied = {**calendar.applied, self.key: self.timestamp}
 
+    def __init__(self, *, id: UUID, timestamp: datetime, actor: str, request_id: str) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `start` and
+        on every replay."""
+        # Per cut-over key, when this deployment applied it.
+        self.applied: dict[str, datetime] = {}
+
     @classmethod
     def start(cls, ctx: CommandContext, now: datetime) -> DeprecationCalendar:
-        return cls._create(
-            cls.Created, id=CALENDAR_ID, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
-        )
+        return cls(id=CALENDAR_ID, timestamp=now, actor=ctx.actor, request_id=ctx.request_id)
 
     def apply_cut_over(self, ctx: CommandContext, now: datetime, cut_over: CutOver) -> bool:
         """Record the cut-over once its date has come; False if it already was."""

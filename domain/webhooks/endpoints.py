@@ -13,12 +13,10 @@ import base64
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.context import CommandContext
-from healthledger.domain.identifiers import new_uuid
-from healthledger.domain.users.user import CheapCopy
 
 SECRET_PREFIX = "whsec_"
 # Standard Webhooks asks for 24 to 64 bytes; 32 is 256 bits, the HMAC-SHA256 key size.
@@ -37,7 +35,7 @@ def new_signing_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
 
 
-class WebhookEndpoint(CheapCopy, Aggregate):
+class WebhookEndpoint(Aggregate):
     TOPIC = "healthledger:WebhookEndpoint"
 
     class Event(Aggregate.Event):
@@ -55,18 +53,6 @@ class WebhookEndpoint(CheapCopy, Aggregate):
         filter_types: list[str]
         disabled: bool
         sealed_secret: str
-
-        def apply(self, endpoint: WebhookEndpoint) -> None:
-            endpoint.team_id = self.team_id
-            endpoint.environment = self.environment
-            endpoint.url = self.url
-            endpoint.description = self.description
-            endpoint.filter_types = tuple(self.filter_types)
-            endpoint.disabled_reason = BY_CALLER if self.disabled else None
-            endpoint.sealed_secret = self.sealed_secret
-            endpoint.sealed_previous_secret = None
-            endpoint.previous_secret_expires_at = None
-            endpoint.deleted_at = None
 
     class Updated(Event):
         """Only the fields that changed: url, description, filter_types."""
@@ -111,6 +97,37 @@ class WebhookEndpoint(CheapCopy, Aggregate):
         def apply(self, endpoint: WebhookEndpoint) -> None:
             endpoint.deleted_at = self.timestamp
 
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        team_id: UUID,
+        environment: str,
+        url: str,
+        description: str,
+        filter_types: list[str],
+        disabled: bool,
+        sealed_secret: str,
+    ) -> None:
+        """From the Created event's fields (eventsourcing passes them all), at `create`
+        and on every replay."""
+        self.team_id: UUID = team_id
+        self.environment: str = environment
+        self.url: str = url
+        self.description: str = description
+        # The event types delivered (empty: every type).
+        self.filter_types: tuple[str, ...] = tuple(filter_types)
+        # Why deliveries are stopped (BY_CALLER, ENDPOINT_GONE...), or None.
+        self.disabled_reason: str | None = BY_CALLER if disabled else None
+        self.sealed_secret: str = sealed_secret
+        # The secret a rotation replaced, in force until previous_secret_expires_at.
+        self.sealed_previous_secret: str | None = None
+        self.previous_secret_expires_at: datetime | None = None
+        self.deleted_at: datetime | None = None
+
     @classmethod
     def create(
         cls,
@@ -125,9 +142,8 @@ class WebhookEndpoint(CheapCopy, Aggregate):
         disabled: bool,
         sealed_secret: str,
     ) -> WebhookEndpoint:
-        return cls._create(
-            cls.Created,
-            id=new_uuid(),
+        return cls(
+            id=uuid4(),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import ConcurrentChange, InvalidRequest, WebhookEndpointNotFound
@@ -255,7 +256,7 @@ class WebhookEndpoints:
                 raise InvalidRequest(problem, "filter_types")
         return sorted(set(filter_types))
 
-    def _save(self, *aggregates: object) -> None:
+    def _save(self, *aggregates: Aggregate) -> None:
         try:
             self.ledger.save(*aggregates)
         except IntegrityError as exc:

@@ -24,8 +24,6 @@ from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.deliveries import RETRY_DELAYS, WebhookDelivery
-from healthledger.scheduler.pulls import run_due_pulls
-from healthledger.scheduler.webhooks import dispatch_webhooks
 from sqlalchemy import select
 
 from tests.receivers import Receiver, broken_receiver, free_socket, http_receiver, serving
@@ -80,7 +78,7 @@ def connected_user(svc: Service, provider: str = "freestyle_libre", **extra: Any
     user = svc.users.create_user(CTX, team, client_user_id=f"hook-{provider}-{len(extra)}")
     entry = svc.catalog[provider]
     svc.connections.connect_demo(CTX, team, user.id, provider, entry.supported_resources, **extra)
-    run_due_pulls(svc)
+    svc.jobs.run_due_pulls()
     return user.id
 
 
@@ -106,7 +104,7 @@ def test_events_are_delivered_signed_once_per_endpoint_in_the_envelope(
 ) -> None:
     endpoint_id, secret = endpoint(svc, receiver.url("ok"))
     user_id = connected_user(svc)
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     got = receiver.on("ok")
     types = sorted(json.loads(r.body)["event_type"] for r in got)
     assert types == ["historical.data.glucose.created", "provider.connection.created"]
@@ -140,7 +138,7 @@ def test_events_are_delivered_signed_once_per_endpoint_in_the_envelope(
     assert attempt.latency_ms > 0
     # Nothing more is sent: the log was followed once, the deliveries succeeded.
     connected_user(svc, "withings", demo_failures={})
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert len(receiver.on("ok")) == 2 + 1 + len(svc.catalog["withings"].supported_resources) - 1
     # The follower's position is one row, however many rounds it took.
     with svc.db.read() as conn:
@@ -156,7 +154,7 @@ def test_filters_and_environments_choose_the_endpoints(svc: Service, receiver: R
         CTX, the_team(svc), "production", url=receiver.url("production")
     )
     connected_user(svc)
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert [json.loads(r.body)["event_type"] for r in receiver.on("historical")] == [
         "historical.data.glucose.created"
     ]
@@ -197,21 +195,21 @@ def test_a_failing_receiver_is_retried_on_the_schedule_then_the_message_fails(
 ) -> None:
     endpoint_id, _ = endpoint(svc, receiver.url("fail"), filter_types=["historical.data.*"])
     connected_user(svc)
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert len(receiver.on("fail")) == 2  # the first try, and the immediate retry
     for attempt, delay in enumerate(RETRY_DELAYS[1:], start=3):
         clock.advance(delay - timedelta(seconds=1))
-        dispatch_webhooks(svc)
+        svc.jobs.dispatch_webhooks()
         assert len(receiver.on("fail")) == attempt - 1, "sent before its time"
         clock.advance(timedelta(seconds=1))
-        dispatch_webhooks(svc)
+        svc.jobs.dispatch_webhooks()
         assert len(receiver.on("fail")) == attempt
     (row,) = rows(svc, endpoint_id)
     assert (row.status, row.attempts, row.last_status_code) == ("failed", 9, 500)
     ids = {r.headers["webhook-id"] for r in receiver.on("fail")}
     assert len(ids) == 1  # the same message id on every try
     clock.advance(timedelta(days=1))
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert len(receiver.on("fail")) == 9
 
 
@@ -237,7 +235,7 @@ def test_410_disables_the_endpoint_and_its_queued_deliveries_are_dropped(
     assert last.reason == "endpoint disabled or deleted"
     # A disabled endpoint is subscribed to nothing: no delivery is even created.
     connected_user(svc, "withings")
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert len(receiver.on("gone")) == 1
     assert len(rows(svc, endpoint_id)) == 2
 
@@ -245,16 +243,16 @@ def test_410_disables_the_endpoint_and_its_queued_deliveries_are_dropped(
 def test_429_retry_after_is_honoured(svc: Service, receiver: Receiver, clock: Clock) -> None:
     endpoint_id, _ = endpoint(svc, receiver.url("busy"), filter_types=["historical.data.*"])
     connected_user(svc)
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     (row,) = rows(svc, endpoint_id)
     # The schedule says "immediately", the receiver says 120 s: the later one wins.
     assert row.next_attempt_at == T0 + timedelta(seconds=120)
     assert len(receiver.on("busy")) == 1
     clock.advance(timedelta(seconds=119))
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert len(receiver.on("busy")) == 1
     clock.advance(timedelta(seconds=1))
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert len(receiver.on("busy")) == 2
 
 
@@ -307,7 +305,7 @@ def test_an_endpoint_failing_for_5_days_is_disabled(
     connected_user(svc)
     for _ in range(8):
         svc.pulls.sync_due()
-        dispatch_webhooks(svc)
+        svc.jobs.dispatch_webhooks()
         clock.advance(timedelta(days=1))
     view = svc.webhook_queries.endpoint(endpoint_id)
     assert view is not None and view["disabled_reason"] == "failing_for_5_days"
@@ -327,7 +325,7 @@ def test_an_erased_users_queued_deliveries_are_dropped_never_sent(
     svc.users.delete_user(CTX, the_team(svc), user_id)
     clock.advance(timedelta(days=7))
     assert svc.users.erase_user(CTX, user_id)
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     assert receiver.received == []
     assert {r.status for r in rows(svc, endpoint_id)} == {"dropped"}
 
@@ -337,12 +335,12 @@ def test_redelivery_resends_since_an_instant_with_the_original_ids(
 ) -> None:
     endpoint_id, _ = endpoint(svc, receiver.url("ok"))
     connected_user(svc)
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     first = {r.headers["webhook-id"]: r.body for r in receiver.on("ok")}
     clock.advance(timedelta(hours=1))
     assert svc.redeliveries.replay(CTX, endpoint_id, T0 - timedelta(minutes=1)) == 2
     assert svc.redeliveries.replay(CTX, endpoint_id, T0 + timedelta(minutes=1)) == 0
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     again = receiver.on("ok")[2:]
     assert {r.headers["webhook-id"]: r.body for r in again} == first
 
@@ -373,7 +371,7 @@ def test_payloads_follow_the_rules_in_force_at_the_events_own_time(
     connected_user(svc, "withings")
     # Delivered a year later: rendered as at the event's own time all the same.
     clock.advance(timedelta(days=365))
-    dispatch_webhooks(svc)
+    svc.jobs.dispatch_webhooks()
     by_type = {json.loads(r.body)["event_type"]: json.loads(r.body) for r in receiver.on("ok")}
     created = by_type["provider.connection.created"]["data"]
     assert ("source" in created) is source
@@ -410,7 +408,7 @@ def test_our_receiver_mirrors_what_the_service_delivers(
             )
             clock.advance(timedelta(days=1))
             svc.pulls.sync_due()
-            dispatch_webhooks(svc)
+            svc.jobs.dispatch_webhooks()
             counts = svc.webhook_queries.delivery_counts()
             assert set(counts) == {"succeeded"}, counts
         client = TestClient(create_team_api(svc))

@@ -61,7 +61,6 @@ from healthledger.domain.mirror.users import (
     MirroredUser,
 )
 from healthledger.domain.webhooks.endpoints import new_signing_secret
-from healthledger.scheduler.pulls import run_due_pulls
 from sqlalchemy import func, select
 
 from tests.conftest import Team, create_user
@@ -659,7 +658,7 @@ def test_end_to_end_the_mirror_matches_the_service(
         demo_failures={"activity": {"code": "token_refresh_failed", "times": None}},
     )
     connected = provider_status(client, team, user_id)
-    run_due_pulls(service)
+    service.jobs.run_due_pulls()
     errored = provider_status(client, team, user_id)
     assert errored["status"] == "error"
     sleep_pull = pulls_of(client, team, user_id, "fitbit")["pulled"]["sleep"]

@@ -11,7 +11,6 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.schema import connections, stored_events
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext
-from healthledger.scheduler.erasure import sweep_erasures
 from sqlalchemy import func, select
 
 from tests.conftest import Team, create_user
@@ -152,7 +151,7 @@ def test_erasure_removes_connections_and_their_provider_ids(
         service.connections.connect_demo(ctx, team.team_id, user.id, "oura", ["sleep"])
         service.users.delete_user(ctx, team.team_id, user.id)
     with freeze_time(T0 + timedelta(days=8)):
-        assert sweep_erasures(service) == 1
+        assert service.jobs.sweep_erasures() == 1
     with service.db.read() as conn:
         assert (
             conn.execute(
@@ -189,7 +188,7 @@ def test_the_sweep_deregisters_a_connection_that_raced_the_deletion(
     )
     service.ledger.save(late)
     assert service.connection_queries.gone_users_with_live_connections() == [user.id]
-    sweep_erasures(service)
+    service.jobs.sweep_erasures()
     assert service.connection_queries.gone_users_with_live_connections() == []
     reloaded = service.ledger.find(late.id)
     assert isinstance(reloaded, Connection) and not reloaded.is_live

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from freezegun import freeze_time
 from healthledger.adapters.cli import main
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.reference import (
     ReferenceDataError,
     deprecation_calendar,
@@ -29,8 +29,6 @@ from healthledger.domain.webhooks.deprecation_calendar import (
     CutOverNotDue,
     DeprecationCalendar,
 )
-from healthledger.scheduler.deprecations import apply_cut_overs
-from healthledger.scheduler.runner import start_scheduler
 
 IS_FINAL_DATE = datetime(2024, 6, 30, tzinfo=UTC)
 SOURCE_DATE = datetime(2024, 7, 31, tzinfo=UTC)
@@ -133,28 +131,28 @@ def test_each_cut_over_is_applied_once_its_date_has_come(settings: Settings) -> 
     with freeze_time(IS_FINAL_DATE - timedelta(days=1)) as clock:
         service = build_service(settings)
         try:
-            assert apply_cut_overs(service) == []
+            assert service.jobs.apply_cut_overs() == []
             assert service.ledger.find(CALENDAR_ID) is None  # nothing due: nothing written
 
             clock.move_to(IS_FINAL_DATE - JUST)
-            assert apply_cut_overs(service) == []
+            assert service.jobs.apply_cut_overs() == []
             clock.move_to(IS_FINAL_DATE)
-            assert apply_cut_overs(service) == [IS_FINAL_REMOVED]
-            assert apply_cut_overs(service) == []
+            assert service.jobs.apply_cut_overs() == [IS_FINAL_REMOVED]
+            assert service.jobs.apply_cut_overs() == []
 
             clock.move_to(SOURCE_DATE - JUST)
-            assert apply_cut_overs(service) == []
+            assert service.jobs.apply_cut_overs() == []
             clock.move_to(SOURCE_DATE + timedelta(hours=1))
-            assert apply_cut_overs(service) == [
+            assert service.jobs.apply_cut_overs() == [
                 CONNECTION_SOURCE_REMOVED,
                 SOURCE_LEGACY_FIELDS_REMOVED,
             ]
 
             clock.move_to(HYPNOGRAM_DATE - JUST)
-            assert apply_cut_overs(service) == []
+            assert service.jobs.apply_cut_overs() == []
             clock.move_to(HYPNOGRAM_DATE)
-            assert apply_cut_overs(service) == [HYPNOGRAM_EVENTS_REMOVED]
-            assert apply_cut_overs(service) == []
+            assert service.jobs.apply_cut_overs() == [HYPNOGRAM_EVENTS_REMOVED]
+            assert service.jobs.apply_cut_overs() == []
 
             applied = service.webhook_queries.applied_cut_overs()
             assert applied == {
@@ -177,13 +175,13 @@ def test_each_cut_over_is_applied_once_its_date_has_come(settings: Settings) -> 
 def test_dates_that_passed_while_down_are_applied_at_the_next_start(settings: Settings) -> None:
     with freeze_time(IS_FINAL_DATE + timedelta(days=1)):
         service = build_service(settings)
-        assert apply_cut_overs(service) == [IS_FINAL_REMOVED]
+        assert service.jobs.apply_cut_overs() == [IS_FINAL_REMOVED]
         service.close()
     # Down over two dates; the next start applies both, and only those.
     with freeze_time(HYPNOGRAM_DATE + timedelta(days=30)):
         service = build_service(settings)
         try:
-            assert apply_cut_overs(service) == [
+            assert service.jobs.apply_cut_overs() == [
                 CONNECTION_SOURCE_REMOVED,
                 SOURCE_LEGACY_FIELDS_REMOVED,
                 HYPNOGRAM_EVENTS_REMOVED,
@@ -218,11 +216,11 @@ def test_the_aggregate_refuses_a_cut_over_before_its_date() -> None:
 
 
 def test_the_applied_cut_overs_survive_a_rebuild(service: Service) -> None:
-    assert len(apply_cut_overs(service)) == 4
+    assert len(service.jobs.apply_cut_overs()) == 4
     before = service.webhook_queries.applied_cut_overs()
     service.read_models.rebuild(service.recorder, service.ledger.mapper)
     assert service.webhook_queries.applied_cut_overs() == before
-    assert apply_cut_overs(service) == []
+    assert service.jobs.apply_cut_overs() == []
 
 
 def test_the_scheduler_applies_them_at_start(service: Service) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 from healthledger.adapters.audit import history, state_as_of
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.persistence.schema import (
     health_data,
     pending_erasures,
@@ -24,8 +24,6 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import UserNotFound
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES
 from healthledger.domain.users.user import ERASED, User
-from healthledger.scheduler.erasure import sweep_erasures
-from healthledger.scheduler.runner import start_scheduler
 from sqlalchemy import func, select
 
 from tests.conftest import Team
@@ -78,11 +76,11 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
         assert rows(svc, user_data_keys, user_id=user.id) == 1
 
         with freeze_time(T0 + timedelta(days=7) - timedelta(seconds=1)):
-            assert sweep_erasures(svc) == 0
+            assert svc.jobs.sweep_erasures() == 0
             svc.users.load(team.team_id, user.id)  # still there, pending
 
         with freeze_time(T0 + timedelta(days=7)):
-            assert sweep_erasures(svc) == 1
+            assert svc.jobs.sweep_erasures() == 1
 
         # Each thing the Erased event says it removed is gone.
         assert set(ERASURE_REMOVES) == {
@@ -136,7 +134,7 @@ def test_erasing_twice_is_a_no_op(service: Service, team: Team, ctx: CommandCont
         assert service.users.erase_user(ctx, user.id) is True
         events = service.recorder.max_notification_id()
         assert service.users.erase_user(ctx, user.id) is False
-        assert sweep_erasures(service) == 0
+        assert service.jobs.sweep_erasures() == 0
         assert service.recorder.max_notification_id() == events
 
 
@@ -149,7 +147,7 @@ def test_an_undone_deletion_is_never_erased(
     with freeze_time(T0 + timedelta(days=6)):
         service.users.undo_deletion(ctx, team.team_id, user.id)
     with freeze_time(T0 + timedelta(days=30)):
-        assert sweep_erasures(service) == 0
+        assert service.jobs.sweep_erasures() == 0
         assert service.user_queries.demographics(team.team_id, user.id)["last_name"] == "Lovelace"
 
 
@@ -174,10 +172,10 @@ def test_a_crash_mid_sweep_loses_nothing(
     with freeze_time(T0 + timedelta(days=8)):
         monkeypatch.setattr(service.users, "erase_user", crashing_erase)
         with pytest.raises(RuntimeError):
-            sweep_erasures(service)
+            service.jobs.sweep_erasures()
         assert rows(service, pending_erasures) == 2  # one done, two still recorded as due
         monkeypatch.setattr(service.users, "erase_user", real_erase)
-        assert sweep_erasures(service) == 2
+        assert service.jobs.sweep_erasures() == 2
     assert rows(service, pending_erasures) == 0
     for user_id in ids:
         assert service.ledger.find(user_id).status == ERASED  # type: ignore[union-attr]
@@ -217,7 +215,7 @@ def test_history_survives_erasure_without_personal_values(
     with freeze_time(T0 + timedelta(hours=1)):
         service.users.delete_user(ctx, team.team_id, user.id)
     with freeze_time(T0 + timedelta(days=8)):
-        sweep_erasures(service)
+        service.jobs.sweep_erasures()
     entries = history(service, user.id)
     assert [e.event for e in entries] == ["Created", "DemographicsRecorded", "Deleted", "Erased"]
     text = "\n".join(e.line() for e in entries)
@@ -248,6 +246,6 @@ def test_the_sweep_finishes_a_team_deletion_a_crash_cut_short(
     service.teams.delete_team(ctx, DEFAULT_ORG_ID, team.team_id)
     monkeypatch.undo()
     assert all(service.user_queries.status(u) == "active" for u in kept)
-    sweep_erasures(service)
+    service.jobs.sweep_erasures()
     assert all(service.user_queries.status(u) == "pending_erasure" for u in kept)
     assert service.team_queries.deleted_teams_with_live_users() == []

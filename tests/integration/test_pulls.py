@@ -19,7 +19,6 @@ from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import PullTarget
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
-from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
 from sqlalchemy import select
 
 from tests.conftest import Team, create_user
@@ -87,7 +86,7 @@ def test_a_connection_schedules_one_pull_per_resource_and_the_worker_completes_t
         timeline = sleep["timeline"]
         assert datetime.fromisoformat(timeline["scheduled_at"]) == T0
         assert (timeline["started_at"], timeline["ended_at"]) == (None, None)
-        assert run_due_pulls(service) == len(resources)
+        assert service.jobs.run_due_pulls() == len(resources)
         done = pulls_of(client, team, user, "withings")
 
     for resource, pull in done["pulled"].items():
@@ -111,7 +110,7 @@ def test_a_connection_schedules_one_pull_per_resource_and_the_worker_completes_t
     assert len(stored) == done["pulled"]["body"]["days_with_data"]
     # A second run finds nothing due: success is not pulled again.
     with freeze_time(T0 + timedelta(hours=1)):
-        assert run_due_pulls(service) == 0
+        assert service.jobs.run_due_pulls() == 0
 
 
 def test_the_stored_data_is_the_demo_devices_sealed_under_the_users_key(
@@ -120,7 +119,7 @@ def test_the_stored_data_is_the_demo_devices_sealed_under_the_users_key(
     with freeze_time(T0):
         user = create_user(client, team, "p2")["user_id"]
         connect(client, team, user, "oura")
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
     start, end = T0.date() - timedelta(days=30), T0.date()
     stored = service.health_data.read(UUID(user), "oura", "sleep", start, end)
     expected = DemoProvider().fetch(
@@ -167,7 +166,7 @@ def test_a_passing_failure_is_retried_with_backoff_and_completion_is_recorded_on
     with freeze_time(T0):
         user = create_user(client, team, "p3")["user_id"]
         connect(client, team, user, "oura", demo_failures=failures)
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         sleep = pulls_of(client, team, user, "oura")["pulled"]["sleep"]
         assert (sleep["status"], sleep["error_details"]) == ("retrying", "provider_unavailable")
         # The older chunks were stored before the most recent one failed.
@@ -176,13 +175,13 @@ def test_a_passing_failure_is_retried_with_backoff_and_completion_is_recorded_on
         )
     # Not before the first delay.
     with freeze_time(T0 + timedelta(seconds=DELAYS[0] - 1)):
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         assert feed(service, user, "oura", "sleep").attempts == 1
     with freeze_time(T0 + timedelta(seconds=DELAYS[0])):
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         assert feed(service, user, "oura", "sleep").status == "retrying"
     with freeze_time(T0 + timedelta(seconds=DELAYS[0] + DELAYS[1])):
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         sleep = pulls_of(client, team, user, "oura")["pulled"]["sleep"]
     assert (sleep["status"], sleep["error_details"]) == ("success", None)
     kinds = [type(e).__name__ for e in feed_events(service, user, "oura", "sleep")]
@@ -204,17 +203,17 @@ def test_a_failure_on_every_try_ends_in_retry_quota_exhausted(
     with freeze_time(moment):
         user = create_user(client, team, "p4")["user_id"]
         connect(client, team, user, "freestyle_libre", demo_failures=failures)
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
     for delay in DELAYS:
         moment += timedelta(seconds=delay)
         with freeze_time(moment):
-            run_due_pulls(service)
+            service.jobs.run_due_pulls()
     with freeze_time(moment):
         glucose = pulls_of(client, team, user, "freestyle_libre")["pulled"]["glucose"]
     assert (glucose["status"], glucose["error_details"]) == ("failure", "retry_quota_exhausted")
     assert feed(service, user, "freestyle_libre", "glucose").attempts == len(DELAYS) + 1
     with freeze_time(moment + timedelta(days=1)):
-        assert run_due_pulls(service) == 0  # failure is final
+        assert service.jobs.run_due_pulls() == 0  # failure is final
 
 
 @pytest.mark.parametrize("code", ["non_retriable_error", "unexpected_error"])
@@ -224,7 +223,7 @@ def test_a_final_code_fails_the_pull_at_once(
     with freeze_time(T0):
         user = create_user(client, team, f"p5-{code}")["user_id"]
         connect(client, team, user, "oura", demo_failures={"hrv": {"code": code, "times": 1}})
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         hrv = pulls_of(client, team, user, "oura")["pulled"]["hrv"]
     assert (hrv["status"], hrv["error_details"]) == ("failure", code)
     assert hrv["timeline"]["ended_at"] is not None
@@ -243,7 +242,7 @@ def test_connections_made_before_2025_05_09_never_enter_retrying(
             "oura",
             demo_failures={"sleep": {"code": "transport_failure", "times": 1}},
         )
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         sleep = pulls_of(client, team, user, "oura")["pulled"]["sleep"]
     assert (sleep["status"], sleep["error_details"]) == ("failure", "transport_failure")
     assert sleep["release"] == "legacy"
@@ -266,7 +265,7 @@ def test_a_broken_grant_puts_the_connection_in_error_until_it_is_connected_again
             "fitbit",
             demo_failures={"activity": {"code": "token_refresh_failed", "times": None}},
         )
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         item = provider_status(client, team, user)
         assert item["status"] == "error"
         details = item["error_details"]
@@ -284,7 +283,7 @@ def test_a_broken_grant_puts_the_connection_in_error_until_it_is_connected_again
         assert pulls_of(client, team, user, "fitbit")["pulled"]["activity"]["status"] == (
             "scheduled"
         )
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         assert pulls_of(client, team, user, "fitbit")["pulled"]["activity"]["status"] == ("success")
     assert feed(service, user, "fitbit", "activity").pull_number == 2
 
@@ -295,9 +294,9 @@ def test_a_connection_pauses_when_ingestion_ends_and_resumes_when_it_is_moved_on
     with freeze_time(T0):
         user = create_user(client, team, "p8", ingestion_end="2026-03-12")["user_id"]
         connect(client, team, user, "freestyle_libre")
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
     with freeze_time(T0 + timedelta(days=3)):
-        sync_connected_feeds(service)
+        service.jobs.sync_connected_feeds()
         assert provider_status(client, team, user)["status"] == "paused"
         events = feed_events(service, user, "freestyle_libre", "glucose")
         # Synced up to the end of ingestion only.
@@ -307,7 +306,7 @@ def test_a_connection_pauses_when_ingestion_ends_and_resumes_when_it_is_moved_on
             f"/v2/user/{user}", json={"ingestion_end": None}, headers=team.headers
         )
         assert patched.status_code in (200, 204), patched.text
-        sync_connected_feeds(service)
+        service.jobs.sync_connected_feeds()
         assert provider_status(client, team, user)["status"] == "connected"
 
 
@@ -320,7 +319,7 @@ def test_pulls_of_a_deregistered_connection_fail_and_store_nothing(
         assert client.delete(f"/v2/user/{user}/freestyle_libre", headers=team.headers).json() == {
             "success": True
         }
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
     glucose = feed(service, user, "freestyle_libre", "glucose")
     assert (glucose.status, glucose.error_code) == ("failure", "non_retriable_error")
     assert service.health_data.count(UUID(user)) == 0
@@ -338,12 +337,12 @@ def test_a_pull_whose_worker_died_is_taken_over_after_its_lease(
         glucose = feed(service, user, "freestyle_libre", "glucose")
         glucose.start_attempt(CommandContext.system("test:dead-worker"), T0)
         service.ledger.save(glucose)  # ... and the worker dies here
-        assert run_due_pulls(service) == 0
+        assert service.jobs.run_due_pulls() == 0
     lease = service.settings.pull_lease
     with freeze_time(T0 + lease - timedelta(seconds=1)):
-        assert run_due_pulls(service) == 0
+        assert service.jobs.run_due_pulls() == 0
     with freeze_time(T0 + lease):
-        assert run_due_pulls(service) == 1
+        assert service.jobs.run_due_pulls() == 1
     kinds = [type(e).__name__ for e in feed_events(service, user, "freestyle_libre", "glucose")]
     assert kinds == ["Created", "PullScheduled", "PullStarted", "PullStarted", "PullSucceeded"]
 
@@ -381,11 +380,11 @@ def test_the_daily_sync_records_new_days_as_created_and_grown_days_as_updated(
     with freeze_time(T0):
         user = create_user(client, team, "p12")["user_id"]
         connect(client, team, user, "freestyle_libre")
-        run_due_pulls(service)
-        assert sync_connected_feeds(service) == 0  # not due yet
+        service.jobs.run_due_pulls()
+        assert service.jobs.sync_connected_feeds() == 0  # not due yet
     with freeze_time(T0 + timedelta(days=1)):
-        assert sync_connected_feeds(service) == 1
-        assert sync_connected_feeds(service) == 0  # synced: due again in a day
+        assert service.jobs.sync_connected_feeds() == 1
+        assert service.jobs.sync_connected_feeds() == 0  # synced: due again in a day
     synced = feed_events(service, user, "freestyle_libre", "glucose")[-1]
     assert isinstance(synced, ResourceFeed.DailySynced)
     # T0's afternoon arrived after the pull (updated), and the next day is new (created).
@@ -413,7 +412,7 @@ def test_erasure_removes_the_pulled_data_and_the_feeds_but_not_their_history(
     with freeze_time(T0):
         user = create_user(client, team, "p13")["user_id"]
         connect(client, team, user, "oura")
-        run_due_pulls(service)
+        service.jobs.run_due_pulls()
         assert service.health_data.count(UUID(user)) > 0
         assert client.delete(f"/v2/user/{user}", headers=team.headers).status_code == 200
     with freeze_time(T0 + timedelta(days=7)):
