@@ -1,5 +1,6 @@
 """Team API authentication: the `x-service-api-key` header, checked against a hash."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -12,8 +13,11 @@ from healthledger.domain.teams.management_keys import ORG_ADMIN
 
 TEAM_API_KEY_HEADER = "x-service-api-key"
 
+# Each scheme has its own name in the OpenAPI document (the default, the class name, is
+# the same for all: the second scheme of a document would replace the first).
 team_api_key_scheme = APIKeyHeader(
     name=TEAM_API_KEY_HEADER,
+    scheme_name="TeamApiKey",
     auto_error=False,
     description="The team API key (shown once when it was created).",
 )
@@ -33,7 +37,9 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail)
 
 
-def team_caller_dependency(team_queries: TeamQueries):  # type: ignore[no-untyped-def]
+def team_caller_dependency(
+    team_queries: TeamQueries,
+) -> Callable[[Request, str | None], TeamCaller]:
     def team_caller(
         request: Request, api_key: str | None = Security(team_api_key_scheme)
     ) -> TeamCaller:
@@ -74,10 +80,14 @@ MANAGEMENT_KEY_HEADER = "X-Management-Key"
 LEGACY_MANAGEMENT_KEY_HEADER = "X-Service-Org-Key"
 
 management_key_scheme = APIKeyHeader(
-    name=MANAGEMENT_KEY_HEADER, auto_error=False, description="A management key."
+    name=MANAGEMENT_KEY_HEADER,
+    scheme_name="ManagementKey",
+    auto_error=False,
+    description="A management key.",
 )
 legacy_management_key_scheme = APIKeyHeader(
     name=LEGACY_MANAGEMENT_KEY_HEADER,
+    scheme_name="LegacyManagementKey",
     auto_error=False,
     description="Deprecated name of X-Management-Key (same keys).",
 )
@@ -114,7 +124,9 @@ class ManagementCaller:
             raise HTTPException(status_code=404, detail="Team not found.")
 
 
-def management_caller_dependency(team_queries: TeamQueries):  # type: ignore[no-untyped-def]
+def management_caller_dependency(
+    team_queries: TeamQueries,
+) -> Callable[[Request, str | None, str | None], ManagementCaller]:
     def management_caller(
         request: Request,
         key: str | None = Security(management_key_scheme),

@@ -7,6 +7,8 @@ from uuid import UUID
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
+from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
     NON_RETRIABLE,
@@ -15,9 +17,6 @@ from healthledger.domain.connections.providers import (
 )
 from healthledger.domain.errors import InvalidRequest
 from pydantic import BaseModel, ConfigDict, Field
-
-_NOT_FOUND = {404: {"description": "Unknown user, another team's user, or scheduled for deletion"}}
-
 
 # Codes a demo device can be asked to fail with: the pull error codes a provider can
 # cause (retry_quota_exhausted is an outcome, not a cause) and the connection error types.
@@ -42,7 +41,7 @@ class DemoConnectRequest(BaseModel):
 
 
 def connections_router(service: Service) -> APIRouter:
-    router = APIRouter(tags=["connections"])
+    router = APIRouter(tags=["connections"], route_class=LedgerRoute)
     Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
     catalog = service.catalog
 
@@ -52,7 +51,10 @@ def connections_router(service: Service) -> APIRouter:
             raise InvalidRequest("Unknown provider slug.", "provider", location)
         return entry
 
-    @router.post("/v2/link/connect/demo", responses=_NOT_FOUND)
+    @router.post(
+        "/v2/link/connect/demo",
+        responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
+    )
     def connect_demo(body: DemoConnectRequest, caller: Caller) -> Any:
         """Connect a simulated device that yields realistic, deterministic data (ours)."""
         entry = known(body.provider, "body")
@@ -76,16 +78,21 @@ def connections_router(service: Service) -> APIRouter:
             entry.supported_resources,
             {resource: failure.model_dump() for resource, failure in failures.items()},
         )
-        service.wake_pull_worker()
         return {"success": True, "detail": f"Connected a demo {entry.name} device."}
 
-    @router.get("/v2/user/providers/{user_id:uuid}", responses=_NOT_FOUND)
+    @router.get(
+        "/v2/user/providers/{user_id:uuid}",
+        responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
+    )
     def user_providers(user_id: UUID, caller: Caller) -> Any:
         """Spec 2.2: the user's connections (deregistered ones are not listed)."""
         service.users.load_live(caller.team_id, user_id)
         return {"providers": service.connection_queries.providers_of(user_id)}
 
-    @router.delete("/v2/user/{user_id:uuid}/{provider}", responses=_NOT_FOUND)
+    @router.delete(
+        "/v2/user/{user_id:uuid}/{provider}",
+        responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
+    )
     def deregister(user_id: UUID, provider: str, caller: Caller) -> Any:
         known(provider, "path")
         service.connections.deregister(caller.ctx, caller.team_id, user_id, provider)

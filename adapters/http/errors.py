@@ -4,6 +4,8 @@ personal value. Validation errors keep the pydantic shape, with body inputs reda
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,8 +14,10 @@ from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.domain import errors
 from healthledger.domain.connections.connection import AlreadyConnected, NotConnected
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger("healthledger.http")
 
@@ -42,6 +46,110 @@ _STATUS: dict[type[errors.LedgerError], int] = {
 class FeatureNotEnabled(Exception):
     def __init__(self, feature: str) -> None:
         self.feature = feature
+
+
+# -- the error bodies, as the OpenAPI documents declare them ----------------------------
+
+
+class ErrorDescription(BaseModel):
+    """A typed error: what kind, and what to do about it."""
+
+    # Some types carry more (INVALID_REQUEST: the user_id and created_on of the holder).
+    model_config = ConfigDict(extra="allow")
+    error_type: str = Field(examples=["INVALID_CURSOR"])
+    error_message: str = Field(examples=["next_cursor is not a cursor this listing issued."])
+
+
+class ErrorBody(BaseModel):
+    """Every error but a validation error: a sentence, or a typed error."""
+
+    detail: str | ErrorDescription = Field(examples=["User not found."])
+
+
+class ValidationProblem(BaseModel):
+    type: str = Field(examples=["value_error"])
+    loc: list[str | int] = Field(examples=[["body", "name"]])
+    msg: str = Field(examples=["Value error, must not contain control characters"])
+    input: Any = Field(
+        default=None,
+        description=f"The value sent for a path or query parameter; `{REDACTED}` for a body "
+        "or a header, which may hold personal data or a key.",
+    )
+
+
+class ValidationErrors(BaseModel):
+    """Parameters or a body that do not fit the operation (malformed JSON included)."""
+
+    detail: list[ValidationProblem]
+
+
+_RESPONSES: dict[int, tuple[str, type[BaseModel]]] = {
+    400: ("Refused as asked: the detail says why (an empty patch, a bad cursor...).", ErrorBody),
+    401: ("The key is missing, unknown, revoked, or of the other API.", ErrorBody),
+    403: ("The key may not do this, or the team has not enabled the feature.", ErrorBody),
+    404: ("Not found, or not reachable with this key.", ErrorBody),
+    409: (
+        "In conflict with the current state, or with a concurrent change: read, retry.",
+        ErrorBody,
+    ),
+    422: ("Invalid parameters or body, or a body that is not well-formed JSON.", ValidationErrors),
+}
+
+
+# The 404 of every route that names a user of the team.
+USER_NOT_FOUND = {404: "Unknown user, another team's user, or scheduled for deletion."}
+
+
+def error_responses(
+    *statuses: int, described: Mapping[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """The `responses` of an operation that answers these error statuses; `described`
+    replaces the general description of a status with the operation's own."""
+    own = described or {}
+    return {
+        status: {
+            "description": own.get(status, _RESPONSES[status][0]),
+            "model": _RESPONSES[status][1],
+        }
+        for status in statuses
+    }
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+_PARAMETER = re.compile(r"(\{\w+\})")  # a {parameter} of a path template
+
+
+def allowed_methods(request: Request) -> str:
+    """The methods of the resource at the request's path, for a 405's `Allow` (the router
+    names only those of the first route whose path matched).
+
+    Each method is asked of the app's routes as the router would. Where templates of
+    different shapes match the path (`/v2/user/{user_id}/info` and, with "info" for the
+    provider, `/v2/user/{user_id}/{provider}`), the resource is the one the OpenAPI
+    document describes with the fewest parameters."""
+    path = request.scope["path"]
+    served = []
+    for method in _METHODS:
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "root_path": request.scope.get("root_path", ""),
+            "headers": [],
+            "query_string": b"",
+        }
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            served.append(method)
+    documented: dict[int, set[str]] = {}
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        parts = _PARAMETER.split(template)  # literal, parameter, literal...
+        pattern = "".join("[^/]+" if i % 2 else re.escape(part) for i, part in enumerate(parts))
+        if re.fullmatch(pattern, path):
+            methods = documented.setdefault(template.count("{"), set())
+            methods.update(method.upper() for method in operations)
+    if documented:
+        served = [method for method in served if method in documented[min(documented)]]
+    return ", ".join(served)
 
 
 def validation_detail(errs: Any) -> list[dict[str, Any]]:
@@ -122,8 +230,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = exc.headers
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
         return JSONResponse(
-            status_code=exc.status_code, content={"detail": exc.detail}, headers=exc.headers
+            status_code=exc.status_code, content={"detail": exc.detail}, headers=headers
         )
 
     @app.exception_handler(OperationalError)

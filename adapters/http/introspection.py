@@ -10,6 +10,8 @@ from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
+from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
+from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.domain.connections.connection import CONNECTED
 from healthledger.domain.errors import InvalidRequest
 
@@ -18,7 +20,8 @@ _FEED_STATUS = {CONNECTED: "active"}
 
 
 def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
-    router = APIRouter(tags=["introspection"])
+    router = APIRouter(tags=["introspection"], route_class=LedgerRoute)
+    responses = error_responses(400, 401, 404, 422, described=USER_NOT_FOUND)
     Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
     queries = service.pull_queries
 
@@ -50,7 +53,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
         cursor = cursors.encode({"u": str(user_ids[-1])}, scope) if more else None
         return {"data": render(user_ids), "next_cursor": cursor}
 
-    @router.get("/v2/introspect/historical_pull")
+    @router.get("/v2/introspect/historical_pull", responses=responses)
     def historical_pull(
         caller: Caller,
         user_id: UUID | None = None,
@@ -91,7 +94,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
         return page("historical_pull", caller, user_id, provider, user_limit, next_cursor, render)
 
-    @router.get("/v2/introspect/resources")
+    @router.get("/v2/introspect/resources", responses=responses)
     def resources(
         caller: Caller,
         user_id: UUID | None = None,

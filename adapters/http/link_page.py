@@ -180,7 +180,6 @@ def create_link_app(service: Service) -> Starlette:
                 redirect=not built_in,
                 retry_token=token,
             )
-        service.wake_pull_worker()
         if view.redirect_url is not None:
             return _redirect(outcome_url(view.redirect_url, "success"))
         body = (

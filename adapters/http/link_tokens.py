@@ -11,15 +11,16 @@ from uuid import UUID
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
+from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.domain.connections.link_tokens import INVALID_TOKEN
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
-
-_NOT_FOUND = {404: {"description": "Unknown user, another team's user, or scheduled for deletion"}}
+from healthledger.domain.free_text import FreeText, WebUrl
+from pydantic import BaseModel, ConfigDict, Field
 
 # More slugs than the catalog holds is a mistake, not an allowlist: bounded to keep the
 # work per request small.
 _MAX_FILTER = 100
-_Slug = Annotated[str, Field(max_length=64)]
+_Slug = Annotated[FreeText, Field(max_length=64)]
 
 
 class LinkTokenRequest(BaseModel):
@@ -31,7 +32,7 @@ class LinkTokenRequest(BaseModel):
         default=None,
         description="When set, the link page goes straight to this provider.",
     )
-    redirect_url: HttpUrl | None = Field(
+    redirect_url: WebUrl | None = Field(
         default=None,
         description="Where the link page sends the user when it is done, with "
         "`?state=success` or `?state=error&error_type=...&error=...`.",
@@ -82,13 +83,18 @@ def link_web_url(link_url: str, token: str, environment: str, region: str) -> st
 
 
 def link_tokens_router(service: Service) -> APIRouter:
-    router = APIRouter(tags=["link"])
+    router = APIRouter(tags=["link"], route_class=LedgerRoute)
     Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
 
     @router.post(
         "/v2/link/token",
         response_model=LinkTokenResponse,
-        responses={**_NOT_FOUND, 422: {"description": "Invalid body or unknown provider slug"}},
+        responses=error_responses(
+            401,
+            404,
+            422,
+            described={**USER_NOT_FOUND, 422: "Invalid body or unknown provider slug."},
+        ),
     )
     def create_link_token(body: LinkTokenRequest, caller: Caller) -> Any:
         """A link token for one live user of the team: it lives 60 minutes and is
@@ -112,7 +118,9 @@ def link_tokens_router(service: Service) -> APIRouter:
             ),
         }
 
-    @router.post("/v2/link/token/isValid", response_model=LinkTokenValidity)
+    @router.post(
+        "/v2/link/token/isValid", response_model=LinkTokenValidity, responses=error_responses(422)
+    )
     def check_link_token(body: LinkTokenCheck) -> Any:
         """Whether a link token can still be used; it is not consumed by asking.
 

@@ -14,8 +14,11 @@ from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
+from healthledger.adapters.http.errors import error_responses
+from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.persistence.queries import TeamQueries
 from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, TeamNotFound
+from healthledger.domain.free_text import FreeText
 from healthledger.domain.teams.management_keys import ROLES
 from healthledger.domain.teams.teams import CLOSED_BETA_FEATURES, EnvironmentSettings
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,18 +40,18 @@ class _Body(BaseModel):
 
 
 class OrganizationPatch(_Body):
-    name: str = _Name
+    name: FreeText = _Name
 
 
 class TeamCreate(_Body):
-    name: str = _Name
+    name: FreeText = _Name
     region: Region
     sandbox: EnvironmentSettings | None = None
     production: EnvironmentSettings | None = None
 
 
 class TeamPatch(_Body):
-    name: str | None = Field(default=None, min_length=1, max_length=255)
+    name: FreeText | None = Field(default=None, min_length=1, max_length=255)
     sandbox: EnvironmentSettings | None = None
     production: EnvironmentSettings | None = None
 
@@ -58,13 +61,13 @@ class TeamRoleBinding(_Body):
 
 
 class ManagementKeyCreate(_Body):
-    label: str = _Name
+    label: FreeText = _Name
     role: Literal["org_admin", "team_admin"]
     team_role_bindings: list[TeamRoleBinding] = Field(default_factory=list, max_length=100)
 
 
 class ManagementKeyPatch(_Body):
-    label: str | None = Field(default=None, min_length=1, max_length=255)
+    label: FreeText | None = Field(default=None, min_length=1, max_length=255)
     team_role_bindings: list[TeamRoleBinding] | None = Field(default=None, max_length=100)
 
 
@@ -73,8 +76,8 @@ class TeamApiKeyCreate(_Body):
 
 
 class CredentialsSet(_Body):
-    client_id: str = Field(min_length=1, max_length=512)
-    client_secret: str = Field(min_length=1, max_length=4096)
+    client_id: FreeText = Field(min_length=1, max_length=512)
+    client_secret: FreeText = Field(min_length=1, max_length=4096)
 
 
 class Team(BaseModel):
@@ -116,7 +119,18 @@ def reachable_team(
 
 
 def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
-    router = APIRouter(prefix="/v1/org/{org_id}", tags=["management"])
+    router = APIRouter(prefix="/v1/org/{org_id}", tags=["management"], route_class=LedgerRoute)
+    # The errors each kind of operation answers: every one 401 (the key), 404 (another
+    # organization, an unbound or missing team) and 422 (parameters, body); 403 where an
+    # org key is required; 409 for changes (a concurrent write, a state that forbids it);
+    # 400 for an empty patch, or a cursor the listing did not issue.
+    reads = error_responses(401, 404, 422)
+    listings = error_responses(400, 401, 404, 422)
+    changes = error_responses(401, 404, 409, 422)
+    patches = error_responses(400, 401, 404, 409, 422)
+    org_reads = error_responses(401, 403, 404, 422)
+    org_changes = error_responses(401, 403, 404, 409, 422)
+    org_patches = error_responses(400, 401, 403, 404, 409, 422)
     Caller = Annotated[
         ManagementCaller, Depends(management_caller_dependency(service.team_queries))
     ]
@@ -128,7 +142,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     # -- the organization ---------------------------------------------------------------
 
-    @router.get("")
+    @router.get("", responses=org_reads)
     def get_organization(org_id: UUID, caller: Caller) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
@@ -137,7 +151,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
             raise OrganizationNotFound()
         return org
 
-    @router.patch("")
+    @router.patch("", responses=org_changes)
     def patch_organization(org_id: UUID, body: OrganizationPatch, caller: Caller) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
@@ -146,7 +160,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     # -- teams ----------------------------------------------------------------------------
 
-    @router.get("/team", response_model=TeamPage)
+    @router.get("/team", response_model=TeamPage, responses=listings)
     def list_teams(
         org_id: UUID,
         caller: Caller,
@@ -180,7 +194,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
             )
         return {"teams": teams, "next_cursor": cursor}
 
-    @router.post("/team", response_model=Team)
+    @router.post("/team", response_model=Team, responses=org_changes)
     def create_team(org_id: UUID, body: TeamCreate, caller: Caller) -> Any:
         """Team names need not be unique (the spec is silent; the id is the identity)."""
         caller.require_org(org_id)
@@ -188,11 +202,11 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         team_id = directory.create_team(caller.ctx, org_id, body.name, body.region, _settings(body))
         return queries.team(team_id)
 
-    @router.get("/team/{team_id}", response_model=Team)
+    @router.get("/team/{team_id}", response_model=Team, responses=reads)
     def get_team(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
         return team_of(caller, org_id, team_id)
 
-    @router.patch("/team/{team_id}", response_model=Team)
+    @router.patch("/team/{team_id}", response_model=Team, responses=patches)
     def patch_team(org_id: UUID, team_id: UUID, body: TeamPatch, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         if not body.model_fields_set:
@@ -200,7 +214,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         directory.update_team(caller.ctx, org_id, team_id, name=body.name, settings=_settings(body))
         return queries.team(team_id)
 
-    @router.delete("/team/{team_id}")
+    @router.delete("/team/{team_id}", responses=org_changes)
     def delete_team(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
         """Its users are deleted through their lifecycle (grace period, then erasure)."""
         team_of(caller, org_id, team_id)
@@ -210,19 +224,19 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     # -- closed-beta switches -------------------------------------------------------------
 
-    @router.get("/team/{team_id}/features")
+    @router.get("/team/{team_id}/features", responses=reads)
     def get_features(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
         team = team_of(caller, org_id, team_id)
         return {"enabled": team["features"], "available": list(CLOSED_BETA_FEATURES)}
 
-    @router.put("/team/{team_id}/features/{feature}")
+    @router.put("/team/{team_id}/features/{feature}", responses=org_changes)
     def enable_feature(org_id: UUID, team_id: UUID, feature: Feature, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         caller.require_org_admin()
         directory.set_feature(caller.ctx, team_id, feature, True, org_id)
         return {"enabled": queries.team(team_id)["features"]}  # type: ignore[index]
 
-    @router.delete("/team/{team_id}/features/{feature}")
+    @router.delete("/team/{team_id}/features/{feature}", responses=org_changes)
     def disable_feature(org_id: UUID, team_id: UUID, feature: Feature, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         caller.require_org_admin()
@@ -231,13 +245,13 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     # -- management keys ------------------------------------------------------------------
 
-    @router.get("/management_key")
+    @router.get("/management_key", responses=org_reads)
     def list_management_keys(org_id: UUID, caller: Caller) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
         return {"management_keys": queries.management_keys(org_id)}
 
-    @router.post("/management_key")
+    @router.post("/management_key", responses=org_changes)
     def create_management_key(org_id: UUID, body: ManagementKeyCreate, caller: Caller) -> Any:
         """The key text is in this response only; keep it, it is stored only as a hash."""
         caller.require_org(org_id)
@@ -251,7 +265,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         )
         return {**queries.management_key_view(issued.key_id), "key": issued.plain}
 
-    @router.patch("/management_key/{key_id}")
+    @router.patch("/management_key/{key_id}", responses=org_patches)
     def patch_management_key(
         org_id: UUID, key_id: UUID, body: ManagementKeyPatch, caller: Caller
     ) -> Any:
@@ -269,7 +283,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         )
         return queries.management_key_view(key_id)
 
-    @router.delete("/management_key/{key_id}")
+    @router.delete("/management_key/{key_id}", responses=org_changes)
     def revoke_management_key(org_id: UUID, key_id: UUID, caller: Caller) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
@@ -278,7 +292,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     # -- team API keys ----------------------------------------------------------------------
 
-    @router.get("/team_api_keys/{env}/{region}")
+    @router.get("/team_api_keys/{env}/{region}", responses=reads)
     def list_team_api_keys(
         org_id: UUID, env: Environment, region: Region, team_id: UUID, caller: Caller
     ) -> Any:
@@ -286,7 +300,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         keys = queries.team_api_keys(team_id, env) if team["region"] == region else []
         return {"team_api_keys": keys}
 
-    @router.post("/team_api_keys/{env}/{region}")
+    @router.post("/team_api_keys/{env}/{region}", responses=changes)
     def create_team_api_key(
         org_id: UUID, env: Environment, region: Region, body: TeamApiKeyCreate, caller: Caller
     ) -> Any:
@@ -301,7 +315,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
             "key": issued.plain,
         }
 
-    @router.delete("/team_api_keys/{env}/{region}/{key_id}")
+    @router.delete("/team_api_keys/{env}/{region}/{key_id}", responses=changes)
     def revoke_team_api_key(
         org_id: UUID,
         env: Environment,
@@ -316,12 +330,12 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     # -- custom provider credentials ------------------------------------------------------
 
-    @router.get("/team_custom_credentials/{team_id}")
+    @router.get("/team_custom_credentials/{team_id}", responses=reads)
     def list_credentials(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         return {"credentials": queries.credentials(team_id)}
 
-    @router.post("/team_custom_credentials/{team_id}/{provider}/prepare")
+    @router.post("/team_custom_credentials/{team_id}/{provider}/prepare", responses=changes)
     def prepare_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         creds = directory.prepare_credentials(caller.ctx, team_id, provider, org_id)
@@ -333,7 +347,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
             "redirect_uri": f"{base}/v2/link/oauth/callback/{provider}",
         }
 
-    @router.put("/team_custom_credentials/{team_id}/{provider}")
+    @router.put("/team_custom_credentials/{team_id}/{provider}", responses=changes)
     def set_credentials(
         org_id: UUID, team_id: UUID, provider: str, body: CredentialsSet, caller: Caller
     ) -> Any:
@@ -345,7 +359,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         listed = {c["provider"]: c for c in queries.credentials(team_id)}
         return listed[provider]
 
-    @router.delete("/team_custom_credentials/{team_id}/{provider}")
+    @router.delete("/team_custom_credentials/{team_id}/{provider}", responses=changes)
     def delete_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         directory.delete_credentials(caller.ctx, team_id, provider, org_id)

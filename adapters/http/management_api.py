@@ -21,7 +21,9 @@ def create_management_api(service: Service) -> FastAPI:
         version="1",
         description="Organizations, teams, management keys, team API keys and webhook "
         "endpoints. Authenticate "
-        "with the `X-Management-Key` header (`X-Service-Org-Key` is its deprecated name).",
+        "with the `X-Management-Key` header (`X-Service-Org-Key` is its deprecated name). "
+        "Text fields refuse control characters (Unicode category C) with a 422; a webhook "
+        "description and a brand's company_address may span lines.",
     )
     install_error_handlers(app)
     app.include_router(management_router(service, CursorCodec(service.cursor_secret)))

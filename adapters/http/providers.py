@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.errors import error_responses
+from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.reference import SourceType, provider_catalog
 from pydantic import BaseModel, Field
 
@@ -32,7 +34,7 @@ class ProviderCatalogEntry(BaseModel):
 
 
 def providers_router(service: Service) -> APIRouter:
-    router = APIRouter(tags=["providers"])
+    router = APIRouter(tags=["providers"], route_class=LedgerRoute)
     Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
 
     # Only the spec fields are emitted: `source_type` and `demo` stay internal. Sorted
@@ -72,6 +74,7 @@ def providers_router(service: Service) -> APIRouter:
         list_providers,
         methods=["GET"],
         response_model=list[ProviderCatalogEntry],
+        responses=error_responses(401, 422),
         name="list_providers",
     )
     router.add_api_route(

@@ -7,6 +7,7 @@ from datetime import date, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
+from healthledger.domain.free_text import FreeText
 from healthledger.domain.personal_data import (
     Address,
     Demographics,
@@ -102,11 +103,11 @@ class UpdateUserRequest(_IngestionBounds):
 class DemographicsPatch(_Request):
     """PATCH /v2/user/{user_id}/info: any 2.1 fields; merged, the result must be complete."""
 
-    first_name: str | None = Field(default=None, min_length=1, max_length=255)
-    last_name: str | None = Field(default=None, min_length=1, max_length=255)
-    email: str | None = Field(default=None, max_length=320)
-    phone_number: str | None = Field(default=None, max_length=40)
-    gender: str | None = Field(default=None, max_length=64)
+    first_name: FreeText | None = Field(default=None, min_length=1, max_length=255)
+    last_name: FreeText | None = Field(default=None, min_length=1, max_length=255)
+    email: FreeText | None = Field(default=None, max_length=320)
+    phone_number: FreeText | None = Field(default=None, max_length=40)
+    gender: FreeText | None = Field(default=None, max_length=64)
     dob: IsoDate | None = None
     address: Address | None = None
     medical_proxy: Guarantor | None = None

@@ -19,7 +19,8 @@ def create_team_api(service: Service) -> FastAPI:
         title="healthledger team API",
         version="2",
         description="Users, their lifecycle and their data. Authenticate with the "
-        "`x-service-api-key` header.",
+        "`x-service-api-key` header. Text fields refuse control characters (Unicode "
+        "category C) with a 422; any malformed JSON body is a 422 `json_invalid`.",
     )
     install_error_handlers(app)
     app.include_router(users_router(service))

@@ -13,21 +13,24 @@ from uuid import UUID
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
+from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.management import Environment, reachable_team
+from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.domain.errors import NothingToUpdate, WebhookEndpointNotFound
+from healthledger.domain.free_text import FreeText, MultilineText
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 URL_MAX = 2048
 DESCRIPTION_MAX = 500
 FILTER_TYPES_MAX = 250  # more than the catalog has exact types
 
-FilterEntry = Annotated[str, Field(min_length=1, max_length=128)]
+FilterEntry = Annotated[FreeText, Field(min_length=1, max_length=128)]
 
 
 class WebhookEndpointCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=1, max_length=URL_MAX)
-    description: str = Field(default="", max_length=DESCRIPTION_MAX)
+    url: FreeText = Field(min_length=1, max_length=URL_MAX)
+    description: MultilineText = Field(default="", max_length=DESCRIPTION_MAX)
     disabled: bool = False
     # Exact event types or prefixes (`daily.data.*`); none (null or []) means every type.
     filter_types: list[FilterEntry] | None = Field(default=None, max_length=FILTER_TYPES_MAX)
@@ -35,8 +38,8 @@ class WebhookEndpointCreate(BaseModel):
 
 class WebhookEndpointPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: str | None = Field(default=None, min_length=1, max_length=URL_MAX)
-    description: str | None = Field(default=None, max_length=DESCRIPTION_MAX)
+    url: FreeText | None = Field(default=None, min_length=1, max_length=URL_MAX)
+    description: MultilineText | None = Field(default=None, max_length=DESCRIPTION_MAX)
     disabled: bool | None = None
     filter_types: list[FilterEntry] | None = Field(default=None, max_length=FILTER_TYPES_MAX)
 
@@ -88,7 +91,16 @@ class SigningSecret(BaseModel):
 
 
 def webhook_router(service: Service) -> APIRouter:
-    router = APIRouter(prefix="/v1/org/{org_id}/team/{team_id}/{env}/webhook", tags=["webhooks"])
+    router = APIRouter(
+        prefix="/v1/org/{org_id}/team/{team_id}/{env}/webhook",
+        tags=["webhooks"],
+        route_class=LedgerRoute,
+    )
+    # Every operation: 401 (key), 404 (team, endpoint) and 422 (parameters, body);
+    # changes also 409 (a concurrent change), and a patch 400 when it is empty.
+    reads = error_responses(401, 404, 422)
+    changes = error_responses(401, 404, 409, 422)
+    patches = error_responses(400, 401, 404, 409, 422)
     Caller = Annotated[
         ManagementCaller, Depends(management_caller_dependency(service.team_queries))
     ]
@@ -105,7 +117,7 @@ def webhook_router(service: Service) -> APIRouter:
             raise WebhookEndpointNotFound()
         return found
 
-    @router.post("", response_model=WebhookEndpointView)
+    @router.post("", response_model=WebhookEndpointView, responses=changes)
     def create_endpoint(
         org_id: UUID, team_id: UUID, env: Environment, body: WebhookEndpointCreate, caller: Caller
     ) -> Any:
@@ -123,12 +135,12 @@ def webhook_router(service: Service) -> APIRouter:
         )
         return view(endpoint.id)
 
-    @router.get("", response_model=WebhookEndpointList)
+    @router.get("", response_model=WebhookEndpointList, responses=reads)
     def list_endpoints(org_id: UUID, team_id: UUID, env: Environment, caller: Caller) -> Any:
         reach(caller, org_id, team_id)
         return {"webhook_endpoints": queries.endpoints(team_id, env)}
 
-    @router.get("/{endpoint_id}", response_model=WebhookEndpointView)
+    @router.get("/{endpoint_id}", response_model=WebhookEndpointView, responses=reads)
     def get_endpoint(
         org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
     ) -> Any:
@@ -136,7 +148,7 @@ def webhook_router(service: Service) -> APIRouter:
         webhooks.endpoint(team_id, env, endpoint_id, org_id)
         return view(endpoint_id)
 
-    @router.patch("/{endpoint_id}", response_model=WebhookEndpointView)
+    @router.patch("/{endpoint_id}", response_model=WebhookEndpointView, responses=patches)
     def patch_endpoint(
         org_id: UUID,
         team_id: UUID,
@@ -151,7 +163,7 @@ def webhook_router(service: Service) -> APIRouter:
         webhooks.update(caller.ctx, team_id, env, endpoint_id, body.changes(), org_id)
         return view(endpoint_id)
 
-    @router.delete("/{endpoint_id}")
+    @router.delete("/{endpoint_id}", responses=changes)
     def delete_endpoint(
         org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
     ) -> Any:
@@ -159,7 +171,7 @@ def webhook_router(service: Service) -> APIRouter:
         webhooks.delete(caller.ctx, team_id, env, endpoint_id, org_id)
         return {"success": True}
 
-    @router.get("/{endpoint_id}/secret", response_model=SigningSecret)
+    @router.get("/{endpoint_id}/secret", response_model=SigningSecret, responses=reads)
     def get_secret(
         org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
     ) -> Any:
@@ -171,7 +183,7 @@ def webhook_router(service: Service) -> APIRouter:
             "previous_secret_expires_at": secrets.previous_expires_at,
         }
 
-    @router.post("/{endpoint_id}/secret/rotate", response_model=SigningSecret)
+    @router.post("/{endpoint_id}/secret/rotate", response_model=SigningSecret, responses=changes)
     def rotate_secret(
         org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
     ) -> Any:
@@ -183,7 +195,7 @@ def webhook_router(service: Service) -> APIRouter:
             "previous_secret_expires_at": secrets.previous_expires_at,
         }
 
-    @router.post("/{endpoint_id}/replay", response_model=ReplayAnswer)
+    @router.post("/{endpoint_id}/replay", response_model=ReplayAnswer, responses=reads)
     def replay(
         org_id: UUID,
         team_id: UUID,
