@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.composition import Service
+from healthledger.domain.context import attributed
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
 from healthledger.domain.users.user import User
 
@@ -59,7 +60,7 @@ def _personal_placeholder(key_exists: bool) -> str:
 def history(service: Service, user_id: UUID) -> list[AuditEntry]:
     key_exists = service.key_store.has_key(user_id)
     entries = []
-    for event in service.ledger.events.get(user_id):
+    for event in map(attributed, service.ledger.events.get(user_id)):
         personal = set(getattr(type(event), "PERSONAL_FIELDS", ()))
         changes: dict[str, Any] = {}
         for name, value in vars(event).items():

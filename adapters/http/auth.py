@@ -61,7 +61,9 @@ def team_caller_dependency(
         if record is None or record.revoked or not key_matches(api_key, record.key_hash):
             raise _unauthorized("Invalid API key.")
         ctx = CommandContext(
-            actor=team_api_key_actor(record.key_id), request_id=request.state.request_id
+            actor=team_api_key_actor(record.key_id),
+            request_id=request.state.request_id,
+            environment=record.environment,
         )
         return TeamCaller(
             team_id=record.team_id,

@@ -124,6 +124,9 @@ users = Table(
     Column("deleted_at", UTCDateTime),
     Column("erasure_due_at", UTCDateTime),
     Column("version", Integer, nullable=False),
+    # The environment of the key that created the user: its webhooks go to that
+    # environment's endpoints (migration 0002).
+    Column("environment", String(16)),
     Index("ix_users_team_client_user_id", "team_id", "client_user_id"),
     # Status stays out of the index: delete and undo then move no index entry.
     Index("ix_users_team_created", "team_id", "created_on"),

@@ -26,13 +26,18 @@ from uuid import UUID
 import httpx
 from eventsourcing.persistence import IntegrityError, Tracking
 from healthledger.adapters.eventstore.recorder import LedgerRecorder
-from healthledger.adapters.persistence.schema import team_api_keys
+from healthledger.adapters.persistence.schema import users
 from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
 from healthledger.adapters.webhooks.signing import signed_headers
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
-from healthledger.domain.context import SCHEDULER, CommandContext
+from healthledger.domain.context import (
+    DEFAULT_ENVIRONMENT,
+    SCHEDULER,
+    CommandContext,
+    attributed,
+)
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.webhooks.announcements import announcements
 from healthledger.domain.webhooks.deliveries import (
@@ -62,7 +67,6 @@ ANNOUNCING_TOPICS = tuple(
     )
 )
 # Users created by anything but a team API key (the CLI, a bootstrap) belong here.
-DEFAULT_ENVIRONMENT = "sandbox"
 _USER_AGENT = "healthledger-webhooks/1"
 
 
@@ -130,10 +134,13 @@ class Dispatcher:
         # A team environment's endpoints, read once per round (a round is one transaction).
         endpoints: dict[tuple[UUID, str], list[tuple[UUID, list[str]]]] = {}
         for notification in notifications:
-            event = self.ledger.mapper.to_domain_event(notification)
-            stream = self.ledger.find(notification.originator_id)
+            event = attributed(self.ledger.mapper.to_domain_event(notification))
+            stream = self.ledger.find(event.originator_id)
             for found in announcements(event, stream, self.rules_at(event.timestamp)):
-                key = (found.team_id, self.environment_of(found.user_id))
+                environment = self.environment_of(found.user_id)
+                if environment is None:
+                    continue
+                key = (found.team_id, environment)
                 if key not in endpoints:
                     endpoints[key] = self.queries.enabled_endpoints(*key)
                 for endpoint_id, filter_types in endpoints[key]:
@@ -160,24 +167,19 @@ class Dispatcher:
             return 0  # another dispatcher recorded this stretch of the log first
         return len(notifications) or 1
 
-    def environment_of(self, user_id: UUID) -> str:
-        """The environment of the team API key that created the user."""
+    def environment_of(self, user_id: UUID) -> str | None:
+        """The environment the user belongs to (the creating key's, kept by the users
+        read model), remembered per user: it never changes. None for an erased user (no
+        row): nothing of theirs is announced any more (`Payloads` would send nothing)."""
         found = self._environments.get(user_id)
         if found is None:
-            (created,) = self.ledger.events.get(user_id, lte=1)
-            found = DEFAULT_ENVIRONMENT
-            kind, _, key_id = created.actor.partition(":")
-            if kind == "team_api_key":
-                with self.recorder.db.read() as conn:
-                    found = (
-                        conn.execute(
-                            select(team_api_keys.c.environment).where(
-                                team_api_keys.c.key_id == UUID(key_id)
-                            )
-                        ).scalar()
-                        or DEFAULT_ENVIRONMENT
-                    )
-            self._environments[user_id] = found
+            with self.recorder.db.read() as conn:
+                row = conn.execute(
+                    select(users.c.environment).where(users.c.user_id == user_id)
+                ).first()
+            if row is None:
+                return None
+            found = self._environments[user_id] = row.environment or DEFAULT_ENVIRONMENT
         return found
 
     # -- the sender -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from healthledger.adapters.persistence.schema import users
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import SUMMARY_RESOURCES
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.context import attributed
 from healthledger.domain.ledger import Ledger
 from healthledger.domain.webhooks.deprecation_calendar import Rules
 from sqlalchemy import select
@@ -65,7 +66,8 @@ class Payloads:
             ).first()
         if row is None:
             return None
-        (event,) = self.ledger.events.get(source_id, gt=source_version - 1, lte=source_version)
+        (stored,) = self.ledger.events.get(source_id, gt=source_version - 1, lte=source_version)
+        event = attributed(stored)
         # Who and what a stream is does not change; a pull's range does (a reconnection
         # schedules a new pull), so a pull's completion is read at its own version.
         historical = isinstance(event, ResourceFeed.PullSucceeded)

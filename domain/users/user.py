@@ -16,7 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
-from healthledger.domain.context import CommandContext
+from healthledger.domain.context import DEFAULT_ENVIRONMENT, CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
     GracePeriodEnded,
@@ -74,14 +74,24 @@ class User(Aggregate):
         request_id: str
 
     class Created(Event, Aggregate.Created):
+        """Version 2 records the environment of the key that created the user (where its
+        webhooks go); version 1 events, stored before, load with None, and the users
+        read model holds what migration 0002 found for them."""
+
         TOPIC = "healthledger:User.Created.v1"
         PERSONAL_FIELDS = ("sealed_birth_date",)
+        class_version = 2
         team_id: UUID
         client_user_id: str
         fallback_time_zone: str | None
         sealed_birth_date: str | None
         ingestion_start: date | None
         ingestion_end: date | None
+        environment: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["environment"] = None
 
     class SettingsChanged(Event):
         """Fallbacks or ingestion bounds changed; `changes` holds only the changed keys."""
@@ -165,11 +175,15 @@ class User(Aggregate):
         sealed_birth_date: str | None,
         ingestion_start: date | None,
         ingestion_end: date | None,
+        environment: str | None,
     ) -> None:
         """The state of a new user, from its Created event's fields: eventsourcing calls
         this with them at `register` and again on every replay of that event (the id,
         actor and request id are the event's, taken because every field is passed).
-        Attributes are set in the order snapshots have always stored them."""
+        Attributes are set in the order snapshots have always stored them. The
+        environment is the users read model's to keep (the webhook dispatcher reads it
+        there), not the aggregate's: snapshots keep their form."""
+        del environment
         self.team_id: UUID = team_id
         self.client_user_id: str = client_user_id
         self.status: str = ACTIVE
@@ -212,6 +226,7 @@ class User(Aggregate):
             sealed_birth_date=sealed_birth_date,
             ingestion_start=ingestion_start,
             ingestion_end=ingestion_end,
+            environment=ctx.environment or DEFAULT_ENVIRONMENT,
         )
 
     @property

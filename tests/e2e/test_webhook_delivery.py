@@ -73,9 +73,11 @@ def endpoint(svc: Service, url: str, **fields: Any) -> tuple[UUID, str]:
     return created.id, svc.webhooks.secrets(team, "sandbox", created.id).current
 
 
-def connected_user(svc: Service, provider: str = "freestyle_libre", **extra: Any) -> UUID:
+def connected_user(
+    svc: Service, provider: str = "freestyle_libre", ctx: CommandContext = CTX, **extra: Any
+) -> UUID:
     team = the_team(svc)
-    user = svc.users.create_user(CTX, team, client_user_id=f"hook-{provider}-{len(extra)}")
+    user = svc.users.create_user(ctx, team, client_user_id=f"hook-{provider}-{len(extra)}")
     entry = svc.catalog[provider]
     svc.connections.connect_demo(CTX, team, user.id, provider, entry.supported_resources, **extra)
     svc.jobs.run_due_pulls()
@@ -161,6 +163,14 @@ def test_filters_and_environments_choose_the_endpoints(svc: Service, receiver: R
     assert receiver.on("production") == []  # the user is a sandbox user
     assert rows(svc, production.id) == []
     assert len(rows(svc, historical)) == 1
+
+    # A user made with a production key is a production user, whoever connects it later.
+    production_ctx = CommandContext(actor="test:actor", request_id="r", environment="production")
+    connected_user(svc, "oura", ctx=production_ctx)
+    svc.jobs.dispatch_webhooks()
+    announced = {json.loads(r.body)["event_type"] for r in receiver.on("production")}
+    assert "provider.connection.created" in announced
+    assert len(rows(svc, historical)) == 1  # the sandbox endpoint heard nothing of it
 
 
 def test_two_dispatchers_following_together_create_each_delivery_once(

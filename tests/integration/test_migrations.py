@@ -174,10 +174,17 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     health_before = db.execute("SELECT count(*) FROM health_data")[0][0]
     assert events_before > 300 and len(keys_before) == 6 and health_before > 1000
 
+    # The legacy team's one key made every legacy user; made a production key here, its
+    # users must come out of migration 0002 as production users.
+    db.execute("UPDATE team_api_keys SET environment = 'production'")
+
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.applied, done.after) == (None, "0001", (), "0001")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0002")
+    assert [r.revision for r in done.applied] == ["0002"]
+    environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
+    assert [tuple(row) for row in environments] == [("production", 5)]
     assert schema_state(db.url).up_to_date
     assert schema_differences(db.url, SERVICE, metadata) == []
 
@@ -256,13 +263,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0001" in status
+    assert "written before migrations" in status and "head      0002" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0001" in capsys.readouterr().out
+    assert "nothing to apply: already at 0002" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -275,13 +282,13 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
 ) -> None:
     state = schema_state(empty_database.url)
     assert (state.current, state.before_migrations) == (None, False)
-    assert [r.revision for r in state.pending] == ["0001"]
+    assert [r.revision for r in state.pending] == ["0001", "0002"]
 
     done = upgrade(empty_database.url)
     assert (done.stamped, [r.revision for r in done.applied], done.after) == (
         None,
-        ["0001"],
-        "0001",
+        ["0001", "0002"],
+        "0002",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -317,7 +324,7 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     monkeypatch.setenv("HEALTHLEDGER_MIGRATE_ON_START", "refuse")
     assert main(["serve"]) == 1
     refused = capsys.readouterr().err
-    assert "pending migrations (0001)" in refused and "`healthledger migrate`" in refused
+    assert "pending migrations (0001, 0002)" in refused and "`healthledger migrate`" in refused
     assert main(["erase-due"]) == 1
     capsys.readouterr()
 
@@ -355,7 +362,8 @@ def test_processes_starting_together_migrate_once(empty_database: ScratchDatabas
     for thread in threads:
         thread.join()
     assert errors == []
-    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [1]
+    # One starter applies every revision (0001, 0002); the others find nothing to do.
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [2]
     assert schema_state(empty_database.url).up_to_date
 
 

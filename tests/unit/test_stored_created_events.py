@@ -191,7 +191,7 @@ GOLDEN = {
             '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
             '"fallback_time_zone":"Europe/Berlin","sealed_birth_date":"v1.sealed-birth",'
             '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},'
-            '"ingestion_end":null}'
+            '"ingestion_end":null,"environment":"sandbox","class_version":2}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -218,7 +218,8 @@ GOLDEN = {
             '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
             '"fallback_time_zone":null,"sealed_birth_date":null,"ingestion_start":null,'
-            '"ingestion_end":{"_type_":"date_iso","_data_":"2027-01-02"}}'
+            '"ingestion_end":{"_type_":"date_iso","_data_":"2027-01-02"},'
+            '"environment":"sandbox","class_version":2}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -543,6 +544,52 @@ def test_a_created_event_is_stored_as_before_and_replays_to_the_same_aggregate(
     state = Snapshot.take(aggregate).state
     assert stock_transcoder().encode(state) == golden.aggregate_state.encode()
     assert MAPPER.to_domain_event(record).mutate(None) == aggregate
+
+
+# A user's Created event as version 1 stored it (before it recorded the environment).
+USER_CREATED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:User",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+    '"fallback_time_zone":"Europe/Berlin","sealed_birth_date":"v1.sealed-birth",'
+    '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},'
+    '"ingestion_end":null}'
+)
+
+
+def test_a_version_1_user_created_event_still_loads_with_no_environment() -> None:
+    made = FOUND["User"]()
+    record = stored(made.collect_events()[0])
+    legacy = type(record)(
+        originator_id=record.originator_id,
+        originator_version=1,
+        topic=record.topic,
+        state=USER_CREATED_V1.encode(),
+    )
+    event = MAPPER.to_domain_event(legacy)
+    assert isinstance(event, User.Created) and event.environment is None
+    # It replays to the user a version 2 event makes: the aggregate does not keep it.
+    assert event.mutate(None) == made
+
+
+def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
+    production = CommandContext(actor=CTX.actor, request_id="r", environment="production")
+    made = User.register(
+        production,
+        T,
+        user_id=USER,
+        team_id=TEAM,
+        client_user_id="c",
+        fallback_time_zone=None,
+        sealed_birth_date=None,
+        ingestion_start=None,
+        ingestion_end=None,
+    )
+    (event,) = made.collect_events()
+    assert isinstance(event, User.Created) and event.environment == "production"
+    assert MAPPER.to_domain_event(stored(event)).environment == "production"
 
 
 def test_the_golden_values_cover_every_aggregate() -> None:

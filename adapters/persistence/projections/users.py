@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from healthledger.adapters.persistence.projections import Handlers
 from healthledger.adapters.persistence.schema import (
     connections,
     pending_erasures,
     resource_feeds,
+    team_api_keys,
     users,
 )
 from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
+from healthledger.domain.context import DEFAULT_ENVIRONMENT
 from healthledger.domain.users.user import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
-from sqlalchemy import Connection, bindparam, delete, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 UPDATE_USER = update(users).where(users.c.user_id == bindparam("uid"))
 
@@ -33,6 +36,7 @@ USER_COLUMNS = (
     "ingestion_start",
     "ingestion_end",
     "version",
+    "environment",
 )
 INSERT_USER = CompiledStatement(insert_of(users, USER_COLUMNS))
 SET_STATUS = CompiledStatement(
@@ -70,8 +74,22 @@ def user_created(conn: Connection, e: User.Created) -> None:
             "ingestion_start": e.ingestion_start,
             "ingestion_end": e.ingestion_end,
             "version": e.originator_version,
+            "environment": e.environment or created_by_key_environment(conn, e.actor),
         },
     )
+
+
+def created_by_key_environment(conn: Connection, actor: str) -> str:
+    """The environment of a user whose Created event is of version 1 (stored before the
+    event recorded it), when a rebuild projects it again: the creating team API key's,
+    as migration 0002 found it; the default for a user created by anything else."""
+    kind, _, key_id = actor.partition(":")
+    if kind != "team_api_key":
+        return DEFAULT_ENVIRONMENT
+    found = conn.execute(
+        select(team_api_keys.c.environment).where(team_api_keys.c.key_id == UUID(key_id))
+    ).scalar()
+    return found or DEFAULT_ENVIRONMENT
 
 
 def user_settings_changed(conn: Connection, e: User.SettingsChanged) -> None:
