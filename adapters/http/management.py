@@ -234,14 +234,14 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         team_of(caller, org_id, team_id)
         caller.require_org_admin()
         directory.set_feature(caller.ctx, team_id, feature, True, org_id)
-        return {"enabled": queries.team(team_id)["features"]}  # type: ignore[index]
+        return {"enabled": team_of(caller, org_id, team_id)["features"]}
 
     @router.delete("/team/{team_id}/features/{feature}", responses=org_changes)
     def disable_feature(org_id: UUID, team_id: UUID, feature: Feature, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         caller.require_org_admin()
         directory.set_feature(caller.ctx, team_id, feature, False, org_id)
-        return {"enabled": queries.team(team_id)["features"]}  # type: ignore[index]
+        return {"enabled": team_of(caller, org_id, team_id)["features"]}
 
     # -- management keys ------------------------------------------------------------------
 

@@ -121,10 +121,11 @@ def delivery_headers(headers: Mapping[str, str]) -> tuple[str, str, str]:
     three values were signed together."""
     lowered = {name.lower(): value for name, value in headers.items()}
     for prefix in HEADER_PREFIXES:
-        values = [lowered.get(f"{prefix}-{name}") for name in ("id", "timestamp", "signature")]
-        if all(value is not None for value in values):
-            message_id, timestamp, signatures = values
-            return message_id, timestamp, signatures  # type: ignore[return-value]
+        message_id = lowered.get(f"{prefix}-id")
+        timestamp = lowered.get(f"{prefix}-timestamp")
+        signatures = lowered.get(f"{prefix}-signature")
+        if message_id is not None and timestamp is not None and signatures is not None:
+            return message_id, timestamp, signatures
     raise VerificationError(
         MISSING_HEADERS,
         "The webhook-id, webhook-timestamp and webhook-signature headers (or their svix- "
