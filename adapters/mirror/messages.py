@@ -4,15 +4,17 @@ Envelope: `{event_type, data, user_id, client_user_id, team_id}`. The data of th
 mirror records:
 
 - `provider.connection.created`: `{user_id, provider: {name, slug, logo},
-  resource_availability, external_user_id}` (+ `source`, a copy of `provider`, before
-  2024-07-31);
-- `provider.connection.error`: `{provider: <slug>, user_id, message, error_type}`;
+  resource_availability, external_user_id}` (+ `source`, a copy of `provider`);
+- `provider.connection.error`: `{provider: <slug>, user_id, message, error_type}`
+  (+ `error_details`);
 - `historical.data.<resource>.created`: `{user_id, start_date, end_date, provider}`
-  (+ `is_final: true` before 2024-06-30), and the deprecated
-  `historical.timeseries.hypnogram.created`;
-- `daily.data.<resource>.created|updated`: `{user_id, provider, calendar_date, summary,
-  source}` for summary resources, `{..., data: [samples], source}` for timeseries ones,
-  and the deprecated `daily.timeseries.hypnogram.created|updated`.
+  (+ `is_final: true`), and the deprecated `historical.timeseries.hypnogram.created`;
+- `daily.data.<resource>.created|updated`: for summary resources the summary object itself
+  (`{id, user_id, provider, calendar_date, source, ...}`, the official client's shape), for
+  timeseries ones `{user_id, provider, calendar_date, data: [samples], source}`, and the
+  deprecated `daily.timeseries.hypnogram.created|updated`. The older summary shape
+  `{user_id, provider, calendar_date, summary, source}` is still read, so messages sent
+  before the change (a redelivery, a queue) are taken too.
 
 Fields the mirror does not need (`source`, `is_final`, the samples and summaries themselves)
 and fields added later are ignored, so a deprecation or an addition on the sender's side
@@ -125,6 +127,8 @@ class _Daily(_Model):
     # Only checked for presence and kind; the mirror keeps no health data.
     summary: dict[str, Any] | list[Any] | None = None
     data: list[Any] | None = None
+    # A summary object names its source; so does a timeseries group.
+    source: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -232,8 +236,11 @@ def _daily_resource(event_type: str) -> tuple[str, str] | None:
 
 def _check_daily_payload(resource: str, daily: _Daily) -> None:
     if resource in SUMMARY_RESOURCES:
-        if daily.summary is None:
-            raise InvalidMessage(INVALID_DATA, f"data.summary is required for {resource}.")
+        # The summary object itself as data (with its source), or the older `summary`.
+        if daily.summary is None and daily.source is None:
+            raise InvalidMessage(
+                INVALID_DATA, f"data.source (or data.summary) is required for {resource}."
+            )
     elif daily.data is None and (resource in KNOWN_RESOURCES or daily.summary is None):
         raise InvalidMessage(INVALID_DATA, f"data.data is required for {resource}.")
 

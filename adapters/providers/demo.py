@@ -25,6 +25,9 @@ from typing import Any
 from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
     NON_RETRIABLE,
+    OAuthClient,
+    OAuthGrant,
+    OAuthNotSupported,
     ProviderError,
     PullTarget,
 )
@@ -52,7 +55,7 @@ _SERIES: dict[str, tuple[int, str, float, float, float, int, bool]] = {
     "weight": (1440, "kg", 74, 1.2, 0.4, 1, False),
     "fat": (1440, "%", 21, 1.5, 0.4, 1, False),
     "lean_body_mass": (1440, "kg", 57, 1, 0.3, 1, False),
-    "body_mass_index": (1440, "kg/m^2", 23.4, 0.4, 0.3, 1, False),
+    "body_mass_index": (1440, "index", 23.4, 0.4, 0.3, 1, False),
     "waist_circumference": (1440, "cm", 82, 2, 0.1, 1, False),
     "water": (180, "mL", 300, 150, 0.9, 0, True),
     "caffeine": (240, "mg", 80, 40, 0.7, 0, True),
@@ -60,12 +63,66 @@ _SERIES: dict[str, tuple[int, str, float, float, float, int, bool]] = {
     "stand_hour": (60, "count", 1, 0, 1.0, 0, True),
     "stand_duration": (60, "min", 6, 4, 1.0, 0, True),
     "daylight_exposure": (120, "min", 18, 15, 0.9, 0, True),
-    "uv_exposure": (120, "count", 3, 2, 0.8, 0, True),
+    "uv_exposure": (120, "index", 3, 2, 0.8, 0, True),
     "afib_burden": (1440, "%", 1, 1, 0.5, 1, False),
-    "insulin_injection": (360, "IU", 6, 3, 0.2, 1, True),
+    "insulin_injection": (360, "unit", 6, 3, 0.2, 1, True),
     "carbohydrates": (300, "g", 55, 25, 0.9, 0, True),
-    "heart_rate_recovery_one_minute": (1440, "bpm", 24, 6, 0.3, 0, False),
+    # Beats recovered in the first minute; the client counts them (unit `count`).
+    "heart_rate_recovery_one_minute": (1440, "count", 24, 6, 0.3, 0, False),
     "electrocardiogram_voltage": (1440, "mV", 0.6, 0.4, 0.1, 3, True),
+    "forced_expiratory_volume_1": (1440, "L", 3.2, 0.4, 0.3, 2, True),
+    "forced_vital_capacity": (1440, "L", 4.1, 0.4, 0.3, 2, True),
+    "peak_expiratory_flow_rate": (1440, "L/min", 450, 50, 0.3, 0, True),
+    "workout_distance": (720, "m", 4000, 3000, 0.5, 0, True),
+    "workout_duration": (720, "min", 40, 25, 0.5, 0, True),
+}
+# Resources whose samples are an amount over the sampling interval: they carry the
+# interval, `start` (inclusive) and `end` (exclusive), as the official client's samples of
+# them require. Instantaneous readings (heart rate, glucose...) carry `timestamp` only.
+_INTERVAL = frozenset(
+    {
+        "afib_burden",
+        "basal_body_temperature",
+        "body_mass_index",
+        "body_temperature",
+        "body_temperature_delta",
+        "caffeine",
+        "calories_active",
+        "carbohydrates",
+        "daylight_exposure",
+        "distance",
+        "fall",
+        "forced_expiratory_volume_1",
+        "forced_vital_capacity",
+        "handwashing",
+        "heart_rate_alert",
+        "heart_rate_recovery_one_minute",
+        "inhaler_usage",
+        "insulin_injection",
+        "lean_body_mass",
+        "mindfulness_minutes",
+        "note",
+        "peak_expiratory_flow_rate",
+        "sleep_apnea_alert",
+        "sleep_breathing_disturbance",
+        "stand_duration",
+        "stand_hour",
+        "steps",
+        "uv_exposure",
+        "vo2_max",
+        "waist_circumference",
+        "wheelchair_push",
+        "workout_distance",
+        "workout_duration",
+        "workout_swimming_stroke",
+    }
+)
+# Resources whose samples are classified (the client requires their `type`): the values.
+_SAMPLE_TYPES: dict[str, tuple[str, ...]] = {
+    "stand_hour": ("stood",),
+    "insulin_injection": ("rapid_acting", "long_acting"),
+    "heart_rate_alert": ("low_heart_rate", "high_heart_rate", "irregular_rhythm"),
+    "electrocardiogram_voltage": ("I",),  # the lead of a single-lead ECG
 }
 _DEFAULT_SERIES = (720, "count", 3, 2, 0.2, 0, True)
 
@@ -113,6 +170,11 @@ class DemoProvider:
                 found[day] = payload
             day += timedelta(days=1)
         return found
+
+    def exchange(self, code: str, redirect_uri: str, client: OAuthClient | None) -> OAuthGrant:
+        """A demo device is connected from the link page directly: no maker to sign in at,
+        so no authorization code can be meant for it."""
+        raise OAuthNotSupported("A demo device is not an OAuth provider.")
 
     @staticmethod
     def _maybe_fail(target: PullTarget, end: date, now: datetime, attempt: int) -> None:
@@ -356,13 +418,17 @@ def _series(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]
         value = max(0.0, base + rng.uniform(-spread, spread))
         if moment > now:
             break
-        samples.append(
-            {
-                "timestamp": _iso(moment),
-                "value": round(value, decimals) if decimals else int(value),
-                "unit": unit,
-            }
-        )
+        sample: dict[str, Any] = {
+            "timestamp": _iso(moment),
+            "value": round(value, decimals) if decimals else int(value),
+            "unit": unit,
+        }
+        if target.resource in _INTERVAL:
+            sample["start"] = _iso(moment)
+            sample["end"] = _iso(moment + timedelta(minutes=interval))
+        if target.resource in _SAMPLE_TYPES:
+            sample["type"] = rng.choice(_SAMPLE_TYPES[target.resource])
+        samples.append(sample)
     return samples
 
 

@@ -124,10 +124,13 @@ def test_events_are_delivered_signed_once_per_endpoint_in_the_envelope(
     data = created["data"]
     libre = svc.catalog["freestyle_libre"]
     assert data["provider"] == {"name": libre.name, "slug": "freestyle_libre", "logo": libre.logo}
-    assert "source" not in data  # removed on 2024-07-31, and this event is of 2026
+    # Past its 2024-07-31 cut-over, kept all the same: the official client requires it.
+    assert data["source"] == data["provider"]
     assert data["external_user_id"].startswith("demo-freestyle_libre-")
     historical = next(json.loads(r.body) for r in got if b"historical" in r.body)["data"]
-    assert set(historical) == {"user_id", "start_date", "end_date", "provider"}
+    # `is_final` too is kept past its cut-over (2024-06-30) for the client.
+    assert set(historical) == {"user_id", "start_date", "end_date", "provider", "is_final"}
+    assert historical["is_final"] is True
     assert datetime.fromisoformat(historical["end_date"]) == T0
     # Each delivery is recorded as succeeded, its attempt with its status and latency.
     (first, second) = rows(svc, endpoint_id)
@@ -359,12 +362,12 @@ def test_redelivery_resends_since_an_instant_with_the_original_ids(
 
 
 @pytest.mark.parametrize(
-    ("moment", "is_final", "source", "hypnogram"),
+    ("moment", "legacy_source", "hypnogram"),
     [
-        (datetime(2024, 6, 29, 12, tzinfo=UTC), True, True, True),
-        (datetime(2024, 7, 1, 12, tzinfo=UTC), False, True, True),
-        (datetime(2024, 8, 1, 12, tzinfo=UTC), False, False, True),
-        (datetime(2025, 2, 1, 12, tzinfo=UTC), False, False, False),
+        (datetime(2024, 6, 29, 12, tzinfo=UTC), True, True),
+        (datetime(2024, 7, 1, 12, tzinfo=UTC), True, True),
+        (datetime(2024, 8, 1, 12, tzinfo=UTC), False, True),
+        (datetime(2025, 2, 1, 12, tzinfo=UTC), False, False),
     ],
 )
 def test_payloads_follow_the_rules_in_force_at_the_events_own_time(
@@ -372,23 +375,29 @@ def test_payloads_follow_the_rules_in_force_at_the_events_own_time(
     receiver: Receiver,
     clock: Clock,
     moment: datetime,
-    is_final: bool,
-    source: bool,
+    legacy_source: bool,
     hypnogram: bool,
 ) -> None:
     clock.now = moment
     endpoint(svc, receiver.url("ok"))
     connected_user(svc, "withings")
+    clock.advance(timedelta(days=1))
+    svc.pulls.sync_due()  # daily data events, of the day after (same rules)
     # Delivered a year later: rendered as at the event's own time all the same.
     clock.advance(timedelta(days=365))
     svc.jobs.dispatch_webhooks()
     by_type = {json.loads(r.body)["event_type"]: json.loads(r.body) for r in receiver.on("ok")}
+    # `source` in provider.connection.created and `is_final` are sent on every date: the
+    # official client requires both (docs/webhooks.md, "Client over calendar").
     created = by_type["provider.connection.created"]["data"]
-    assert ("source" in created) is source
-    if source:
-        assert created["source"] == created["provider"]
+    assert created["source"] == created["provider"]
     sleep = by_type["historical.data.sleep.created"]["data"]
-    assert ("is_final" in sleep) is is_final
+    assert sleep["is_final"] is True
+    # The source context's name, logo and slug go on 2024-07-31 (the client has them
+    # optional); provider, type and app_id stay.
+    daily = by_type["daily.data.heartrate.created"]["data"]
+    assert {"provider", "type", "app_id"} <= set(daily["source"])
+    assert ("logo" in daily["source"]) is legacy_source
     assert ("historical.timeseries.hypnogram.created" in by_type) is hypnogram
     assert "historical.data.sleep_cycle.created" in by_type
 

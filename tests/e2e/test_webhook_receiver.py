@@ -119,12 +119,17 @@ def connection_error() -> bytes:
 
 
 def daily_sleep(day: str = "2026-03-09", change: str = "created") -> bytes:
+    # The summary object itself, as the service sends it (the official client's shape).
     data = {
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"sleep/{day}")),
         "user_id": str(USER),
         "provider": "oura",
         "calendar_date": day,
-        "summary": {"score": 88},
+        "date": f"{day}T00:00:00+00:00",
+        "score": 88,
         "source": {"provider": "oura", "type": "ring", "app_id": None},
+        "created_at": f"{day}T09:00:00+00:00",
+        "updated_at": f"{day}T09:00:00+00:00",
     }
     return message(f"daily.data.sleep.{change}", data)
 
@@ -436,6 +441,13 @@ def test_svix_signed_messages_verify(receiver: WebhookReceiver) -> None:
             message("daily.data.sleep.created", {"user_id": str(USER), "provider": "oura"}),
             INVALID_DATA,
         ),
+        (  # a summary resource's data with neither the summary's source nor `summary`
+            message(
+                "daily.data.sleep.created",
+                {"user_id": str(USER), "provider": "oura", "calendar_date": "2026-03-09"},
+            ),
+            INVALID_DATA,
+        ),
         (
             message(
                 "daily.data.heartrate.created",
@@ -506,6 +518,17 @@ def test_deprecated_shapes_are_read(receiver: WebhookReceiver) -> None:
                 "end_date": "2024-06-01T00:00:00+00:00",
             },
         ),
+        # The daily summary shape sent before issue 17: the summary under `summary`.
+        message(
+            "daily.data.sleep.created",
+            {
+                "user_id": str(USER),
+                "provider": "oura",
+                "calendar_date": "2024-05-31",
+                "summary": {"score": 88},
+                "source": {"provider": "oura", "name": "Oura", "slug": "oura", "logo": None},
+            },
+        ),
         message(
             "daily.timeseries.hypnogram.updated",
             {
@@ -526,6 +549,7 @@ def test_deprecated_shapes_are_read(receiver: WebhookReceiver) -> None:
     assert sleep.historical is not None
     assert sleep.historical["start_date"] == datetime(2024, 5, 1, tzinfo=UTC)
     assert sleep.historical["end_date"] == datetime(2024, 6, 1, tzinfo=UTC)
+    assert sleep.days_created == 1
     assert hypnogram.historical_announcements == 1
     assert (hypnogram.days_created, hypnogram.days_updated) == (0, 1)
     assert hypnogram.last_event_type == "daily.timeseries.hypnogram.updated"
@@ -705,7 +729,7 @@ def test_end_to_end_the_mirror_matches_the_service(
             {
                 "provider": "fitbit",
                 "calendar_date": date.today().isoformat(),
-                "summary": {"score": 80},
+                "score": 80,
                 "source": {"provider": "fitbit", "type": "watch", "app_id": None},
             },
         ),
