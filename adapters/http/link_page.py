@@ -13,6 +13,9 @@ Outcomes redirect (303) to the link's redirect_url with `state=success`, or with
 as a page instead. A page view with a dead token shows an error page (404 invalid_token,
 410 token_expired or token_consumed) that leads back to the team's app when it can.
 
+OAuth providers come back to the team API instead (adapters/http/oauth_callback.py, the
+redirect_uri of custom credentials), which answers with these pages and redirects too.
+
 Nothing personal is shown or put in a URL: the page knows the team and the providers,
 never who the user is, and error messages are fixed texts. The page's own URL carries the
 token, so every response forbids the Referer header (the token must not reach logo hosts
@@ -53,7 +56,13 @@ USER_CANCELLED = "user_cancelled"
 DUPLICATE_CONNECTION = "duplicate_connection"
 _CANCELLED_MESSAGE = "The user closed the link page."
 
-_STATUS = {INVALID_TOKEN: 404, TOKEN_EXPIRED: 410, TOKEN_CONSUMED: 410, DUPLICATE_CONNECTION: 409}
+# The status of a page that shows a link error (the OAuth callback's pages use it too).
+LINK_ERROR_STATUS = {
+    INVALID_TOKEN: 404,
+    TOKEN_EXPIRED: 410,
+    TOKEN_CONSUMED: 410,
+    DUPLICATE_CONNECTION: 409,
+}
 
 # Spec 2.5 on_error: only password and e-mail providers have errors the page handles
 # itself (shown, the user may try again); every other provider's errors redirect.
@@ -124,7 +133,7 @@ def create_link_app(service: Service) -> Starlette:
         """An error outcome: back to the team's app when the link says where, else shown.
         Only a genuine token's redirect_url is ever followed."""
         if redirect and view is not None and view.redirect_url is not None:
-            return _redirect(outcome_url(view.redirect_url, "error", error_type, message))
+            return redirect_response(outcome_url(view.redirect_url, "error", error_type, message))
         body = f"<h1>This did not work</h1><p>{escape(message)}</p>"
         if retry_token is not None:
             again = escape(f"./?{urlencode({'token': retry_token})}")
@@ -132,7 +141,7 @@ def create_link_app(service: Service) -> Starlette:
         elif view is not None and view.redirect_url is not None:
             back = outcome_url(view.redirect_url, "error", error_type, message)
             body += f'<p><a href="{escape(back)}">Return to {escape(_team_name(view))}</a></p>'
-        return _page(_STATUS.get(error_type, 400), "Link error", body, view)
+        return page_response(LINK_ERROR_STATUS.get(error_type, 400), "Link error", body, view)
 
     async def show(request: Request) -> Response:
         token = request.query_params.get("token")
@@ -142,7 +151,7 @@ def create_link_app(service: Service) -> Starlette:
             # Only shown: a page view is not an outcome, and the user should see why.
             return failed(view, problem, link_error_message(problem), redirect=False)
         assert view is not None and token is not None
-        return _page(
+        return page_response(
             200, f"Connect to {_team_name(view)}", _providers_html(view, token, offered(view)), view
         )
 
@@ -156,7 +165,7 @@ def create_link_app(service: Service) -> Starlette:
         entry = catalog.get(slug or "")
         if entry is None or not entry.demo or entry.slug not in {e.slug for e in offered(view)}:
             # Only a form the page did not render can ask for this: nothing to redirect.
-            return _page(
+            return page_response(
                 400, "Link error", "<p>This provider is not offered by this link.</p>", view
             )
         try:
@@ -181,12 +190,12 @@ def create_link_app(service: Service) -> Starlette:
                 retry_token=token,
             )
         if view.redirect_url is not None:
-            return _redirect(outcome_url(view.redirect_url, "success"))
+            return redirect_response(outcome_url(view.redirect_url, "success"))
         body = (
             f"<h1>Connected</h1><p>{escape(entry.name)} is connected. "
             "You can close this window.</p>"
         )
-        return _page(200, "Connected", body, view)
+        return page_response(200, "Connected", body, view)
 
     async def close(request: Request) -> Response:
         form = await _form(request)
@@ -194,14 +203,16 @@ def create_link_app(service: Service) -> Starlette:
         if view is None:
             return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
         if view.on_close == REDIRECT and view.redirect_url is not None:
-            return _redirect(
+            return redirect_response(
                 outcome_url(view.redirect_url, "error", USER_CANCELLED, _CANCELLED_MESSAGE)
             )
-        return _page(200, "Closed", "<h1>Closed</h1><p>You can close this window now.</p>", view)
+        return page_response(
+            200, "Closed", "<h1>Closed</h1><p>You can close this window now.</p>", view
+        )
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return _page(exc.status_code, "Not here", f"<p>{escape(str(exc.detail))}</p>", None)
+        return page_response(exc.status_code, "Not here", f"<p>{escape(str(exc.detail))}</p>", None)
 
     return Starlette(
         routes=[
@@ -234,7 +245,7 @@ def _team_name(view: LinkTokenView) -> str:
     return brand.get("company_name") or view.team_name
 
 
-def _redirect(url: str) -> Response:
+def redirect_response(url: str) -> Response:
     return RedirectResponse(url, status_code=303, headers=_HEADERS)
 
 
@@ -268,7 +279,7 @@ def _providers_html(view: LinkTokenView, token: str, providers: list[ProviderEnt
     )
 
 
-def _page(status: int, title: str, body: str, view: LinkTokenView | None) -> Response:
+def page_response(status: int, title: str, body: str, view: LinkTokenView | None) -> Response:
     settings: dict[str, Any] = view.team_settings if view is not None else {}
     brand = settings.get("brand_information") or {}
     color = brand.get("brand_color") or ""

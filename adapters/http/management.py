@@ -15,6 +15,7 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import error_responses
+from healthledger.adapters.http.oauth_callback import oauth_redirect_uri
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.persistence.queries import TeamQueries
 from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, TeamNotFound
@@ -80,9 +81,36 @@ class CredentialsSet(_Body):
     client_secret: FreeText = Field(min_length=1, max_length=4096)
 
 
+_TEAM_EXAMPLE: dict[str, Any] = {
+    "id": "5f0c6a3e-2b1d-4c8e-9a7f-3d2e1c0b9a87",
+    "name": "Sleep study",
+    "created_on": "2026-03-01T12:00:00+00:00",
+    "region": "us",
+    "org_id": "0b1e2d3c-4f5a-4b6c-8d7e-9f0a1b2c3d4e",
+    "settings": {
+        "sandbox": {"logo_url": None, "brand_information": None},
+        "production": {
+            "logo_url": "https://example.com/logo.png",
+            "brand_information": {
+                "company_name": "Example Health",
+                "company_website": "https://example.com",
+                "support_email": "support@example.com",
+                "support_contact": None,
+                "company_address": None,
+                "brand_color": "#2f5fd0",
+            },
+        },
+    },
+    "features": ["portal_url"],
+}
+
+
 class Team(BaseModel):
     """Spec 2.12, plus the settings and closed-beta switches of the team."""
 
+    # Examples for the OpenAPI document only (tests/integration/test_openapi_documents.py
+    # wants one on every named response schema); they change no response.
+    model_config = ConfigDict(json_schema_extra={"examples": [_TEAM_EXAMPLE]})
     id: UUID
     name: str
     created_on: datetime
@@ -93,6 +121,9 @@ class Team(BaseModel):
 
 
 class TeamPage(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"teams": [_TEAM_EXAMPLE], "next_cursor": None}]}
+    )
     teams: list[Team]
     next_cursor: str | None
 
@@ -339,12 +370,11 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
     def prepare_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
         team_of(caller, org_id, team_id)
         creds = directory.prepare_credentials(caller.ctx, team_id, provider, org_id)
-        base = service.settings.public_base_url.rstrip("/")
         return {
             "provider": provider,
             "status": creds.status,  # "set" stays set: preparing again changes nothing
             # Register this in the provider's developer console before setting the pair.
-            "redirect_uri": f"{base}/v2/link/oauth/callback/{provider}",
+            "redirect_uri": oauth_redirect_uri(service.settings.public_base_url, provider),
         }
 
     @router.put("/team_custom_credentials/{team_id}/{provider}", responses=changes)

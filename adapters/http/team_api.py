@@ -9,6 +9,7 @@ from healthledger.adapters.http.cursors import CursorCodec
 from healthledger.adapters.http.errors import install_error_handlers
 from healthledger.adapters.http.introspection import introspection_router
 from healthledger.adapters.http.link_tokens import link_tokens_router
+from healthledger.adapters.http.oauth_callback import oauth_callback_router
 from healthledger.adapters.http.providers import providers_router
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from healthledger.adapters.http.users import users_router
@@ -26,6 +27,8 @@ def create_team_api(service: Service) -> FastAPI:
     app.include_router(users_router(service))
     app.include_router(connections_router(service))
     app.include_router(link_tokens_router(service))
+    # A page for browsers the makers send back (the custom credentials' redirect_uri).
+    app.include_router(oauth_callback_router(service))
     app.include_router(providers_router(service))
     app.include_router(introspection_router(service, CursorCodec(service.cursor_secret)))
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)

@@ -6,6 +6,10 @@ tests) implements `ProviderAdapter`. The pull engine (`pulling.py`) splits a pul
 into chunks and asks the adapter for one chunk at a time, so a provider's page limits and
 rate limits stay inside its adapter.
 
+A provider whose users sign in at the maker (OAuth) also exchanges the authorization code
+the maker sends the person's browser back with (`exchange`, step 3 of the link flow in
+docs/connections.md); an adapter without such a flow says so with `OAuthNotSupported`.
+
 Error codes are the ones gaps.md names for historical pulls; an adapter raises
 `ProviderError` with one of them. A provider that reports the user's grant as broken
 (expired token, revoked scopes) also names the connection error type, and the connection
@@ -15,7 +19,7 @@ enters `error`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -95,6 +99,42 @@ class PullTarget:
     demo_failures: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class OAuthClient:
+    """The OAuth client an exchange authenticates as: a team's custom credentials (their
+    redirect_uri is our callback). None in `exchange` means the service's own client."""
+
+    client_id: str
+    # A secret: kept out of reprs, so that no log line or traceback shows it.
+    client_secret: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class OAuthGrant:
+    """What the maker answered for an authorization code: whose account was granted.
+
+    The maker's tokens stay inside the adapter for now: storing them sealed with the
+    connection comes with the first real maker adapter, which is the one that reads them.
+    """
+
+    # The maker's id for the person: personal, sealed before it is recorded.
+    external_user_id: str
+
+
+class OAuthNotSupported(Exception):
+    """This adapter has no OAuth code exchange (a demo device, or a provider whose maker
+    adapter this deployment does not have)."""
+
+
+class OAuthExchangeFailed(Exception):
+    """The maker refused the code (expired, used, issued for another redirect_uri or
+    client) or could not be reached. `message` is fixed text, safe to show the person."""
+
+    def __init__(self, message: str = "The provider did not accept the sign-in.") -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class ProviderAdapter(Protocol):
     # How far back a new connection's history reaches.
     history_days: int
@@ -111,4 +151,11 @@ class ProviderAdapter(Protocol):
         """The resource's data for the days start..end (inclusive) as known at `now`:
         one payload per day that has data (a summary object or a list of samples).
         Raises ProviderError. `attempt` counts from 1 for the pull being run."""
+        ...
+
+    def exchange(self, code: str, redirect_uri: str, client: OAuthClient | None) -> OAuthGrant:
+        """Trade the authorization `code` the maker sent to `redirect_uri` (our callback,
+        which the maker checks against the one the authorization used) for the person's
+        grant, authenticating as `client`. Raises OAuthNotSupported or
+        OAuthExchangeFailed."""
         ...
