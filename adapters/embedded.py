@@ -1,0 +1,374 @@
+"""Embedding healthledger: the team API's user operations in-process (docs/embedding.md).
+
+    from healthledger.adapters.embedded import HealthLedger
+
+    with HealthLedger.open("sqlite:///app.db", master_key_file="app.master.key") as ledger:
+        user = ledger.create_user("user-42")
+
+`HealthLedger.open` builds the service at the composition root (`build_service`), as
+`healthledger serve` does: it migrates the database, bootstraps an empty one, picks the
+team, and starts the scheduler (erasure sweep, pulls, webhooks, deprecation cut-overs)
+unless told not to. Its methods are the team API's user and connection routes, through
+the same operations (`adapters/http/user_operations.py`): the same request models check
+their input (pydantic's ValidationError where the API answers 422), the same domain errors
+come out (`healthledger.domain.errors`, each a `LedgerError`), and the answers are the
+API's response models (`healthledger.adapters.http.schemas`).
+
+It lives in `healthledger.adapters` because the package-dir mapping installs only
+`healthledger.domain`, `.adapters` and `.scheduler`: `healthledger` itself is a namespace
+with no module of its own to hold a shorter import.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+from uuid import UUID
+
+from healthledger.adapters.composition import Service, build_service, start_scheduler
+from healthledger.adapters.http import user_operations as operations
+from healthledger.adapters.http.connections import DemoConnectRequest
+from healthledger.adapters.http.errors import FeatureNotEnabled
+from healthledger.adapters.http.schemas import (
+    CreateUserRequest,
+    DemoConnected,
+    DemographicsAnswer,
+    DemographicsPatch,
+    ResolvedUser,
+    Success,
+    UpdateUserRequest,
+    UserList,
+    UserProviders,
+)
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import DEFAULT_ENVIRONMENT, CommandContext
+from healthledger.domain.errors import InvalidRequest, TeamNotFound
+from healthledger.domain.ledger import Clock, utc_now
+from healthledger.domain.personal_data import demographics_answer
+from healthledger.domain.teams.directory import DEFAULT_ORG_ID, Bootstrap
+from healthledger.domain.teams.teams import ENVIRONMENTS
+from healthledger.scheduler.runner import LedgerScheduler
+
+__all__ = ["EMBEDDED", "FeatureNotEnabled", "HealthLedger"]
+
+# The actor recorded on what an embedding application does (the audit trail's "by whom"),
+# unless it names its own with `acting_as`.
+EMBEDDED = "system:embedded"
+
+# The team API's bounds on a page of users (GET /v2/user's offset and limit).
+_MAX_OFFSET = 2**31 - 1
+_MAX_LIMIT = 500
+
+
+@dataclass
+class _Runtime:
+    """What one `open` started, shared by the views made from it; closed once."""
+
+    service: Service
+    scheduler: LedgerScheduler | None
+    bootstrap: Bootstrap | None
+    closed: bool = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        # The scheduler first: its jobs use the service's database and ledger.
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=True)
+        self.service.close()
+
+
+class HealthLedger:
+    """The team API's user operations for one team, in-process. Make one with `open`."""
+
+    def __init__(
+        self, runtime: _Runtime, team_id: UUID, actor: str, request_id: str | None, environment: str
+    ) -> None:
+        # Not for embedders: `open`, `for_team` and `acting_as` make these.
+        self._runtime = runtime
+        self._owner = False
+        self.team_id = team_id
+        self.actor = actor
+        self._request_id = request_id
+        self.environment = environment
+
+    # -- opening and closing ----------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        database_url: str,
+        *,
+        master_key_file: str | os.PathLike[str],
+        team_id: UUID | None = None,
+        run_scheduler: bool = True,
+        clock: Clock = utc_now,
+        actor: str = EMBEDDED,
+        environment: str = DEFAULT_ENVIRONMENT,
+        **settings: Any,
+    ) -> HealthLedger:
+        """Build the service on `database_url` and open it for one team.
+
+        `master_key_file` wraps every user's data key; it is made on a database that holds
+        no data key yet, and must be the same file ever after (keep it out of the
+        database's backups). `team_id=None` is the default team, which the first open of
+        an empty database creates (`bootstrap` then holds its keys, shown only then).
+        `run_scheduler=False` starts no scheduler: call the sweeps (`sweep_erasures`...)
+        from your own. `clock` is what every command reads as now. Any other keyword is a
+        setting of `healthledger.adapters.settings.Settings` (`grace_period=...`,
+        `erasure_sweep_interval=...`); settings not given come from the HEALTHLEDGER_*
+        environment variables or their defaults, as for `healthledger serve`.
+        """
+        # Settings ignores names it does not know (the environment holds others): a typo
+        # here must not silently leave a default, such as the grace period, in place.
+        unknown = sorted(set(settings) - set(Settings.model_fields))
+        if unknown:
+            raise TypeError(f"HealthLedger.open() got unknown settings: {', '.join(unknown)}")
+        if environment not in ENVIRONMENTS:
+            # The users it creates get their webhooks from this environment's endpoints.
+            raise ValueError(f"environment must be one of {', '.join(ENVIRONMENTS)}")
+        built = Settings(
+            database_url=database_url, master_key_file=Path(master_key_file), **settings
+        )
+        service = build_service(built, clock=clock)
+        try:
+            bootstrap = service.bootstrap()
+            chosen = _team_of(service, team_id)
+            scheduler = start_scheduler(service) if run_scheduler else None
+        except BaseException:
+            service.close()
+            raise
+        ledger = cls(_Runtime(service, scheduler, bootstrap), chosen, actor, None, environment)
+        ledger._owner = True
+        return ledger
+
+    def close(self) -> None:
+        """Stop the scheduler (waiting for a running job) and close the database. Only
+        the ledger that `open` returned closes; its views (`for_team`, `acting_as`) share
+        its service, and their `close` does nothing."""
+        if self._owner:
+            self._runtime.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- views ------------------------------------------------------------------------------
+
+    def for_team(self, team_id: UUID) -> HealthLedger:
+        """The same service, for another (live) team."""
+        return HealthLedger(
+            self._runtime,
+            _team_of(self.service, team_id),
+            self.actor,
+            self._request_id,
+            self.environment,
+        )
+
+    def acting_as(self, actor: str, request_id: str | None = None) -> HealthLedger:
+        """The same service and team, recording `actor` (and `request_id`, else a new id
+        per command) on every event: who did it, under which request of yours."""
+        return HealthLedger(self._runtime, self.team_id, actor, request_id, self.environment)
+
+    @property
+    def service(self) -> Service:
+        """The whole service (`build_service`'s `Service`), for what this facade does not
+        offer: the management use cases, the queries, the HTTP apps."""
+        return self._runtime.service
+
+    @property
+    def bootstrap(self) -> Bootstrap | None:
+        """When this open created the default organization and team: their ids and keys
+        (the team API key and the org management key; only their hashes are stored)."""
+        return self._runtime.bootstrap
+
+    @property
+    def scheduler(self) -> LedgerScheduler | None:
+        return self._runtime.scheduler
+
+    # -- users ------------------------------------------------------------------------------
+
+    def create_user(
+        self,
+        client_user_id: str,
+        *,
+        fallback_time_zone: str | None = None,
+        fallback_birth_date: date | str | None = None,
+        ingestion_start: date | str | None = None,
+        ingestion_end: date | str | None = None,
+    ) -> ResolvedUser:
+        """POST /v2/user. A `client_user_id` a live user holds is `ClientUserIdTaken`."""
+        body = CreateUserRequest.model_validate(
+            {
+                "client_user_id": client_user_id,
+                "fallback_time_zone": fallback_time_zone,
+                "fallback_birth_date": fallback_birth_date,
+                "ingestion_start": ingestion_start,
+                "ingestion_end": ingestion_end,
+            }
+        )
+        return operations.create_user(self.service, self._ctx(), self.team_id, body)
+
+    def get_user(self, user_id: UUID) -> ResolvedUser:
+        """GET /v2/user/{user_id}: `UserNotFound`, or `UserScheduledForDeletion`."""
+        return operations.resolved_user(self.service, self.team_id, user_id)
+
+    def get_user_by_client_user_id(self, client_user_id: str) -> ResolvedUser:
+        """GET /v2/user/resolve/{client_user_id}: the live user holding it."""
+        return operations.resolved_by_client_user_id(self.service, self.team_id, client_user_id)
+
+    def list_users(self, offset: int = 0, limit: int = 100) -> UserList:
+        """GET /v2/user: one page of the team's live users, oldest first."""
+        if not 0 <= offset <= _MAX_OFFSET:
+            raise InvalidRequest(f"offset must be from 0 to {_MAX_OFFSET}.", "offset", "query")
+        if not 1 <= limit <= _MAX_LIMIT:
+            raise InvalidRequest(f"limit must be from 1 to {_MAX_LIMIT}.", "limit", "query")
+        return operations.user_page(self.service, self.team_id, offset, limit)
+
+    def update_user(self, user_id: UUID, **changes: Any) -> None:
+        """PATCH /v2/user/{user_id}: the fields named change, one given as None is cleared
+        (client_user_id excepted); the rest stay."""
+        body = UpdateUserRequest.model_validate(changes)
+        operations.update_user(self.service, self._ctx(), self.team_id, user_id, body)
+
+    def delete_user(self, user_id: UUID) -> Success:
+        """DELETE /v2/user/{user_id}: start the grace period, deregister the connections.
+        The user is erased when the period ends (by the erasure sweep) unless undone."""
+        return operations.delete_user(self.service, self._ctx(), self.team_id, user_id)
+
+    def undo_delete(
+        self, user_id: UUID | None = None, *, client_user_id: str | None = None
+    ) -> Success:
+        """POST /v2/user/undo_delete: restore a deleted user inside its grace period,
+        named by exactly one of its ids (else `UndoParametersError`)."""
+        return operations.undo_delete(
+            self.service, self._ctx(), self.team_id, user_id, client_user_id
+        )
+
+    # -- demographics (closed beta: `set_feature("demographics")`) --------------------------
+
+    def upsert_demographics(
+        self, user_id: UUID, fields: Mapping[str, Any] | DemographicsPatch
+    ) -> DemographicsAnswer:
+        """PATCH /v2/user/{user_id}/info: merge `fields` (spec 2.1) into what is recorded;
+        the result must be complete (else pydantic's ValidationError, nothing recorded)."""
+        body = (
+            fields
+            if isinstance(fields, DemographicsPatch)
+            else DemographicsPatch.model_validate(dict(fields))
+        )
+        merged = operations.record_demographics(
+            self.service, self._ctx(), self.team_id, user_id, body
+        )
+        # The API's answer, by the conversion its route uses.
+        return DemographicsAnswer.model_validate(
+            demographics_answer(merged.model_dump(mode="json"))
+        )
+
+    def latest_demographics(self, user_id: UUID) -> DemographicsAnswer:
+        """GET /v2/user/{user_id}/info/latest: `DemographicsNotFound` if none recorded.
+        As recorded, not checked again against today's input rules (as the API)."""
+        recorded = operations.recorded_demographics(self.service, self.team_id, user_id)
+        return DemographicsAnswer.model_validate(demographics_answer(recorded))
+
+    def set_feature(self, feature: str, enabled: bool = True) -> None:
+        """Switch a closed-beta feature of the team (`healthledger features enable`)."""
+        self.service.teams.set_feature(self._ctx(), self.team_id, feature, enabled)
+
+    # -- connections ------------------------------------------------------------------------
+
+    def connect_demo(
+        self,
+        user_id: UUID,
+        provider: str,
+        *,
+        demo_failures: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> DemoConnected:
+        """POST /v2/link/connect/demo: connect a simulated device and schedule its pulls
+        (`demo_failures`: resource -> {"code", "times"}, see docs/connections.md)."""
+        body = DemoConnectRequest.model_validate(
+            {"user_id": user_id, "provider": provider, "demo_failures": demo_failures}
+        )
+        return DemoConnected.model_validate(
+            operations.connect_demo(
+                self.service,
+                self._ctx(),
+                self.team_id,
+                body.user_id,
+                body.provider,
+                body.demo_failures,
+            )
+        )
+
+    def connected_providers(self, user_id: UUID) -> UserProviders:
+        """GET /v2/user/providers/{user_id}: the connections not deregistered."""
+        return UserProviders.model_validate(
+            operations.user_providers(self.service, self.team_id, user_id)
+        )
+
+    def deregister_provider(self, user_id: UUID, provider: str) -> Success:
+        """DELETE /v2/user/{user_id}/{provider}."""
+        return operations.deregister(self.service, self._ctx(), self.team_id, user_id, provider)
+
+    # -- the scheduler's jobs, for an application that runs its own scheduler ----------------
+    # Each runs once, now, for every team (what `run_scheduler=True` runs at its intervals),
+    # and is safe beside a running scheduler or another process doing the same.
+
+    def sweep_erasures(self) -> int:
+        """Erase every user whose grace period has ended; how many."""
+        return self.service.jobs.sweep_erasures()
+
+    def run_due_pulls(self) -> int:
+        """Run the historical pulls that are due; how many."""
+        return self.service.jobs.run_due_pulls()
+
+    def sync_connected_feeds(self) -> int:
+        """The daily sync of connected feeds, and pauses and resumes; how many."""
+        return self.service.jobs.sync_connected_feeds()
+
+    def dispatch_webhooks(self) -> int:
+        """Follow the event log into webhook deliveries, and send what is due; how many."""
+        return self.service.jobs.dispatch_webhooks()
+
+    def apply_cut_overs(self) -> list[str]:
+        """Apply the deprecation cut-overs whose date has passed; their keys."""
+        return self.service.jobs.apply_cut_overs()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _ctx(self) -> CommandContext:
+        # A request id per command unless the view was given one: the audit trail tells
+        # the commands of an embedding application apart as it does API requests.
+        return CommandContext(
+            actor=self.actor,
+            request_id=self._request_id or f"emb-{uuid.uuid4()}",
+            environment=self.environment,
+        )
+
+
+def _team_of(service: Service, team_id: UUID | None) -> UUID:
+    """`team_id` if it is a live team; None: the first team of the default organization
+    (the one the first-run bootstrap creates)."""
+    if team_id is None:
+        first, _more = service.team_queries.teams_page(DEFAULT_ORG_ID, limit=1)
+        if not first:
+            raise TeamNotFound()
+        found: UUID = first[0]["id"]
+        return found
+    if service.team_queries.team(team_id) is None:
+        raise TeamNotFound()
+    return team_id
