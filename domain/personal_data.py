@@ -7,13 +7,14 @@ backups, unreadable for good. The vault is a port; adapters implement it with AE
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 from uuid import UUID
 
 from healthledger.domain.free_text import FreeText
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator, model_validator
 
 # How a personal value is shown where it is never printed (the audit trail): whether its
 # key still exists (sealed) or was destroyed at erasure (erased).
@@ -78,12 +79,38 @@ _Text = Field(min_length=1, max_length=255)
 
 
 class Address(BaseModel):
+    """The spec's UserAddress, plus what the official client sends (docs/compatibility.md):
+    the postal code may come as `zip` instead of `zip_code`, and a `country` may come.
+    Stored with one spelling, `zip_code`; answers carry both (see `address_answer`)."""
+
     model_config = ConfigDict(extra="forbid")
     first_line: FreeText = _Text
     second_line: FreeText | None = Field(default=None, max_length=255)
     zip_code: FreeText = Field(min_length=1, max_length=20)
     state: FreeText = _Text
     city: FreeText = _Text
+    # Not in the spec: the client requires it. Optional here so that spec-shaped requests
+    # stay valid; free text because the client sends names and codes alike.
+    country: Annotated[FreeText, Field(min_length=1, max_length=64)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_spellings(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        # "" is how an answer says "no country recorded" (address_answer): a client that
+        # sends back what it read means the same, not an invalid country.
+        if data.get("country") == "":
+            data["country"] = None
+        # `zip` is the client's spelling of `zip_code`. Both may come (a client that
+        # echoes what it read back); they must then agree, or which one is meant is a guess.
+        if "zip" in data:
+            spelled = data.pop("zip")
+            if "zip_code" in data and data["zip_code"] != spelled:
+                raise ValueError("zip and zip_code are two spellings of one field; they differ")
+            data["zip_code"] = spelled
+        return data
 
 
 class Guarantor(BaseModel):
@@ -95,6 +122,9 @@ class Guarantor(BaseModel):
     address: Address | None = None
     phone_number: FreeText | None = Field(default=None, max_length=40)
     email: EmailStr | None = None
+    # The client's GuarantorDetails carries these two; accepted so its requests are not 422.
+    household_income: int | None = Field(default=None, ge=0, le=10**9)
+    household_size: int | None = Field(default=None, ge=1, le=100)
 
 
 class Demographics(BaseModel):
@@ -120,3 +150,26 @@ class Demographics(BaseModel):
         if value > date.today() or value.year < 1900:
             raise ValueError("dob must be a real date of birth, not in the future")
         return value
+
+
+def address_answer(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored address as answered: the spec's `zip_code`, and `zip` and `country` that
+    the official client requires (docs/compatibility.md). A country never recorded (spec
+    requests have none) is answered as the empty string: not guessed from the team's
+    region or the postal code, and still a string for the client."""
+    answer = dict(stored)
+    answer["zip"] = stored.get("zip_code")
+    answer["country"] = stored.get("country") or ""
+    return answer
+
+
+def demographics_answer(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """Recorded demographics as answered: their addresses (the user's and the medical
+    proxy's) with both spellings; the rest as recorded."""
+    answer = dict(stored)
+    if isinstance(stored.get("address"), Mapping):
+        answer["address"] = address_answer(stored["address"])
+    proxy = stored.get("medical_proxy")
+    if isinstance(proxy, Mapping) and isinstance(proxy.get("address"), Mapping):
+        answer["medical_proxy"] = {**proxy, "address": address_answer(proxy["address"])}
+    return answer

@@ -6,16 +6,17 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http import user_operations as operations
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.schemas import DemoConnected, Success, UserProviders
 from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
     NON_RETRIABLE,
     RETRIABLE_CODES,
     UNEXPECTED,
 )
-from healthledger.domain.errors import InvalidRequest
 from pydantic import BaseModel, ConfigDict, Field
 
 # Codes a demo device can be asked to fail with: the pull error codes a provider can
@@ -43,61 +44,39 @@ class DemoConnectRequest(BaseModel):
 
 
 def connections_router(service: Service) -> APIRouter:
+    # Each route declares its answer's model, so that the OpenAPI document describes it
+    # (the official client's models are checked against it: test_official_client.py).
     router = APIRouter(tags=["connections"], route_class=LedgerRoute)
     Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    catalog = service.catalog
-
-    def known(provider: str, location: str) -> Any:
-        entry = catalog.get(provider)
-        if entry is None:
-            raise InvalidRequest("Unknown provider slug.", "provider", location)
-        return entry
 
     @router.post(
         "/v2/link/connect/demo",
+        response_model=DemoConnected,
         responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
     )
     def connect_demo(body: DemoConnectRequest, caller: Caller) -> Any:
         """Connect a simulated device that yields realistic, deterministic data (ours)."""
-        entry = known(body.provider, "body")
-        if not entry.demo:
-            raise InvalidRequest(
-                "This provider has no demo device; see the catalog for the demo ones.",
-                "provider",
-            )
-        failures = body.demo_failures or {}
-        unknown = sorted(set(failures) - set(entry.supported_resources))
-        if unknown:
-            raise InvalidRequest(
-                f"demo_failures names resources this provider does not offer: {unknown}.",
-                "demo_failures",
-            )
-        service.connections.connect_demo(
-            caller.ctx,
-            caller.team_id,
-            body.user_id,
-            entry.slug,
-            entry.supported_resources,
-            {resource: failure.model_dump() for resource, failure in failures.items()},
+        # The rules (a known demo provider, failures of resources it offers) are in
+        # user_operations.py, shared with the embedded facade.
+        return operations.connect_demo(
+            service, caller.ctx, caller.team_id, body.user_id, body.provider, body.demo_failures
         )
-        return {"success": True, "detail": f"Connected a demo {entry.name} device."}
 
     @router.get(
         "/v2/user/providers/{user_id:uuid}",
+        response_model=UserProviders,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
     def user_providers(user_id: UUID, caller: Caller) -> Any:
         """Spec 2.2: the user's connections (deregistered ones are not listed)."""
-        service.users.load_live(caller.team_id, user_id)
-        return {"providers": service.connection_queries.providers_of(user_id)}
+        return operations.user_providers(service, caller.team_id, user_id)
 
     @router.delete(
         "/v2/user/{user_id:uuid}/{provider}",
+        response_model=Success,
         responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
     )
     def deregister(user_id: UUID, provider: str, caller: Caller) -> Any:
-        known(provider, "path")
-        service.connections.deregister(caller.ctx, caller.team_id, user_id, provider)
-        return {"success": True}
+        return operations.deregister(service, caller.ctx, caller.team_id, user_id, provider)
 
     return router

@@ -1,6 +1,7 @@
-"""Introspection of pulls (gaps.md: historical pulls; `resources` is ours): per user, per
-live connection, what was pulled, when, and how it ended. Paged by user with signed
-cursors bound to the listing's filters."""
+"""Introspection of pulls (gaps.md: historical pulls; `resources` is not in the spec and
+answers the official client's shape, docs/compatibility.md): per user, per live
+connection, what was pulled, when, and how it ended. Paged by user with signed cursors
+bound to the listing's filters."""
 
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -12,8 +13,15 @@ from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.schemas import HistoricalPullsPage, UserResourcesPage
 from healthledger.domain.connections.connection import CONNECTED
 from healthledger.domain.errors import InvalidRequest
+
+# The official client sends the page cursor as `cursor` (deprecated there) or `next_cursor`;
+# a caller that pages with `cursor` must not be handed the first page again, forever.
+CURSOR_ALIAS = Query(
+    max_length=512, deprecated=True, description="The same as next_cursor, which wins."
+)
 
 # What a resource's feed looks like from outside in /v2/introspect/resources.
 _FEED_STATUS = {CONNECTED: "active"}
@@ -53,13 +61,16 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
         cursor = cursors.encode({"u": str(user_ids[-1])}, scope) if more else None
         return {"data": render(user_ids), "next_cursor": cursor}
 
-    @router.get("/v2/introspect/historical_pull", responses=responses)
+    @router.get(
+        "/v2/introspect/historical_pull", response_model=HistoricalPullsPage, responses=responses
+    )
     def historical_pull(
         caller: Caller,
         user_id: UUID | None = None,
         provider: str | None = None,
         user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
         next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+        cursor: Annotated[str | None, CURSOR_ALIAS] = None,
     ) -> Any:
         """Each live connection's historical pulls, one per resource (gaps.md shape)."""
 
@@ -92,24 +103,28 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
                 }
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
-        return page("historical_pull", caller, user_id, provider, user_limit, next_cursor, render)
+        return page(
+            "historical_pull", caller, user_id, provider, user_limit, next_cursor or cursor, render
+        )
 
-    @router.get("/v2/introspect/resources", responses=responses)
+    @router.get("/v2/introspect/resources", response_model=UserResourcesPage, responses=responses)
     def resources(
         caller: Caller,
         user_id: UUID | None = None,
         provider: str | None = None,
         user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
         next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+        cursor: Annotated[str | None, CURSOR_ALIAS] = None,
     ) -> Any:
-        """Ours: per resource of each live connection, its last attempt (historical pull
-        or daily sync) and the oldest and newest day of data it holds."""
+        """Per resource of each live connection, its last attempt (historical pull or
+        daily sync) and the oldest and newest day of data it holds: `provider` maps a slug
+        to its resources directly, as the official client reads it."""
 
         def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
             by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
             for f in queries.feeds_of(user_ids, provider):
-                resources = by_user[f.user_id].setdefault(f.provider, {"resources": {}})
-                resources["resources"][f.resource] = {
+                resources = by_user[f.user_id].setdefault(f.provider, {})
+                resources[f.resource] = {
                     "status": _FEED_STATUS.get(f.connection_status, f.connection_status),
                     "pull_status": f.status,
                     "last_attempt": None
@@ -117,9 +132,13 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
                     else {"timestamp": f.last_attempt_at, "status": f.last_attempt_status},
                     "oldest_data": f.oldest_day,
                     "newest_data": f.newest_day,
+                    # The client's member; what it counts is not public, so not guessed.
+                    "sent_count": None,
                 }
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
-        return page("resources", caller, user_id, provider, user_limit, next_cursor, render)
+        return page(
+            "resources", caller, user_id, provider, user_limit, next_cursor or cursor, render
+        )
 
     return router

@@ -1,4 +1,6 @@
-"""Request and response models of the team API (spec 2.1, 2.3 and gaps.md Users)."""
+"""Request and response models of the team API (spec 2.1, 2.2, 2.3, gaps.md Users,
+connections and introspection). Responses are supersets of the spec's shapes where the
+official client requires more (docs/compatibility.md)."""
 
 from __future__ import annotations
 
@@ -121,13 +123,19 @@ class DemographicsPatch(_Request):
 
 
 class SourceRef(BaseModel):
+    """The provider object (spec 2.13): name, slug, logo."""
+
     logo: str | None
     name: str
     slug: str
 
 
 class ConnectedSource(BaseModel):
+    """Spec 2.3 shows `created_on` and `source`; the client requires `provider` too, and
+    `source` is its deprecated duplicate (as in provider.connection.created)."""
+
     created_on: datetime
+    provider: SourceRef
     source: SourceRef
 
 
@@ -168,4 +176,161 @@ class Success(BaseModel):
     success: bool
 
 
+class AddressAnswer(BaseModel):
+    """An address as answered: the spec's `zip_code`, and `zip` and `country`, which the
+    client requires (`country` is "" when none was recorded)."""
+
+    first_line: str
+    second_line: str | None
+    zip_code: str
+    zip: str
+    country: str
+    state: str
+    city: str
+
+
+class GuarantorAnswer(BaseModel):
+    first_name: str
+    last_name: str
+    address: AddressAnswer | None = None
+    phone_number: str | None = None
+    email: str | None = None
+    household_income: int | None = None
+    household_size: int | None = None
+
+
+# Spec 2.1 as the domain records it (the embedded facade hands these out).
 DemographicsResponse = Demographics
+
+
+class DemographicsAnswer(BaseModel):
+    """Spec 2.1 as the API answers it: what was recorded, addresses in both spellings.
+    Describes the answer only; the answer is not checked against it again (users.py)."""
+
+    first_name: str
+    last_name: str
+    email: str
+    phone_number: str
+    gender: str
+    dob: date
+    address: AddressAnswer
+    medical_proxy: GuarantorAnswer | None = None
+    race: Race | None = None
+    ethnicity: Ethnicity | None = None
+    sexual_orientation: SexualOrientation | None = None
+    gender_identity: GenderIdentity | None = None
+
+
+# -- connections (spec 2.2, gaps.md Provider connections) --------------------------------
+
+
+class _OpenAnswer(BaseModel):
+    # Answers of data recorded by other parts (a provider adapter's error, a pull's
+    # state) keep members this model does not name rather than drop them.
+    model_config = ConfigDict(extra="allow")
+
+
+class ScopeNames(_OpenAnswer):
+    required: list[str]
+    optional: list[str]
+
+
+class ScopeRequirements(_OpenAnswer):
+    user_granted: ScopeNames
+    user_denied: ScopeNames
+
+
+class ResourceAvailability(_OpenAnswer):
+    status: str = Field(description="available or unavailable (non-exhaustive).")
+    scope_requirements: ScopeRequirements | None = None
+
+
+class ConnectionErrorDetails(_OpenAnswer):
+    error_type: str
+    error_message: str
+    errored_at: datetime
+
+
+class ProviderConnection(_OpenAnswer):
+    """Spec 2.2 item."""
+
+    name: str
+    slug: str
+    logo: str | None
+    status: str = Field(description="connected, error or paused.")
+    created_on: datetime
+    resource_availability: dict[str, ResourceAvailability]
+    error_details: ConnectionErrorDetails | None = None
+    external_user_id: str | None = None
+
+
+class UserProviders(BaseModel):
+    providers: list[ProviderConnection]
+
+
+class DemoConnected(BaseModel):
+    success: bool
+    detail: str
+
+
+# -- introspection (gaps.md historical pulls; resources as the client reads them) -------
+
+
+class PullTimeline(_OpenAnswer):
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class HistoricalPullStatistics(_OpenAnswer):
+    status: str
+    range_start: datetime | None
+    range_end: datetime | None
+    timeline: PullTimeline
+    days_with_data: int | None
+    release: str | None
+    trace_id: str | None
+    error_details: str | None = Field(description="The bare error code, or null.")
+
+
+class ProviderPulls(_OpenAnswer):
+    pulled: dict[str, HistoricalPullStatistics]
+    not_pulled: list[str]
+
+
+class UserPulls(BaseModel):
+    user_id: UUID
+    provider: dict[str, ProviderPulls]
+
+
+class HistoricalPullsPage(BaseModel):
+    data: list[UserPulls]
+    next_cursor: str | None
+
+
+class LastAttempt(_OpenAnswer):
+    timestamp: datetime
+    status: str
+
+
+class ResourceStatistics(_OpenAnswer):
+    """One resource of a connection: the client's four members, and two of ours."""
+
+    last_attempt: LastAttempt | None
+    oldest_data: date | None = Field(description="The oldest day with data held.")
+    newest_data: date | None = Field(description="The newest day with data held.")
+    sent_count: int | None = Field(description="Not counted yet: always null.")
+    status: str = Field(description="Ours: active, error or paused (the connection's).")
+    pull_status: str | None = Field(description="Ours: the historical pull's status.")
+
+
+class UserResources(BaseModel):
+    user_id: UUID
+    provider: dict[str, dict[str, ResourceStatistics]] = Field(
+        description="provider slug -> resource -> statistics."
+    )
+
+
+class UserResourcesPage(BaseModel):
+    data: list[UserResources]
+    next_cursor: str | None

@@ -56,15 +56,16 @@ class ConnectionQueries:
         ]
 
     def connected_sources(self, user_ids: Iterable[UUID]) -> dict[UUID, list[dict[str, Any]]]:
-        """Spec 2.3 `connected_sources` for each user, in one query for a whole page."""
+        """Spec 2.3 `connected_sources`, with the client's `provider`, for each user, in
+        one query for a whole page."""
         by_user: dict[UUID, list[dict[str, Any]]] = {}
         for r in self._live_rows(list(user_ids)):
-            source = self.describe(r.provider)
+            described = self.describe(r.provider)
+            provider = {"logo": described["logo"], "name": described["name"], "slug": r.provider}
+            # `provider` is what the official client reads; `source`, the spec's, is its
+            # deprecated duplicate (docs/compatibility.md).
             by_user.setdefault(r.user_id, []).append(
-                {
-                    "created_on": r.created_on,
-                    "source": {"logo": source["logo"], "name": source["name"], "slug": r.provider},
-                }
+                {"created_on": r.created_on, "provider": provider, "source": dict(provider)}
             )
         return by_user
 

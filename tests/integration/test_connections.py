@@ -60,11 +60,10 @@ def test_a_demo_connection_is_listed_in_the_spec_shape(
     assert set(sleep["scope_requirements"]["user_granted"]) == {"required", "optional"}
 
     resolved = client.get(f"/v2/user/{user['user_id']}", headers=team.headers).json()
+    # `provider` for the official client; `source`, the spec's, its deprecated duplicate.
+    described = {"logo": oura.logo, "name": "Oura", "slug": "oura"}
     assert resolved["connected_sources"] == [
-        {
-            "created_on": item["created_on"],
-            "source": {"logo": oura.logo, "name": "Oura", "slug": "oura"},
-        }
+        {"created_on": item["created_on"], "provider": described, "source": described}
     ]
     listed = client.get("/v2/user", headers=team.headers).json()["users"]
     assert listed[0]["connected_sources"] == resolved["connected_sources"]

@@ -392,7 +392,7 @@ def test_the_daily_sync_records_new_days_as_created_and_grown_days_as_updated(
     assert synced.created_days == [T0.date() + timedelta(days=1)]
     resources = client.get(
         "/v2/introspect/resources", params={"user_id": user}, headers=team.headers
-    ).json()["data"][0]["provider"]["freestyle_libre"]["resources"]
+    ).json()["data"][0]["provider"]["freestyle_libre"]
     glucose = resources["glucose"]
     assert glucose["status"] == "active"
     assert glucose["pull_status"] == "success"

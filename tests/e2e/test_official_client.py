@@ -1,0 +1,468 @@
+"""Wire compatibility with the official Python client `vital==2.1.569` (issue 17,
+docs/compatibility.md): the real team API under uvicorn on a localhost port, called through
+the client, on both databases. A call that returns has been parsed by the client's models
+(vital.types); the values are checked too.
+
+The only change to the client is the one customers make: an httpx event hook renames its
+key header to ours. A second test diffs the client's methods and response models against
+our OpenAPI document, so that a field the client requires and we do not declare, or an
+endpoint we stop serving, is a failing test rather than a customer's traceback."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import types
+import typing
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import freezegun
+import httpx
+import pydantic
+import pytest
+import uvicorn
+import vital
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.team_api import create_team_api
+from healthledger.domain.context import CommandContext
+from vital.core.api_error import ApiError
+from vital.errors import BadRequestError, UnprocessableEntityError
+from vital.types import (
+    Address,
+    ClientUserIdConflictResponse,
+    GuarantorDetails,
+    HttpValidationError,
+    NotFoundErrorBody,
+)
+
+from tests.conftest import Team
+from tests.e2e.test_server import free_port
+
+# The client's packages import their modules lazily, on attribute access, and freezegun
+# reads the attributes of every loaded module when a test freezes time: a later test of the
+# session would then import the client's models with freezegun's fake datetime class, which
+# pydantic refuses. The client's modules hold no clock of ours: freezegun may skip them.
+freezegun.configure(extend_ignore_list=["vital"])
+
+# Where the client keeps its generated code: raw_client.py holds each call's method and path.
+VITAL_DIR = Path(vital.__file__).parent
+
+
+# -- a real server and the client as customers set it up -----------------------------------
+
+
+@pytest.fixture
+def base_url(service: Service) -> Iterator[str]:
+    """The team API served by uvicorn in a thread of this process, so that the test can
+    also drive the service's jobs (the pull worker) directly."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_team_api(service), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="team-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=15)
+
+
+def rename_key_header(request: httpx.Request) -> None:
+    """The customer's hook: the client sends its key as x-vital-api-key, we read
+    x-service-api-key (spec section 5)."""
+    key = request.headers.pop("x-vital-api-key", None)
+    if key is not None:
+        request.headers["x-service-api-key"] = key
+
+
+@pytest.fixture
+def api(base_url: str, team: Team, service: Service) -> Iterator[vital.Vital]:
+    # Demographics are closed beta (gaps.md): the customer's team has them switched on.
+    service.teams.set_feature(CommandContext.system("test"), team.team_id, "demographics", True)
+    with httpx.Client(event_hooks={"request": [rename_key_header]}, timeout=30) as http:
+        yield vital.Vital(api_key=team.key, base_url=base_url, httpx_client=http)
+
+
+ADDRESS = Address(
+    first_line="1 Navy Yard",
+    second_line=None,
+    zip="20374",
+    country="US",
+    city="Washington",
+    state="DC",
+)
+
+
+def upsert_info(api: vital.Vital, user_id: str, address: Address = ADDRESS) -> Any:
+    return api.user.upsert_user_info(
+        user_id,
+        first_name="Grace",
+        last_name="Hopper",
+        email="grace.hopper@example.org",
+        phone_number="+1 555 010 1906",
+        gender="female",
+        dob="1956-12-09",
+        address=address,
+        race="white_caucasian",
+    )
+
+
+# -- every endpoint we serve, through the client ----------------------------------------------
+
+
+def test_users_and_demographics_through_the_official_client(api: vital.Vital) -> None:
+    created = api.user.create(client_user_id="oc-1", fallback_time_zone="Europe/London")
+    assert created.client_user_id == "oc-1"
+    user_id = created.user_id
+    plain = api.user.create(client_user_id="oc-2")
+
+    got = api.user.get(user_id)
+    assert (got.user_id, got.client_user_id, got.connected_sources) == (user_id, "oc-1", [])
+    assert got.fallback_time_zone is not None and got.fallback_time_zone.id == "Europe/London"
+    assert api.user.get_by_client_user_id("oc-1").user_id == user_id
+    page = api.user.get_all(offset=0, limit=10)
+    assert page.total == 2 and {u.user_id for u in page.users} == {user_id, plain.user_id}
+
+    assert api.user.patch(user_id, ingestion_start="2026-01-01", client_user_id="oc-1b") is None
+    patched = api.user.get(user_id)
+    assert (patched.client_user_id, patched.ingestion_start) == ("oc-1b", "2026-01-01")
+
+    # Demographics: the client's address spelling in, both spellings out.
+    info = upsert_info(api, user_id)
+    assert (info.address.zip, info.address.country) == ("20374", "US")
+    latest = api.user.get_latest_user_info(user_id)
+    assert (latest.first_name, latest.address.zip, latest.address.country) == (
+        "Grace",
+        "20374",
+        "US",
+    )
+    assert latest.address.model_extra == {"zip_code": "20374"}  # the spec's spelling, beside
+    assert latest.race == "white_caucasian"
+    # A medical proxy as the client sends it (household members included), and an address
+    # the client read back and sends again (both spellings, country "" for none).
+    proxy = GuarantorDetails(
+        first_name="Ada",
+        last_name="Hopper",
+        address=ADDRESS.model_copy(update={"country": ""}),
+        phone_number="+1 555 010 1907",
+        household_income=50000,
+        household_size=2,
+    )
+    echoed = Address.model_validate(latest.address.model_dump())
+    with_proxy = api.user.upsert_user_info(
+        user_id,
+        **{**info.model_dump(exclude={"address"}), "medical_proxy": proxy},
+        address=echoed,
+    )
+    assert with_proxy.medical_proxy is not None
+    assert with_proxy.medical_proxy.address.country == ""
+    assert with_proxy.medical_proxy.household_size == 2
+    assert api.user.get_latest_user_info(user_id).medical_proxy == with_proxy.medical_proxy
+
+    # Delete, read (404), undo.
+    assert api.user.delete(user_id).success is True
+    with pytest.raises(ApiError) as gone:
+        api.user.get(user_id)
+    assert gone.value.status_code == 404
+    assert "scheduled for deletion" in str(NotFoundErrorBody.model_validate(gone.value.body).detail)
+    assert api.user.undo_delete(user_id=user_id).success is True
+    assert api.user.get(user_id).client_user_id == "oc-1b"
+    assert api.user.delete(plain.user_id).success is True
+    assert api.user.undo_delete(client_user_id="oc-2").success is True
+
+
+def test_spec_spelled_demographics_read_back_through_the_client(
+    api: vital.Vital, base_url: str, team: Team
+) -> None:
+    """A record made the spec's way (zip_code, no country) still parses for the client."""
+    user_id = api.user.create(client_user_id="oc-spec").user_id
+    spec_body = {
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "email": "ada@example.org",
+        "phone_number": "+44 20 7946 0000",
+        "gender": "female",
+        "dob": "1915-12-10",
+        "address": {
+            "first_line": "12 St James's Sq",
+            "zip_code": "SW1Y 4JH",
+            "state": "LDN",
+            "city": "London",
+        },
+    }
+    recorded = httpx.patch(
+        f"{base_url}/v2/user/{user_id}/info", json=spec_body, headers=team.headers
+    )
+    assert recorded.status_code == 200, recorded.text
+    latest = api.user.get_latest_user_info(user_id)
+    # No country was recorded: answered as the empty string, not guessed.
+    assert (latest.address.zip, latest.address.country) == ("SW1Y 4JH", "")
+
+
+def test_connections_link_providers_and_introspection_through_the_client(
+    api: vital.Vital, service: Service
+) -> None:
+    user_id = api.user.create(client_user_id="oc-connected").user_id
+    lonely = api.user.create(client_user_id="oc-lonely").user_id
+
+    token = api.link.token(user_id=user_id, provider="oura")
+    assert token.link_token.startswith("hll_") and "token=" in token.link_web_url
+    assert api.link.is_token_valid(token=token.link_token)["is_valid"] is True
+    assert api.link.is_token_valid(token="hll_nope")["is_valid"] is False
+
+    demo = api.link.connect_demo_provider(user_id=user_id, provider="oura")
+    assert demo.success is True and demo.detail
+    api.link.connect_demo_provider(user_id=user_id, provider="freestyle_libre")
+    assert service.jobs.run_due_pulls() > 0
+
+    # The user with connections, in all three user reads.
+    for read in (
+        api.user.get(user_id),
+        api.user.get_by_client_user_id("oc-connected"),
+        next(u for u in api.user.get_all().users if u.user_id == user_id),
+    ):
+        sources = {s.provider.slug: s for s in read.connected_sources}
+        assert set(sources) == {"oura", "freestyle_libre"}
+        assert sources["oura"].source == sources["oura"].provider  # deprecated duplicate
+        assert sources["oura"].provider.name == "Oura" and sources["oura"].provider.logo
+    assert api.user.get(lonely).connected_sources == []
+
+    providers = api.user.get_connected_providers(user_id)
+    assert {p.slug for p in providers["providers"]} == {"oura", "freestyle_libre"}
+    assert {p.status for p in providers["providers"]} == {"connected"}
+    assert api.user.get_connected_providers(lonely) == {"providers": []}
+
+    catalog = api.providers.get_all()
+    assert {"oura", "fitbit", "freestyle_libre", "manual"} <= {p.slug for p in catalog}
+
+    pulls = api.introspect.get_user_historical_pulls(user_id=user_id)
+    (entry,) = pulls.data
+    assert entry.user_id == user_id and set(entry.provider) == {"oura", "freestyle_libre"}
+    glucose = entry.provider["freestyle_libre"].pulled["glucose"]
+    assert glucose.status == "success" and glucose.error_details is None
+    assert pulls.next_cursor is None
+
+    resources = api.introspect.get_user_resources(user_id=user_id)
+    (entry_r,) = resources.data
+    assert entry_r.user_id == user_id and set(entry_r.provider) == {"oura", "freestyle_libre"}
+    glucose_r = entry_r.provider["freestyle_libre"]["glucose"]
+    assert glucose_r.last_attempt is not None and glucose_r.last_attempt.status == "success"
+    assert glucose_r.oldest_data is not None and glucose_r.newest_data is not None
+    assert glucose_r.oldest_data <= glucose_r.newest_data
+    everyone = api.introspect.get_user_resources(user_limit=1)
+    assert len(everyone.data) == 1 and everyone.next_cursor is None  # one connected user
+
+    assert api.user.deregister_provider(user_id, "oura").success is True
+    left = api.user.get(user_id).connected_sources
+    assert [s.provider.slug for s in left] == ["freestyle_libre"]
+
+
+def test_introspection_pages_with_either_cursor_parameter(
+    api: vital.Vital, service: Service
+) -> None:
+    users = sorted(api.user.create(client_user_id=f"oc-page-{n}").user_id for n in range(3))
+    # withings is not in the client's DemoProviders, which is non-exhaustive: it goes through.
+    for user_id, provider in zip(users, ("fitbit", "withings", "apple_health_kit"), strict=True):
+        api.link.connect_demo_provider(user_id=user_id, provider=provider)
+    service.jobs.run_due_pulls()
+    for listing in (api.introspect.get_user_resources, api.introspect.get_user_historical_pulls):
+        for parameter in ("next_cursor", "cursor"):  # the client offers both
+            seen: list[str] = []
+            page = listing(user_limit=2)
+            while True:
+                seen += [entry.user_id for entry in page.data]
+                if page.next_cursor is None:
+                    break
+                page = listing(user_limit=2, **{parameter: page.next_cursor})
+            assert seen == users, (listing, parameter)
+
+
+def test_errors_parse_as_the_clients_error_types(api: vital.Vital) -> None:
+    first = api.user.create(client_user_id="oc-dup")
+
+    # Spec section 7: a client_user_id already held is a 400 naming the holder.
+    with pytest.raises(BadRequestError) as duplicate:
+        api.user.create(client_user_id="oc-dup")
+    conflict = ClientUserIdConflictResponse.model_validate(duplicate.value.body)
+    assert conflict.detail.user_id == first.user_id
+    assert conflict.detail.error_type == "INVALID_REQUEST"
+
+    # A bad body: 422 with pydantic's shape.
+    with pytest.raises(UnprocessableEntityError) as invalid:
+        api.user.create(client_user_id="oc-bad", fallback_time_zone="Not/AZone")
+    body = invalid.value.body
+    assert isinstance(body, HttpValidationError)
+    assert [e["loc"] for e in body.detail] == [["body", "fallback_time_zone"]]
+    with pytest.raises(UnprocessableEntityError):
+        upsert_info(api, first.user_id, ADDRESS.model_copy(update={"zip": ""}))
+
+    # An unknown user: 404 with a string `detail`. The client raises its NotFoundError only
+    # for a lab-test call; for every call we serve it raises ApiError with the status.
+    unknown = str(uuid.uuid4())
+    calls: list[Callable[[], Any]] = [
+        lambda: api.user.get(unknown),
+        lambda: api.user.get_by_client_user_id("oc-nobody"),
+        lambda: api.user.delete(unknown),
+        lambda: api.user.get_connected_providers(unknown),
+        lambda: api.user.get_latest_user_info(unknown),
+        lambda: api.link.token(user_id=unknown),
+        lambda: api.introspect.get_user_resources(user_id=unknown),
+    ]
+    for call in calls:
+        with pytest.raises(ApiError) as missing:
+            call()
+        assert missing.value.status_code == 404
+        assert NotFoundErrorBody.model_validate(missing.value.body).detail
+
+    # A 400 of a call whose 400 the client does not type: ApiError, the body still JSON.
+    with pytest.raises(ApiError) as neither:
+        api.user.undo_delete()
+    assert neither.value.status_code == 400 and "detail" in neither.value.body
+
+
+# -- the client's methods against our OpenAPI document ------------------------------------------
+
+# (client method, HTTP method, path template in our document): every client method that
+# calls an endpoint we serve. test_the_list_names_every_served_client_call keeps it complete.
+SERVED: list[tuple[str, str, str]] = [
+    ("user.get_all", "GET", "/v2/user"),
+    ("user.create", "POST", "/v2/user"),
+    ("user.get_connected_providers", "GET", "/v2/user/providers/{user_id}"),
+    ("user.get_latest_user_info", "GET", "/v2/user/{user_id}/info/latest"),
+    ("user.upsert_user_info", "PATCH", "/v2/user/{user_id}/info"),
+    ("user.get_by_client_user_id", "GET", "/v2/user/resolve/{client_user_id}"),
+    ("user.deregister_provider", "DELETE", "/v2/user/{user_id}/{provider}"),
+    ("user.get", "GET", "/v2/user/{user_id}"),
+    ("user.delete", "DELETE", "/v2/user/{user_id}"),
+    ("user.patch", "PATCH", "/v2/user/{user_id}"),
+    ("user.undo_delete", "POST", "/v2/user/undo_delete"),
+    ("link.token", "POST", "/v2/link/token"),
+    ("link.is_token_valid", "POST", "/v2/link/token/isValid"),
+    ("link.connect_demo_provider", "POST", "/v2/link/connect/demo"),
+    ("providers.get_all", "GET", "/v2/providers"),
+    ("introspect.get_user_resources", "GET", "/v2/introspect/resources"),
+    ("introspect.get_user_historical_pulls", "GET", "/v2/introspect/historical_pull"),
+]
+
+# One sync method of a raw client: its name, then (further down) its method= and path.
+_RAW_METHOD = re.compile(r"^    def (\w+)\(", re.MULTILINE)
+_RAW_CALL = re.compile(
+    r'\.request\(\s*(f?"[^"]*"),\s*(?:base_url=[^\n]*\n\s*)?method="(\w+)"', re.MULTILINE
+)
+_PARAMETER = re.compile(r"\{[^{}]*\}")
+
+
+def client_calls() -> dict[str, tuple[str, str]]:
+    """'resource.method' -> (HTTP method, path with {} for parameters), read from the
+    client's generated raw clients (sync classes only)."""
+    calls: dict[str, tuple[str, str]] = {}
+    for raw in sorted(VITAL_DIR.glob("*/raw_client.py")):
+        source = raw.read_text().split("\nclass AsyncRaw", 1)[0]
+        starts = [(m.start(), m.group(1)) for m in _RAW_METHOD.finditer(source)]
+        for (start, name), (end, _) in zip(starts, [*starts[1:], (len(source), "")], strict=True):
+            call = _RAW_CALL.search(source, start, end)
+            if call is not None and not name.startswith("_"):
+                path = "/" + _PARAMETER.sub("{}", call.group(1).lstrip("f").strip('"'))
+                calls[f"{raw.parent.name}.{name}"] = (call.group(2), path)
+    return calls
+
+
+def shape(path: str) -> str:
+    return _PARAMETER.sub("{}", path)
+
+
+def resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with $refs followed and a nullable anyOf reduced to its non-null branch."""
+    while True:
+        if "$ref" in schema:
+            schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+        elif "anyOf" in schema:
+            branches = [s for s in schema["anyOf"] if s.get("type") != "null"]
+            if len(branches) != 1:
+                return schema
+            schema = branches[0]
+        else:
+            return schema
+
+
+def gaps(document: dict[str, Any], annotation: Any, schema: dict[str, Any], at: str) -> list[str]:
+    """Where our schema lacks what the client's type requires: required members of its
+    models (recursively), arrays, and maps."""
+    schema = resolve(document, schema)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        # A union of models (no such response here) is not checked member by member.
+        return gaps(document, members[0], schema, at) if len(members) == 1 else []
+    if origin is list:
+        if schema.get("type") != "array":
+            return [f"{at}: the client reads an array, we declare {schema or 'nothing'}"]
+        (item,) = typing.get_args(annotation)
+        return gaps(document, item, schema.get("items", {}), f"{at}[]")
+    if origin is dict:
+        value = typing.get_args(annotation)[1]
+        if schema.get("type") != "object":
+            return [f"{at}: the client reads an object, we declare {schema or 'nothing'}"]
+        found = []
+        if isinstance(schema.get("additionalProperties"), dict):
+            found += gaps(document, value, schema["additionalProperties"], f"{at}{{}}")
+        for name, member in schema.get("properties", {}).items():
+            found += gaps(document, value, member, f"{at}.{name}")
+        return found
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        properties = schema.get("properties")
+        if properties is None:
+            return [f"{at}: the client reads {annotation.__name__}, we declare {schema}"]
+        found = []
+        for name, field in annotation.model_fields.items():
+            if name not in properties:
+                if field.is_required():
+                    found.append(f"{at}.{name}: required by {annotation.__name__}, not declared")
+                continue
+            found += gaps(document, field.annotation, properties[name], f"{at}.{name}")
+        return found
+    return []  # a scalar, an enum, Any: not compared
+
+
+def test_the_clients_calls_we_serve_are_in_our_openapi_with_the_fields_it_requires(
+    service: Service,
+) -> None:
+    document = create_team_api(service).openapi()
+    calls = client_calls()
+    found: list[str] = []
+    for method_name, http_method, path in SERVED:
+        # The list says what the client really calls.
+        assert calls[method_name] == (http_method, shape(path)), method_name
+        operation = document["paths"].get(path, {}).get(http_method.lower())
+        if operation is None:
+            found.append(f"{method_name}: {http_method} {path} is not in our document")
+            continue
+        resource, name = method_name.split(".")
+        client_class = type(getattr(vital.Vital(api_key="-"), resource))
+        returned = typing.get_type_hints(getattr(client_class, name))["return"]
+        if returned is type(None):
+            continue  # the client reads no body (user.patch: our 204)
+        ok = [status for status in operation["responses"] if status.startswith("2")]
+        content = operation["responses"][ok[0]].get("content", {}).get("application/json", {})
+        found += gaps(document, returned, content.get("schema", {}), method_name)
+    assert found == []
+
+
+def test_the_list_names_every_served_client_call(service: Service) -> None:
+    """Every call of the client that lands on an operation of our document is listed in
+    SERVED (and so checked above): serving a new endpoint brings it into the check."""
+    document = create_team_api(service).openapi()
+    ours = {
+        (method.upper(), shape(path))
+        for path, operations in document["paths"].items()
+        for method in operations
+    }
+    served = {name for name, (method, path) in client_calls().items() if (method, path) in ours}
+    assert served == {name for name, _, _ in SERVED}
