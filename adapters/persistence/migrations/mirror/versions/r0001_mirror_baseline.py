@@ -73,4 +73,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # The mirror's event log cannot be rebuilt: there is no going back below the baseline.
-    raise NotImplementedError("the baseline is not undone")
+    raise RuntimeError("the baseline is not undone: below it there is no schema to go back to")

@@ -290,4 +290,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     # The event log, the key store and the health data cannot be rebuilt: there is no
     # going back below the baseline.
-    raise NotImplementedError("the baseline is not undone")
+    raise RuntimeError("the baseline is not undone: below it there is no schema to go back to")
