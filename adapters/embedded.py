@@ -61,10 +61,6 @@ __all__ = ["EMBEDDED", "FeatureNotEnabled", "HealthLedger"]
 # unless it names its own with `acting_as`.
 EMBEDDED = "system:embedded"
 
-# The team API's bounds on a page of users (GET /v2/user's offset and limit).
-_MAX_OFFSET = 2**31 - 1
-_MAX_LIMIT = 500
-
 
 @dataclass
 class _Runtime:
@@ -233,10 +229,14 @@ class HealthLedger:
 
     def list_users(self, offset: int = 0, limit: int = 100) -> UserList:
         """GET /v2/user: one page of the team's live users, oldest first."""
-        if not 0 <= offset <= _MAX_OFFSET:
-            raise InvalidRequest(f"offset must be from 0 to {_MAX_OFFSET}.", "offset", "query")
-        if not 1 <= limit <= _MAX_LIMIT:
-            raise InvalidRequest(f"limit must be from 1 to {_MAX_LIMIT}.", "limit", "query")
+        if not 0 <= offset <= operations.MAX_USER_OFFSET:
+            raise InvalidRequest(
+                f"offset must be from 0 to {operations.MAX_USER_OFFSET}.", "offset", "query"
+            )
+        if not 1 <= limit <= operations.MAX_USER_LIMIT:
+            raise InvalidRequest(
+                f"limit must be from 1 to {operations.MAX_USER_LIMIT}.", "limit", "query"
+            )
         return operations.user_page(self.service, self.team_id, offset, limit)
 
     def update_user(self, user_id: UUID, **changes: Any) -> None:

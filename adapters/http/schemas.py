@@ -12,7 +12,6 @@ from uuid import UUID
 from healthledger.domain.free_text import FreeText
 from healthledger.domain.personal_data import (
     Address,
-    Demographics,
     Ethnicity,
     GenderIdentity,
     Guarantor,
@@ -197,10 +196,6 @@ class GuarantorAnswer(BaseModel):
     email: str | None = None
     household_income: int | None = None
     household_size: int | None = None
-
-
-# Spec 2.1 as the domain records it (the embedded facade hands these out).
-DemographicsResponse = Demographics
 
 
 class DemographicsAnswer(BaseModel):

@@ -32,6 +32,11 @@ from pydantic import BaseModel
 
 DEMOGRAPHICS = "demographics"
 
+# The bounds of a page of users (GET /v2/user's offset and limit), for the route's query
+# parameters and the facade's checks alike.
+MAX_USER_OFFSET = 2**31 - 1
+MAX_USER_LIMIT = 500
+
 
 class UndoParametersError(LedgerError):
     def __init__(self) -> None:

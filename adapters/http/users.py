@@ -41,8 +41,8 @@ def users_router(service: Service) -> APIRouter:
     @router.get("/v2/user", response_model=UserList, responses=error_responses(401, 422))
     def list_users(
         caller: Caller,
-        offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
-        limit: Annotated[int, Query(ge=1, le=500)] = 100,
+        offset: Annotated[int, Query(ge=0, le=operations.MAX_USER_OFFSET)] = 0,
+        limit: Annotated[int, Query(ge=1, le=operations.MAX_USER_LIMIT)] = 100,
     ) -> Any:
         return operations.user_page(service, caller.team_id, offset, limit)
 
@@ -106,7 +106,7 @@ def users_router(service: Service) -> APIRouter:
                 service, caller.ctx, caller.team_id, user_id, body
             )
             # Addresses in the spec's spelling and the official client's
-            # (docs/compatibility.md); the facade hands out the domain model as it is.
+            # (docs/compatibility.md), as the facade answers them too.
             return JSONResponse(demographics_answer(merged.model_dump(mode="json")))
         except ValidationError as exc:
             # The merged object is checked in the domain; report it like a body error.

@@ -29,6 +29,7 @@ from healthledger.adapters.persistence.health_data_store import SqlHealthDataSto
 from healthledger.adapters.persistence.key_store import KeyStore
 from healthledger.adapters.persistence.schema import health_data, users
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.providers import SUMMARY_RESOURCES
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import attributed
 from healthledger.domain.ledger import Ledger
@@ -44,19 +45,7 @@ RulesAt = Callable[[datetime], Rules]
 # source}`. Blood pressure is stored as a day's readings and the client groups it as a
 # timeseries (GroupedBloodPressure), so it is not here although the pull engine keeps it
 # as a summary (domain SUMMARY_RESOURCES).
-SUMMARY_OBJECTS = frozenset(
-    {
-        "sleep",
-        "sleep_cycle",
-        "activity",
-        "workouts",
-        "body",
-        "profile",
-        "meal",
-        "menstrual_cycle",
-        "electrocardiogram",
-    }
-)
+SUMMARY_OBJECTS = SUMMARY_RESOURCES - {"blood_pressure"}
 # Summary resources stored as a list of sessions per day.
 SESSION_RESOURCES = frozenset({"workouts", "meal"})
 # Summaries whose client model also requires `source_provider` and `source_type`.

@@ -42,7 +42,8 @@ FINAL_CODES = frozenset({NON_RETRIABLE, UNEXPECTED, RETRY_QUOTA_EXHAUSTED})
 AdapterFor = Callable[[str, bool], "ProviderAdapter"]
 
 # Resources whose daily data is one summary (an object, or a list of sessions) rather than
-# timeseries samples: their daily events carry `summary`, the others `data` (gaps.md).
+# timeseries samples (how the pull engine stores them; what their webhooks carry is the
+# payload builder's: adapters/webhooks/payloads.py).
 SUMMARY_RESOURCES = frozenset(
     {
         "sleep",
