@@ -81,7 +81,8 @@ def main() -> int:
     env = {
         **os.environ,
         "HEALTHLEDGER_DATABASE_URL": database_url,
-        "HEALTHLEDGER_MASTER_KEY_FILE": str(workdir / "master.key"),
+        # Outside the database's directory, as the service requires.
+        "HEALTHLEDGER_MASTER_KEY_FILE": str(workdir / "keys" / "master.key"),
         "HEALTHLEDGER_TEAM_API_PORT": str(team_port),
         "HEALTHLEDGER_MANAGEMENT_API_PORT": str(management_port),
         "HEALTHLEDGER_LINK_PORT": str(free_port()),

@@ -1,5 +1,5 @@
-"""The `healthledger` command line: serve, migrate, audit, rebuild, keys, features,
-erase-due, deprecations, webhooks."""
+"""The `healthledger` command line: serve, migrate, audit, report, verify-report, rebuild,
+keys, features, erase-due, deprecations, webhooks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -23,15 +24,28 @@ def _uuid(value: str) -> UUID:
 
 
 def _instant(value: str) -> datetime:
+    from healthledger.adapters.time_travel import parse_instant
+
     try:
-        instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_instant(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+
+
+def _public_key(value: str) -> bytes:
+    try:
+        key = bytes.fromhex(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not an ISO 8601 instant: {value!r} (e.g. 2026-03-01T12:00:00Z)"
-        ) from None
-    if instant.tzinfo is None:
-        raise argparse.ArgumentTypeError("give the instant with an offset, e.g. ...Z")
-    return instant.astimezone(UTC)
+        key = b""
+    if len(key) != 32:
+        raise argparse.ArgumentTypeError("give the Ed25519 public key as 64 hex digits")
+    return key
+
+
+def _position(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"not a chain position (1, 2, 3...): {value!r}")
+    return int(value)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,12 +71,72 @@ def _parser() -> argparse.ArgumentParser:
         help="only show the current revision and what is pending; change nothing",
     )
 
-    audit = commands.add_parser("audit", help="a user's full history, or its state at an instant")
+    audit = commands.add_parser(
+        "audit",
+        help="a user's full history with its claim, connections, pulls, link tokens and the "
+        "webhook deliveries about it (another stream's id: that stream's), or its state at an "
+        "instant",
+    )
     audit.add_argument("user_id", type=_uuid)
-    audit.add_argument("--as-of", type=_instant, help="ISO 8601 instant, e.g. 2026-03-01T12:00:00Z")
+    audit.add_argument(
+        "--as-of",
+        type=_instant,
+        help="the state of this stream (a user, connection, pull, link token, team, webhook "
+        "endpoint...) at this ISO 8601 instant, e.g. 2026-03-01T12:00:00Z",
+    )
     audit.add_argument("--json", action="store_true", help="machine-readable output")
 
+    report = commands.add_parser("report", help="signed reports for an auditor")
+    report_commands = report.add_subparsers(dest="report_command", required=True)
+    deletion = report_commands.add_parser(
+        "deletion",
+        help="a user's deletion report (any state): the request, the erasure and its checks "
+        "run again now, the hash-chain proof; signed",
+    )
+    deletion.add_argument("user_id", type=_uuid)
+    deletion.add_argument("--format", choices=("json", "html", "pdf"), default="json")
+    deletion.add_argument(
+        "--output", type=Path, help="write it to this file (required for pdf); else stdout"
+    )
+    verify_report = commands.add_parser(
+        "verify-report",
+        help="verify a JSON deletion report offline (its signature, its events' hash links, "
+        "its signed head); exits 1 naming what failed",
+    )
+    verify_report.add_argument("report_file", type=Path, metavar="REPORT.json")
+    verify_report.add_argument(
+        "--public-key",
+        type=_public_key,
+        help="the service's Ed25519 public key (64 hex digits), known from elsewhere: the "
+        "report must be signed by it",
+    )
+
+    verify = commands.add_parser(
+        "verify",
+        help="walk the event log's hash chain and check every signed head; exits 1 naming "
+        "the first record changed, removed, inserted or reordered",
+    )
+    verify.add_argument(
+        "--since",
+        type=_position,
+        metavar="POSITION",
+        help="start at this chain position, trusting the stored hash of the record before it",
+    )
+    chain = commands.add_parser("chain", help="the event log's hash chain")
+    chain_commands = chain.add_subparsers(dest="chain_command", required=True)
+    chain_commands.add_parser("sign", help="sign the chain's current head now")
+
     commands.add_parser("rebuild", help="drop and rebuild every read model from the event log")
+    replay_until = commands.add_parser(
+        "replay",
+        help="build the read models as of an instant into a new SQLite file, for debugging "
+        "(the source database is only read)",
+    )
+    replay_until.add_argument(
+        "--until", type=_instant, required=True, help="ISO 8601 instant, e.g. 2026-03-01T12:00Z"
+    )
+    replay_until.add_argument("--into", type=Path, required=True, metavar="PATH.db")
+    replay_until.add_argument("--force", action="store_true", help="replace PATH.db if it exists")
 
     keys = commands.add_parser("keys", help="team API keys and org management keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
@@ -80,6 +154,17 @@ def _parser() -> argparse.ArgumentParser:
         choices=("sandbox", "production"),
         default="sandbox",
         help="for a team API key (--team)",
+    )
+    rotate = key_commands.add_parser(
+        "rotate-master",
+        help="rewrap every data key under a new master key and destroy the old one",
+    )
+    rotate.add_argument(
+        "--new-key-file",
+        type=Path,
+        help="where to write the new key when the master key comes from "
+        "HEALTHLEDGER_MASTER_KEY or HEALTHLEDGER_MASTER_KEY_COMMAND (a new file, 0600): "
+        "store it there, then destroy the file",
     )
 
     features = commands.add_parser("features", help="closed-beta switches of a team")
@@ -121,6 +206,11 @@ def _jsonable(value: Any) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "verify-report":
+        # Offline: no settings, no database; only the report (and a pinned key).
+        from healthledger.adapters.report_verification import verify_report_file
+
+        return verify_report_file(args.report_file, args.public_key, sys.stdout, sys.stderr)
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -128,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = "HEALTHLEDGER_" + "_".join(str(part) for part in error["loc"]).upper()
             print(f"healthledger: setting {name}: {error['msg']}", file=sys.stderr)
         return 2
+    from healthledger.adapters.persistence.master_key import MasterKeyError
     from healthledger.adapters.persistence.migrating import MigrationError
 
     if args.command == "migrate":
@@ -141,17 +232,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         updates = {
             k: v for k, v in (("host", args.host), ("team_api_port", args.port)) if v is not None
         }
+        from healthledger.adapters.signing_key import SigningKeyError
+
         try:
             serve(settings.model_copy(update=updates))
-        except MigrationError as exc:
+        except (MigrationError, MasterKeyError, SigningKeyError) as exc:
             return _schema_problem(exc)
         return 0
 
     from healthledger.adapters.composition import build_service
+    from healthledger.adapters.signing_key import SigningKeyError
 
     try:
         service = build_service(settings)
-    except MigrationError as exc:
+    except (MigrationError, MasterKeyError, SigningKeyError) as exc:
         return _schema_problem(exc)
     try:
         return _run(args, service)
@@ -159,9 +253,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         service.close()
 
 
+def _rotate_master_key(service: Any, new_key_file: Path | None) -> int:
+    from healthledger.adapters.persistence.master_key import HandedOverKey, MasterKeyError
+
+    source = service.key_store.source
+    if isinstance(source, HandedOverKey):
+        if new_key_file is None:
+            print(
+                f"healthledger: the master key comes from {source.name}, which the service "
+                "cannot write: give --new-key-file PATH to receive the new key",
+                file=sys.stderr,
+            )
+            return 2
+        source.new_key_file = new_key_file
+    elif new_key_file is not None:
+        print(
+            "healthledger: the master key comes from HEALTHLEDGER_MASTER_KEY_FILE, which the "
+            "rotation replaces itself: --new-key-file is for a key from the environment or "
+            "a command",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        rotation = service.key_store.rotate_master_key()
+    except MasterKeyError as exc:
+        print(f"healthledger: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"rotated the master key: {rotation.keys_rewrapped} data key(s) rewrapped under "
+        f"master key {rotation.master_key_id} at {rotation.rotated_at.isoformat()}",
+        file=sys.stdout,
+    )
+    print(source.after_rotation(), file=sys.stdout)
+    return 0
+
+
 def _schema_problem(exc: Exception) -> int:
-    # Pending migrations under HEALTHLEDGER_MIGRATE_ON_START=refuse, or a schema this
-    # version cannot migrate (newer, or not healthledger's): said plainly, no traceback.
+    # Pending migrations under HEALTHLEDGER_MIGRATE_ON_START=refuse, a schema this version
+    # cannot migrate (newer, or not healthledger's), or a master key that is missing, not
+    # private, beside the database or not the database's: said plainly, no traceback.
     print(f"healthledger: {exc}", file=sys.stderr)
     return 1
 
@@ -204,12 +334,13 @@ def _run(args: argparse.Namespace, service: Any) -> int:
 
     out = sys.stdout
     if args.command == "audit":
-        from healthledger.adapters.audit import history, state_as_of
+        from healthledger.adapters.audit import history
+        from healthledger.adapters.time_travel import state_as_of
 
         if args.as_of is not None:
             state = state_as_of(service, args.user_id, args.as_of)
             if state is None:
-                print(f"no user {args.user_id} at {args.as_of.isoformat()}", file=sys.stderr)
+                print(f"no stream {args.user_id} at {args.as_of.isoformat()}", file=sys.stderr)
                 return 1
             if args.json:
                 print(json.dumps(_jsonable(state), indent=2), file=out)
@@ -218,9 +349,12 @@ def _run(args: argparse.Namespace, service: Any) -> int:
                     shown = value.isoformat() if isinstance(value, datetime) else value
                     print(f"{key:<20} {shown}", file=out)
             return 0
-        entries = history(service, args.user_id)
+        from healthledger.adapters.audit import stream_history
+
+        # A user's audit takes in the streams it owns; any other stream's id, that stream.
+        entries = history(service, args.user_id) or stream_history(service, args.user_id)
         if not entries:
-            print(f"no user {args.user_id} in the event log", file=sys.stderr)
+            print(f"no user or stream {args.user_id} in the event log", file=sys.stderr)
             return 1
         if args.json:
             print(json.dumps([_jsonable(vars(e)) for e in entries], indent=2), file=out)
@@ -228,6 +362,19 @@ def _run(args: argparse.Namespace, service: Any) -> int:
             for entry in entries:
                 print(entry.line(), file=out)
         return 0
+
+    if args.command == "report":
+        return _deletion_report(service, args.user_id, args.format, args.output)
+
+    if args.command == "replay":
+        return _replay(service, args.until, args.into, args.force)
+
+    if args.command in ("verify", "chain"):
+        from healthledger.adapters.chain_commands import sign_command, verify_command
+
+        if args.command == "verify":
+            return verify_command(service.chain, args.since, out)
+        return sign_command(service.chain, out)
 
     if args.command == "rebuild":
         from tqdm import tqdm
@@ -241,6 +388,8 @@ def _run(args: argparse.Namespace, service: Any) -> int:
         return 0
 
     ctx = CommandContext.system(OPERATOR_CLI)
+    if args.command == "keys" and args.keys_command == "rotate-master":
+        return _rotate_master_key(service, args.new_key_file)
     if args.command == "keys":
         if args.org is not None:
             try:
@@ -296,6 +445,59 @@ def _run(args: argparse.Namespace, service: Any) -> int:
         print(f"queued {count} deliver{'y' if count == 1 else 'ies'} again", file=out)
         return 0
     raise AssertionError(args.command)
+
+
+def _replay(service: Any, until: datetime, into: Path, force: bool) -> int:
+    from healthledger.adapters.time_travel import ReplayRefused, replay_until
+    from tqdm import tqdm
+
+    total = 2 * (service.recorder.max_notification_id() or 0)  # at most: copied, projected
+    try:
+        with tqdm(total=total, unit="event", desc="replaying", file=sys.stderr) as bar:
+            replayed = replay_until(service, until, into, force=force, progress=bar.update)
+    except ReplayRefused as exc:
+        print(f"healthledger: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"replayed {replayed.events} events up to {until.isoformat()} into {replayed.path}",
+        file=sys.stdout,
+    )
+    return 0
+
+
+def _deletion_report(service: Any, user_id: UUID, form: str, output: Path | None) -> int:
+    from healthledger.adapters.deletion_report import deletion_report
+    from healthledger.adapters.report_rendering import PdfUnavailable, render_html, render_pdf
+    from healthledger.domain.context import OPERATOR_CLI, CommandContext
+    from healthledger.domain.errors import UserNotFound
+
+    if form == "pdf" and output is None:
+        print("healthledger: a PDF needs --output PATH", file=sys.stderr)
+        return 2
+    try:
+        report = deletion_report(service, user_id, CommandContext.system(OPERATOR_CLI))
+    except UserNotFound:
+        print(f"no user {user_id} in the event log", file=sys.stderr)
+        return 1
+    if form == "json":
+        content: str | bytes = json.dumps(report, indent=2) + "\n"
+    else:
+        content = render_html(report)
+        if form == "pdf":
+            try:
+                content = render_pdf(content)
+            except PdfUnavailable as exc:
+                print(f"healthledger: {exc}", file=sys.stderr)
+                return 1
+    if output is None:
+        sys.stdout.write(content if isinstance(content, str) else content.decode())
+        return 0
+    if isinstance(content, bytes):
+        output.write_bytes(content)
+    else:
+        output.write_text(content, encoding="utf-8")
+    print(f"wrote the deletion report of {user_id} to {output}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@ so there is one way to wire the parts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Any
+from uuid import UUID
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+from healthledger.adapters.eventstore.chain import Chain, open_chain
 from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
 from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.eventstore.repository import KnownCurrentRepository
@@ -20,9 +23,13 @@ from healthledger.adapters.persistence import migrating
 from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
-from healthledger.adapters.persistence.key_store import KeyStore, load_master_key
+from healthledger.adapters.persistence.key_store import KeyStore, open_master_key
 from healthledger.adapters.persistence.link_token_queries import LinkTokenQueries
-from healthledger.adapters.persistence.projections.erasure import erasure_effects
+from healthledger.adapters.persistence.master_key import master_key_source
+from healthledger.adapters.persistence.projections.erasure import (
+    ErasurePlaces,
+    erasure_effects,
+)
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.pull_queries import PullQueries
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
@@ -37,6 +44,7 @@ from healthledger.adapters.reference import (
     webhook_event_types,
 )
 from healthledger.adapters.settings import Settings
+from healthledger.adapters.signing_key import signing_key_path
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.adapters.webhooks.payloads import Payloads
 from healthledger.domain.connections.connecting import Connections
@@ -44,8 +52,10 @@ from healthledger.domain.connections.linking import LinkTokens
 from healthledger.domain.connections.providers import ProviderAdapter
 from healthledger.domain.connections.pulling import PullPolicy, Pulls
 from healthledger.domain.context import BOOTSTRAP, CommandContext
+from healthledger.domain.errors import TeamNotFound
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
+from healthledger.domain.users.client_user_ids import DIGESTS
 from healthledger.domain.users.lifecycle import UserLifecycle
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecations import Deprecations
@@ -54,6 +64,7 @@ from healthledger.domain.webhooks.management import WebhookEndpoints, address, u
 from healthledger.domain.webhooks.redelivery import Redeliveries
 from healthledger.scheduler.deprecations import apply_cut_overs
 from healthledger.scheduler.erasure import ErasurePorts, sweep_erasures
+from healthledger.scheduler.key_rotation import KeyRotationPorts, rotate_master_key_if_due
 from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
 from healthledger.scheduler.runner import Intervals, Jobs, LedgerScheduler
 from healthledger.scheduler.webhooks import dispatch_webhooks
@@ -93,6 +104,8 @@ class Service:
     # The scheduler's jobs, bound to their ports: `start_scheduler` runs them, and the
     # CLI's sweeps and the tests call them directly.
     jobs: Jobs
+    # The log's hash chain: signed heads, links, verification (ADR 0015).
+    chain: Chain
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -104,6 +117,21 @@ class Service:
             return self.teams.bootstrap(CommandContext.system(BOOTSTRAP))
         except IntegrityError:
             return None  # another process bootstrapped the same database first
+
+    def client_user_id_digest(self, team_id: UUID, value: str) -> str:
+        """The team's keyed digest (HMAC-SHA256, hex) of a client_user_id: what audits and
+        deletion reports show instead of the value. Makes the team's secret if it has
+        none yet (a team created before digests)."""
+        return self.users.client_user_ids.digest(CommandContext.system(DIGESTS), team_id, value)
+
+    def client_user_id_digest_of(self, user: User) -> str | None:
+        """The team's digest of the client_user_id the user holds or last held (erased
+        users too: from its claim). None only for a claim made before digests in a
+        deleted team, whose secret is destroyed with the team's key."""
+        try:
+            return self.users.client_user_ids.digest_of_user(CommandContext.system(DIGESTS), user)
+        except TeamNotFound:
+            return None
 
     def close(self) -> None:
         self.dispatcher.close()
@@ -123,17 +151,44 @@ def own_addresses(settings: Settings) -> set[tuple[str, int]]:
     return found
 
 
-def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -> Service:
+def build_service(
+    settings: Settings | None = None, *, clock: Clock = utc_now, chained: bool = True
+) -> Service:
+    """The service. `chained=False` records events off the hash chain: only for
+    `bench/audit.py`, which measures what the chain costs a command."""
     settings = settings or Settings()
     db = Database(settings.database_url)
     migrating.at_start(settings.database_url, settings.migrate_on_start)
-    read_models = ReadModels(db)
+    # The signing key of the chain's heads, kept like the master key (ADR 0015).
+    chain = open_chain(
+        db,
+        signing_key_path(settings.signing_key_file, settings.master_key_file),
+        clock,
+        allow_beside_database=settings.allow_key_beside_database,
+    )
+    # The master key from its source (docs/operations.md#the-master-key), checked against
+    # the database's data keys; a new one only for a database that holds none yet.
+    key_source = master_key_source(
+        value=None if settings.master_key is None else settings.master_key.get_secret_value(),
+        command=settings.master_key_command,
+        file=settings.master_key_file,
+        database_file=db.sqlite_file,
+        allow_beside_database=settings.allow_key_beside_database,
+    )
+    master_key = open_master_key(db, key_source)
+    key_store = KeyStore(db, master_key, clock, key_source)
+    # The users read model opens the client_user_ids that events hold sealed.
+    read_models = ReadModels(db, key_store.open_on)
 
     def on_record(conn: Connection, events: Sequence[Any]) -> None:
-        read_models.project(conn, events)
-        erasure_effects(conn, events)
+        # A new user's key is stored with its first events, before they are projected.
+        key_store.store_new_keys(conn, events)
+        # An erasure deletes and counts before the projections, and checks after them.
+        with erasure_effects(conn, events):
+            read_models.project(conn, events)
 
-    recorder = LedgerRecorder(db, on_record)
+    recorder = LedgerRecorder(db, on_record, chained=chained)
+    recorder.add_commit_listener(key_store.forget_stored_keys)
     ledger = Ledger(
         LedgerInfrastructure(recorder, SnapshotRecorder(db)),
         # Long-lived users replay from a snapshot; erasure deletes their snapshots.
@@ -147,10 +202,6 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
             else None
         ),
     )
-    # A new master key is made only for a database that holds no data key yet: pointing
-    # an existing database at a missing key file must fail, not mint a second master key.
-    master_key = load_master_key(settings.master_key_file, create=not db.has_data_keys())
-    key_store = KeyStore(db, master_key, clock)
     catalog = {entry.slug: entry for entry in provider_catalog()}
 
     def describe(slug: str) -> dict[str, Any]:
@@ -158,12 +209,15 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         return {"name": entry.name, "slug": entry.slug, "logo": entry.logo}
 
     connection_queries = ConnectionQueries(db, key_store, describe)
+    erasure_places = ErasurePlaces(db)
     users = UserLifecycle(
         ledger,
         key_store,
         clock,
         settings.grace_period,
         live_connection_ids=connection_queries.live_connection_ids,
+        erasure_inventory=erasure_places.inventory,
+        queued_deliveries=erasure_places.queued_deliveries,
     )
     user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
     health_data = SqlHealthDataStore(db, key_store, clock)
@@ -233,6 +287,8 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         ),
         dispatch_webhooks=partial(dispatch_webhooks, dispatcher),
         apply_cut_overs=partial(apply_cut_overs, deprecations, webhook_queries.applied_cut_overs),
+        **master_key_rotation_job(key_store, settings.master_key_rotation_interval),
+        sign_chain_head=chain.sign_moved_head,
     )
     return Service(
         settings=settings,
@@ -262,7 +318,30 @@ def build_service(settings: Settings | None = None, *, clock: Clock = utc_now) -
         dispatcher=dispatcher,
         redeliveries=Redeliveries(ledger, clock, webhook_queries.deliveries_since),
         jobs=jobs,
+        chain=chain,
     )
+
+
+def master_key_rotation_job(
+    key_store: KeyStore, interval: timedelta | None
+) -> dict[str, Callable[[], int]]:
+    """The scheduler's master key rotation (`Jobs.rotate_master_key`), if it has an
+    interval (HEALTHLEDGER_MASTER_KEY_ROTATION_INTERVAL, 0 or off: none)."""
+    if interval is None or key_store.source is None:
+        return {}
+
+    def rotate_if_due(due_after: timedelta) -> int | None:
+        rotation = key_store.rotate_master_key(due_after=due_after)
+        return None if rotation is None else rotation.keys_rewrapped
+
+    ports = KeyRotationPorts(
+        interval=interval,
+        is_due=key_store.rotation_due,
+        rotate_if_due=rotate_if_due,
+        unattended=key_store.source.rotates_unattended,
+        source=key_store.source.name,
+    )
+    return {"rotate_master_key": partial(rotate_master_key_if_due, ports)}
 
 
 def start_scheduler(service: Service) -> LedgerScheduler:
@@ -277,6 +356,8 @@ def start_scheduler(service: Service) -> LedgerScheduler:
             webhook_dispatcher=settings.webhook_poll_interval,
             daily_sync=settings.daily_sync_sweep_interval,
             deprecation_cut_overs=settings.deprecation_sweep_interval,
+            master_key_rotation=settings.master_key_rotation_interval,
+            chain_sign=settings.chain_sign_interval,
         ),
     )
     recorder = service.recorder

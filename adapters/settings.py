@@ -6,7 +6,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from healthledger.adapters.persistence.master_key import default_master_key_file
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -27,6 +28,24 @@ def _seconds_or_iso(value: Any) -> Any:
 Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
 
 
+def _interval_or_off(value: Any) -> Any:
+    # "off" turns a periodic job off (so does 0, in any form: `_zero_is_off`).
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return None
+    return _seconds_or_iso(value)
+
+
+def _zero_is_off(value: timedelta | None) -> timedelta | None:
+    if value is not None and value < timedelta(0):
+        raise ValueError("must be a positive duration, or 0 / off")
+    return None if value == timedelta(0) else value
+
+
+IntervalOrOff = Annotated[
+    timedelta | None, BeforeValidator(_interval_or_off), AfterValidator(_zero_is_off)
+]
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEALTHLEDGER_", extra="ignore")
 
@@ -35,8 +54,22 @@ class Settings(BaseSettings):
     # What `serve`, the CLI and `build_service` do with pending schema migrations at start:
     # `apply` them, or `refuse` to start (then `healthledger migrate` applies them).
     migrate_on_start: Literal["apply", "refuse"] = "apply"
-    # The master key that wraps every user's data key; never stored in the database.
-    master_key_file: Path = Path("healthledger.master.key")
+    # The master key that wraps every user's data key; never stored in the database. From
+    # the first of: master_key (base64), master_key_command (prints it: a secrets
+    # manager), master_key_file (default outside the database's directory, in
+    # `default_key_directory()`; refused in the SQLite database's own directory unless
+    # allow_key_beside_database). See docs/operations.md#the-master-key.
+    master_key: SecretStr | None = None
+    master_key_command: str | None = None
+    master_key_file: Path = Field(default_factory=default_master_key_file)
+    allow_key_beside_database: bool = False
+    # How often the scheduler rotates the master key (file source only); 0 or "off": never.
+    master_key_rotation_interval: IntervalOrOff = timedelta(days=7)
+    # The Ed25519 key that signs the hash chain's heads and deletion reports (ADR 0015);
+    # never in the database. Unset: healthledger.signing.key beside the master key file.
+    signing_key_file: Path | None = None
+    # How often the scheduler signs the chain's head (skipped when it did not move).
+    chain_sign_interval: Duration = Field(default=timedelta(hours=1), gt=timedelta(0))
     # Seconds or ISO 8601 (P7D). The spec's grace period is 7 days.
     grace_period: Duration = Field(default=timedelta(days=7), gt=timedelta(0))
     host: str = "127.0.0.1"

@@ -33,9 +33,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.key_store import UserCipher
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
+from healthledger.domain.users.client_user_ids import client_user_id_digest
 from healthledger.domain.users.user import ClientUserIdClaim, User
 
 TARGET = 0.65
@@ -141,7 +144,7 @@ class Result:
 def _new_service(directory: Path, name: str) -> tuple[Service, uuid.UUID]:
     settings = Settings(
         database_url=f"sqlite:///{directory / f'{name}.db'}",
-        master_key_file=directory / f"{name}.master.key",
+        master_key_file=directory / "keys" / f"{name}.master.key",
     )
     service = build_service(settings)
     boot = service.bootstrap()
@@ -304,6 +307,7 @@ _FLOOR_USER = (
     "INSERT INTO users (user_id, team_id, client_user_id, status, created_on, version) "
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
+_FLOOR_KEY = "INSERT INTO user_data_keys (user_id, wrapped_key, created_at) VALUES (?, ?, ?)"
 
 
 def _sqlite_text(moment: datetime) -> str:
@@ -313,11 +317,17 @@ def _sqlite_text(moment: datetime) -> str:
 def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callable[[int], None]]:
     """The least a create can cost in this design, for reference: the domain makes the
     user and its client_user_id claim and the ledger's mapper maps their two events to
-    stored form, as the service does, and raw sqlite3 writes the two event rows and the
-    users row into the service's own schema (its tables and indexes), durably. Nothing
-    else of the service: no validation, unit of work, cache, read-model code or SQLAlchemy."""
+    stored form, as the service does (the client_user_id sealed with a new data key,
+    wrapped by the master key, and the claim named by the team's digest), and raw sqlite3
+    writes the two event rows, the key row and the users row into the service's own
+    schema (its tables and indexes), durably. Nothing else of the service: no validation,
+    unit of work, cache, read-model code or SQLAlchemy."""
     service, team_id = _new_service(directory, "floor")
     mapper = service.ledger.mapper
+    team_secret = service.users.client_user_ids.secret_of(
+        CommandContext.system("bench:embedded"), team_id
+    ).secret
+    master = AESGCM(AESGCM.generate_key(bit_length=256))
     service.close()
     conn = sqlite3.connect(directory / "floor.db", isolation_level=None)
     for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"):
@@ -328,21 +338,27 @@ def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callab
         client_user_id = f"floor-{i}"
         now = datetime.now(UTC)
         user_id = uuid.uuid4()
+        data_key = AESGCM.generate_key(bit_length=256)
+        nonce = os.urandom(12)
+        wrapped = nonce + master.encrypt(nonce, data_key, user_id.bytes)
+        digest = client_user_id_digest(team_secret, client_user_id)
         user = User.register(
             ctx,
             now,
             user_id=user_id,
             team_id=team_id,
-            client_user_id=client_user_id,
+            sealed_client_user_id=UserCipher(user_id, data_key).seal(client_user_id),
+            claim_id=ClientUserIdClaim.id_for_digest(digest),
             fallback_time_zone=None,
             sealed_birth_date=None,
             ingestion_start=None,
             ingestion_end=None,
         )
-        claim = ClientUserIdClaim.start(ctx, now, team_id, client_user_id, user_id)
+        claim = ClientUserIdClaim.start(ctx, now, team_id, digest, user_id)
         events = [*user.collect_events(), *claim.collect_events()]
         stored = [mapper.to_stored_event(e) for e in events]
         conn.execute("BEGIN IMMEDIATE")
+        conn.execute(_FLOOR_KEY, (user_id.hex, wrapped, _sqlite_text(now)))
         for s, e in zip(stored, events, strict=True):
             conn.execute(
                 _FLOOR_EVENT,
@@ -439,7 +455,7 @@ def bench_kind(kind: str, directory: Path, n: int, warmup: int, block: int) -> K
             floor_clocks.seconds,
             n,
             n,
-            3 * n,
+            4 * n,  # two event rows, the key row, the users row
             floor_clocks.cpu_seconds,
             side.rows_before,
         )

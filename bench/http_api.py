@@ -371,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="healthledger-bench-") as tmp:
         directory = Path(tmp)
         service_url = f"sqlite:///{directory / 'service.db'}"
-        master_key_file = directory / "service.master.key"
+        master_key_file = directory / "keys" / "service.master.key"
         # Bootstrap here, before the server starts, to learn the team API key.
         service = build_service(Settings(database_url=service_url, master_key_file=master_key_file))
         boot = service.bootstrap()

@@ -55,7 +55,7 @@ DEMO_PROVIDERS = ("oura", "fitbit", "apple_health_kit", "freestyle_libre", "with
 def full_history(provider: str, workdir: Path) -> dict[str, Any]:
     settings = Settings(
         database_url=f"sqlite:///{workdir / f'{provider}.db'}",
-        master_key_file=workdir / f"{provider}.key",
+        master_key_file=workdir / "keys" / f"{provider}.key",
     )
     service = build_service(settings)
     try:
@@ -134,7 +134,7 @@ def many_users(users: int, provider: str, workers: int, workdir: Path) -> dict[s
     env = {
         **os.environ,
         "HEALTHLEDGER_DATABASE_URL": f"sqlite:///{db_path}",
-        "HEALTHLEDGER_MASTER_KEY_FILE": str(workdir / "many.key"),
+        "HEALTHLEDGER_MASTER_KEY_FILE": str(workdir / "keys" / "many.key"),
         "HEALTHLEDGER_TEAM_API_PORT": str(ports[0]),
         "HEALTHLEDGER_MANAGEMENT_API_PORT": str(ports[1]),
         "HEALTHLEDGER_LINK_PORT": str(ports[2]),

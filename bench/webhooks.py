@@ -91,7 +91,7 @@ def new_service(workdir: Path, name: str) -> Service:
     service = build_service(
         Settings(
             database_url=f"sqlite:///{workdir / f'{name}.db'}",
-            master_key_file=workdir / f"{name}.key",
+            master_key_file=workdir / "keys" / f"{name}.key",
         )
     )
     service.bootstrap()

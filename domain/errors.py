@@ -105,3 +105,20 @@ class CredentialsNotPrepared(LedgerError):
 class WebhookEndpointNotFound(LedgerError):
     def __init__(self) -> None:
         super().__init__("Webhook endpoint not found.")
+
+
+class ErasureNotVerified(Exception):
+    """The transaction recording a user's erasure found a place it empties holding other
+    rows than the erasure counted, or rows left after it: it rolls back, nothing of the
+    erasure is recorded, and the sweep tries again. Not a LedgerError: no caller of an
+    API meets it. Names the place and the counts, never a value."""
+
+    def __init__(self, user_id: UUID, place: str, expected: int, found: int, when: str) -> None:
+        super().__init__(
+            f"erasure of user {user_id} not verified: {place} held {found} row(s) {when}, "
+            f"{expected} expected"
+        )
+        self.user_id = user_id
+        self.place = place
+        self.expected = expected
+        self.found = found

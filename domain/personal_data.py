@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import date
 from enum import StrEnum
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from healthledger.domain.free_text import FreeText
@@ -37,6 +37,18 @@ class PersonalDataVault(Protocol):
 
     def discard(self, user_id: UUID) -> None:
         """Drop the key of a user that was never recorded (a create that failed)."""
+        ...
+
+
+@runtime_checkable
+class KeepsNewKeys(Protocol):
+    """A vault that can hold the key of a user being created until the transaction that
+    records the user's first events stores it, so that a create commits once (a key
+    stored on its own would be a durable commit of its own before the events'). Every
+    user has personal data (its client_user_id, sealed), so every create makes a key."""
+
+    def new_key(self, user_id: UUID) -> None:
+        """Make the key of a user being created, for an id nobody else knows yet."""
         ...
 
 

@@ -24,6 +24,10 @@ from healthledger.scheduler.wakeups import WakeableJob
 
 PULL_WORKER = "pull-worker"
 WEBHOOK_DISPATCHER = "webhook-dispatcher"
+MASTER_KEY_ROTATION = "master-key-rotation"
+# How often the rotation job looks whether a rotation is due (or its interval, if less):
+# the interval counts from the latest rotation, not from the process's start.
+ROTATION_CHECK = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class Jobs:
     sync_connected_feeds: Callable[[], int]
     dispatch_webhooks: Callable[[], int]
     apply_cut_overs: Callable[[], list[str]]
+    # Rotates the master key when due (scheduler/key_rotation.py); data keys rewrapped.
+    rotate_master_key: Callable[[], int] = lambda: 0
+    # Signs the hash chain's head if it moved since the last signed one (1, else 0).
+    sign_chain_head: Callable[[], int] = lambda: 0
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,11 @@ class Intervals:
     webhook_dispatcher: timedelta
     daily_sync: timedelta
     deprecation_cut_overs: timedelta
+    # The master key's rotation interval; None: never rotated by the scheduler. The job
+    # looks at most hourly whether one is due (`ROTATION_CHECK`).
+    master_key_rotation: timedelta | None = None
+    # How often the chain's head is signed (HEALTHLEDGER_CHAIN_SIGN_INTERVAL).
+    chain_sign: timedelta = timedelta(hours=1)
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -65,8 +78,15 @@ class LedgerScheduler(BackgroundScheduler):
             ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
             ("daily-sync", intervals.daily_sync, jobs.sync_connected_feeds),
             ("deprecation-cut-overs", intervals.deprecation_cut_overs, jobs.apply_cut_overs),
+            ("chain-head-signing", intervals.chain_sign, jobs.sign_chain_head),
         ):
             self.every(job_id, interval, work)
+        if intervals.master_key_rotation is not None:
+            self.every(
+                MASTER_KEY_ROTATION,
+                min(intervals.master_key_rotation, ROTATION_CHECK),
+                jobs.rotate_master_key,
+            )
 
     def committed(self, events: Sequence[object]) -> None:
         """A commit of this process stored `events`: wake the workers they give work to.

@@ -111,7 +111,10 @@ def postgres_schema(admin: sa.Engine, sql: str = "") -> Iterator[str]:
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        path = tmp_path / "ledger.db"
+        # In a directory of its own: the master key file (`settings`) may not sit in the
+        # database's directory.
+        path = tmp_path / "database" / "ledger.db"
+        path.parent.mkdir()
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return

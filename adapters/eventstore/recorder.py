@@ -1,8 +1,9 @@
 """The event recorder: eventsourcing's ApplicationRecorder on our SQLAlchemy database.
 
 In the transaction that stores a command's events it also writes their timestamps (the
-time-travel index), their read-model rows, and the erasure effects (`on_record`), so
-the log and everything derived from it change together or not at all.
+time-travel index), their place in the hash chain (`chain.py`, ADR 0015), their
+read-model rows, and the erasure effects (`on_record`), so the log and everything
+derived from it change together or not at all.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from eventsourcing.persistence import (
     Subscription,
     Tracking,
 )
+from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, ChainWriter
 from healthledger.adapters.eventstore.subscription import PollingSubscription
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
@@ -56,19 +58,13 @@ class EventTables:
 LEDGER_TABLES = EventTables()
 
 
-def event_rows(
+def event_values(
     stored: Sequence[StoredEvent], domain_events: Sequence[CanMutateAggregate[Any]]
-) -> list[dict[str, Any]]:
-    """Each event's row: its stored form, and its domain event's time (the time-travel
-    index)."""
+) -> list[tuple[Any, ...]]:
+    """Each event's values in `EVENT_COLUMNS` order: its stored form, and its domain
+    event's time (the time-travel index)."""
     return [
-        {
-            "originator_id": s.originator_id,
-            "originator_version": s.originator_version,
-            "topic": s.topic,
-            "state": s.state,
-            "timestamp": d.timestamp,
-        }
+        (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
         for s, d in zip(stored, domain_events, strict=True)
     ]
 
@@ -77,11 +73,24 @@ class LedgerRecorder(ProcessRecorder):
     """Events, notifications and tracking on one table set; effects in the same txn."""
 
     def __init__(
-        self, db: Database, on_record: OnRecord | None = None, tables: EventTables = LEDGER_TABLES
+        self,
+        db: Database,
+        on_record: OnRecord | None = None,
+        tables: EventTables = LEDGER_TABLES,
+        *,
+        chained: bool = True,
     ) -> None:
+        """`chained`: link each row onto the hash chain of the table (ADR 0015). The
+        service's log always is; the webhook receiver's mirror log is not (its table has
+        no chain columns), and `bench/audit.py` turns it off to measure what it costs."""
         self.db = db
         self.on_record = on_record
         self.tables = tables
+        if chained and not set(CHAIN_COLUMNS) <= set(tables.events.c.keys()):
+            raise ValueError(f"{tables.events.name} has no chain columns: record it unchained")
+        self.chain = ChainWriter(tables.events) if chained else None
+        # The columns each event row binds, in order.
+        self.columns = EVENT_COLUMNS + CHAIN_COLUMNS if chained else EVENT_COLUMNS
         # What each commit of events calls (subscriptions' wakes, commit listeners):
         # replaced whole under the lock, so a commit reads it without one.
         self.listeners_lock = threading.Lock()
@@ -137,36 +146,48 @@ class LedgerRecorder(ProcessRecorder):
         """Insert the events' rows; their notification ids."""
         if not stored:
             return []
+        if not self.db.is_sqlite:
+            # First: the head the rows link onto is read under the lock, so writers of
+            # several processes take turns on the chain too.
+            conn.exec_driver_sql(self.lock_statement)
+        rows: list[tuple[Any, ...]] = event_values(stored, domain_events)
+        if self.chain is not None:
+            rows = [
+                (*row, *link) for row, link in zip(rows, self.chain.links(conn, rows), strict=True)
+            ]
         if self.db.is_sqlite:
             # One writer holds the database (BEGIN IMMEDIATE): a row's rowid is its
             # notification id, and the rows of one INSERT take consecutive ones (the
             # table is AUTOINCREMENT), the last of which sqlite3 reports.
             ids: list[int] = []
-            for start in range(0, len(stored), EVENT_BATCH):
-                values: list[Any] = []
-                for s, d in zip(
-                    stored[start : start + EVENT_BATCH],
-                    domain_events[start : start + EVENT_BATCH],
-                    strict=True,
-                ):
-                    # In `EVENT_COLUMNS` order.
-                    values += (s.originator_id, s.originator_version, s.topic, s.state, d.timestamp)
-                count = len(values) // len(EVENT_COLUMNS)
-                last = self.insert_batch(conn, count).execute_row(conn, values)
+            for start in range(0, len(rows), EVENT_BATCH):
+                batch = rows[start : start + EVENT_BATCH]
+                # Row after row, each in `self.columns` order.
+                values = [value for row in batch for value in row]
+                last = self.insert_batch(conn, len(batch)).execute_row(conn, values)
                 assert last is not None
-                ids.extend(range(last - count + 1, last + 1))
+                ids.extend(range(last - len(batch) + 1, last + 1))
             return ids
-        conn.exec_driver_sql(self.lock_statement)
-        rows = event_rows(stored, domain_events)
-        return list(conn.execute(self.insert_events_returning, rows).scalars())
+        columns = self.columns
+        found = list(
+            conn.execute(
+                self.insert_events_returning, [dict(zip(columns, row, strict=True)) for row in rows]
+            ).scalars()
+        )
+        if self.chain is not None and found != sorted(found):
+            # Chain order is notification order: a driver that numbered the rows in
+            # another order than given would break it. Rolled back, never stored.
+            raise RuntimeError("the event rows were numbered out of their order")
+        return found
 
     def insert_batch(self, conn: Connection, count: int) -> CompiledStatement:
         """The INSERT of `count` event rows, binding their values row after row, each
-        row's in `EVENT_COLUMNS` order."""
+        row's in `self.columns` order."""
         statement = self.insert_batches.get(count)
         if statement is None:
-            statement = CompiledStatement(insert_rows_of(self.tables.events, EVENT_COLUMNS, count))
-            expected = tuple(f"{name}_{row}" for row in range(count) for name in EVENT_COLUMNS)
+            columns = self.columns
+            statement = CompiledStatement(insert_rows_of(self.tables.events, columns, count))
+            expected = tuple(f"{name}_{row}" for row in range(count) for name in columns)
             if statement.compiled(conn.dialect).positions != expected:
                 raise RuntimeError("the event INSERT binds its values in another order")
             self.insert_batches[count] = statement
@@ -369,7 +390,3 @@ class SnapshotRecorder(AggregateRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         return select_stream(self.db, self.table, originator_id, gt, lte, desc, limit)
-
-
-def delete_snapshots(conn: Connection, originator_id: UUID) -> None:
-    conn.execute(delete(snapshots).where(snapshots.c.originator_id == originator_id))

@@ -7,6 +7,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http import user_operations as operations
+from healthledger.adapters.http.as_of import AsOf
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -67,9 +68,9 @@ def connections_router(service: Service) -> APIRouter:
         response_model=UserProviders,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
-    def user_providers(user_id: UUID, caller: Caller) -> Any:
+    def user_providers(user_id: UUID, caller: Caller, as_of: AsOf = None) -> Any:
         """Spec 2.2: the user's connections (deregistered ones are not listed)."""
-        return operations.user_providers(service, caller.team_id, user_id)
+        return operations.user_providers(service, caller.team_id, user_id, as_of=as_of)
 
     @router.delete(
         "/v2/user/{user_id:uuid}/{provider}",

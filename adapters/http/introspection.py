@@ -3,17 +3,19 @@ answers the official client's shape, docs/compatibility.md): per user, per live
 connection, what was pulled, when, and how it ended. Paged by user with signed cursors
 bound to the listing's filters."""
 
-from collections.abc import Callable
-from typing import Annotated, Any
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Protocol
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.as_of import AsOf
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.schemas import HistoricalPullsPage, UserResourcesPage
+from healthledger.adapters.time_travel import reads_as_of
 from healthledger.domain.connections.connection import CONNECTED
 from healthledger.domain.errors import InvalidRequest
 
@@ -22,6 +24,40 @@ from healthledger.domain.errors import InvalidRequest
 CURSOR_ALIAS = Query(
     max_length=512, deprecated=True, description="The same as next_cursor, which wins."
 )
+
+
+class IntrospectionReads(Protocol):
+    """What a listing reads: now (`LiveReads`), or as of an instant (`ReadsAsOf`)."""
+
+    def load_live(self, team_id: UUID, user_id: UUID) -> Any: ...
+
+    def user_page(
+        self,
+        team_id: UUID,
+        *,
+        user_id: UUID | None,
+        provider: str | None,
+        after: UUID | None,
+        limit: int,
+    ) -> list[UUID]: ...
+
+    def feeds_of(self, user_ids: Sequence[UUID], provider: str | None) -> Sequence[Any]: ...
+
+    def live_providers_of(
+        self, user_ids: Sequence[UUID], provider: str | None
+    ) -> Sequence[Any]: ...
+
+
+class LiveReads:
+    """The listings' reads now: the live user (from its stream) and the read models."""
+
+    def __init__(self, service: Service) -> None:
+        queries = service.pull_queries
+        self.load_live = service.users.load_live
+        self.user_page = queries.user_page
+        self.feeds_of = queries.feeds_of
+        self.live_providers_of = queries.live_providers_of
+
 
 # What a resource's feed looks like from outside in /v2/introspect/resources.
 _FEED_STATUS = {CONNECTED: "active"}
@@ -32,10 +68,12 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
     responses = error_responses(400, 401, 404, 422, described=USER_NOT_FOUND)
     Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
     queries = service.pull_queries
+    live = LiveReads(service)
 
     def page(
         listing: str,
         caller: TeamCaller,
+        reads: IntrospectionReads,
         user_id: UUID | None,
         provider: str | None,
         user_limit: int,
@@ -45,7 +83,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
         if provider is not None and provider not in service.catalog:
             raise InvalidRequest("Unknown provider slug.", "provider", "query")
         if user_id is not None:
-            service.users.load_live(caller.team_id, user_id)  # another team's user: 404
+            reads.load_live(caller.team_id, user_id)  # another team's user: 404
         scope = f"{listing}:{caller.team_id}:{user_id or ''}:{provider or ''}:{user_limit}"
         after = None
         if next_cursor:
@@ -53,7 +91,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
                 after = UUID(cursors.decode(next_cursor, scope)["u"])
             except (KeyError, TypeError, ValueError):
                 raise InvalidCursor() from None
-        user_ids = queries.user_page(
+        user_ids = reads.user_page(
             caller.team_id, user_id=user_id, provider=provider, after=after, limit=user_limit + 1
         )
         more = len(user_ids) > user_limit
@@ -71,12 +109,14 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
         user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
         next_cursor: Annotated[str | None, Query(max_length=512)] = None,
         cursor: Annotated[str | None, CURSOR_ALIAS] = None,
+        as_of: AsOf = None,
     ) -> Any:
         """Each live connection's historical pulls, one per resource (gaps.md shape)."""
+        reads = live if as_of is None else reads_as_of(service, as_of)
 
         def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
             pulled: dict[tuple[UUID, str], dict[str, Any]] = {}
-            for f in queries.feeds_of(user_ids, provider):
+            for f in reads.feeds_of(user_ids, provider):
                 if f.status is None:
                     continue
                 pulled.setdefault((f.user_id, f.provider), {})[f.resource] = {
@@ -94,7 +134,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
                     "error_details": f.error_code,
                 }
             by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
-            for row in queries.live_providers_of(user_ids, provider):
+            for row in reads.live_providers_of(user_ids, provider):
                 done = pulled.get((row.user_id, row.provider), {})
                 by_user[row.user_id][row.provider] = {
                     "pulled": done,
@@ -104,7 +144,14 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
         return page(
-            "historical_pull", caller, user_id, provider, user_limit, next_cursor or cursor, render
+            "historical_pull",
+            caller,
+            reads,
+            user_id,
+            provider,
+            user_limit,
+            next_cursor or cursor,
+            render,
         )
 
     @router.get("/v2/introspect/resources", response_model=UserResourcesPage, responses=responses)
@@ -138,7 +185,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
         return page(
-            "resources", caller, user_id, provider, user_limit, next_cursor or cursor, render
+            "resources", caller, live, user_id, provider, user_limit, next_cursor or cursor, render
         )
 
     return router

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from healthledger.domain.free_text import FreeText
@@ -144,8 +144,14 @@ class FallbackTimeZone(BaseModel):
     updated_at: datetime
 
 
+# A personal value in an answer about the past (`as_of`) whose key was destroyed since
+# (the user erased): the audit's placeholder, `ERASED_PLACEHOLDER`, in place of the value.
+# The official client reads `value` as a string.
+ErasedValue = Literal["<personal data: erased>"]
+
+
 class FallbackBirthDate(BaseModel):
-    value: date
+    value: date | ErasedValue
     source_slug: str
     updated_at: datetime
 

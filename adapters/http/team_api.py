@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.audit_routes import audit_router
 from healthledger.adapters.http.connections import connections_router
 from healthledger.adapters.http.cursors import CursorCodec
+from healthledger.adapters.http.deletion_reports import deletion_reports_router
 from healthledger.adapters.http.errors import install_error_handlers
 from healthledger.adapters.http.introspection import introspection_router
 from healthledger.adapters.http.link_tokens import link_tokens_router
@@ -31,6 +33,8 @@ def create_team_api(service: Service) -> FastAPI:
     app.include_router(oauth_callback_router(service))
     app.include_router(providers_router(service))
     app.include_router(introspection_router(service, CursorCodec(service.cursor_secret)))
+    app.include_router(audit_router(service, CursorCodec(service.cursor_secret)))
+    app.include_router(deletion_reports_router(service))
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app

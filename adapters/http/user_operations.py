@@ -11,6 +11,7 @@ path and query parsing, status codes, and mapping errors to bodies.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -25,6 +26,7 @@ from healthledger.adapters.http.schemas import (
     UserList,
 )
 from healthledger.adapters.reference import ProviderEntry
+from healthledger.adapters.time_travel import reads_as_of
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import InvalidRequest, LedgerError
 from healthledger.domain.personal_data import Demographics
@@ -63,8 +65,18 @@ def create_user(
 
 
 def resolved_user(
-    service: Service, team_id: UUID, user_id: UUID, *, new: bool = False
+    service: Service,
+    team_id: UUID,
+    user_id: UUID,
+    *,
+    new: bool = False,
+    as_of: datetime | None = None,
 ) -> ResolvedUser:
+    """The resolved user (spec 2.3); with `as_of`, as it was answered at that instant."""
+    if as_of is not None:
+        return ResolvedUser.model_validate(
+            reads_as_of(service, as_of).resolved_user(team_id, user_id)
+        )
     return ResolvedUser.model_validate(
         service.user_queries.resolved_user(team_id, user_id, new=new)
     )
@@ -184,8 +196,15 @@ def connect_demo(
     return {"success": True, "detail": f"Connected a demo {entry.name} device."}
 
 
-def user_providers(service: Service, team_id: UUID, user_id: UUID) -> dict[str, Any]:
-    """Spec 2.2: the live user's connections (deregistered ones are not listed)."""
+def user_providers(
+    service: Service, team_id: UUID, user_id: UUID, *, as_of: datetime | None = None
+) -> dict[str, Any]:
+    """Spec 2.2: the live user's connections (deregistered ones are not listed); with
+    `as_of`, as they were answered at that instant."""
+    if as_of is not None:
+        reads = reads_as_of(service, as_of)
+        reads.load_live(team_id, user_id)
+        return {"providers": reads.providers_of(user_id)}
     service.users.load_live(team_id, user_id)
     return {"providers": service.connection_queries.providers_of(user_id)}
 

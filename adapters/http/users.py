@@ -8,6 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http import user_operations as operations
+from healthledger.adapters.http.as_of import AsOf
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -73,8 +74,8 @@ def users_router(service: Service) -> APIRouter:
         response_model=ResolvedUser,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
-    def get_user(user_id: UUID, caller: Caller) -> Any:
-        return operations.resolved_user(service, caller.team_id, user_id)
+    def get_user(user_id: UUID, caller: Caller, as_of: AsOf = None) -> Any:
+        return operations.resolved_user(service, caller.team_id, user_id, as_of=as_of)
 
     @router.patch(
         "/v2/user/{user_id:uuid}",

@@ -14,7 +14,11 @@ mirror records:
   timeseries ones `{user_id, provider, calendar_date, data: [samples], source}`, and the
   deprecated `daily.timeseries.hypnogram.created|updated`. The older summary shape
   `{user_id, provider, calendar_date, summary, source}` is still read, so messages sent
-  before the change (a redelivery, a queue) are taken too.
+  before the change (a redelivery, a queue) are taken too;
+- our own lifecycle types (not in the production service's catalog):
+  `user.deleted`: `{user_id, team_id, deleted_at, erasure_due_at, request_id}`,
+  `user.deletion_undone`: `{user_id, team_id, undone_at, request_id}`,
+  `user.erased`: `{user_id, erased_at, removed}`; their envelope's client_user_id is null.
 
 Fields the mirror does not need (`source`, `is_final`, the samples and summaries themselves)
 and fields added later are ignored, so a deprecation or an addition on the sender's side
@@ -39,8 +43,11 @@ from healthledger.domain.mirror.users import (
     ConnectionCreated,
     ConnectionErrored,
     DailyDataAnnounced,
+    DeletionAnnounced,
     Envelope,
+    ErasureAnnounced,
     HistoricalDataAnnounced,
+    UndoAnnounced,
 )
 from pydantic import (
     AwareDatetime,
@@ -131,6 +138,29 @@ class _Daily(_Model):
     source: dict[str, Any] | None = None
 
 
+class _UserDeleted(_Model):
+    user_id: UUID
+    team_id: UUID
+    deleted_at: AwareDatetime
+    erasure_due_at: AwareDatetime
+    request_id: str = Field(min_length=1, max_length=255)
+
+
+class _DeletionUndone(_Model):
+    user_id: UUID
+    team_id: UUID
+    undone_at: AwareDatetime
+    request_id: str = Field(min_length=1, max_length=255)
+
+
+class _UserErased(_Model):
+    user_id: UUID
+    erased_at: AwareDatetime
+    removed: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
+        max_length=64
+    )
+
+
 @dataclass(frozen=True)
 class Message:
     """A message of the contract: its envelope, and what it announces for the mirror
@@ -188,6 +218,9 @@ def _announcement(envelope: _Envelope) -> Announcement | None:
                 error_type=errored.error_type,
                 error_message=errored.message,
             )
+        lifecycle = _lifecycle(envelope)
+        if lifecycle is not None:
+            return lifecycle
         resource = _historical_resource(event_type)
         if resource is not None:
             historical = _Historical.model_validate(data)
@@ -216,6 +249,30 @@ def _announcement(envelope: _Envelope) -> Announcement | None:
         raise InvalidMessage(
             INVALID_DATA, f"The data of {event_type} is not as documented: {_fields(exc)}."
         ) from None
+    return None
+
+
+def _lifecycle(envelope: _Envelope) -> Announcement | None:
+    """Our own lifecycle types; None for any other type. Raises ValidationError."""
+    event_type, data = envelope.event_type, envelope.data
+    if event_type == "user.deleted":
+        deleted = _UserDeleted.model_validate(data)
+        _same_user(envelope, deleted.user_id)
+        _same_team(envelope, deleted.team_id)
+        return DeletionAnnounced(
+            deleted_at=deleted.deleted_at,
+            erasure_due_at=deleted.erasure_due_at,
+            request_id=deleted.request_id,
+        )
+    if event_type == "user.deletion_undone":
+        undone = _DeletionUndone.model_validate(data)
+        _same_user(envelope, undone.user_id)
+        _same_team(envelope, undone.team_id)
+        return UndoAnnounced(undone_at=undone.undone_at, request_id=undone.request_id)
+    if event_type == "user.erased":
+        erased = _UserErased.model_validate(data)
+        _same_user(envelope, erased.user_id)
+        return ErasureAnnounced(erased_at=erased.erased_at, removed=tuple(erased.removed))
     return None
 
 
@@ -248,6 +305,11 @@ def _check_daily_payload(resource: str, daily: _Daily) -> None:
 def _same_user(envelope: _Envelope, user_id: UUID) -> None:
     if user_id != envelope.user_id:
         raise InvalidMessage(INVALID_DATA, "data.user_id is not the envelope's user_id.")
+
+
+def _same_team(envelope: _Envelope, team_id: UUID) -> None:
+    if team_id != envelope.team_id:
+        raise InvalidMessage(INVALID_DATA, "data.team_id is not the envelope's team_id.")
 
 
 def _fields(exc: ValidationError) -> str:

@@ -3,12 +3,15 @@ own database (SQLite or PostgreSQL, one SQLAlchemy URL), possibly beside other t
 every name starts with `mirror_` or says what it is (`received_webhooks`).
 
 The mirror's event log has the service log's columns (`LedgerRecorder` writes both), under
-its own names, so the two never mix even in one database (the tests put both in one).
+its own names, so the two never mix even in one database (the tests put both in one). So
+does its key store (`KeyStore` reads and writes both): the key of each mirrored user that
+seals its identifiers, and the rotations of the receiver's own master key.
 """
 
 from __future__ import annotations
 
 from healthledger.adapters.eventstore.recorder import EventTables
+from healthledger.adapters.persistence.key_store import KeyTables
 from healthledger.adapters.persistence.schema import UTCDateTime
 from sqlalchemy import (
     BigInteger,
@@ -76,6 +79,30 @@ received_webhooks = Table(
     Column("received_at", UTCDateTime, nullable=False),
     Index("ix_received_webhooks_user", "user_id", "received_at"),
 )
+
+# The key store of the mirror: one AES-256 key per mirrored user, wrapped by the receiver's
+# master key (never the service's), which seals the user's client_user_id and provider ids in
+# the mirror's events. `user.erased` deletes the row (crypto-shredding).
+mirror_user_keys = Table(
+    "mirror_user_keys",
+    mirror_metadata,
+    Column("user_id", Uuid, primary_key=True),
+    Column("wrapped_key", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+# One row per rotation of the receiver's master key, as `master_key_rotations` is the
+# service's.
+mirror_master_key_rotations = Table(
+    "mirror_master_key_rotations",
+    mirror_metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rotated_at", UTCDateTime, nullable=False),
+    Column("keys_rewrapped", Integer, nullable=False),
+    Column("master_key_id", String(16), nullable=False),
+)
+
+MIRROR_KEY_TABLES = KeyTables(keys=mirror_user_keys, rotations=mirror_master_key_rotations)
 
 MIRROR_TABLES = EventTables(
     events=mirror_stored_events, snapshots=mirror_snapshots, tracking=mirror_tracking

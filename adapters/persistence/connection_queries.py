@@ -38,7 +38,11 @@ class ConnectionQueries:
 
     def providers_of(self, user_id: UUID) -> list[dict[str, Any]]:
         """Spec 2.2 items for the user's connections that are not deregistered."""
-        rows = self._live_rows([user_id])
+        return self.provider_items(self._live_rows([user_id]))
+
+    def provider_items(self, rows: Iterable[Any]) -> list[dict[str, Any]]:
+        """Spec 2.2 items of connection rows (the read model's, or a connection as of an
+        instant: `adapters/time_travel.py`)."""
         return [
             {
                 **self.describe(r.provider),
@@ -58,8 +62,12 @@ class ConnectionQueries:
     def connected_sources(self, user_ids: Iterable[UUID]) -> dict[UUID, list[dict[str, Any]]]:
         """Spec 2.3 `connected_sources`, with the client's `provider`, for each user, in
         one query for a whole page."""
+        return self.sources_by_user(self._live_rows(list(user_ids)))
+
+    def sources_by_user(self, rows: Iterable[Any]) -> dict[UUID, list[dict[str, Any]]]:
+        """Each user's `connected_sources` from connection rows (as `provider_items`)."""
         by_user: dict[UUID, list[dict[str, Any]]] = {}
-        for r in self._live_rows(list(user_ids)):
+        for r in rows:
             described = self.describe(r.provider)
             provider = {"logo": described["logo"], "name": described["name"], "slug": r.provider}
             # `provider` is what the official client reads; `source`, the spec's, is its

@@ -7,8 +7,12 @@ recorder serialises writers with a table lock.
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+import time
 from collections.abc import Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 
 from healthledger.adapters.persistence.schema import metadata, user_data_keys
 from healthledger.adapters.persistence.sqlite import (
@@ -19,6 +23,14 @@ from healthledger.adapters.persistence.sqlite import (
 from healthledger.adapters.persistence.unit_of_work import UnitOfWork
 from sqlalchemy import Connection, MetaData, create_engine, select
 from sqlalchemy.engine import make_url
+
+log = logging.getLogger("healthledger.database")
+
+# The WAL checkpoint after an erasure batch: tries, each waiting this long for readers of
+# older snapshots, with a growing pause between them.
+CHECKPOINT_ATTEMPTS = 3
+CHECKPOINT_BUSY_SECONDS = 1.0
+CHECKPOINT_PAUSE_SECONDS = 0.1
 
 
 class Database:
@@ -141,12 +153,59 @@ class Database:
         with self.read() as conn:
             return conn.execute(select(user_data_keys.c.user_id).limit(1)).first() is not None
 
-    def vacuum_key_store(self) -> None:
-        """Reclaim the space of destroyed keys (PostgreSQL keeps dead rows until vacuum)."""
-        if self.is_sqlite:
-            return  # secure_delete already overwrote them
-        with self.writer.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql("VACUUM user_data_keys")
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The SQLite database's file (None on PostgreSQL)."""
+        if not self.is_sqlite or self.url.database is None:
+            return None
+        return Path(self.url.database)
+
+    def vacuum_key_store(self, table: str = "user_data_keys") -> bool:
+        """After destroying (or rewrapping) keys in `table` (the service's key store, or
+        the webhook receiver's `mirror_user_keys`): leave no old copy of them where this
+        database can reach. True if that was done, False if SQLite stayed busy.
+
+        SQLite: secure_delete overwrote the rows in the database file, but the WAL still
+        holds the pages as they were before, key and all, until a checkpoint copies the
+        new pages back and truncates it. TRUNCATE waits for readers of older snapshots
+        (up to a short busy timeout, tried a few times); if they outlast it, it is said
+        in the log and the next erasure batch (or rotation) tries again. PostgreSQL:
+        VACUUM reclaims the dead rows; its WAL, replicas and backups are out of reach,
+        which the next master key rotation answers (docs/operations.md)."""
+        if not self.is_sqlite:
+            with self.writer.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                # A table name of ours (a Table's), never input.
+                conn.exec_driver_sql(f"VACUUM {table}")
+            return True
+        path = self.sqlite_file
+        assert path is not None
+        for attempt in range(CHECKPOINT_ATTEMPTS):
+            # A connection of its own, outside any transaction and outside the process's
+            # write lock: a checkpoint needs neither, and waits for no writer of ours.
+            checkpointer = sqlite3.connect(
+                path, isolation_level=None, timeout=CHECKPOINT_BUSY_SECONDS
+            )
+            try:
+                busy, wal_frames, copied = checkpointer.execute(
+                    "PRAGMA wal_checkpoint(TRUNCATE)"
+                ).fetchone()
+            finally:
+                checkpointer.close()
+            if not busy:
+                return True
+            log.info(
+                "WAL checkpoint after destroying keys was busy (attempt %d: %d of %d frames "
+                "copied)",
+                attempt + 1,
+                copied,
+                wal_frames,
+            )
+            time.sleep(CHECKPOINT_PAUSE_SECONDS * (attempt + 1))
+        log.warning(
+            "the WAL could not be checkpointed after destroying keys: readers held it; the "
+            "destroyed keys' old pages stay in the -wal file until the next checkpoint"
+        )
+        return False
 
     def dispose(self) -> None:
         if self.writer_connection is not None:

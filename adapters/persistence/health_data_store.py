@@ -13,7 +13,7 @@ from healthledger.adapters.persistence.key_store import KeyStore, canonical_json
 from healthledger.adapters.persistence.schema import health_data, users
 from healthledger.domain.connections.health_data import StoreResult, UserDataGone
 from healthledger.domain.ledger import Clock
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 # Many days a store: each run as one executemany.
 INSERT_DAY = insert(health_data)
@@ -125,11 +125,6 @@ class SqlHealthDataStore:
                 .select_from(health_data)
                 .where(health_data.c.user_id == user_id)
             ).scalar_one()
-
-    @staticmethod
-    def erase(conn: Connection, user_id: UUID) -> None:
-        """Delete the user's rows inside the caller's (erasure) transaction."""
-        conn.execute(delete(health_data).where(health_data.c.user_id == user_id))
 
     def _require_user(self, conn: Connection, user_id: UUID) -> None:
         # On PostgreSQL the row lock orders this write against an erasure deleting the user

@@ -8,26 +8,54 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
-import stat
-from pathlib import Path
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from eventsourcing.persistence import IntegrityError
 from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.schema import user_data_keys
+from healthledger.adapters.persistence.master_key import (
+    EnvironmentKeySource,
+    MasterKeyError,
+    MasterKeySource,
+    master_key_id,
+    new_master_key,
+)
+from healthledger.adapters.persistence.schema import (
+    UTCDateTime,
+    master_key_rotations,
+    user_data_keys,
+)
 from healthledger.domain.ledger import Clock
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import (
+    Connection,
+    Executable,
+    LargeBinary,
+    String,
+    Table,
+    Uuid,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+
+log = logging.getLogger("healthledger.key_store")
 
 _SEALED_PREFIX = "v1."
 _NONCE_BYTES = 12
-
-
-class MasterKeyError(RuntimeError):
-    pass
+# Data keys rewrapped per round trip in a rotation (all of them in one transaction).
+REWRAP_BATCH = 500
 
 
 class UserCipher:
@@ -61,46 +89,186 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
 
 
-def load_master_key(path: Path, *, create: bool = True) -> bytes:
-    """The 32-byte master key from `path` (base64), created with mode 0600 if missing."""
-    if not path.exists():
-        if not create:
+@dataclass(frozen=True)
+class KeyTables:
+    """The tables one key store keeps its wrapped data keys and its master key rotations
+    in: the service's by default. The webhook receiver's mirror brings its own, with the
+    same columns (`adapters/mirror/schema.py`), in the customer's database, under its own
+    master key."""
+
+    keys: Table = user_data_keys
+    rotations: Table = master_key_rotations
+
+
+SERVICE_KEY_TABLES = KeyTables()
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """One rotation of the master key: when, how many data keys it rewrapped, and the id
+    of the new master key (`master_key_id`). The first rotation after a user's erasure is
+    that erasure's horizon: from then on no copy of the user's wrapped key (a WAL, a
+    replica, a backup) opens with any key that still exists."""
+
+    rotated_at: datetime
+    keys_rewrapped: int
+    master_key_id: str
+
+
+@dataclass(frozen=True)
+class MasterKey:
+    """A master key ready to wrap and unwrap data keys, with its id."""
+
+    aead: AESGCM
+    key_id: str
+
+    @classmethod
+    def of(cls, key: bytes) -> MasterKey:
+        return cls(AESGCM(key), master_key_id(key))
+
+    def wrap(self, user_id: UUID, data_key: bytes) -> bytes:
+        nonce = os.urandom(_NONCE_BYTES)
+        return nonce + self.aead.encrypt(nonce, data_key, data_key_aad(user_id))
+
+    def unwrap(self, user_id: UUID, wrapped: bytes) -> bytes:
+        """The data key; InvalidTag if another master key wrapped it."""
+        return self.aead.decrypt(
+            wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], data_key_aad(user_id)
+        )
+
+
+def data_key_aad(user_id: UUID) -> bytes:
+    # The user id is bound in: a wrapped key copied to another user's row won't open.
+    return b"healthledger-data-key:" + user_id.bytes
+
+
+def latest_master_key_id(conn: Connection, rotations: Table = master_key_rotations) -> str | None:
+    """The id of the master key the latest rotation put in place (None: never rotated)."""
+    r = rotations.c
+    found: str | None = conn.execute(
+        select(r.master_key_id).order_by(r.id.desc()).limit(1)
+    ).scalar()
+    return found
+
+
+def open_master_key(
+    db: Database, source: MasterKeySource, tables: KeyTables = SERVICE_KEY_TABLES
+) -> bytes:
+    """The master key from `source`, checked against the database: a rotation a crash cut
+    short is settled first, and a key that is not the one the data keys are wrapped by
+    stops the service here, with a message, rather than at the first personal value.
+
+    A new key is made only for a database that holds no data key yet: pointing an
+    existing database at a missing key file must fail, not mint a second master key."""
+    keys = tables.keys
+    with db.read() as conn:
+        current_id = latest_master_key_id(conn, tables.rotations)
+        wrapped = conn.execute(select(keys.c.user_id, keys.c.wrapped_key).limit(1)).first()
+    source.settle(current_id)
+    key = source.load(create=wrapped is None)
+    master = MasterKey.of(key)
+    if current_id is not None and master.key_id != current_id:
+        raise MasterKeyError(
+            f"{source.name} gives master key {master.key_id}, but the database's data keys "
+            f"are wrapped by master key {current_id} (its latest rotation)"
+        )
+    if current_id is None and wrapped is not None:
+        try:
+            master.unwrap(wrapped.user_id, bytes(wrapped.wrapped_key))
+        except InvalidTag:
             raise MasterKeyError(
-                f"master key file {path} does not exist, but the database holds data keys "
-                "wrapped by a master key: set HEALTHLEDGER_MASTER_KEY_FILE to its file"
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(base64.b64encode(AESGCM.generate_key(bit_length=256)).decode() + "\n")
-    try:
-        key = base64.b64decode(path.read_text().strip(), validate=True)
-    except ValueError as exc:
-        raise MasterKeyError(f"master key file {path} is not base64") from exc
-    if len(key) != 32:
-        raise MasterKeyError(f"master key file {path} must hold 32 bytes (base64)")
+                f"the master key from {source.name} does not open the database's data keys"
+            ) from None
     return key
 
 
 class KeyStore:
     """Implements the domain's PersonalDataVault port with AES-GCM."""
 
-    def __init__(self, db: Database, master_key: bytes, clock: Clock) -> None:
+    def __init__(
+        self,
+        db: Database,
+        master_key: bytes,
+        clock: Clock,
+        source: MasterKeySource | None = None,
+        tables: KeyTables = SERVICE_KEY_TABLES,
+    ) -> None:
         self.db = db
-        self._master = AESGCM(master_key)
         self.clock = clock
+        self.tables = tables
+        # Where the master key came from: read again when another process rotated it, and
+        # written by a rotation made here. None: the key cannot be reloaded or rotated.
+        self.source = source
+        # Replaced whole (one assignment), never changed: a thread reads it without a lock.
+        self.master = MasterKey.of(master_key)
+        # The new key while this process rotates: what a thread meets once the rewrapped
+        # keys are committed, before `master` is replaced.
+        self.rotating_to: MasterKey | None = None
+        self.reload_lock = threading.Lock()
+        self.insert_key = self.insert_key_statement(tables, db.is_sqlite)
+        # The data keys of users being created (`new_key`), by user id: held here until
+        # the transaction that records the user's first events stores them
+        # (`store_new_keys`), and dropped once it commits (`forget_stored_keys`).
+        self.new_keys: dict[UUID, bytes] = {}
 
     # -- PersonalDataVault ----------------------------------------------------------------
 
     def seal(self, user_id: UUID, value: Any) -> str:
+        new_key = self.new_keys.get(user_id)
+        if new_key is not None:
+            return UserCipher(user_id, new_key).seal(value)
         cipher = self.cipher(user_id) or UserCipher(user_id, self._create_data_key(user_id))
         return cipher.seal(value)
+
+    # -- a new user's key, stored with its first events (the domain's KeepsNewKeys) ----
+
+    def new_key(self, user_id: UUID) -> None:
+        """Make the data key of a user being created, kept in memory: `seal` uses it, and
+        the transaction that records the user's first events stores it, so a create
+        commits once (a key stored on its own is a second durable commit). Only for an
+        id nobody else knows yet: no other process can seal for it meanwhile."""
+        self.new_keys[user_id] = AESGCM.generate_key(bit_length=256)
+
+    def store_new_keys(self, conn: Connection, events: Sequence[Any]) -> None:
+        """Inside the recording transaction (`on_record`): store the new key of each user
+        whose events it records. A key the master key's rotation refused (another process
+        rotated meanwhile) fails the transaction as a conflict: the command tries again,
+        with the rotated master key."""
+        if not self.new_keys:
+            return
+        for event in events:
+            user_id = event.originator_id
+            data_key = self.new_keys.get(user_id)
+            if data_key is None:
+                continue
+            master = self.master
+            statement, values = self._insert_key(user_id, master.wrap(user_id, data_key), master)
+            if conn.execute(statement, values).first() is None:
+                self.reload_if_rotated()
+                raise IntegrityError("the master key was rotated: store the new key again")
+
+    def forget_stored_keys(self, events: Sequence[Any]) -> None:
+        """After a commit (a commit listener): the new keys it stored are the table's now."""
+        if self.new_keys:
+            for event in events:
+                self.new_keys.pop(event.originator_id, None)
 
     def open(self, user_id: UUID, sealed: str) -> Any | None:
         cipher = self.cipher(user_id)
         if cipher is None:
             return None  # erased: the key is gone, and with it the data
         return cipher.open(sealed)
+
+    def open_on(self, conn: Connection, user_id: UUID, sealed: str) -> Any | None:
+        """`open`, reading the key on the caller's connection: a projection opens what it
+        projects inside the transaction that records (or rebuilds) it."""
+        new_key = self.new_keys.get(user_id)
+        if new_key is not None:
+            return UserCipher(user_id, new_key).open(sealed)
+        wrapped = self._wrapped(conn, user_id)
+        if wrapped is None:
+            return None
+        return UserCipher(user_id, self._unwrap(user_id, wrapped)).open(sealed)
 
     def cipher(self, user_id: UUID) -> UserCipher | None:
         """The user's key, unwrapped once for many values; None when the user has no key
@@ -117,51 +285,256 @@ class KeyStore:
 
     def discard(self, user_id: UUID) -> None:
         """Drop a key made for a user that was never recorded (a failed create)."""
+        if self.new_keys.pop(user_id, None) is not None:
+            return  # never stored: nothing was recorded for the user
         with self.db.write() as conn:
-            self.destroy(conn, user_id)
+            self.destroy(conn, user_id, self.tables.keys)
 
     @staticmethod
-    def destroy(conn: Connection, user_id: UUID) -> None:
+    def destroy(conn: Connection, user_id: UUID, keys: Table = user_data_keys) -> None:
         """Delete the user's data key inside the caller's (erasure) transaction."""
-        conn.execute(delete(user_data_keys).where(user_data_keys.c.user_id == user_id))
+        conn.execute(delete(keys).where(keys.c.user_id == user_id))
 
     # -- internals ------------------------------------------------------------------------
 
-    def _aad(self, user_id: UUID) -> bytes:
-        # The user id is bound in: a wrapped key copied to another user's row won't open.
-        return b"healthledger-data-key:" + user_id.bytes
-
     def _wrapped(self, conn: Connection, user_id: UUID) -> bytes | None:
-        return conn.execute(
-            select(user_data_keys.c.wrapped_key).where(user_data_keys.c.user_id == user_id)
-        ).scalar()
+        keys = self.tables.keys
+        return conn.execute(select(keys.c.wrapped_key).where(keys.c.user_id == user_id)).scalar()
 
     def _data_key(self, user_id: UUID) -> bytes | None:
         with self.db.read() as conn:
             wrapped = self._wrapped(conn, user_id)
-        if wrapped is None:
-            return None
+        return None if wrapped is None else self._unwrap(user_id, wrapped)
+
+    def _unwrap(self, user_id: UUID, wrapped: bytes) -> bytes:
         wrapped = bytes(wrapped)
-        try:
-            return self._master.decrypt(
-                wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], self._aad(user_id)
-            )
-        except InvalidTag as exc:
-            raise RuntimeError("a data key does not open with this master key") from exc
+        for attempt in range(2):
+            for master in (self.master, self.rotating_to):
+                if master is None:
+                    continue
+                try:
+                    return master.unwrap(user_id, wrapped)
+                except InvalidTag:
+                    pass
+            # Another process may have rotated the master key: take the new one, once.
+            if attempt == 0 and not self.reload_if_rotated():
+                break
+        raise RuntimeError("a data key does not open with this master key")
+
+    def _insert_key(
+        self, user_id: UUID, wrapped: bytes, master: MasterKey
+    ) -> tuple[Executable, dict[str, Any]]:
+        """Insert a user's wrapped key unless one is stored; only while `master` is the
+        key of the latest rotation: a process that has not seen another's rotation yet
+        must not store a key wrapped by a master key that is destroyed. The rotation holds
+        the key table locked (SQLite: the write lock), so this statement, which locks it
+        too, sees it committed or not begun. The statement and its values: it is built
+        once (`insert_key_statement`), as every create runs it."""
+        values = {"uid": user_id, "wrapped": wrapped, "at": self.clock(), "kid": master.key_id}
+        return self.insert_key, values
+
+    @staticmethod
+    def insert_key_statement(tables: KeyTables, is_sqlite: bool) -> Executable:
+        rotations, keys = tables.rotations, tables.keys
+        current = (
+            select(rotations.c.master_key_id).order_by(rotations.c.id.desc()).limit(1)
+        ).scalar_subquery()
+        master_key_id = bindparam("kid", type_=String())
+        row = select(
+            bindparam("uid", type_=Uuid()),
+            bindparam("wrapped", type_=LargeBinary()),
+            bindparam("at", type_=UTCDateTime()),
+        ).where(func.coalesce(current, master_key_id) == master_key_id)
+        dialect_insert = sqlite.insert if is_sqlite else postgresql.insert
+        return (
+            dialect_insert(keys)
+            .from_select(["user_id", "wrapped_key", "created_at"], row)
+            .on_conflict_do_nothing(index_elements=["user_id"])
+            # What was stored (nothing if refused): a driver's rowcount of an
+            # INSERT ... SELECT is not to be relied on (psycopg answers -1).
+            .returning(keys.c.user_id)
+        )
 
     def _create_data_key(self, user_id: UUID) -> bytes:
         data_key = AESGCM.generate_key(bit_length=256)
-        nonce = os.urandom(_NONCE_BYTES)
-        wrapped = nonce + self._master.encrypt(nonce, data_key, self._aad(user_id))
-        dialect_insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
-        statement = (
-            dialect_insert(user_data_keys)
-            .values(user_id=user_id, wrapped_key=wrapped, created_at=self.clock())
-            .on_conflict_do_nothing(index_elements=["user_id"])
+        for _attempt in range(3):
+            master = self.master
+            statement, values = self._insert_key(user_id, master.wrap(user_id, data_key), master)
+            with self.db.write() as conn:
+                conn.execute(statement, values)
+            # A concurrent first seal may have won the insert: use whichever key is stored.
+            stored = self._data_key(user_id)
+            if stored is not None:
+                return stored
+            self.reload_if_rotated()  # refused: the master key was rotated meanwhile
+        raise MasterKeyError("the master key changed during three attempts to store a data key")
+
+    # -- the master key: rotation, and another process's rotation ------------------------
+
+    def rotations(self) -> list[Rotation]:
+        """Every rotation of the master key, oldest first."""
+        r = self.tables.rotations.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(r.rotated_at, r.keys_rewrapped, r.master_key_id).order_by(r.id)
+            )
+            return [Rotation(row.rotated_at, row.keys_rewrapped, row.master_key_id) for row in rows]
+
+    def reload_if_rotated(self) -> bool:
+        """Take the master key of the latest rotation, if another process made it since
+        this one loaded its key: read again from the source (the file it replaced, or the
+        secrets manager's command). True if the key changed."""
+        with self.db.read() as conn:
+            current_id = latest_master_key_id(conn, self.tables.rotations)
+        if current_id is None or current_id == self.master.key_id:
+            return False
+        with self.reload_lock:
+            if self.master.key_id == current_id:
+                return True  # another thread reloaded it meanwhile
+            rotating = self.rotating_to
+            if rotating is not None and rotating.key_id == current_id:
+                self.master = rotating  # this process's own rotation just committed
+                return True
+            key = None if self.source is None else self.source.load_current(current_id)
+            if key is None:
+                where = "its key source" if self.source is None else self.source.name
+                restart = isinstance(self.source, EnvironmentKeySource)
+                raise MasterKeyError(
+                    f"the master key was rotated: the data keys are wrapped by master key "
+                    f"{current_id}, which {where} does not give"
+                    + (" (restart this process with the new value)" if restart else "")
+                )
+            self.master = MasterKey.of(key)
+            log.info("the master key was rotated by another process: now using %s", current_id)
+        return True
+
+    def rotate_master_key(self, *, due_after: timedelta | None = None) -> Rotation | None:
+        """Rewrap every live data key under a new master key, in one transaction that holds
+        the key table (SQLite: the write lock; PostgreSQL: an EXCLUSIVE table lock, so no
+        key is added, rewrapped or destroyed meanwhile), record the rotation, then put the
+        new key in the source and destroy the old one (file source), or hand it to the
+        operator (`source.new_key_file`).
+
+        With `due_after` (the scheduler's), only if the latest rotation (or, before the
+        first, the oldest data key) is at least that old, judged under the lock: of two
+        processes, one rotates and the other finds it done (None)."""
+        source = self.source
+        if source is None:
+            raise MasterKeyError("this key store was given no key source: it cannot rotate")
+        self.reload_if_rotated()
+        new_key = new_master_key()
+        new = MasterKey.of(new_key)
+        with source.rotating():
+            staged = False
+            try:
+                with self.db.write() as conn:
+                    if not self.db.is_sqlite:
+                        conn.exec_driver_sql(
+                            f"LOCK TABLE {self.tables.keys.name} IN EXCLUSIVE MODE"
+                        )
+                    r = self.tables.rotations.c
+                    latest = conn.execute(
+                        select(r.rotated_at, r.master_key_id).order_by(r.id.desc()).limit(1)
+                    ).first()
+                    source.settle(None if latest is None else latest.master_key_id)
+                    if due_after is not None and not self._due(conn, latest, due_after):
+                        return None
+                    if latest is not None and latest.master_key_id != self.master.key_id:
+                        raise MasterKeyError(
+                            f"another process rotated the master key to {latest.master_key_id} "
+                            "just now: this one has not loaded it yet; try again"
+                        )
+                    source.stage(new_key)
+                    staged = True
+                    self.rotating_to = new
+                    count = self._rewrap(conn, self.master, new)
+                    now = self.clock()
+                    conn.execute(
+                        insert(self.tables.rotations).values(
+                            rotated_at=now, keys_rewrapped=count, master_key_id=new.key_id
+                        )
+                    )
+            except BaseException:
+                if staged:
+                    self._after_failed_rotation(source, new)
+                self.rotating_to = None
+                raise
+            source.commit_staged()
+            self.master = new
+            self.rotating_to = None
+        log.info("rotated the master key: %d data key(s) rewrapped under %s", count, new.key_id)
+        # The rewrapped rows' old versions: out of the WAL (SQLite), vacuumed (PostgreSQL).
+        self.db.vacuum_key_store(self.tables.keys.name)
+        return Rotation(now, count, new.key_id)
+
+    def rotation_due(self, due_after: timedelta) -> bool:
+        """Whether the latest rotation (before the first: the oldest data key) is at least
+        `due_after` old (`rotate_master_key` judges it again under its lock)."""
+        r = master_key_rotations.c
+        with self.db.read() as conn:
+            latest = conn.execute(select(r.rotated_at).order_by(r.id.desc()).limit(1)).first()
+            return self._due(conn, latest, due_after)
+
+    def _due(self, conn: Connection, latest: Any, due_after: timedelta) -> bool:
+        since = (
+            latest.rotated_at
+            if latest is not None
+            else conn.execute(select(func.min(self.tables.keys.c.created_at))).scalar()
         )
-        with self.db.write() as conn:
-            conn.execute(statement)
-        # A concurrent first seal may have won the insert: use whichever key is stored.
-        stored = self._data_key(user_id)
-        assert stored is not None
-        return stored
+        if since is None:
+            return False  # no data key yet: nothing to rotate
+        if since.tzinfo is None:  # SQLite's MIN() answers the stored text, as it is: UTC
+            since = since.replace(tzinfo=UTC)
+        return bool(self.clock() - since >= due_after)
+
+    def _rewrap(self, conn: Connection, old: MasterKey, new: MasterKey) -> int:
+        keys = self.tables.keys
+        c = keys.c
+        rewrap = (
+            update(keys)
+            .where(c.user_id == bindparam("uid"))
+            .values(wrapped_key=bindparam("wrapped"))
+        )
+        count = 0
+        after: UUID | None = None
+        while True:
+            page = select(c.user_id, c.wrapped_key).order_by(c.user_id).limit(REWRAP_BATCH)
+            if after is not None:
+                page = page.where(c.user_id > after)
+            rows = conn.execute(page).all()
+            if not rows:
+                return count
+            try:
+                values = [
+                    {
+                        "uid": row.user_id,
+                        "wrapped": new.wrap(
+                            row.user_id, old.unwrap(row.user_id, bytes(row.wrapped_key))
+                        ),
+                    }
+                    for row in rows
+                ]
+            except InvalidTag:
+                raise MasterKeyError(
+                    "a data key does not open with the current master key: nothing was rotated"
+                ) from None
+            conn.execute(rewrap, values)
+            count += len(rows)
+            after = rows[-1].user_id
+
+    def _after_failed_rotation(self, source: MasterKeySource, new: MasterKey) -> None:
+        """The rotation raised after its new key was staged: if its transaction committed
+        all the same (the COMMIT's answer was lost), the new key is the key; else the old
+        one still is. If the database cannot tell now, the staged key stays, for the next
+        start to settle."""
+        try:
+            with self.db.read() as conn:
+                current_id = latest_master_key_id(conn, self.tables.rotations)
+        except Exception:
+            log.warning("a failed master key rotation left its new key staged for the next start")
+            return
+        if current_id == new.key_id:
+            source.commit_staged()
+            self.master = new
+        else:
+            source.discard_staged()

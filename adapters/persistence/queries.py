@@ -117,7 +117,7 @@ class UserQueries:
         """The resolved user; `new` (just created) skips looking up its connections."""
         row = self._require_live(self._user_row(team_id, user_id))
         sources = {} if new else self.connected_sources([row.user_id])
-        return self._render(row, sources.get(row.user_id, []))
+        return self.render(row, sources.get(row.user_id, []))
 
     def _user_row(self, team_id: UUID, user_id: UUID) -> Any:
         # Every read of one user (and the answer to every create) comes through here.
@@ -135,7 +135,7 @@ class UserQueries:
             ).all()
         live = [r for r in rows if r.status == ACTIVE]
         row = self._require_live(live[0] if live else (rows[0] if rows else None))
-        return self._render(row, self.connected_sources([row.user_id]).get(row.user_id, []))
+        return self.render(row, self.connected_sources([row.user_id]).get(row.user_id, []))
 
     def list_users(
         self, team_id: UUID, offset: int, limit: int
@@ -151,7 +151,7 @@ class UserQueries:
                 .limit(limit)
             ).all()
         sources = self.connected_sources([r.user_id for r in rows])
-        return [self._render(r, sources.get(r.user_id, [])) for r in rows], total
+        return [self.render(r, sources.get(r.user_id, [])) for r in rows], total
 
     def pending_user_id(self, team_id: UUID, client_user_id: str) -> UUID:
         """The most recently deleted user of the team that held `client_user_id`."""
@@ -215,8 +215,9 @@ class UserQueries:
             raise UserScheduledForDeletion()
         return row
 
-    def _render(self, row: Row[Any], connected_sources: list[dict[str, Any]]) -> dict[str, Any]:
-        """Spec 2.3, the resolved user."""
+    def render(self, row: Any, connected_sources: list[dict[str, Any]]) -> dict[str, Any]:
+        """Spec 2.3, the resolved user, of a users row (the read model's, or a user as of
+        an instant: `adapters/time_travel.py`)."""
         time_zone = None
         if row.fallback_time_zone is not None:
             time_zone = {

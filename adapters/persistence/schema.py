@@ -69,9 +69,31 @@ stored_events = Table(
     Column("state", LargeBinary, nullable=False),
     # The timestamp index for time travel, written in the same row as the event.
     Column("timestamp", UTCDateTime, nullable=False),
+    # The hash chain over the whole log (ADR 0015, eventstore/chain.py): the row's place
+    # (1, 2, 3... in notification order) and its link hash, written with the row.
+    # Nullable only because a row without them is what tampering leaves, which `verify`
+    # must be able to read and name.
+    Column("chain_position", BigInteger),
+    Column("chain_hash", LargeBinary),
     UniqueConstraint("originator_id", "originator_version", name="uq_stored_events_version"),
     Index("ix_stored_events_originator_time", "originator_id", "timestamp"),
+    # Unique: two records never share a place. It also finds the head (the highest).
+    Index("ix_stored_events_chain_position", "chain_position", unique=True),
     sqlite_autoincrement=True,
+)
+
+# Signed heads of the chain: the service's Ed25519 signature of a position and the
+# chain's hash there, at a time (eventstore/chain.py). The key itself is never here.
+chain_heads = Table(
+    "chain_heads",
+    metadata,
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("chain_hash", LargeBinary, nullable=False),
+    Column("signed_at", UTCDateTime, nullable=False),
+    Column("signature", LargeBinary, nullable=False),
+    # The first 16 hex digits of SHA-256 of the raw public key.
+    Column("key_id", Text, nullable=False),
+    Column("public_key", LargeBinary, nullable=False),
 )
 
 snapshots = Table(
@@ -99,6 +121,19 @@ user_data_keys = Table(
     # The user's AES-256 data key, wrapped (AES-GCM) by the master key, user id as AAD.
     Column("wrapped_key", LargeBinary, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+)
+
+# One row per rotation of the master key (`KeyStore.rotate_master_key`): the id of the
+# key it put in place (never the key), which tells a process holding an older key to
+# read it again, and when: an erasure's horizon is the first rotation after it.
+master_key_rotations = Table(
+    "master_key_rotations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rotated_at", UTCDateTime, nullable=False),
+    Column("keys_rewrapped", Integer, nullable=False),
+    # The first 16 hex digits of HMAC-SHA256(key, "healthledger-master-key-id").
+    Column("master_key_id", String(16), nullable=False),
 )
 
 # -- read models ---------------------------------------------------------------------
@@ -231,7 +266,8 @@ link_tokens = Table(
     metadata,
     Column("token_id", Uuid, primary_key=True),
     Column("team_id", Uuid, nullable=False),
-    Column("user_id", Uuid, nullable=False),
+    # Indexed: a user's erasure deletes (and counts) its tokens.
+    Column("user_id", Uuid, nullable=False, index=True),
     Column("environment", String(16), nullable=False),
     Column("token_hash", String(64), nullable=False),
     Column("provider", String(64)),
@@ -356,6 +392,29 @@ webhook_deliveries = Table(
     Column("version", Integer, nullable=False),
     Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
     Index("ix_webhook_deliveries_endpoint", "endpoint_id", "source_timestamp"),
+    # A user's erasure drops (and counts) the deliveries still queued about it.
+    Index("ix_webhook_deliveries_user", "user_id", "status"),
+)
+
+# Which streams belong to which user: the user's own, its claim, connections, pulls
+# (resource feeds), link tokens and the webhook deliveries about it (see
+# projections/stream_owners.py). Ids only, no personal value: a user's erasure leaves
+# these rows, so that its audit still finds every stream that was its; a rebuild makes
+# them again from the log. One row per (user, stream), keyed user first, which is how
+# the audit reads it: a client_user_id claim is held by one user after another.
+stream_owners = Table(
+    "stream_owners",
+    metadata,
+    Column("user_id", Uuid, primary_key=True),
+    Column("originator_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    # user, claim, connection, pull, link_token, webhook_delivery
+    Column("kind", String(32), nullable=False),
+    # The time of the first event of the stream that named the user.
+    Column("first_seen_at", UTCDateTime, nullable=False),
+    # A stream's owners (a claim taken again finds its team here).
+    Index("ix_stream_owners_originator", "originator_id"),
+    sqlite_with_rowid=False,
 )
 
 READ_MODEL_TABLES = (
@@ -372,4 +431,5 @@ READ_MODEL_TABLES = (
     webhook_endpoints,
     deprecation_cut_overs,
     webhook_deliveries,
+    stream_owners,
 )

@@ -4,6 +4,7 @@ already applied."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -136,6 +137,29 @@ class WebhookQueries:
                     .where(d.endpoint_id == endpoint_id, d.source_timestamp >= since)
                     .order_by(d.source_timestamp, d.delivery_id)
                 ).scalars()
+            )
+
+    def deliveries(self, delivery_ids: Collection[UUID]) -> list[Any]:
+        """These deliveries' rows (by primary key; a deletion report names a user's from
+        its streams), oldest first: event type, endpoint, status, attempts, outcome."""
+        d = webhook_deliveries.c
+        if not delivery_ids:
+            return []
+        with self.db.read() as conn:
+            return list(
+                conn.execute(
+                    select(
+                        d.delivery_id,
+                        d.endpoint_id,
+                        d.event_type,
+                        d.status,
+                        d.attempts,
+                        d.last_status_code,
+                        d.succeeded_at,
+                    )
+                    .where(d.delivery_id.in_(sorted(delivery_ids)))
+                    .order_by(d.created_at, d.delivery_id)
+                ).all()
             )
 
     def delivery_counts(self, endpoint_id: UUID | None = None) -> dict[str, int]:

@@ -205,6 +205,8 @@ def rules_at(instant: datetime) -> Rules:
 class _EventTypeEntry(_Entry):
     type: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
     description: str = Field(min_length=1)
+    # Ours: a type the production service's catalog does not have (EventType.extension).
+    extension: bool = False
 
 
 class _ResourceTemplate(_Entry):
@@ -225,7 +227,7 @@ def parse_event_type_catalog(
     """The event types of a catalog file: its plain types, its templates expanded over
     every spec 2.6 resource, then the types the calendar withdraws (as deprecated)."""
     data: _EventTypesFile = _load(_EventTypesFile, text, source, "webhook event type catalog")
-    types = [EventType(e.type, e.description) for e in data.event_types]
+    types = [EventType(e.type, e.description, extension=e.extension) for e in data.event_types]
     for template in data.resource_event_types:
         for resource in get_args(Resource):
             if resource not in data.resources_without_data_events:

@@ -26,7 +26,7 @@ from uuid import UUID
 import httpx
 from eventsourcing.persistence import IntegrityError, Tracking
 from healthledger.adapters.eventstore.recorder import LedgerRecorder
-from healthledger.adapters.persistence.schema import users
+from healthledger.adapters.persistence.schema import team_api_keys, users
 from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
 from healthledger.adapters.webhooks.signing import signed_headers
@@ -39,7 +39,8 @@ from healthledger.domain.context import (
     attributed,
 )
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.webhooks.announcements import announcements
+from healthledger.domain.users.user import User
+from healthledger.domain.webhooks.announcements import USER_ERASED, announcements
 from healthledger.domain.webhooks.deliveries import (
     DELIVERY_TIMEOUT,
     FAILING_TOO_LONG,
@@ -64,8 +65,12 @@ ANNOUNCING_TOPICS = tuple(
         Connection.Errored,
         ResourceFeed.PullSucceeded,
         ResourceFeed.DailySynced,
+        User.Deleted,
+        User.DeletionUndone,
+        User.Erased,
     )
 )
+_KEY_ACTOR = "team_api_key:"
 # Users created by anything but a team API key (the CLI, a bootstrap) belong here.
 _USER_AGENT = "healthledger-webhooks/1"
 
@@ -138,6 +143,10 @@ class Dispatcher:
             stream = self.ledger.find(event.originator_id)
             for found in announcements(event, stream, self.rules_at(event.timestamp)):
                 environment = self.environment_of(found.user_id)
+                if environment is None and found.event_type == USER_ERASED:
+                    # The one message about an erased user: it carries nothing personal,
+                    # and it is what tells a receiver's mirror to forget the user.
+                    environment = self.environment_at_creation(found.user_id)
                 if environment is None:
                     continue
                 key = (found.team_id, environment)
@@ -181,6 +190,28 @@ class Dispatcher:
                 return None
             found = self._environments[user_id] = row.environment or DEFAULT_ENVIRONMENT
         return found
+
+    def environment_at_creation(self, user_id: UUID) -> str:
+        """The environment of a user whose users row is gone (erased), from the log: what
+        its Created event recorded (version 2), else, as migration 0002 found it for the
+        row, the environment of the team API key that created it, else the default."""
+        first = next(iter(self.ledger.events.get(user_id, lte=1)), None)
+        if not isinstance(first, User.Created):
+            return DEFAULT_ENVIRONMENT
+        if first.environment is not None:
+            return first.environment
+        actor = attributed(first).actor
+        if not actor.startswith(_KEY_ACTOR):
+            return DEFAULT_ENVIRONMENT
+        try:
+            key_id = UUID(actor.removeprefix(_KEY_ACTOR))
+        except ValueError:
+            return DEFAULT_ENVIRONMENT
+        with self.recorder.db.read() as conn:
+            found: str | None = conn.execute(
+                select(team_api_keys.c.environment).where(team_api_keys.c.key_id == key_id)
+            ).scalar()
+        return found or DEFAULT_ENVIRONMENT
 
     # -- the sender -----------------------------------------------------------------------
 

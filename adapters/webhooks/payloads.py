@@ -11,6 +11,12 @@ Every payload validates against the official client's model for its event type (
 itself or `{data: [samples], source}` in the client's shapes, and where the client requires
 a field the deprecation calendar removes (`is_final`, `source` in provider.connection.created)
 the client wins. docs/webhooks.md, "What is announced, and the payloads", has the details.
+
+Our own lifecycle types (`user.deleted`, `user.deletion_undone`, `user.erased`; no client
+model) carry no personal value at all: their envelope's client_user_id is null, and their
+data only ids, times, the deletion's request id and what an erasure removed. `user.erased`
+is built after the erasure (it is the one message an erased user still gets); a deletion
+or an undo not sent by then is dropped, the erasure having superseded it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from healthledger.domain.connections.providers import SUMMARY_RESOURCES
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import attributed
 from healthledger.domain.ledger import Ledger
+from healthledger.domain.users.user import User
+from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES
 from healthledger.domain.webhooks.deprecation_calendar import Rules
 from sqlalchemy import select
 
@@ -132,6 +140,8 @@ class Payloads:
         day: date | None,
     ) -> bytes | None:
         """The JSON body of the message, or None when the user is gone (erased)."""
+        if event_type in _LIFECYCLE_TYPES:
+            return self._lifecycle(event_type, user_id, team_id, source_version)
         with self.db.read() as conn:
             row = conn.execute(
                 select(users.c.client_user_id).where(users.c.user_id == user_id)
@@ -148,14 +158,33 @@ class Payloads:
         data = self._data(event_type, event, stream, user_id, day, rules)
         if data is None:
             return None
-        envelope = {
-            "event_type": event_type,
-            "data": data,
-            "user_id": str(user_id),
-            "client_user_id": row.client_user_id,
-            "team_id": str(team_id),
-        }
-        return json.dumps(envelope, separators=(",", ":"), default=_json_default).encode()
+        return _body(event_type, data, user_id, row.client_user_id, team_id)
+
+    def _lifecycle(
+        self, event_type: str, user_id: UUID, team_id: UUID, version: int
+    ) -> bytes | None:
+        """A lifecycle message, from the user's event it announces."""
+        (event,) = self.ledger.events.get(user_id, gt=version - 1, lte=version)
+        told = attributed(event)
+        if isinstance(event, User.Erased):
+            data: dict[str, Any] = {
+                "user_id": str(user_id),
+                "erased_at": told.timestamp,
+                "removed": list(event.removed),
+            }
+            return _body(event_type, data, user_id, None, team_id)
+        with self.db.read() as conn:
+            live = conn.execute(select(users.c.user_id).where(users.c.user_id == user_id)).first()
+        if live is None:
+            return None  # erased since: its user.erased message says all there is
+        data = {"user_id": str(user_id), "team_id": str(team_id)}
+        if isinstance(event, User.Deleted):
+            data.update(deleted_at=told.timestamp, erasure_due_at=event.erasure_due_at)
+        else:
+            assert isinstance(event, User.DeletionUndone)
+            data["undone_at"] = told.timestamp
+        data["request_id"] = told.request_id
+        return _body(event_type, data, user_id, None, team_id)
 
     def _data(
         self,
@@ -255,6 +284,27 @@ class Payloads:
         if row is None:
             return None  # erased between the two reads
         return found[day], _utc(row.stored_at), _utc(row.updated_at)
+
+
+_LIFECYCLE_TYPES = frozenset(LIFECYCLE_EVENT_TYPES.values())
+
+
+def _body(
+    event_type: str,
+    data: dict[str, Any],
+    user_id: UUID,
+    client_user_id: str | None,
+    team_id: UUID,
+) -> bytes:
+    """The envelope (gaps.md Webhooks), compact JSON: the bytes that are signed."""
+    envelope = {
+        "event_type": event_type,
+        "data": data,
+        "user_id": str(user_id),
+        "client_user_id": client_user_id,
+        "team_id": str(team_id),
+    }
+    return json.dumps(envelope, separators=(",", ":"), default=_json_default).encode()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,15 @@ it: that is the audit trail, and what the receiver's duplicate check is keyed on
 
 Messages are applied in the order they arrive. The sender retries a failed delivery later,
 so after an outage an older message can arrive after a newer one; the envelope has no
-event time to order by, and the mirror does not guess.
+event time to order by, and the mirror does not guess. The lifecycle messages are the
+exception: `user.deleted` and `user.deletion_undone` carry the time of the fact upstream,
+so a stale one (older than the lifecycle fact the mirror holds) changes nothing.
+
+The user's identifiers (its `client_user_id`, each connection's `external_user_id`) are
+personal: events since version 2 hold them sealed with the user's own key in the mirror's
+key store (the `PersonalDataVault` port), which `user.erased` destroys. Events stored by
+version 1 hold them in clear; they load as they are (the log is not rewritten) and the
+erasure counts them (`Erased.clear_events_left`).
 """
 
 from __future__ import annotations
@@ -25,12 +33,18 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.errors import LedgerError
+from healthledger.domain.personal_data import PersonalDataVault
 
 CONNECTED = "connected"
 ERROR = "error"
 
 CREATED = "created"
 UPDATED = "updated"
+
+# The user's lifecycle upstream, as the lifecycle messages told it.
+ACTIVE = "active"
+DELETED = "deleted"  # deleted upstream, erased at `erasure_due_at` unless undone
+ERASED = "erased"  # erased upstream: the mirror forgot the user's identifiers
 
 
 class TeamMismatch(LedgerError):
@@ -81,7 +95,47 @@ class DailyDataAnnounced:
     change: str  # CREATED or UPDATED
 
 
-Announcement = ConnectionCreated | ConnectionErrored | HistoricalDataAnnounced | DailyDataAnnounced
+@dataclass(frozen=True)
+class DeletionAnnounced:
+    """`user.deleted` (ours): deleted upstream at `deleted_at`, by the request
+    `request_id`; erased at `erasure_due_at` unless the deletion is undone."""
+
+    deleted_at: datetime
+    erasure_due_at: datetime
+    request_id: str
+
+
+@dataclass(frozen=True)
+class UndoAnnounced:
+    """`user.deletion_undone` (ours): the deletion was undone upstream at `undone_at`."""
+
+    undone_at: datetime
+    request_id: str
+
+
+@dataclass(frozen=True)
+class ErasureAnnounced:
+    """`user.erased` (ours): erased upstream at `erased_at`; `removed` is what the service
+    says it removed."""
+
+    erased_at: datetime
+    removed: tuple[str, ...]
+
+
+Announcement = (
+    ConnectionCreated
+    | ConnectionErrored
+    | HistoricalDataAnnounced
+    | DailyDataAnnounced
+    | DeletionAnnounced
+    | UndoAnnounced
+    | ErasureAnnounced
+)
+
+# What the mirror itself removes when a user is erased upstream, in this order: the user's
+# key in the mirror's key store (every sealed identifier in its events becomes unreadable)
+# and its snapshots (which may hold identifiers a version 1 event recorded in clear).
+MIRROR_ERASURE_REMOVES = ("mirror_user_key", "mirror_snapshots")
 
 
 @dataclass(frozen=True)
@@ -100,6 +154,9 @@ class Envelope:
 
 class MirroredUser(Aggregate):
     TOPIC = "healthledger:MirroredUser"
+    # Version 2 keeps the identifiers sealed beside the clear ones of version 1, and the
+    # user's lifecycle; a snapshot taken by version 1 is upcast (`upcast_v1_v2`).
+    class_version = 2
 
     class Event(Aggregate.Event):
         # The webhook message that caused the event, and its type.
@@ -107,28 +164,57 @@ class MirroredUser(Aggregate):
         event_type: str
 
     class Created(Event, Aggregate.Created):
-        """The first message about this user."""
+        """The first message about this user. Version 2 seals the client_user_id
+        (`sealed_client_user_id`, `client_user_id` None); version 1 holds it in clear."""
 
         TOPIC = "healthledger:MirroredUser.Created.v1"
+        class_version = 2
+        PERSONAL_FIELDS = ("sealed_client_user_id",)
+        CLEAR_PERSONAL_FIELDS = ("client_user_id",)
         team_id: UUID
         client_user_id: str | None
+        sealed_client_user_id: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["sealed_client_user_id"] = None
 
     class ClientUserIdChanged(Event):
-        """A message named the user with another client_user_id (the team changed it)."""
+        """A message named the user with another client_user_id (the team changed it).
+        Version 2 seals it, as `Created` does."""
 
         TOPIC = "healthledger:MirroredUser.ClientUserIdChanged.v1"
-        client_user_id: str
+        class_version = 2
+        PERSONAL_FIELDS = ("sealed_client_user_id",)
+        CLEAR_PERSONAL_FIELDS = ("client_user_id",)
+        client_user_id: str | None
+        sealed_client_user_id: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["sealed_client_user_id"] = None
 
         def apply(self, user: MirroredUser) -> None:
             user.client_user_id = self.client_user_id
+            user.sealed_client_user_id = self.sealed_client_user_id
 
     class ProviderConnected(Event):
+        """Version 2 seals the provider's id for the user (`sealed_external_user_id`)."""
+
         TOPIC = "healthledger:MirroredUser.ProviderConnected.v1"
+        class_version = 2
+        PERSONAL_FIELDS = ("sealed_external_user_id",)
+        CLEAR_PERSONAL_FIELDS = ("external_user_id",)
         provider: str
         name: str
         logo: str | None
         resource_availability: dict[str, Any]
         external_user_id: str | None
+        sealed_external_user_id: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["sealed_external_user_id"] = None
 
         def apply(self, user: MirroredUser) -> None:
             # Connecting again is how a connection in error is repaired (as on our side).
@@ -140,6 +226,7 @@ class MirroredUser(Aggregate):
                     "logo": self.logo,
                     "resource_availability": self.resource_availability,
                     "external_user_id": self.external_user_id,
+                    "sealed_external_user_id": self.sealed_external_user_id,
                     "connected_at": self.timestamp,
                     "error_details": None,
                 },
@@ -160,6 +247,7 @@ class MirroredUser(Aggregate):
                 "logo": None,
                 "resource_availability": {},
                 "external_user_id": None,
+                "sealed_external_user_id": None,
                 "connected_at": None,
             }
             user.connections = {
@@ -209,6 +297,61 @@ class MirroredUser(Aggregate):
             feed["last_calendar_date"] = day if last is None else max(last, day)
             _touch(user, self, feed)
 
+    class Deleted(Event):
+        """`user.deleted`: deleted upstream at `deleted_at` by the request
+        `upstream_request_id`, to be erased at `erasure_due_at` unless undone."""
+
+        TOPIC = "healthledger:MirroredUser.Deleted.v1"
+        deleted_at: datetime
+        erasure_due_at: datetime
+        upstream_request_id: str
+
+        def apply(self, user: MirroredUser) -> None:
+            user.status = DELETED
+            user.deleted_at = self.deleted_at
+            user.erasure_due_at = self.erasure_due_at
+            user.lifecycle_at = self.deleted_at
+            user.last_message_at = self.timestamp
+
+    class DeletionUndone(Event):
+        """`user.deletion_undone`: the deletion was undone upstream at `undone_at`."""
+
+        TOPIC = "healthledger:MirroredUser.DeletionUndone.v1"
+        undone_at: datetime
+        upstream_request_id: str
+
+        def apply(self, user: MirroredUser) -> None:
+            user.status = ACTIVE
+            user.deleted_at = None
+            user.erasure_due_at = None
+            user.lifecycle_at = self.undone_at
+            user.last_message_at = self.timestamp
+
+    class Erased(Event):
+        """`user.erased`: erased upstream at `erased_at`. The mirror forgets the user's
+        identifiers for good: `removed` is what it removed itself (`MIRROR_ERASURE_REMOVES`
+        that there were), `upstream_removed` what the service says it removed, and
+        `clear_events_left` how many of the user's events, recorded by version 1, still
+        hold an identifier in clear (the log is not rewritten)."""
+
+        TOPIC = "healthledger:MirroredUser.Erased.v1"
+        erased_at: datetime
+        upstream_removed: list[str]
+        removed: list[str]
+        clear_events_left: int
+
+        def apply(self, user: MirroredUser) -> None:
+            user.status = ERASED
+            user.erased_at = self.erased_at
+            user.lifecycle_at = self.erased_at
+            user.client_user_id = None
+            user.sealed_client_user_id = None
+            user.connections = {
+                slug: {**fields, "external_user_id": None, "sealed_external_user_id": None}
+                for slug, fields in user.connections.items()
+            }
+            user.last_message_at = self.timestamp
+
     def __init__(
         self,
         *,
@@ -218,44 +361,93 @@ class MirroredUser(Aggregate):
         event_type: str,
         team_id: UUID,
         client_user_id: str | None,
+        sealed_client_user_id: str | None,
     ) -> None:
         """From the Created event's fields (eventsourcing passes them all), at `start` and
         on every replay."""
         self.team_id: UUID = team_id
+        # In clear: what a version 1 event recorded (None since version 2).
         self.client_user_id: str | None = client_user_id
-        # Per provider: status, name, logo, resource_availability, external_user_id,
-        # connected_at and error_details.
+        self.sealed_client_user_id: str | None = sealed_client_user_id
+        # Per provider: status, name, logo, resource_availability, external_user_id (a
+        # version 1 event's, in clear), sealed_external_user_id, connected_at and
+        # error_details.
         self.connections: dict[str, dict[str, Any]] = {}
         # Per provider, per resource: what has been announced (`_feed`).
         self.resources: dict[str, dict[str, dict[str, Any]]] = {}
         self.last_message_at: datetime = timestamp
+        self.status: str = ACTIVE
+        # Upstream times, from the lifecycle messages.
+        self.deleted_at: datetime | None = None
+        self.erasure_due_at: datetime | None = None
+        self.erased_at: datetime | None = None
+        # The upstream time of the latest lifecycle fact applied: an older one is stale.
+        self.lifecycle_at: datetime | None = None
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """A snapshot taken by version 1: its identifiers are in clear, its user active."""
+        state["sealed_client_user_id"] = None
+        state["connections"] = {
+            slug: {**fields, "sealed_external_user_id": None}
+            for slug, fields in state["connections"].items()
+        }
+        state.update(
+            status=ACTIVE, deleted_at=None, erasure_due_at=None, erased_at=None, lifecycle_at=None
+        )
 
     @classmethod
-    def start(cls, envelope: Envelope, now: datetime) -> MirroredUser:
+    def start(cls, envelope: Envelope, now: datetime, vault: PersonalDataVault) -> MirroredUser:
         return cls(
             id=envelope.user_id,
             timestamp=now,
             message_id=envelope.message_id,
             event_type=envelope.event_type,
             team_id=envelope.team_id,
-            client_user_id=envelope.client_user_id,
+            client_user_id=None,
+            sealed_client_user_id=_sealed(vault, envelope.user_id, envelope.client_user_id),
         )
 
-    def note_envelope(self, envelope: Envelope, now: datetime) -> None:
+    @property
+    def may_be_snapshotted(self) -> bool:
+        """Not once erased: erasure deletes the user's snapshots, and one taken after it
+        would bring back what a version 1 event held in clear."""
+        return self.status != ERASED
+
+    def client_user_id_in(self, vault: PersonalDataVault) -> str | None:
+        """The client_user_id: opened, or a version 1 event's; None once erased."""
+        if self.sealed_client_user_id is not None:
+            opened = vault.open(self.id, self.sealed_client_user_id)
+            return None if opened is None else str(opened)
+        return self.client_user_id
+
+    def note_envelope(self, envelope: Envelope, now: datetime, vault: PersonalDataVault) -> None:
         """What every message says of the user itself: its team and client_user_id."""
         if envelope.team_id != self.team_id:
             # User ids are unique across teams: a verified message naming another team is
             # a broken contract, not something to mirror.
             raise TeamMismatch()
-        if envelope.client_user_id is not None and envelope.client_user_id != (self.client_user_id):
+        changed = envelope.client_user_id
+        if changed is not None and changed != self.client_user_id_in(vault):
             self._trigger(
-                envelope, now, self.ClientUserIdChanged, client_user_id=envelope.client_user_id
+                envelope,
+                now,
+                self.ClientUserIdChanged,
+                client_user_id=None,
+                sealed_client_user_id=_sealed(vault, self.id, changed),
             )
 
-    def announce(self, envelope: Envelope, now: datetime, announcement: Announcement) -> None:
-        """Record what one message announced. Every known message records an event, even
-        one that repeats the state (a second error of the same kind): it is a fact that
-        the message arrived, and the event carries the message id."""
+    def announce(
+        self,
+        envelope: Envelope,
+        now: datetime,
+        announcement: Announcement,
+        vault: PersonalDataVault,
+    ) -> bool:
+        """Record what one message announced; False when it records nothing. Every known
+        message records an event, even one that repeats the state (a second error of the
+        same kind): it is a fact that the message arrived, and the event carries the
+        message id. Only a stale lifecycle message records nothing (`is_stale`)."""
         match announcement:
             case ConnectionCreated():
                 self._trigger(
@@ -266,7 +458,8 @@ class MirroredUser(Aggregate):
                     name=announcement.name,
                     logo=announcement.logo,
                     resource_availability=announcement.resource_availability,
-                    external_user_id=announcement.external_user_id,
+                    external_user_id=None,
+                    sealed_external_user_id=_sealed(vault, self.id, announcement.external_user_id),
                 )
             case ConnectionErrored():
                 self._trigger(
@@ -297,6 +490,61 @@ class MirroredUser(Aggregate):
                     calendar_date=announcement.calendar_date,
                     change=announcement.change,
                 )
+            case DeletionAnnounced():
+                if self.is_stale(announcement.deleted_at):
+                    return False
+                self._trigger(
+                    envelope,
+                    now,
+                    self.Deleted,
+                    deleted_at=announcement.deleted_at,
+                    erasure_due_at=announcement.erasure_due_at,
+                    upstream_request_id=announcement.request_id,
+                )
+            case UndoAnnounced():
+                if self.is_stale(announcement.undone_at):
+                    return False
+                self._trigger(
+                    envelope,
+                    now,
+                    self.DeletionUndone,
+                    undone_at=announcement.undone_at,
+                    upstream_request_id=announcement.request_id,
+                )
+            case ErasureAnnounced():
+                raise TypeError("an erasure is recorded by `erase`, which is told what it removed")
+        return True
+
+    def is_stale(self, upstream_at: datetime) -> bool:
+        """Whether a lifecycle fact of `upstream_at` is older than the one the mirror
+        holds (a retried `user.deleted` arriving after the `user.deletion_undone` that
+        followed it), or comes after the erasure, which is final."""
+        if self.status == ERASED:
+            return True
+        return self.lifecycle_at is not None and upstream_at < self.lifecycle_at
+
+    def erase(
+        self,
+        envelope: Envelope,
+        now: datetime,
+        announcement: ErasureAnnounced,
+        *,
+        removed: list[str],
+        clear_events_left: int,
+    ) -> None:
+        """Record the upstream erasure; the caller found what the mirror removes. Erasing
+        twice records nothing the second time."""
+        if self.status == ERASED:
+            return
+        self._trigger(
+            envelope,
+            now,
+            self.Erased,
+            erased_at=announcement.erased_at,
+            upstream_removed=list(announcement.removed),
+            removed=removed,
+            clear_events_left=clear_events_left,
+        )
 
     def _trigger(self, envelope: Envelope, now: datetime, event: type, **kwargs: Any) -> None:
         self.trigger_event(
@@ -306,6 +554,18 @@ class MirroredUser(Aggregate):
             event_type=envelope.event_type,
             **kwargs,
         )
+
+
+def holds_clear_identifier(event: Any) -> bool:
+    """Whether a stored mirror event holds a personal value in clear: a version 1 event's
+    client_user_id or external_user_id (its class's `CLEAR_PERSONAL_FIELDS`; the sealed
+    ones are its `PERSONAL_FIELDS`, as on every event of the service)."""
+    clear = getattr(type(event), "CLEAR_PERSONAL_FIELDS", ())
+    return any(getattr(event, name, None) is not None for name in clear)
+
+
+def _sealed(vault: PersonalDataVault, user_id: UUID, value: str | None) -> str | None:
+    return None if value is None else vault.seal(user_id, value)
 
 
 def _feed(user: MirroredUser, provider: str, resource: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
@@ -32,6 +33,7 @@ from healthledger.domain.teams.teams import (
     Team,
     TeamApiKey,
 )
+from healthledger.domain.users.client_user_ids import sealed_new_secret
 from healthledger.domain.users.lifecycle import UserLifecycle
 
 # The first run's organization has a fixed id: two processes starting on an empty
@@ -79,6 +81,7 @@ class TeamDirectory:
         now = self.clock()
         org = Organization.found(ctx, now, "Default organization", DEFAULT_ORG_ID)
         team = Team.create(ctx, now, org.id, "Default team", "us")
+        self._give_client_user_id_secret(ctx, now, team)
         key, plain = TeamApiKey.issue(ctx, now, team.id, "sandbox", team.region)
         mkey, mplain = ManagementKey.issue(
             ctx, now, org_id=org.id, role=ORG_ADMIN, team_ids=[], label="first-run org key"
@@ -126,6 +129,7 @@ class TeamDirectory:
         team = Team.create(ctx, now, org_id, name, region)
         for environment, value in (settings or {}).items():
             team.change_settings(ctx, now, environment, value)
+        self._give_client_user_id_secret(ctx, now, team)
         self._save(team)
         return team.id
 
@@ -338,6 +342,14 @@ class TeamDirectory:
         self._save(creds)
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _give_client_user_id_secret(self, ctx: CommandContext, now: datetime, team: Team) -> None:
+        """A new team gets its client_user_id secret with its creation: it never holds a
+        claim made before digests (domain/users/client_user_ids.py), so its creates
+        never look for one. Without a vault, the secret is made on first need."""
+        if self.vault is not None:
+            sealed = sealed_new_secret(self.vault, team.id)
+            team.create_client_user_id_secret(ctx, now, sealed, legacy_claims=False)
 
     def _check_provider(self, provider: str) -> None:
         if provider not in self.provider_slugs:

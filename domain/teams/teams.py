@@ -145,6 +145,26 @@ class Team(Aggregate):
         def apply(self, team: Team) -> None:
             team.features = tuple(f for f in team.features if f != self.feature)
 
+    class ClientUserIdSecretCreated(Event):
+        """The team's secret for the keyed digests of its client_user_ids (32 random
+        bytes, sealed with the team's own data key; see domain/users/client_user_ids.py).
+        Recorded once. `legacy_claims`: the team may hold claims made before digests,
+        found by the clear value (false for a team that had its secret from creation)."""
+
+        TOPIC = "healthledger:Team.ClientUserIdSecretCreated.v1"
+        PERSONAL_FIELDS = ("sealed_secret",)  # a secret: never printed either
+        sealed_secret: str
+        legacy_claims: bool
+
+        def apply(self, team: Team) -> None:
+            team.sealed_client_user_id_secret = self.sealed_secret
+            team.client_user_id_legacy_claims = self.legacy_claims
+
+    # Set by ClientUserIdSecretCreated only. Class-level defaults, so that the attribute
+    # dict of a team without a secret (what a snapshot stores) keeps its form.
+    sealed_client_user_id_secret: str | None = None
+    client_user_id_legacy_claims: bool = True
+
     def __init__(
         self,
         *,
@@ -220,6 +240,20 @@ class Team(Aggregate):
         event_class = self.FeatureEnabled if enabled else self.FeatureDisabled
         self.trigger_event(
             event_class, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, feature=feature
+        )
+
+    def create_client_user_id_secret(
+        self, ctx: CommandContext, now: datetime, sealed_secret: str, *, legacy_claims: bool
+    ) -> None:
+        if self.sealed_client_user_id_secret is not None:
+            raise ValueError("the team already has a client_user_id secret")
+        self.trigger_event(
+            self.ClientUserIdSecretCreated,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            sealed_secret=sealed_secret,
+            legacy_claims=legacy_claims,
         )
 
 

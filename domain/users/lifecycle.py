@@ -14,16 +14,20 @@ from healthledger.domain.errors import (
     ClientUserIdInUse,
     ClientUserIdTaken,
     ConcurrentChange,
+    ErasureNotVerified,
     InvalidRequest,
     LedgerError,
     NothingToUpdate,
+    TeamNotFound,
     UserNotFound,
 )
 from healthledger.domain.ledger import Clock, Ledger, command
-from healthledger.domain.personal_data import Demographics, PersonalDataVault
+from healthledger.domain.personal_data import Demographics, KeepsNewKeys, PersonalDataVault
+from healthledger.domain.users.client_user_ids import ClaimLocation, ClientUserIds
 from healthledger.domain.users.user import (
     ACTIVE,
     PENDING_ERASURE,
+    UNDO_REFUSALS,
     ClientUserIdClaim,
     User,
     birth_date_problem,
@@ -31,9 +35,14 @@ from healthledger.domain.users.user import (
     ingestion_bounds_problem,
     time_zone_problem,
 )
+from healthledger.domain.webhooks.deliveries import PENDING as DELIVERY_PENDING
+from healthledger.domain.webhooks.deliveries import WebhookDelivery
 
-# What an erasure removes; the persistence adapter's erasure policy removes exactly these
-# in the transaction that records the Erased event (tests hold it to that).
+# Every place that holds a user's data or names the user and is emptied by its erasure,
+# in the transaction that records the Erased event: the persistence adapter's erasure
+# effects delete exactly these, count them, and check that none is left (its tests hold
+# every table with a user_id to this list or to the kept ones). Queued webhook deliveries
+# about the user are dropped (their rows stay, as the delivery history, naming no value).
 ERASURE_REMOVES = [
     "user_data_key",
     "snapshots",
@@ -41,8 +50,16 @@ ERASURE_REMOVES = [
     "read_model:pending_erasures",
     "read_model:connections",
     "read_model:resource_feeds",
+    "read_model:link_tokens",
     "health_data",
+    "webhook_deliveries:queued",
 ]
+QUEUED_DELIVERIES = "webhook_deliveries:queued"
+# Why queued deliveries are dropped at an erasure (WebhookDelivery.Dropped's reason).
+DROPPED_BY_ERASURE = "user erased"
+# Tries of an erasure whose counts moved before its transaction (a delivery queued, a
+# chunk of health data stored meanwhile): each counts again.
+_ERASE_ATTEMPTS = 3
 
 UPDATABLE_FIELDS = (
     "client_user_id",
@@ -63,12 +80,23 @@ class UserLifecycle:
         clock: Clock,
         grace_period: timedelta,
         live_connection_ids: Callable[[UUID], list[UUID]] = lambda user_id: [],
+        client_user_ids: ClientUserIds | None = None,
+        *,
+        erasure_inventory: Callable[[UUID], Mapping[str, int]],
+        queued_deliveries: Callable[[UUID], list[UUID]],
     ) -> None:
         self.ledger = ledger
         self.vault = vault
         self.clock = clock
         self.grace_period = grace_period
         self.live_connection_ids = live_connection_ids
+        # The rows each place of ERASURE_REMOVES but the queued deliveries holds for a
+        # user, and the ids of the webhook deliveries still queued about a user.
+        self.erasure_inventory = erasure_inventory
+        self.queued_deliveries = queued_deliveries
+        # The team secrets and claims of client_user_ids; also how a team's digest of a
+        # value is computed for audits and deletion reports.
+        self.client_user_ids = client_user_ids or ClientUserIds(ledger, vault, clock)
 
     # -- loading ------------------------------------------------------------------------
 
@@ -103,6 +131,11 @@ class UserLifecycle:
             fallback_time_zone, fallback_birth_date, ingestion_start, ingestion_end
         )
         user_id = uuid4()
+        # Every user has personal data now: its client_user_id, sealed with its own key,
+        # which (given a vault that can) is stored with the user's events, in one commit.
+        if isinstance(self.vault, KeepsNewKeys):
+            self.vault.new_key(user_id)
+        sealed_client_user_id = self.vault.seal(user_id, client_user_id)
         sealed_birth_date = (
             None
             if fallback_birth_date is None
@@ -114,15 +147,15 @@ class UserLifecycle:
                 team_id,
                 user_id,
                 client_user_id,
+                sealed_client_user_id,
                 fallback_time_zone,
                 sealed_birth_date,
                 ingestion_start,
                 ingestion_end,
             )
-        except (ClientUserIdTaken, ConcurrentChange):
+        except (ClientUserIdTaken, ConcurrentChange, TeamNotFound):
             # Nothing was recorded for this user id: drop its key rather than orphan it.
-            if sealed_birth_date is not None:
-                self.vault.discard(user_id)
+            self.vault.discard(user_id)
             raise
 
     def _register(
@@ -131,6 +164,7 @@ class UserLifecycle:
         team_id: UUID,
         user_id: UUID,
         client_user_id: str,
+        sealed_client_user_id: str,
         fallback_time_zone: str | None,
         sealed_birth_date: str | None,
         ingestion_start: date | None,
@@ -138,28 +172,26 @@ class UserLifecycle:
     ) -> User:
         for attempt in range(_CREATE_ATTEMPTS):
             now = self.clock()
+            # Optimistic: most ids are new, so the first attempt starts the claim without
+            # reading it (but for a claim made before digests, which is always read); the
+            # event store refuses it if the claim exists (a conflict).
+            located = self.client_user_ids.locate(ctx, team_id, client_user_id, read=attempt > 0)
             user = User.register(
                 ctx,
                 now,
                 user_id=user_id,
                 team_id=team_id,
-                client_user_id=client_user_id,
+                sealed_client_user_id=sealed_client_user_id,
+                claim_id=located.claim_id,
                 fallback_time_zone=fallback_time_zone,
                 sealed_birth_date=sealed_birth_date,
                 ingestion_start=ingestion_start,
                 ingestion_end=ingestion_end,
             )
-            # Optimistic: most ids are new, so the first attempt starts the claim without
-            # reading it; the event store refuses it if the claim exists (a conflict).
-            claim = (
-                None
-                if attempt == 0
-                else self.ledger.find(ClientUserIdClaim.id_for(team_id, client_user_id))
-            )
+            claim = located.claim
             if claim is None:
-                claim = ClientUserIdClaim.start(ctx, now, team_id, client_user_id, user_id)
+                claim = ClientUserIdClaim.start(ctx, now, team_id, located.digest, user_id)
             else:
-                assert isinstance(claim, ClientUserIdClaim)
                 if claim.holder is not None:
                     holder = self.ledger.find(claim.holder)
                     assert isinstance(holder, User)
@@ -199,10 +231,18 @@ class UserLifecycle:
             )
         touched: list[Any] = [user]
         new_client_user_id = changes.get("client_user_id")
-        if new_client_user_id is not None and new_client_user_id != user.client_user_id:
+        target = (
+            None
+            if new_client_user_id is None
+            else self.client_user_ids.locate(ctx, team_id, new_client_user_id)
+        )
+        # The same claim is the same value: the client_user_id does not change.
+        if target is not None and target.claim_id != user.claim_id:
+            assert new_client_user_id is not None
             self._check_client_user_id(new_client_user_id)
-            touched += self._move_claim(ctx, now, user, new_client_user_id)
-            user.change_client_user_id(ctx, now, new_client_user_id)
+            touched += self._move_claim(ctx, now, user, target)
+            sealed = self.vault.seal(user.id, new_client_user_id)
+            user.change_client_user_id(ctx, now, sealed, target.claim_id)
         if settings:
             user.change_settings(ctx, now, settings)
         moved_claim = len(touched) > 1
@@ -267,33 +307,66 @@ class UserLifecycle:
     def undo_deletion(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
         user = self.load(team_id, user_id)
         now = self.clock()
-        user.undo_deletion(ctx, now)  # checks state and grace period
-        claim = self._claim_of(user)
-        claim.claim(ctx, now, user.id)  # refused if another live user holds it now
+        try:
+            user.undo_deletion(ctx, now)  # checks state and grace period
+            claim = self._claim_of(user)
+            claim.claim(ctx, now, user.id)  # refused if another live user holds it now
+        except tuple(UNDO_REFUSALS) as refusal:
+            self._record_refused_undo(ctx, team_id, user_id, UNDO_REFUSALS[type(refusal)])
+            raise
         self._save(user, claim, conflict=ClientUserIdInUse)
         return user
 
+    def _record_refused_undo(
+        self, ctx: CommandContext, team_id: UUID, user_id: UUID, reason: str
+    ) -> None:
+        """Record a refused undo on a fresh copy of the user (the refused one may hold the
+        undo it was refused, pending), after whatever another command saved meanwhile."""
+        for _attempt in range(_CREATE_ATTEMPTS):
+            user = self.load(team_id, user_id)
+            user.refuse_undo(ctx, self.clock(), reason)
+            try:
+                self.ledger.save(user)
+            except IntegrityError:
+                continue
+            return
+
     @command
     def erase_user(self, ctx: CommandContext, user_id: UUID) -> bool:
-        """Erase a user whose grace period has ended. Idempotent: False when nothing to do."""
-        user = self.ledger.find(user_id)
-        if not isinstance(user, User) or user.status != PENDING_ERASURE:
-            return False
-        now = self.clock()
-        if not user.is_due_for_erasure(now):
-            return False
-        removed = [
-            item
-            for item in ERASURE_REMOVES
-            if (item != "user_data_key" or self.vault.has_key(user.id))
-            and (item != "snapshots" or self._has_snapshots(user.id))
-        ]
-        user.erase(ctx, now, removed=removed)
-        try:
-            self.ledger.save(user)
-        except IntegrityError:
-            return False  # another sweeper recorded the erasure first
-        return True
+        """Erase a user whose grace period has ended. Idempotent: False when nothing to do.
+
+        The Erased event carries what each place held (`checked`); the transaction that
+        records it deletes those rows, drops the queued deliveries, and refuses
+        (ErasureNotVerified, rolled back) if it finds other counts or anything left. A
+        count that moved meanwhile (a delivery queued, a chunk stored) is counted again."""
+        failure: ErasureNotVerified | None = None
+        for _attempt in range(_ERASE_ATTEMPTS):
+            user = self.ledger.find(user_id)
+            if not isinstance(user, User) or user.status != PENDING_ERASURE:
+                return False
+            now = self.clock()
+            if not user.is_due_for_erasure(now):
+                return False
+            deliveries = [
+                d
+                for d in (self.ledger.find(i) for i in self.queued_deliveries(user.id))
+                if isinstance(d, WebhookDelivery) and d.status == DELIVERY_PENDING
+            ]
+            for delivery in deliveries:
+                delivery.drop(ctx, now, DROPPED_BY_ERASURE)
+            found = {**self.erasure_inventory(user.id), QUEUED_DELIVERIES: len(deliveries)}
+            user.erase(ctx, now, {place: found.get(place, 0) for place in ERASURE_REMOVES})
+            try:
+                self.ledger.save(user, *deliveries)
+            except IntegrityError:
+                continue  # another sweeper erased it, or a sender recorded a delivery
+            except ErasureNotVerified as exc:
+                failure = exc
+                continue
+            return True
+        if failure is not None:
+            raise failure
+        return False
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -302,19 +375,18 @@ class UserLifecycle:
         return [c for c in found if isinstance(c, Connection) and c.is_live]
 
     def _claim_of(self, user: User) -> ClientUserIdClaim:
-        claim = self.ledger.find(ClientUserIdClaim.id_for(user.team_id, user.client_user_id))
+        claim = self.ledger.find(user.claim_id)
         assert isinstance(claim, ClientUserIdClaim), "every user holds or held its claim"
         return claim
 
     def _move_claim(
-        self, ctx: CommandContext, now: Any, user: User, new_client_user_id: str
+        self, ctx: CommandContext, now: Any, user: User, target: ClaimLocation
     ) -> list[ClientUserIdClaim]:
         old = self._claim_of(user)
-        new = self.ledger.find(ClientUserIdClaim.id_for(user.team_id, new_client_user_id))
+        new = target.claim
         if new is None:
-            new = ClientUserIdClaim.start(ctx, now, user.team_id, new_client_user_id, user.id)
+            new = ClientUserIdClaim.start(ctx, now, user.team_id, target.digest, user.id)
         else:
-            assert isinstance(new, ClientUserIdClaim)
             new.claim(ctx, now, user.id)  # ClientUserIdInUse when held by another
         old.release(ctx, now, user.id)
         return [old, new]
@@ -335,10 +407,6 @@ class UserLifecycle:
         except LedgerError as reason:
             return reason
         return ConcurrentChange()
-
-    def _has_snapshots(self, user_id: UUID) -> bool:
-        snapshots = self.ledger.snapshots
-        return snapshots is not None and any(True for _ in snapshots.get(user_id, limit=1))
 
     def _check_client_user_id(self, value: str) -> None:
         problem = client_user_id_problem(value)

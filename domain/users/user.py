@@ -59,6 +59,15 @@ def client_user_id_problem(value: str) -> str | None:
     return None
 
 
+# Why an undo of a deletion was refused, by the error the caller got: recorded as
+# User.DeletionUndoRefused. An undo of an active user (nothing to undo) is not recorded:
+# it concerns no deletion, and would let any caller grow a live user's stream.
+UNDO_REFUSALS: dict[type[Exception], str] = {
+    GracePeriodEnded: "grace_period_ended",
+    ClientUserIdInUse: "client_user_id_in_use",
+    UserNotFound: "erased",
+}
+
 # A sourced setting: (value, source slug, when it was set). A snapshot stores it as a
 # JSON array, so a user restored from one holds a list of the same three values.
 Sourced = tuple[str, str, datetime]
@@ -74,24 +83,36 @@ class User(Aggregate):
         request_id: str
 
     class Created(Event, Aggregate.Created):
-        """Version 2 records the environment of the key that created the user (where its
+        """Version 3 seals the client_user_id with the user's own key
+        (`sealed_client_user_id`; `client_user_id` is None) and names the claim the user
+        holds (`claim_id`, derived from the team's digest of the value): the value is in
+        clear nowhere in the log. Events stored before keep the value in clear; they
+        load with no sealed value and the claim of their time (uuid5 of team and value).
+        Version 2 records the environment of the key that created the user (where its
         webhooks go); version 1 events, stored before, load with None, and the users
         read model holds what migration 0002 found for them."""
 
         TOPIC = "healthledger:User.Created.v1"
-        PERSONAL_FIELDS = ("sealed_birth_date",)
-        class_version = 2
+        PERSONAL_FIELDS = ("sealed_birth_date", "sealed_client_user_id")
+        class_version = 3
         team_id: UUID
-        client_user_id: str
+        client_user_id: str | None
         fallback_time_zone: str | None
         sealed_birth_date: str | None
         ingestion_start: date | None
         ingestion_end: date | None
         environment: str | None
+        sealed_client_user_id: str | None
+        claim_id: UUID
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             state["environment"] = None
+
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state["sealed_client_user_id"] = None
+            state["claim_id"] = ClientUserIdClaim.id_for(state["team_id"], state["client_user_id"])
 
     class SettingsChanged(Event):
         """Fallbacks or ingestion bounds changed; `changes` holds only the changed keys."""
@@ -114,12 +135,32 @@ class User(Aggregate):
                     setattr(user, key, value)
 
     class ClientUserIdChanged(Event):
+        """Version 2 seals the new value with the user's key and names the claim the user
+        moved to (`new_claim_id`); both clear values are None. Version 1 events, stored
+        before, hold both values in clear and load with no sealed value and no claim id:
+        the claim of their time is the one named by the team and the clear value."""
+
         TOPIC = "healthledger:User.ClientUserIdChanged.v1"
-        old_client_user_id: str
-        new_client_user_id: str
+        PERSONAL_FIELDS = ("sealed_new_client_user_id",)
+        class_version = 2
+        old_client_user_id: str | None
+        new_client_user_id: str | None
+        sealed_new_client_user_id: str | None
+        new_claim_id: UUID | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["sealed_new_client_user_id"] = None
+            state["new_claim_id"] = None
 
         def apply(self, user: User) -> None:
             user.client_user_id = self.new_client_user_id
+            user.sealed_client_user_id = self.sealed_new_client_user_id
+            if self.new_claim_id is not None:
+                user.claim_id = self.new_claim_id
+            else:
+                assert self.new_client_user_id is not None, "a version 1 event holds it"
+                user.claim_id = ClientUserIdClaim.id_for(user.team_id, self.new_client_user_id)
 
     class DemographicsRecorded(Event):
         """The whole demographics object, sealed; `fields` names what this change set."""
@@ -150,11 +191,30 @@ class User(Aggregate):
             user.deleted_at = None
             user.erasure_due_at = None
 
+    class DeletionUndoRefused(Event):
+        """An undo of this user's deletion was asked for and refused: the audit trail of a
+        deletion shows every try to stop it. `reason` is one of UNDO_REFUSALS' values,
+        never a value of the caller's. It changes no state."""
+
+        TOPIC = "healthledger:User.DeletionUndoRefused.v1"
+        reason: str
+
     class Erased(Event):
-        """Personal data destroyed for good; `removed` says what went, for the audit."""
+        """Personal data destroyed for good, for the audit: `checked` holds, for every
+        place an erasure empties (lifecycle.ERASURE_REMOVES, in its order), the rows
+        found there and deleted, counted in the transaction that records this event and
+        checked to be none left after it (else nothing is recorded); `removed` lists the
+        places that had rows. Version 1 events, recorded before the counts, load with
+        `checked` empty: their `removed` is what the service asserted, unchecked."""
 
         TOPIC = "healthledger:User.Erased.v1"
+        class_version = 2
         removed: list[str]
+        checked: dict[str, int]
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["checked"] = {}
 
         def apply(self, user: User) -> None:
             user.status = ERASED
@@ -170,22 +230,26 @@ class User(Aggregate):
         actor: str,
         request_id: str,
         team_id: UUID,
-        client_user_id: str,
+        client_user_id: str | None,
         fallback_time_zone: str | None,
         sealed_birth_date: str | None,
         ingestion_start: date | None,
         ingestion_end: date | None,
         environment: str | None,
+        sealed_client_user_id: str | None,
+        claim_id: UUID,
     ) -> None:
         """The state of a new user, from its Created event's fields: eventsourcing calls
         this with them at `register` and again on every replay of that event (the id,
         actor and request id are the event's, taken because every field is passed).
-        Attributes are set in the order snapshots have always stored them. The
-        environment is the users read model's to keep (the webhook dispatcher reads it
-        there), not the aggregate's: snapshots keep their form."""
+        Attributes are set in the order snapshots have always stored them, the ones
+        added since at the end (see `upcast_v1_v2`). The environment is the users read
+        model's to keep (the webhook dispatcher reads it there), not the aggregate's.
+        The client_user_id is held in clear only if it was recorded so (before version
+        3 of Created), else sealed; `claim_id` names the claim the user holds."""
         del environment
         self.team_id: UUID = team_id
-        self.client_user_id: str = client_user_id
+        self.client_user_id: str | None = client_user_id
         self.status: str = ACTIVE
         self.fallback_time_zone: Sourced | None = (
             None if fallback_time_zone is None else (fallback_time_zone, MANUAL_SOURCE, timestamp)
@@ -200,6 +264,18 @@ class User(Aggregate):
         self.deleted_at: datetime | None = None
         self.erasure_due_at: datetime | None = None
         self.erased_at: datetime | None = None
+        self.sealed_client_user_id: str | None = sealed_client_user_id
+        self.claim_id: UUID = claim_id
+
+    # Version 2 of the attribute dict (what a snapshot stores) adds the sealed
+    # client_user_id and the claim id; a snapshot taken before loads with the claim of
+    # its clear value.
+    class_version = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["sealed_client_user_id"] = None
+        state["claim_id"] = ClientUserIdClaim.id_for(state["team_id"], state["client_user_id"])
 
     @classmethod
     def register(
@@ -209,24 +285,29 @@ class User(Aggregate):
         *,
         user_id: UUID,
         team_id: UUID,
-        client_user_id: str,
+        sealed_client_user_id: str,
+        claim_id: UUID,
         fallback_time_zone: str | None,
         sealed_birth_date: str | None,
         ingestion_start: date | None,
         ingestion_end: date | None,
     ) -> User:
+        """A new user: its client_user_id sealed with its own key, and the id of the
+        claim it takes (see domain/users/client_user_ids.py)."""
         return cls(
             id=user_id,
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
             team_id=team_id,
-            client_user_id=client_user_id,
+            client_user_id=None,
             fallback_time_zone=fallback_time_zone,
             sealed_birth_date=sealed_birth_date,
             ingestion_start=ingestion_start,
             ingestion_end=ingestion_end,
             environment=ctx.environment or DEFAULT_ENVIRONMENT,
+            sealed_client_user_id=sealed_client_user_id,
+            claim_id=claim_id,
         )
 
     @property
@@ -256,15 +337,21 @@ class User(Aggregate):
             changes=changes,
         )
 
-    def change_client_user_id(self, ctx: CommandContext, now: datetime, new_value: str) -> None:
+    def change_client_user_id(
+        self, ctx: CommandContext, now: datetime, sealed_new_value: str, new_claim_id: UUID
+    ) -> None:
+        """Move to another client_user_id, sealed with the user's key, held by the claim
+        `new_claim_id` (the caller moved the claims). Neither value is recorded in clear."""
         self.require_live()
         self.trigger_event(
             self.ClientUserIdChanged,
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
-            old_client_user_id=self.client_user_id,
-            new_client_user_id=new_value,
+            old_client_user_id=None,
+            new_client_user_id=None,
+            sealed_new_client_user_id=sealed_new_value,
+            new_claim_id=new_claim_id,
         )
 
     def record_demographics(
@@ -301,14 +388,28 @@ class User(Aggregate):
             self.DeletionUndone, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
         )
 
+    def refuse_undo(self, ctx: CommandContext, now: datetime, reason: str) -> None:
+        """Record that an undo of the deletion was refused (the caller found why)."""
+        if reason not in UNDO_REFUSALS.values():
+            raise ValueError(f"not an undo refusal reason: {reason}")
+        self.trigger_event(
+            self.DeletionUndoRefused,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            reason=reason,
+        )
+
     def grace_period_over(self, now: datetime) -> bool:
         return self.erasure_due_at is not None and now >= self.erasure_due_at
 
     def is_due_for_erasure(self, now: datetime) -> bool:
         return self.status == PENDING_ERASURE and self.grace_period_over(now)
 
-    def erase(self, ctx: CommandContext, now: datetime, removed: list[str]) -> None:
-        """Only a user whose grace period has ended can be erased (callers check first)."""
+    def erase(self, ctx: CommandContext, now: datetime, checked: dict[str, int]) -> None:
+        """Only a user whose grace period has ended can be erased (callers check first).
+        `checked`: the rows each place holds, which the erasure deletes (and the
+        recording transaction counts again: `Erased`)."""
         if not self.is_due_for_erasure(now):
             raise UserNotDeleted()
         self.trigger_event(
@@ -316,20 +417,25 @@ class User(Aggregate):
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
-            removed=removed,
+            removed=[place for place, rows in checked.items() if rows],
+            checked=dict(checked),
         )
 
 
-# A fixed namespace: claim ids must never change, or uniqueness would be lost.
+# Fixed namespaces: claim ids must never change, or uniqueness would be lost. The first
+# names claims made before digests (by team and clear value), the second those named by
+# the team's keyed digest of the value (domain/users/client_user_ids.py).
 CLAIM_NAMESPACE = uuid.UUID("6f1c7a52-4c1e-5b7e-9a43-2d8e0b1f6c11")
+DIGEST_CLAIM_NAMESPACE = uuid.UUID("b3e8f0a4-5d2c-5e71-8c69-0f4a7d13e952")
 
 
 class ClientUserIdClaim(Aggregate):
     """Who holds a client_user_id within a team.
 
-    Its id is derived from (team, client_user_id), so two concurrent creates race on the
-    event store's (originator_id, version) uniqueness: the loser gets a conflict, never a
-    duplicate. Released at deletion, claimed again by a new user or an undo.
+    Its id is derived from the team's keyed digest of the value (before digests, from
+    the team and the clear value), so two concurrent creates race on the event store's
+    (originator_id, version) uniqueness: the loser gets a conflict, never a duplicate.
+    Released at deletion, claimed again by a new user or an undo.
     """
 
     TOPIC = "healthledger:ClientUserIdClaim"
@@ -339,10 +445,20 @@ class ClientUserIdClaim(Aggregate):
         request_id: str
 
     class Created(Event, Aggregate.Created):
+        """Version 2 names the value by the team's keyed digest (`digest`), never in
+        clear (`client_user_id` is None). Version 1 events, stored before, hold the value
+        in clear and load with no digest."""
+
         TOPIC = "healthledger:ClientUserIdClaim.Created.v1"
+        class_version = 2
         team_id: UUID
-        client_user_id: str
+        client_user_id: str | None
         user_id: UUID
+        digest: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["digest"] = None
 
     class Claimed(Event):
         TOPIC = "healthledger:ClientUserIdClaim.Claimed.v1"
@@ -366,30 +482,48 @@ class ClientUserIdClaim(Aggregate):
         actor: str,
         request_id: str,
         team_id: UUID,
-        client_user_id: str,
+        client_user_id: str | None,
         user_id: UUID,
+        digest: str | None,
     ) -> None:
         self.team_id: UUID = team_id
-        self.client_user_id: str = client_user_id
+        # In clear only in a claim made before digests; else None.
+        self.client_user_id: str | None = client_user_id
         # The user id, or None when released.
         self.holder: UUID | None = user_id
+        self.digest: str | None = digest
+
+    # Version 2 of the attribute dict (what a snapshot stores) adds the digest.
+    class_version = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["digest"] = None
 
     @staticmethod
     def id_for(team_id: UUID, client_user_id: str) -> UUID:
+        """The id of a claim made before digests: where an old claim of a value is."""
         return uuid.uuid5(CLAIM_NAMESPACE, f"{team_id}\x1f{client_user_id}")
+
+    @staticmethod
+    def id_for_digest(digest: str) -> UUID:
+        """The id of the claim of a value, by the team's digest of it (hex)."""
+        return uuid.uuid5(DIGEST_CLAIM_NAMESPACE, digest)
 
     @classmethod
     def start(
-        cls, ctx: CommandContext, now: datetime, team_id: UUID, client_user_id: str, user_id: UUID
+        cls, ctx: CommandContext, now: datetime, team_id: UUID, digest: str, user_id: UUID
     ) -> ClientUserIdClaim:
+        """A new claim of the value the team's `digest` names, held by `user_id`."""
         return cls(
-            id=cls.id_for(team_id, client_user_id),
+            id=cls.id_for_digest(digest),
             timestamp=now,
             actor=ctx.actor,
             request_id=ctx.request_id,
             team_id=team_id,
-            client_user_id=client_user_id,
+            client_user_id=None,
             user_id=user_id,
+            digest=digest,
         )
 
     def claim(self, ctx: CommandContext, now: datetime, user_id: UUID) -> None:

@@ -3,6 +3,10 @@
 A pure mapping from a ledger event (and the stream it belongs to) to the public events it
 announces, under the rules in force at the event's own time: the same event replayed
 today announces what it announced when it was first recorded.
+
+Besides the production service's types, a user's deletion, its undo and its erasure are
+announced as our own types (`LIFECYCLE_EVENT_TYPES`), so that a receiver's mirror forgets
+an erased user too.
 """
 
 from __future__ import annotations
@@ -14,7 +18,18 @@ from uuid import UUID
 
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecation_calendar import Rules
+
+USER_DELETED = "user.deleted"
+USER_DELETION_UNDONE = "user.deletion_undone"
+USER_ERASED = "user.erased"
+# Ours (the catalog marks them `extension`): each announces one event of a user's stream.
+LIFECYCLE_EVENT_TYPES: dict[type, str] = {
+    User.Deleted: USER_DELETED,
+    User.DeletionUndone: USER_DELETION_UNDONE,
+    User.Erased: USER_ERASED,
+}
 
 # Resources whose events are timeseries events, named `*.timeseries.<resource>.*`: only
 # the deprecated hypnogram keeps that form; every other resource is `*.data.<resource>.*`.
@@ -38,7 +53,10 @@ def _data_type(stage: str, resource: str, verb: str) -> str:
 def announcements(event: Any, stream: Any, rules: Rules) -> list[Announcement]:
     """The public events `event` announces; `stream` is its aggregate (for who it is of)."""
     found: list[Announcement] = []
-    if isinstance(event, Connection.Created | Connection.Reconnected):
+    lifecycle = LIFECYCLE_EVENT_TYPES.get(type(event))
+    if lifecycle is not None:
+        found.append(Announcement(lifecycle, stream.id, stream.team_id))
+    elif isinstance(event, Connection.Created | Connection.Reconnected):
         found.append(Announcement("provider.connection.created", stream.user_id, stream.team_id))
     elif isinstance(event, Connection.Errored):
         found.append(Announcement("provider.connection.error", stream.user_id, stream.team_id))

@@ -9,6 +9,10 @@ dotted stem followed by `.*` (`daily.data.*`, `historical.*`), matching every ty
 starts with the stem and a dot. An entry must match at least one type of the catalog, so a
 typo is refused instead of silently matching nothing. An endpoint without filter entries
 receives every event type.
+
+The catalog holds the production service's types and a few of our own, marked
+`extension` (the user lifecycle types that tell a receiver's mirror of deletions and
+erasures); filters treat both alike.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ class EventType:
     # Set on deprecated types: the date from which they are no longer sent, and successor.
     removed_on: date | None = None
     replaced_by: str | None = None
+    # Ours, not the production service's (`user.deleted`, `user.deletion_undone`,
+    # `user.erased`): its official client has no model for them (docs/compatibility.md).
+    extension: bool = False
 
     @property
     def deprecated(self) -> bool:

@@ -39,8 +39,15 @@ def test_audit_prints_history_and_state_as_of(
 
     assert main(["audit", str(user.id)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[2] for line in out] == ["Created", "SettingsChanged", "Deleted"]
-    assert "fallback_time_zone=Asia/Tokyo" in out[1] and "actor=test:actor" in out[1]
+    # The user's events, and its claim's: the audit takes in every stream the user owns.
+    assert [line.split()[2] for line in out] == [
+        "ClientUserIdClaim.Created",
+        "User.Created",
+        "User.SettingsChanged",
+        "User.Deleted",
+        "ClientUserIdClaim.Released",
+    ]
+    assert "fallback_time_zone=Asia/Tokyo" in out[2] and "actor=test:actor" in out[2]
 
     assert main(["audit", str(user.id), "--as-of", "2026-03-01T18:00:00Z", "--json"]) == 0
     state = json.loads(capsys.readouterr().out)

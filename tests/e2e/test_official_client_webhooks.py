@@ -6,7 +6,9 @@ grant, for `provider.connection.error`), pulled, synced a day later (for the `up
 events), and the dispatcher delivers to a real local receiver over HTTP. The map from
 event type to model is read off the client itself (each model's `event_type` field), so a
 type the client does not know fails the test unless it is listed in
-`WITHOUT_CLIENT_MODEL` with the reason. On both databases."""
+`WITHOUT_CLIENT_MODEL` with the reason. Our own lifecycle types (a user deleted, its
+deletion undone, a user erased) are not the production service's: the client has no model
+for them, and they are held to our own shape instead (`OURS`). On both databases."""
 
 from __future__ import annotations
 
@@ -37,6 +39,16 @@ T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
 CTX = CommandContext(actor="test:actor", request_id="req-official-client")
 # The provider whose grant breaks during its pulls, and the resource that breaks it.
 BROKEN = ("fitbit", "sleep", "token_refresh_failed")
+
+# Our own event types (docs/webhooks.md, "Our own types"): not in the production service's
+# catalog, so the official client has no model for them (if it gains one, the test says
+# so). They tell a receiver's mirror of deletions and erasures; each is checked against
+# our documented data fields instead, and none carries a personal value.
+OURS = {
+    "user.deleted": {"user_id", "team_id", "deleted_at", "erasure_due_at", "request_id"},
+    "user.deletion_undone": {"user_id", "team_id", "undone_at", "request_id"},
+    "user.erased": {"user_id", "erased_at", "removed"},
+}
 
 # Event types we send that the client has no model for, with why they are sent anyway.
 # They are checked against the generic timeseries shape instead.
@@ -143,6 +155,17 @@ def test_every_webhook_body_validates_against_the_official_client(
         svc.pulls.sync_due()
     svc.jobs.dispatch_webhooks()
     assert set(svc.webhook_queries.delivery_counts()) == {"succeeded"}
+    # Our lifecycle types, once the data is delivered: a deletion undone, and a deletion
+    # followed by the erasure after the grace period.
+    undone, erased = [u for u, (slug, _) in sorted(users.items()) if slug != BROKEN[0]][:2]
+    svc.users.delete_user(CTX, team, undone)
+    svc.users.undo_deletion(CTX, team, undone)
+    svc.users.delete_user(CTX, team, erased)
+    svc.jobs.dispatch_webhooks()
+    clock.now += svc.settings.grace_period
+    assert svc.jobs.sweep_erasures() == 1
+    svc.jobs.dispatch_webhooks()
+    assert set(svc.webhook_queries.delivery_counts()) == {"succeeded"}
     bodies = [json.loads(r.body) for r in receiver.on("ok")]
     assert bodies
 
@@ -154,6 +177,13 @@ def test_every_webhook_body_validates_against_the_official_client(
         seen[event_type] += 1
         user_id = UUID(body["user_id"])
         slug, client_user_id = users[user_id]
+        if event_type in OURS:
+            assert event_type not in models, f"the client now has a model for {event_type}"
+            assert (body["client_user_id"], body["team_id"]) == (None, str(team))
+            assert set(body["data"]) == OURS[event_type]
+            assert body["data"]["user_id"] == str(user_id)
+            assert client_user_id not in json.dumps(body)
+            continue
         # The envelope and the values of the event it announces.
         assert (body["client_user_id"], body["team_id"]) == (client_user_id, str(team))
         data = body["data"]
@@ -200,6 +230,11 @@ def test_every_webhook_body_validates_against_the_official_client(
     for resource in ("sleep", "sleep_cycle", "activity", "workouts", "body", "profile", "meal"):
         assert resource in daily, resource
     assert any(t.endswith(".updated") for t in seen)
+    assert {t: seen[t] for t in OURS} == {
+        "user.deleted": 2,
+        "user.deletion_undone": 1,
+        "user.erased": 1,
+    }
 
 
 def check_values(event_type: str, data: dict[str, Any], slug: str) -> None:

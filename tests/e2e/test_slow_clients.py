@@ -31,7 +31,7 @@ WHOLE_REQUEST = (
 def sqlite_settings(tmp_path: Path) -> Settings:
     return Settings(
         database_url=f"sqlite:///{tmp_path / 'ledger.db'}",
-        master_key_file=tmp_path / "master.key",
+        master_key_file=tmp_path / "keys" / "master.key",
     )
 
 

@@ -339,8 +339,15 @@ def test_an_erased_users_queued_deliveries_are_dropped_never_sent(
     clock.advance(timedelta(days=7))
     assert svc.users.erase_user(CTX, user_id)
     svc.jobs.dispatch_webhooks()
-    assert receiver.received == []
-    assert {r.status for r in rows(svc, endpoint_id)} == {"dropped"}
+    # Only `user.erased` (ours) goes out: it carries nothing personal, and it tells the
+    # endpoint's mirror to forget the user. The deletion it supersedes is dropped too.
+    (sent,) = receiver.received
+    body = json.loads(sent.body)
+    assert body["event_type"] == "user.erased" and body["client_user_id"] is None
+    assert b"hook-freestyle_libre" not in sent.body
+    by_type = {r.event_type: r.status for r in rows(svc, endpoint_id)}
+    assert by_type.pop("user.erased") == "succeeded"
+    assert set(by_type.values()) <= {"dropped"} and "provider.connection.created" in by_type
 
 
 def test_redelivery_resends_since_an_instant_with_the_original_ids(
@@ -411,12 +418,15 @@ def test_our_receiver_mirrors_what_the_service_delivers(
     from healthledger.adapters.http.team_api import create_team_api
     from healthledger.adapters.mirror.receiver import build_receiver
     from healthledger.adapters.mirror.receiver_app import create_receiver_app
+    from healthledger.adapters.persistence.master_key import FileKeySource
     from starlette.testclient import TestClient
 
     sock = free_socket()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/webhooks"
     _, secret = endpoint(svc, url)
-    receiver = build_receiver(database_url, [secret])
+    receiver = build_receiver(
+        database_url, [secret], master_key=FileKeySource(tmp_path / "receiver-keys" / "mirror.key")
+    )
     try:
         with serving(create_receiver_app(receiver), sock):
             oura = connected_user(svc, "oura")

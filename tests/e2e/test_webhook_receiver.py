@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,6 +39,7 @@ from healthledger.adapters.mirror.receiver import (
 )
 from healthledger.adapters.mirror.receiver_app import create_receiver_app
 from healthledger.adapters.mirror.schema import mirror_snapshots, mirror_stored_events
+from healthledger.adapters.persistence.master_key import FileKeySource
 from healthledger.adapters.persistence.schema import stored_events
 from healthledger.adapters.webhooks.signing import (
     INVALID_SIGNATURE,
@@ -66,6 +68,7 @@ from sqlalchemy import func, select
 from tests.conftest import Team, create_user
 from tests.e2e.test_server import free_port
 from tests.integration.test_pulls import connect, provider_status, pulls_of
+from tests.unit.test_mirror_domain import DictVault
 
 SECRET = new_signing_secret()
 USER = uuid.UUID("3f1e3b57-8b1a-4e3c-9d2f-0a1b2c3d4e5f")
@@ -162,8 +165,15 @@ def library_headers(body: bytes, secret: str = SECRET, message_id: str | None = 
 
 
 @pytest.fixture
-def receiver(database_url: str) -> Iterator[WebhookReceiver]:
-    built = build_receiver(database_url, [SECRET])
+def master_key(tmp_path: Path) -> FileKeySource:
+    """The receiver's own master key: a file in a private directory of its own, made on
+    first use (never beside the database, whose directory is `tmp_path` on SQLite)."""
+    return FileKeySource(tmp_path / "receiver-keys" / "mirror.key")
+
+
+@pytest.fixture
+def receiver(database_url: str, master_key: FileKeySource) -> Iterator[WebhookReceiver]:
+    built = build_receiver(database_url, [SECRET], master_key=master_key)
     yield built
     built.close()
 
@@ -188,17 +198,20 @@ def refused(receiver: WebhookReceiver, body: bytes, headers: dict[str, str]) -> 
 
 
 def test_the_mirrored_user_follows_connections_and_announced_data() -> None:
+    vault = DictVault()
     envelope = Envelope("msg_1", "provider.connection.created", USER, TEAM, "user-42")
-    user = MirroredUser.start(envelope, T0)
-    user.announce(envelope, T0, ConnectionCreated("oura", "Oura", None, AVAILABILITY, None))
+    user = MirroredUser.start(envelope, T0, vault)
+    created = ConnectionCreated("oura", "Oura", None, AVAILABILITY, None)
+    user.announce(envelope, T0, created, vault)
     assert user.connections["oura"]["status"] == CONNECTED
     errored = Envelope("msg_2", "provider.connection.error", USER, TEAM, "user-42")
-    user.announce(errored, T0, ConnectionErrored("oura", "token_refresh_failed", "gone"))
+    user.announce(errored, T0, ConnectionErrored("oura", "token_refresh_failed", "gone"), vault)
     assert user.connections["oura"]["status"] == ERROR
     assert user.connections["oura"]["name"] == "Oura"  # kept through the error
     for n, change in enumerate(("created", "created", "updated")):
         daily = Envelope(f"msg_d{n}", f"daily.data.sleep.{change}", USER, TEAM, "user-42")
-        user.announce(daily, T0, DailyDataAnnounced("oura", "sleep", date(2026, 3, 9 - n), change))
+        announced = DailyDataAnnounced("oura", "sleep", date(2026, 3, 9 - n), change)
+        user.announce(daily, T0, announced, vault)
     sleep = user.resources["oura"]["sleep"]
     assert (sleep["days_created"], sleep["days_updated"]) == (2, 1)
     assert (sleep["first_calendar_date"], sleep["last_calendar_date"]) == (
@@ -332,9 +345,11 @@ def test_forged_signatures_and_wrong_secrets_are_refused(receiver: WebhookReceiv
     assert refused(receiver, body, scheme) == INVALID_SIGNATURE
 
 
-def test_during_a_rotation_either_secret_verifies(database_url: str) -> None:
+def test_during_a_rotation_either_secret_verifies(
+    database_url: str, master_key: FileKeySource
+) -> None:
     old, new = new_signing_secret(), new_signing_secret()
-    rotated = build_receiver(database_url, [new, old])
+    rotated = build_receiver(database_url, [new, old], master_key=master_key)
     try:
         for n, secrets in enumerate(([old], [new], [new, old])):
             body = daily_sleep(f"2026-03-0{n + 1}")
@@ -342,7 +357,7 @@ def test_during_a_rotation_either_secret_verifies(database_url: str) -> None:
     finally:
         rotated.close()
     # A receiver still holding only the old secret takes what the sender signs with both.
-    lagging = build_receiver(database_url, [old])
+    lagging = build_receiver(database_url, [old], master_key=master_key)
     try:
         body = daily_sleep("2026-03-05")
         assert lagging.receive(body, headers_for(body, secrets=[new, old])).outcome == APPLIED
@@ -365,8 +380,10 @@ def test_stale_and_future_timestamps_are_refused(receiver: WebhookReceiver) -> N
         assert receiver.receive(body, headers).outcome == APPLIED
 
 
-def test_the_tolerance_is_configurable(database_url: str) -> None:
-    strict = build_receiver(database_url, [SECRET], tolerance=timedelta(seconds=30))
+def test_the_tolerance_is_configurable(database_url: str, master_key: FileKeySource) -> None:
+    strict = build_receiver(
+        database_url, [SECRET], master_key=master_key, tolerance=timedelta(seconds=30)
+    )
     try:
         body = connection_created()
         headers = headers_for(body, timestamp=int(T0.timestamp()))
@@ -577,11 +594,11 @@ def test_a_new_client_user_id_is_followed(receiver: WebhookReceiver) -> None:
     assert user is not None and user.client_user_id == "user-43"
 
 
-def test_a_receiver_needs_good_secrets(database_url: str) -> None:
+def test_a_receiver_needs_good_secrets(database_url: str, master_key: FileKeySource) -> None:
     with pytest.raises(SigningError):
-        build_receiver(database_url, [])
+        build_receiver(database_url, [], master_key=master_key)
     with pytest.raises(SigningError):
-        build_receiver(database_url, ["not-a-secret"])
+        build_receiver(database_url, ["not-a-secret"], master_key=master_key)
 
 
 # -- the ASGI app under a real server --------------------------------------------------------
@@ -668,7 +685,7 @@ def test_a_body_over_the_limit_is_413(receiver: WebhookReceiver) -> None:
 
 
 def test_end_to_end_the_mirror_matches_the_service(
-    service: Service, client: TestClient, team: Team, database_url: str
+    service: Service, client: TestClient, team: Team, database_url: str, master_key: FileKeySource
 ) -> None:
     """A connection created, then in error, then its data announced: the messages are built
     from the service's own answers, as the dispatcher builds them, delivered over HTTP, and
@@ -735,7 +752,7 @@ def test_end_to_end_the_mirror_matches_the_service(
         ),
     ]
     service_events = _count(service, stored_events)
-    mirror = build_receiver(database_url, [SECRET])
+    mirror = build_receiver(database_url, [SECRET], master_key=master_key)
     try:
         with serving(mirror) as url, httpx.Client(timeout=10) as http:
             for body in messages:
@@ -773,15 +790,17 @@ def _count(service: Service, table: Any) -> int:
         return conn.execute(select(func.count()).select_from(table)).scalar_one()
 
 
-def test_the_mirror_survives_a_restart_through_its_snapshots(database_url: str) -> None:
-    first = build_receiver(database_url, [SECRET], snapshot_interval=3)
+def test_the_mirror_survives_a_restart_through_its_snapshots(
+    database_url: str, master_key: FileKeySource
+) -> None:
+    first = build_receiver(database_url, [SECRET], master_key=master_key, snapshot_interval=3)
     try:
         for body in [connection_created(), *(daily_sleep(f"2026-03-0{n}") for n in range(1, 6))]:
             assert first.receive(body, headers_for(body)).outcome == APPLIED
         before = first.user(USER)
     finally:
         first.close()
-    again = build_receiver(database_url, [SECRET], snapshot_interval=3)
+    again = build_receiver(database_url, [SECRET], master_key=master_key, snapshot_interval=3)
     try:
         with again.db.read() as conn:
             snapshots = conn.execute(

@@ -113,7 +113,7 @@ def test_a_command_sees_what_another_process_changed(
         service.users.delete_user(ctx, team.team_id, user.id)
     undone = service.users.undo_deletion(ctx, team.team_id, user.id)
     assert undone.status == ACTIVE and undone.version == user.version + 4
-    claim = service.ledger.find(ClientUserIdClaim.id_for(team.team_id, "shared"))
+    claim = service.ledger.find(user.claim_id)
     assert isinstance(claim, ClientUserIdClaim) and claim.holder == user.id
 
 
@@ -219,20 +219,22 @@ def test_a_save_that_fails_leaves_nothing_of_itself_kept(
     # the next get hands out.
     _sqlite_only(service)
     first = service.users.create_user(ctx, team.team_id, client_user_id="taken")
-    claim_id = ClientUserIdClaim.id_for(team.team_id, "taken")
+    claim_id = first.claim_id
+    digest = service.client_user_id_digest(team.team_id, "taken")
     with service.db.unit_of_work():
         refused = User.register(
             ctx,
             service.clock(),
             user_id=uuid.uuid4(),
             team_id=team.team_id,
-            client_user_id="taken",
+            sealed_client_user_id="v1.sealed-taken",
+            claim_id=claim_id,
             fallback_time_zone=None,
             sealed_birth_date=None,
             ingestion_start=None,
             ingestion_end=None,
         )
-        duplicate = ClientUserIdClaim.start(ctx, service.clock(), team.team_id, "taken", refused.id)
+        duplicate = ClientUserIdClaim.start(ctx, service.clock(), team.team_id, digest, refused.id)
         with pytest.raises(IntegrityError):
             service.ledger.save(duplicate, refused)
         claim = service.ledger.find(claim_id)

@@ -391,7 +391,13 @@ def test_undo_is_refused_while_another_live_user_holds_the_client_user_id(
     for response in (by_id, by_client_id):
         assert response.status_code == 409, response.text
         assert isinstance(response.json()["detail"], str)
-    assert service.recorder.max_notification_id() == events
+    # Nothing changes but the record of each refusal on the user's own stream (the
+    # deletion report lists them): a User.DeletionUndoRefused event each, nothing else.
+    assert service.recorder.max_notification_id() == events + 2
+    refused = list(service.ledger.events.get(uuid.UUID(old["user_id"])))[-2:]
+    assert [(type(e).__name__, getattr(e, "reason", None)) for e in refused] == [
+        ("DeletionUndoRefused", "client_user_id_in_use")
+    ] * 2
     assert_scheduled_for_deletion(get_user(client, team, old["user_id"]))
     assert resolve(client, team, "contested").json() == new
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import pytest
 from fastapi.testclient import TestClient
@@ -43,9 +44,10 @@ def user(client: TestClient, team: Team) -> dict[str, Any]:
 
 @contextmanager
 def nothing_changes(
-    service: Service, client: TestClient, team: Team, *user_ids: str
+    service: Service, client: TestClient, team: Team, *user_ids: str, recorded: int = 0
 ) -> Iterator[None]:
-    """No event is recorded inside the block, and each user reads the same after it."""
+    """No event is recorded inside the block (but `recorded`: the record of a refused
+    undo, which changes no state), and each user reads the same after it."""
 
     def states() -> list[tuple[int, Any]]:
         responses = [client.get(f"/v2/user/{u}", headers=team.headers) for u in user_ids]
@@ -54,7 +56,7 @@ def nothing_changes(
     events = service.recorder.max_notification_id()
     before = states()
     yield
-    assert service.recorder.max_notification_id() == events, "an event was recorded"
+    assert service.recorder.max_notification_id() == (events or 0) + recorded, "an event"
     assert states() == before
 
 
@@ -575,12 +577,18 @@ def test_undo_after_the_grace_period_is_404(
     for moment in (start + timedelta(days=7), start + timedelta(days=30)):
         with (
             freeze_time(moment),
-            nothing_changes(service, client, team, late["user_id"], in_time["user_id"]),
+            nothing_changes(service, client, team, late["user_id"], in_time["user_id"], recorded=1),
         ):
             response = client.post(
                 "/v2/user/undo_delete", params={by: late[by]}, headers=team.headers
             )
         assert response.status_code == 404
+        # The refusal is recorded on the user's stream, for its deletion report.
+        last = list(service.ledger.events.get(UUID(late["user_id"])))[-1]
+        assert (type(last).__name__, getattr(last, "reason", None)) == (
+            "DeletionUndoRefused",
+            "grace_period_ended",
+        )
         assert response.json() == GRACE_ENDED
 
 

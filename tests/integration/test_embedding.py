@@ -88,7 +88,7 @@ def test_the_documented_example_runs_as_written(
         with pytest.raises(UserNotFound):
             again.get_user_by_client_user_id("patient-0042")
         events = [entry.event for entry in history(again.service, namespace["user"].user_id)]
-        assert events[-1] == "Erased"
+        assert events[-1] == "User.Erased"
 
 
 def test_the_facade_answers_what_the_api_answers(ledger: HealthLedger) -> None:

@@ -3,12 +3,13 @@ and an audit trail that outlives the person's data."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
 from freezegun import freeze_time
-from healthledger.adapters.audit import history, state_as_of
+from healthledger.adapters.audit import history
 from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.persistence.schema import (
     health_data,
@@ -20,6 +21,7 @@ from healthledger.adapters.persistence.schema import (
     users,
 )
 from healthledger.adapters.settings import Settings
+from healthledger.adapters.time_travel import state_as_of
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import UserNotFound
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES
@@ -90,7 +92,9 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "read_model:pending_erasures",
             "read_model:connections",
             "read_model:resource_feeds",
+            "read_model:link_tokens",
             "health_data",
+            "webhook_deliveries:queued",
         }
         assert rows(svc, user_data_keys, user_id=user.id) == 0
         assert rows(svc, snapshots, originator_id=user.id) == 0
@@ -100,7 +104,15 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
         assert rows(svc, health_data, user_id=user.id) == 0
         last = list(svc.ledger.events.get(user.id))[-1]
         assert isinstance(last, User.Erased)
-        assert last.removed == ERASURE_REMOVES and last.actor == "system:scheduler"
+        # It had a key, snapshots, its row and its pending erasure; nothing else.
+        assert last.removed == [
+            "user_data_key",
+            "snapshots",
+            "read_model:users",
+            "read_model:pending_erasures",
+        ]
+        assert last.checked["read_model:users"] == 1 and last.checked["health_data"] == 0
+        assert last.actor == "system:scheduler"
 
         # The erased user is 404 everywhere; the other user is untouched.
         with pytest.raises(UserNotFound):
@@ -217,7 +229,17 @@ def test_history_survives_erasure_without_personal_values(
     with freeze_time(T0 + timedelta(days=8)):
         service.jobs.sweep_erasures()
     entries = history(service, user.id)
-    assert [e.event for e in entries] == ["Created", "DemographicsRecorded", "Deleted", "Erased"]
+    # The user's own events, and its claim's (the audit takes in every stream it owns).
+    assert [e.event for e in entries if e.stream_kind == "user"] == [
+        "User.Created",
+        "User.DemographicsRecorded",
+        "User.Deleted",
+        "User.Erased",
+    ]
+    assert [e.event for e in entries if e.stream_kind == "claim"] == [
+        "ClientUserIdClaim.Created",
+        "ClientUserIdClaim.Released",
+    ]
     text = "\n".join(e.line() for e in entries)
     assert "<personal data: erased>" in text
     for secret in PERSONAL_STRINGS:
@@ -249,3 +271,207 @@ def test_the_sweep_finishes_a_team_deletion_a_crash_cut_short(
     service.jobs.sweep_erasures()
     assert all(service.user_queries.status(u) == "pending_erasure" for u in kept)
     assert service.team_queries.deleted_teams_with_live_users() == []
+
+
+# -- what an erasure checks: every row that names the user, counted and gone ------------------
+
+
+def places_of(service: Service, user_id: Any) -> dict[str, int]:
+    """The rows that name the user in each place, counted here table by table (not by the
+    erasure's own query), and the deliveries still queued about it."""
+    from healthledger.adapters.persistence.schema import (
+        connections,
+        link_tokens,
+        webhook_deliveries,
+    )
+
+    counts = {
+        "user_data_key": rows(service, user_data_keys, user_id=user_id),
+        "snapshots": rows(service, snapshots, originator_id=user_id),
+        "read_model:users": rows(service, users, user_id=user_id),
+        "read_model:pending_erasures": rows(service, pending_erasures, user_id=user_id),
+        "read_model:connections": rows(service, connections, user_id=user_id),
+        "read_model:resource_feeds": rows(service, resource_feeds, user_id=user_id),
+        "read_model:link_tokens": rows(service, link_tokens, user_id=user_id),
+        "health_data": rows(service, health_data, user_id=user_id),
+        "webhook_deliveries:queued": rows(
+            service, webhook_deliveries, user_id=user_id, status="pending"
+        ),
+    }
+    assert list(counts) == ERASURE_REMOVES
+    return counts
+
+
+def make_user_with_everything(service: Service, team: Team, ctx: CommandContext, name: str) -> Any:
+    """A user with demographics, a birth date, a connection and its pulls (health data,
+    resource feeds), two link tokens and webhook deliveries queued about it."""
+    user = make_user_with_personal_data(service, team, ctx) if name == "erase-me" else None
+    if user is None:
+        user = service.users.create_user(
+            ctx, team.team_id, client_user_id=name, fallback_birth_date=date(1970, 1, 2)
+        )
+        service.users.record_demographics(ctx, team.team_id, user.id, DEMOGRAPHICS)
+    service.connections.connect_demo(ctx, team.team_id, user.id, "freestyle_libre", ["glucose"])
+    service.jobs.run_due_pulls()
+    for _ in range(2):
+        service.link_tokens.issue(
+            ctx, team.team_id, "sandbox", user_id=user.id, redirect_url="https://app.example/back"
+        )
+    service.dispatcher.follow()  # deliveries queued, never sent (no sender runs here)
+    return user
+
+
+def test_an_erasure_empties_counts_and_checks_every_place_that_names_the_user(
+    settings: Settings, team: Team, ctx: CommandContext
+) -> None:
+    from healthledger.domain.webhooks.deliveries import DROPPED, WebhookDelivery
+
+    svc = build_service(settings.model_copy(update={"user_snapshot_interval": 2}))
+    try:
+        svc.webhooks.create(ctx, team.team_id, "sandbox", url="https://hooks.example/in")
+        with freeze_time(T0):
+            user = make_user_with_everything(svc, team, ctx, "erase-me")
+            kept = make_user_with_everything(svc, team, ctx, "keeper")
+            svc.users.delete_user(ctx, team.team_id, user.id)
+            svc.dispatcher.follow()  # and the deletion's own announcement
+        before = places_of(svc, user.id)
+        # Every place holds something (the test would prove nothing otherwise) but the
+        # pending erasure, which the deletion just wrote.
+        assert all(count > 0 for count in before.values()), before
+        kept_before = places_of(svc, kept.id)
+
+        with freeze_time(T0 + timedelta(days=7)):
+            assert svc.jobs.sweep_erasures() == 1
+
+        erased = list(svc.ledger.events.get(user.id))[-1]
+        assert isinstance(erased, User.Erased)
+        assert erased.checked == before  # what was there, place by place, in order
+        assert erased.removed == ERASURE_REMOVES  # every place had rows
+        assert places_of(svc, user.id) == dict.fromkeys(ERASURE_REMOVES, 0)
+        assert places_of(svc, kept.id) == kept_before
+
+        # The queued deliveries were dropped in the erasure's transaction, each recorded.
+        from healthledger.adapters.persistence.schema import webhook_deliveries
+
+        with svc.db.read() as conn:
+            delivery_ids = (
+                conn.execute(
+                    select(webhook_deliveries.c.delivery_id).where(
+                        webhook_deliveries.c.user_id == user.id
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        assert len(delivery_ids) == before["webhook_deliveries:queued"]
+        for delivery_id in delivery_ids:
+            delivery = svc.ledger.find(delivery_id)
+            assert isinstance(delivery, WebhookDelivery) and delivery.status == DROPPED
+            dropped = list(svc.ledger.events.get(delivery_id))[-1]
+            assert isinstance(dropped, WebhookDelivery.Dropped)
+            assert dropped.reason == "user erased" and dropped.request_id == erased.request_id
+    finally:
+        svc.close()
+
+
+def test_every_table_that_names_a_user_is_emptied_or_kept_for_a_reason() -> None:
+    from healthledger.adapters.persistence.projections.erasure import DELETED, KEPT
+    from healthledger.adapters.persistence.schema import metadata
+
+    emptied = {column.table.name for column in DELETED.values()}
+    naming = {
+        table.name
+        for table in metadata.tables.values()
+        if "user_id" in table.c or table.name == "snapshots"
+    }
+    assert naming - emptied == set(KEPT), "a new table names users: erase it, or keep it (KEPT)"
+
+
+def test_an_erasure_whose_counts_do_not_hold_is_rolled_back_and_retried(
+    service: Service,
+    team: Team,
+    ctx: CommandContext,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with freeze_time(T0):
+        user = make_user_with_everything(service, team, ctx, "erase-me")
+        service.users.delete_user(ctx, team.team_id, user.id)
+    before = places_of(service, user.id)
+    events = service.recorder.max_notification_id()
+    real_inventory = service.users.erasure_inventory
+
+    # The command's count is short of what the transaction deletes (as if a chunk of
+    # health data were stored between the two): nothing may be recorded.
+    def short_count(user_id: Any) -> dict[str, int]:
+        found = dict(real_inventory(user_id))
+        found["health_data"] -= 1
+        return found
+
+    monkeypatch.setattr(service.users, "erasure_inventory", short_count)
+    with freeze_time(T0 + timedelta(days=8)), caplog.at_level("ERROR"):
+        assert service.jobs.sweep_erasures() == 0
+    assert "health_data held" in caplog.text and "rolled back" in caplog.text
+    assert "erase-me" not in caplog.text and "Lovelace" not in caplog.text
+    assert service.recorder.max_notification_id() == events  # no Erased, no Dropped
+    assert places_of(service, user.id) == before  # nothing deleted, the key included
+    assert service.user_queries.status(user.id) == "pending_erasure"
+
+    # Rows left after the erasure (here, a projection that writes one back) fail the
+    # check that follows the projections: rolled back too.
+    from healthledger.adapters.persistence.schema import link_tokens
+
+    real_project = service.read_models.project
+
+    def project_and_leave_a_row(conn: Any, events_: Any) -> None:
+        real_project(conn, events_)
+        if any(isinstance(e, User.Erased) for e in events_):
+            conn.execute(
+                link_tokens.insert().values(
+                    token_id=uuid.uuid4(),
+                    team_id=team.team_id,
+                    user_id=user.id,
+                    environment="sandbox",
+                    token_hash="0" * 64,
+                    issued_at=T0,
+                )
+            )
+
+    monkeypatch.setattr(service.users, "erasure_inventory", real_inventory)
+    monkeypatch.setattr(service.read_models, "project", project_and_leave_a_row)
+    with freeze_time(T0 + timedelta(days=8)), caplog.at_level("ERROR"):
+        assert service.jobs.sweep_erasures() == 0
+    assert "read_model:link_tokens held 1 row(s) after erasure" in caplog.text
+    assert service.recorder.max_notification_id() == events
+    assert places_of(service, user.id) == before
+
+    # With the check passing again, the next sweep erases the user.
+    monkeypatch.setattr(service.read_models, "project", real_project)
+    with freeze_time(T0 + timedelta(days=8)):
+        assert service.jobs.sweep_erasures() == 1
+    assert places_of(service, user.id) == dict.fromkeys(ERASURE_REMOVES, 0)
+
+
+def test_an_erased_event_stored_before_the_counts_loads_with_nothing_checked() -> None:
+    from eventsourcing.persistence import StoredEvent
+
+    from tests.unit.stored_form import MAPPER, stored
+
+    # Version 1, as main stored it: no class_version, no `checked`.
+    v1 = StoredEvent(
+        originator_id=uuid.UUID("11111111-2222-4333-8444-000000000003"),
+        originator_version=4,
+        topic="healthledger:User.Erased.v1",
+        state=(
+            b'{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-08T12:00:00+00:00"},'
+            b'"actor":"system:scheduler","request_id":"job-1",'
+            b'"removed":["user_data_key","read_model:users"]}'
+        ),
+    )
+    event = MAPPER.to_domain_event(v1)
+    assert isinstance(event, User.Erased)
+    assert event.removed == ["user_data_key", "read_model:users"] and event.checked == {}
+    # Recorded now: version 2, with its counts.
+    again = MAPPER.to_domain_event(stored(event))
+    assert isinstance(again, User.Erased) and again.checked == {}
+    assert b'"class_version":2' in stored(event).state

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.key_store import MasterKeyError
+from healthledger.adapters.persistence.master_key import MasterKeyError
 from healthledger.adapters.persistence.schema import user_data_keys
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
@@ -80,11 +80,22 @@ def test_erased_says_only_what_it_removed(
         assert service.users.erase_user(ctx, user.id)
     erased = list(service.ledger.events.get(user.id))[-1]
     assert isinstance(erased, User.Erased)
-    # No personal data was ever given: no data key, no snapshot to remove.
+    # Its only personal data was its client_user_id (sealed with its key): no snapshot
+    # to remove.
+    # `removed` names only the places that had rows; `checked` counts every place.
     assert erased.removed == [
+        "user_data_key",
         "read_model:users",
         "read_model:pending_erasures",
-        "read_model:connections",
-        "read_model:resource_feeds",
-        "health_data",
     ]
+    assert erased.checked == {
+        "user_data_key": 1,
+        "snapshots": 0,
+        "read_model:users": 1,
+        "read_model:pending_erasures": 1,
+        "read_model:connections": 0,
+        "read_model:resource_feeds": 0,
+        "read_model:link_tokens": 0,
+        "health_data": 0,
+        "webhook_deliveries:queued": 0,
+    }

@@ -94,7 +94,7 @@ def test_delete_releases_the_client_user_id_and_undo_reclaims_it(
 ) -> None:
     user = service.users.create_user(ctx, team.team_id, client_user_id="cu")
     service.users.delete_user(ctx, team.team_id, user.id)
-    claim = service.ledger.find(ClientUserIdClaim.id_for(team.team_id, "cu"))
+    claim = service.ledger.find(user.claim_id)
     assert isinstance(claim, ClientUserIdClaim) and claim.holder is None
     with pytest.raises(UserScheduledForDeletion):
         service.user_queries.resolved_user(team.team_id, user.id)
@@ -244,10 +244,7 @@ def test_the_notification_log_can_be_followed_and_tracked(
         user = service.users.create_user(ctx, team.team_id, client_user_id="followed")
         seen = [next(subscription), next(subscription)]
     assert [n.id for n in seen] == [start + 1, start + 2]  # type: ignore[operator]
-    assert {n.originator_id for n in seen} == {
-        user.id,
-        ClientUserIdClaim.id_for(team.team_id, "followed"),
-    }
+    assert {n.originator_id for n in seen} == {user.id, user.claim_id}
     assert service.recorder.max_tracking_id("follower") is None
     service.recorder.insert_tracking(Tracking("follower", seen[-1].id))
     assert service.recorder.max_tracking_id("follower") == seen[-1].id

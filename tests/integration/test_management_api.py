@@ -1021,6 +1021,8 @@ def test_every_administrative_act_is_audited_with_its_key(org: Org) -> None:
     assert org.events(team["id"]) == [
         ("Team.Created", by_org, "r-team"),
         ("Team.SettingsChanged", by_org, "r-team"),
+        # The team's client_user_id secret, made with the team (sealed: never shown).
+        ("Team.ClientUserIdSecretCreated", by_org, "r-team"),
         ("Team.Renamed", by_org, "r-rename"),
         ("Team.FeatureEnabled", by_org, "r-beta"),
         ("Team.Renamed", by_team, "r-t-rename"),

@@ -20,12 +20,17 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from eventsourcing.persistence import StoredEvent
 from fastapi.testclient import TestClient
 from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.eventstore.chain import CHANGED
+from healthledger.adapters.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.mirror.receiver import build_receiver
 from healthledger.adapters.mirror.schema import mirror_metadata
+from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.master_key import FileKeySource
 from healthledger.adapters.persistence.migrating import (
     MIRROR,
     SERVICE,
@@ -35,7 +40,7 @@ from healthledger.adapters.persistence.migrating import (
     schema_state,
     upgrade,
 )
-from healthledger.adapters.persistence.schema import metadata
+from healthledger.adapters.persistence.schema import metadata, stored_events
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.user import User
@@ -103,7 +108,10 @@ class Legacy:
 @pytest.fixture
 def legacy(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Legacy]:
     """The database main wrote before migrations, with the master key it was written under."""
-    key = tmp_path / "master.key"
+    # Kept as the service wants a key file: private, not in the database's directory.
+    key = tmp_path / "keys" / "master.key"
+    key.parent.mkdir(mode=0o700)
+    key.touch(mode=0o600)
     if backend == "sqlite":
         shutil.copyfile(LEGACY / "sqlite-master.key", key)
         path = tmp_path / "ledger.db"
@@ -181,8 +189,8 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0002")
-    assert [r.revision for r in done.applied] == ["0002"]
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0005")
+    assert [r.revision for r in done.applied] == ["0002", "0003", "0004", "0005"]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
     assert schema_state(db.url).up_to_date
@@ -255,6 +263,64 @@ def check_users_through_the_team_api(service: Service, created: dict[str, UUID])
         assert gone.status_code == 200, gone.text
 
 
+def test_migration_0003_chains_the_stored_events_as_the_recorder_writes_them(
+    legacy: Legacy, empty_database: ScratchDatabase
+) -> None:
+    upgrade(legacy.database.url)
+    upgrade(empty_database.url)
+    c = stored_events.c
+    chained = (c.notification_id, c.chain_position, c.chain_hash)
+    columns = (c.originator_id, c.originator_version, c.topic, c.state, c.timestamp)
+    legacy_db, fresh_db = Database(legacy.database.url), Database(empty_database.url)
+    try:
+        with legacy_db.read() as conn:
+            rows = conn.execute(sa.select(*columns).order_by(c.notification_id)).all()
+            backfilled = conn.execute(sa.select(*chained).order_by(chained[0])).all()
+        assert len(rows) > 300
+        # The same rows written afresh by the recorder, a few per transaction as commands
+        # write them: the chain is the migration's, position for position.
+        recorder = LedgerRecorder(fresh_db)
+        for start in range(0, len(rows), 7):
+            batch = rows[start : start + 7]
+            stored = [StoredEvent(r[0], r[1], r[2], r[3]) for r in batch]
+            stamps: list[Any] = [Stamped(r.timestamp) for r in batch]
+            recorder.insert_events(stored, aggregate_events=stamps)
+        with fresh_db.read() as conn:
+            written = conn.execute(sa.select(*chained).order_by(chained[0])).all()
+    finally:
+        legacy_db.dispose()
+        fresh_db.dispose()
+    assert [tuple(row) for row in written] == [tuple(row) for row in backfilled]
+    assert [row[1] for row in backfilled] == list(range(1, len(rows) + 1))
+
+    # The service verifies the backfilled chain, links its new events onto it, and a
+    # change to a backfilled record is caught.
+    service = build_service(settings_for(legacy.database.url, legacy.master_key_file))
+    try:
+        assert service.chain.verify().ok
+        teams = ScratchDatabase(legacy.database.url, legacy.database.is_sqlite).execute(
+            "SELECT team_id FROM teams WHERE name = 'Default team'"
+        )
+        team_id = UUID(str(teams[0][0]))
+        ctx = CommandContext.system("test:setup")
+        service.users.create_user(ctx, team_id, client_user_id="after-chain")
+        result = service.chain.verify()
+        total = legacy.database.execute("SELECT count(*) FROM stored_events")[0][0]
+        assert result.ok and result.records_checked == total > len(rows)
+        legacy.database.execute("UPDATE stored_events SET topic = 'x' WHERE chain_position = 42")
+        problem = service.chain.verify().problem
+        assert problem is not None and (problem.kind, problem.position) == (CHANGED, 42)
+    finally:
+        service.close()
+
+
+@dataclass(frozen=True)
+class Stamped:
+    """What the recorder reads of an event's domain form: its time."""
+
+    timestamp: Any
+
+
 def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations(
     legacy: Legacy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -263,13 +329,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0002" in status
+    assert "written before migrations" in status and "head      0005" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0002" in capsys.readouterr().out
+    assert "nothing to apply: already at 0005" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -282,13 +348,13 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
 ) -> None:
     state = schema_state(empty_database.url)
     assert (state.current, state.before_migrations) == (None, False)
-    assert [r.revision for r in state.pending] == ["0001", "0002"]
+    assert [r.revision for r in state.pending] == ["0001", "0002", "0003", "0004", "0005"]
 
     done = upgrade(empty_database.url)
     assert (done.stamped, [r.revision for r in done.applied], done.after) == (
         None,
-        ["0001", "0002"],
-        "0002",
+        ["0001", "0002", "0003", "0004", "0005"],
+        "0005",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -300,7 +366,7 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
 def test_build_service_applies_pending_migrations_by_default(
     empty_database: ScratchDatabase, tmp_path: Path
 ) -> None:
-    service = build_service(settings_for(empty_database.url, tmp_path / "master.key"))
+    service = build_service(settings_for(empty_database.url, tmp_path / "keys" / "master.key"))
     try:
         assert schema_state(empty_database.url).up_to_date
         assert service.bootstrap() is not None
@@ -314,17 +380,20 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    settings = settings_for(empty_database.url, tmp_path / "master.key", migrate_on_start="refuse")
+    settings = settings_for(
+        empty_database.url, tmp_path / "keys" / "master.key", migrate_on_start="refuse"
+    )
     with pytest.raises(PendingMigrations, match="healthledger migrate"):
         build_service(settings)
     assert schema_state(empty_database.url).current is None  # nothing was applied
 
     monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", empty_database.url)
-    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(tmp_path / "master.key"))
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(tmp_path / "keys" / "master.key"))
     monkeypatch.setenv("HEALTHLEDGER_MIGRATE_ON_START", "refuse")
     assert main(["serve"]) == 1
     refused = capsys.readouterr().err
-    assert "pending migrations (0001, 0002)" in refused and "`healthledger migrate`" in refused
+    assert "pending migrations (0001, 0002, 0003, 0004, 0005)" in refused
+    assert "`healthledger migrate`" in refused
     assert main(["erase-due"]) == 1
     capsys.readouterr()
 
@@ -362,8 +431,8 @@ def test_processes_starting_together_migrate_once(empty_database: ScratchDatabas
     for thread in threads:
         thread.join()
     assert errors == []
-    # One starter applies every revision (0001, 0002); the others find nothing to do.
-    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [2]
+    # One starter applies every revision (0001 to 0005); the others find nothing to do.
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [5]
     assert schema_state(empty_database.url).up_to_date
 
 
@@ -432,15 +501,20 @@ CREATE INDEX ix_received_webhooks_user ON received_webhooks (user_id, received_a
 }
 
 
+def mirror_key(directory: Path) -> FileKeySource:
+    # The receiver's master key, in a directory of its own.
+    return FileKeySource(directory / "receiver-keys" / "mirror.key")
+
+
 def test_the_receiver_migrates_its_own_tables_beside_other_tables(
-    empty_database: ScratchDatabase,
+    empty_database: ScratchDatabase, tmp_path: Path
 ) -> None:
     empty_database.execute("CREATE TABLE customer_orders (order_id INTEGER PRIMARY KEY)")
-    receiver = build_receiver(empty_database.url, [SECRET])
+    receiver = build_receiver(empty_database.url, [SECRET], master_key=mirror_key(tmp_path))
     receiver.close()
 
     state = schema_state(empty_database.url, MIRROR)
-    assert (state.current, state.up_to_date) == ("m0001", True)
+    assert (state.current, state.up_to_date) == ("m0002", True)
     # Only the customer's own table is not the mirror's.
     differences = schema_differences(empty_database.url, MIRROR, mirror_metadata)
     assert [(kind, table.name) for kind, table in differences] == [
@@ -452,7 +526,7 @@ def test_the_receiver_migrates_its_own_tables_beside_other_tables(
 
 
 def test_receiver_tables_written_before_migrations_are_stamped(
-    empty_database: ScratchDatabase,
+    empty_database: ScratchDatabase, tmp_path: Path
 ) -> None:
     dialect = "sqlite" if empty_database.is_sqlite else "postgresql"
     for statement in LEGACY_MIRROR_DDL[dialect].split(";"):
@@ -460,8 +534,9 @@ def test_receiver_tables_written_before_migrations_are_stamped(
             empty_database.execute(statement)
 
     assert schema_state(empty_database.url, MIRROR).before_migrations
-    receiver = build_receiver(empty_database.url, [SECRET])
+    receiver = build_receiver(empty_database.url, [SECRET], master_key=mirror_key(tmp_path))
     receiver.close()
     done = upgrade(empty_database.url, MIRROR)
-    assert (done.before, done.applied) == ("m0001", ())
+    # Stamped at the baseline, then upgraded by the receiver to the head.
+    assert (done.before, done.applied) == ("m0002", ())
     assert schema_differences(empty_database.url, MIRROR, mirror_metadata) == []

@@ -15,6 +15,7 @@ from uuid import UUID
 
 import pytest
 from eventsourcing.domain import Aggregate, Snapshot
+from eventsourcing.persistence import StoredEvent
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.resource_feeds import ResourceFeed
@@ -37,6 +38,7 @@ from healthledger.domain.webhooks.deprecation_calendar import DeprecationCalenda
 from healthledger.domain.webhooks.endpoints import WebhookEndpoint
 
 from tests.unit.stored_form import MAPPER, stock_transcoder, stored
+from tests.unit.test_mirror_domain import DictVault
 
 T = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 CTX = CommandContext(
@@ -49,6 +51,12 @@ def fixed_id(n: int) -> UUID:
 
 
 TEAM, USER, ORG = fixed_id(1), fixed_id(2), fixed_id(3)
+# The team's digest of "client-1" under the secret bytes(range(32)) (checked against
+# openssl in test_users_domain.py), and the claim it names.
+DIGEST = "68dd798ddd1178d18a2a954692738f4fb10cec83baf5f4094d01cf0f31a0fbcc"
+CLAIM = ClientUserIdClaim.id_for_digest(DIGEST)
+# Where a claim of "client-1" was before digests (and stays, if it exists).
+LEGACY_CLAIM = UUID("5c4d5776-2bd9-5b26-a71f-754219d9de17")
 ENDPOINT, CONNECTION, SOURCE = fixed_id(5), fixed_id(6), fixed_id(7)
 FOUNDED = {"timestamp": T, "actor": CTX.actor, "request_id": CTX.request_id}
 
@@ -57,7 +65,8 @@ def user(**fields: object) -> User:
     values: dict[str, object] = {
         "user_id": USER,
         "team_id": TEAM,
-        "client_user_id": "client-1",
+        "sealed_client_user_id": "v1.sealed-client",
+        "claim_id": CLAIM,
         "fallback_time_zone": "Europe/Berlin",
         "sealed_birth_date": "v1.sealed-birth",
         "ingestion_start": date(2025, 1, 2),
@@ -78,7 +87,7 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
         ingestion_start=None,
         ingestion_end=date(2027, 1, 2),
     ),
-    "ClientUserIdClaim": lambda: ClientUserIdClaim.start(CTX, T, TEAM, "client-1", USER),
+    "ClientUserIdClaim": lambda: ClientUserIdClaim.start(CTX, T, TEAM, DIGEST, USER),
     "Connection": lambda: Connection.connect_new(
         CTX,
         T,
@@ -165,6 +174,8 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
             client_user_id="client-1",
         ),
         T,
+        # Seals in memory, numbered: "client-1" becomes "sealed-1".
+        DictVault(),
     ),
 }
 
@@ -188,24 +199,28 @@ GOLDEN = {
             '"originator_topic":"healthledger:User",'
             '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
             '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
             '"fallback_time_zone":"Europe/Berlin","sealed_birth_date":"v1.sealed-birth",'
             '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},'
-            '"ingestion_end":null,"environment":"sandbox","class_version":2}'
+            '"ingestion_end":null,"environment":"sandbox",'
+            '"sealed_client_user_id":"v1.sealed-client","claim_id":{"_type_":"uuid_hex",'
+            '"_data_":"b9930469aabd573b8e789f15acaf417e"},"class_version":3}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"_modified_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
             '"status":"active","fallback_time_zone":["Europe/Berlin","manual",'
             '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}],'
             '"sealed_birth_date":["v1.sealed-birth","manual",{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"}],'
             '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},"ingestion_end":null,'
             '"sealed_demographics":null,"demographics_updated_at":null,"deleted_at":null,'
-            '"erasure_due_at":null,"erased_at":null}'
+            '"erasure_due_at":null,"erased_at":null,"sealed_client_user_id":"v1.sealed-client",'
+            '"claim_id":{"_type_":"uuid_hex","_data_":"b9930469aabd573b8e789f15acaf417e"},'
+            '"class_version":2}'
         ),
     ),
     "User.bare": Golden(
@@ -216,41 +231,49 @@ GOLDEN = {
             '"originator_topic":"healthledger:User",'
             '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
             '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
             '"fallback_time_zone":null,"sealed_birth_date":null,"ingestion_start":null,'
             '"ingestion_end":{"_type_":"date_iso","_data_":"2027-01-02"},'
-            '"environment":"sandbox","class_version":2}'
+            '"environment":"sandbox","sealed_client_user_id":"v1.sealed-client",'
+            '"claim_id":{"_type_":"uuid_hex","_data_":"b9930469aabd573b8e789f15acaf417e"},'
+            '"class_version":3}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"_modified_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
             '"status":"active","fallback_time_zone":null,"sealed_birth_date":null,'
             '"ingestion_start":null,"ingestion_end":{"_type_":"date_iso","_data_":"2027-01-02"},'
             '"sealed_demographics":null,"demographics_updated_at":null,"deleted_at":null,'
-            '"erasure_due_at":null,"erased_at":null}'
+            '"erasure_due_at":null,"erased_at":null,"sealed_client_user_id":"v1.sealed-client",'
+            '"claim_id":{"_type_":"uuid_hex","_data_":"b9930469aabd573b8e789f15acaf417e"},'
+            '"class_version":2}'
         ),
     ),
     "ClientUserIdClaim": Golden(
-        id="5c4d5776-2bd9-5b26-a71f-754219d9de17",
+        id="b9930469-aabd-573b-8e78-9f15acaf417e",
         topic="healthledger:ClientUserIdClaim.Created.v1",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:ClientUserIdClaim",'
             '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
             '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
-            '"user_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"}}'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
+            '"user_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"},'
+            '"digest":"68dd798ddd1178d18a2a954692738f4fb10cec83baf5f4094d01cf0f31a0fbcc",'
+            '"class_version":2}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"_modified_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
-            '"holder":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"}}'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
+            '"holder":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"},'
+            '"digest":"68dd798ddd1178d18a2a954692738f4fb10cec83baf5f4094d01cf0f31a0fbcc",'
+            '"class_version":2}'
         ),
     ),
     "Connection": Golden(
@@ -515,16 +538,20 @@ GOLDEN = {
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:MirroredUser","message_id":"msg_1",'
             '"event_type":"provider.connection.created","team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1"}'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
+            '"sealed_client_user_id":"sealed-1","class_version":2}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"_modified_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
-            '"connections":{},"resources":{},"last_message_at":{"_type_":"datetime_iso",'
-            '"_data_":"2026-03-01T12:00:00.123456+00:00"}}'
+            '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
+            '"sealed_client_user_id":"sealed-1","connections":{},"resources":{},'
+            '"last_message_at":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"status":"active",'
+            '"deleted_at":null,"erasure_due_at":null,"erased_at":null,"lifecycle_at":null,'
+            '"class_version":2}'
         ),
     ),
 }
@@ -557,21 +584,139 @@ USER_CREATED_V1 = (
     '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},'
     '"ingestion_end":null}'
 )
+# ... and as version 2 stored it (the client_user_id in clear, before it was sealed).
+USER_CREATED_V2 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:User",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+    '"fallback_time_zone":"Europe/Berlin","sealed_birth_date":"v1.sealed-birth",'
+    '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},'
+    '"ingestion_end":null,"environment":"sandbox","class_version":2}'
+)
+# The user's attribute dict as snapshots stored it before the client_user_id was sealed.
+USER_STATE_V1 = (
+    '{"_created_on":{"_type_":"datetime_iso",'
+    '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"_modified_on":{"_type_":"datetime_iso",'
+    '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+    '"status":"active","fallback_time_zone":["Europe/Berlin","manual",'
+    '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}],'
+    '"sealed_birth_date":["v1.sealed-birth","manual",{"_type_":"datetime_iso",'
+    '"_data_":"2026-03-01T12:00:00.123456+00:00"}],'
+    '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},"ingestion_end":null,'
+    '"sealed_demographics":null,"demographics_updated_at":null,"deleted_at":null,'
+    '"erasure_due_at":null,"erased_at":null}'
+)
+# A claim's Created event, and its attribute dict, as stored before digests.
+CLAIM_CREATED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:ClientUserIdClaim",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+    '"user_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"}}'
+)
+CLAIM_STATE_V1 = (
+    '{"_created_on":{"_type_":"datetime_iso",'
+    '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"_modified_on":{"_type_":"datetime_iso",'
+    '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"client_user_id":"client-1",'
+    '"holder":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"}}'
+)
 
 
-def test_a_version_1_user_created_event_still_loads_with_no_environment() -> None:
-    made = FOUND["User"]()
-    record = stored(made.collect_events()[0])
-    legacy = type(record)(
-        originator_id=record.originator_id,
-        originator_version=1,
-        topic=record.topic,
-        state=USER_CREATED_V1.encode(),
+def legacy_user() -> User:
+    """The user that a Created event stored before the client_user_id was sealed makes:
+    the value in clear, nothing sealed, and the claim of its time (team and value)."""
+    user = User(
+        id=USER,
+        **FOUNDED,
+        team_id=TEAM,
+        client_user_id="client-1",
+        fallback_time_zone="Europe/Berlin",
+        sealed_birth_date="v1.sealed-birth",
+        ingestion_start=date(2025, 1, 2),
+        ingestion_end=None,
+        environment=None,
+        sealed_client_user_id=None,
+        claim_id=LEGACY_CLAIM,
     )
-    event = MAPPER.to_domain_event(legacy)
-    assert isinstance(event, User.Created) and event.environment is None
-    # It replays to the user a version 2 event makes: the aggregate does not keep it.
-    assert event.mutate(None) == made
+    user.collect_events()  # as replayed: nothing pending
+    return user
+
+
+def legacy_record(topic: str, originator_id: UUID, state: str) -> StoredEvent:
+    return StoredEvent(originator_id, 1, topic, state.encode())
+
+
+def snapshot_of(aggregate: Aggregate, state: str) -> Snapshot:
+    """A snapshot of `aggregate` at version 1 holding the stored attribute dict `state`."""
+    taken = Snapshot.take(aggregate)
+    return Snapshot(
+        originator_id=taken.originator_id,
+        originator_version=1,
+        timestamp=taken.timestamp,
+        topic=taken.topic,
+        state=stock_transcoder().decode(state.encode()),
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "environment"), [(USER_CREATED_V1, None), (USER_CREATED_V2, "sandbox")]
+)
+def test_a_user_created_event_stored_before_loads_with_its_value_in_clear_and_its_old_claim(
+    state: str, environment: str | None
+) -> None:
+    event = MAPPER.to_domain_event(legacy_record("healthledger:User.Created.v1", USER, state))
+    assert isinstance(event, User.Created) and event.environment == environment
+    assert (event.client_user_id, event.sealed_client_user_id) == ("client-1", None)
+    assert event.claim_id == LEGACY_CLAIM == ClientUserIdClaim.id_for(TEAM, "client-1")
+    # It replays to the user such events always made: the aggregate keeps no environment.
+    assert event.mutate(None) == legacy_user()
+
+
+def test_a_user_snapshot_taken_before_loads_with_its_old_claim() -> None:
+    restored = snapshot_of(legacy_user(), USER_STATE_V1).mutate(None)
+    assert isinstance(restored, User) and restored.client_user_id == "client-1"
+    assert restored.claim_id == LEGACY_CLAIM and restored.sealed_client_user_id is None
+    # Taken again, it is the state stored then with the two attributes added since.
+    assert (
+        stock_transcoder().encode(Snapshot.take(restored).state)
+        == (
+            USER_STATE_V1[:-1] + ',"sealed_client_user_id":null,"claim_id":{"_type_":"uuid_hex",'
+            '"_data_":"5c4d57762bd95b26a71f754219d9de17"},"class_version":2}'
+        ).encode()
+    )
+
+
+def test_a_claim_stored_before_digests_loads_with_its_value_and_no_digest() -> None:
+    legacy = ClientUserIdClaim(
+        id=LEGACY_CLAIM,
+        **FOUNDED,
+        team_id=TEAM,
+        client_user_id="client-1",
+        user_id=USER,
+        digest=None,
+    )
+    legacy.collect_events()  # as replayed: nothing pending
+    event = MAPPER.to_domain_event(
+        legacy_record("healthledger:ClientUserIdClaim.Created.v1", LEGACY_CLAIM, CLAIM_CREATED_V1)
+    )
+    assert isinstance(event, ClientUserIdClaim.Created)
+    assert (event.client_user_id, event.digest) == ("client-1", None)
+    assert event.mutate(None) == legacy
+    assert snapshot_of(legacy, CLAIM_STATE_V1).mutate(None) == legacy
+
+
+def test_new_created_events_hold_the_client_user_id_nowhere_in_clear() -> None:
+    for name in ("User", "User.bare", "ClientUserIdClaim"):
+        (event,) = FOUND[name]().collect_events()
+        assert b"client-1" not in stored(event).state
+    assert GOLDEN["ClientUserIdClaim"].id == str(CLAIM)
 
 
 def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
@@ -581,7 +726,8 @@ def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
         T,
         user_id=USER,
         team_id=TEAM,
-        client_user_id="c",
+        sealed_client_user_id="v1.sealed-c",
+        claim_id=CLAIM,
         fallback_time_zone=None,
         sealed_birth_date=None,
         ingestion_start=None,

@@ -38,7 +38,8 @@ def new_user(**overrides: object) -> User:
     fields: dict = {
         "user_id": uuid.uuid4(),
         "team_id": uuid.uuid4(),
-        "client_user_id": "client-1",
+        "sealed_client_user_id": "v1.sealed-client-1",
+        "claim_id": uuid.uuid4(),
         "fallback_time_zone": "Europe/Berlin",
         "sealed_birth_date": None,
         "ingestion_start": None,
@@ -83,11 +84,16 @@ def test_erase_only_when_due_and_then_everything_is_gone() -> None:
     user = new_user(sealed_birth_date="v1.sealed")
     user.record_demographics(CTX, T0, "v1.demo", ["first_name"])
     with pytest.raises(UserNotDeleted):
-        user.erase(CTX, T0, removed=[])
+        user.erase(CTX, T0, checked={})
     user.delete(CTX, T0, T0 + GRACE)
     with pytest.raises(UserNotDeleted):
-        user.erase(CTX, T0 + GRACE - timedelta(microseconds=1), removed=[])
-    user.erase(CTX, T0 + GRACE, removed=["user_data_key"])
+        user.erase(CTX, T0 + GRACE - timedelta(microseconds=1), checked={})
+    user.erase(CTX, T0 + GRACE, checked={"user_data_key": 1, "snapshots": 0})
+    erased = user.collect_events()[-1]
+    assert isinstance(erased, User.Erased)
+    # `removed` is what `checked` found rows in.
+    assert erased.removed == ["user_data_key"]
+    assert erased.checked == {"user_data_key": 1, "snapshots": 0}
     assert user.status == ERASED
     assert user.sealed_demographics is None and user.sealed_birth_date is None
     with pytest.raises(UserNotFound):
@@ -103,12 +109,13 @@ def test_replay_from_the_stored_events_rebuilds_the_same_state() -> None:
         T0 + timedelta(hours=1),
         {"ingestion_start": date(2024, 1, 1), "fallback_time_zone": None},
     )
-    user.change_client_user_id(CTX, T0, "client-2")
+    new_claim = uuid.uuid4()
+    user.change_client_user_id(CTX, T0, "v1.sealed-client-2", new_claim)
     user.record_demographics(CTX, T0, "v1.demo", ["first_name"])
     user.delete(CTX, T0, T0 + GRACE)
     user.undo_deletion(CTX, T0 + timedelta(days=1))
     user.delete(CTX, T0 + timedelta(days=2), T0 + timedelta(days=2) + GRACE)
-    user.erase(CTX, T0 + timedelta(days=2) + GRACE, removed=["user_data_key"])
+    user.erase(CTX, T0 + timedelta(days=2) + GRACE, checked={"user_data_key": 1})
     events = assert_replays(user)
     assert [type(e).__name__ for e in events] == [
         "Created",
@@ -120,7 +127,8 @@ def test_replay_from_the_stored_events_rebuilds_the_same_state() -> None:
         "Deleted",
         "Erased",
     ]
-    assert user.client_user_id == "client-2" and user.fallback_time_zone is None
+    assert user.client_user_id is None and user.fallback_time_zone is None
+    assert (user.sealed_client_user_id, user.claim_id) == ("v1.sealed-client-2", new_claim)
     assert user.ingestion_start == date(2024, 1, 1)
     assert user.erased_at == T0 + timedelta(days=2) + GRACE
 
@@ -130,7 +138,7 @@ def test_an_erased_user_is_never_snapshotted() -> None:
     assert user.may_be_snapshotted
     user.delete(CTX, T0, T0 + GRACE)
     assert user.may_be_snapshotted
-    user.erase(CTX, T0 + GRACE, removed=[])
+    user.erase(CTX, T0 + GRACE, checked={})
     assert not user.may_be_snapshotted
 
 
@@ -148,9 +156,10 @@ def test_a_deep_copy_from_the_cache_is_independent_of_the_cached_aggregate() -> 
 def test_claim_id_is_derived_and_claims_are_exclusive() -> None:
     team_id = uuid.uuid4()
     a, b = uuid.uuid4(), uuid.uuid4()
-    claim = ClientUserIdClaim.start(CTX, T0, team_id, "x", a)
-    assert claim.id == ClientUserIdClaim.id_for(team_id, "x")
-    assert ClientUserIdClaim.id_for(uuid.uuid4(), "x") != claim.id
+    claim = ClientUserIdClaim.start(CTX, T0, team_id, "ab" * 32, a)
+    assert claim.id == ClientUserIdClaim.id_for_digest("ab" * 32)
+    assert ClientUserIdClaim.id_for_digest("ba" * 32) != claim.id
+    assert (claim.digest, claim.client_user_id) == ("ab" * 32, None)
     with pytest.raises(ClientUserIdInUse):
         claim.claim(CTX, T0, b)
     claim.release(CTX, T0, b)  # not the holder: nothing happens

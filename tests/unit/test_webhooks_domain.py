@@ -16,6 +16,7 @@ from healthledger.adapters.reference import (
     webhook_event_types,
 )
 from healthledger.domain.context import CommandContext
+from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES
 from healthledger.domain.webhooks.deliveries import (
     DROPPED,
     FAILED,
@@ -52,6 +53,9 @@ HYPNOGRAM_TYPES = {
     "daily.timeseries.hypnogram.updated": "daily.data.sleep_cycle.updated",
 }
 
+# Ours, not in the production service's catalog (docs/webhooks.md).
+OUR_TYPES = ("user.deleted", "user.deletion_undone", "user.erased")
+
 # -- the catalog ------------------------------------------------------------------------
 
 
@@ -61,7 +65,12 @@ def test_the_catalog_has_every_event_type_of_the_spec() -> None:
     assert len(names) == len(set(names))
     resources = [r for r in get_args(Resource) if r != "hypnogram"]
     assert len(resources) == 68 and "sleep_cycle" in resources
-    expected = {"provider.connection.created", "provider.connection.error", *HYPNOGRAM_TYPES}
+    expected = {
+        "provider.connection.created",
+        "provider.connection.error",
+        *HYPNOGRAM_TYPES,
+        *OUR_TYPES,
+    }
     for resource in resources:
         expected |= {
             f"historical.data.{resource}.created",
@@ -71,6 +80,21 @@ def test_the_catalog_has_every_event_type_of_the_spec() -> None:
     assert set(names) == expected
     # Hypnogram data arrives only as the deprecated timeseries events.
     assert "daily.data.hypnogram.created" not in catalog
+    # Our own types are marked as not the production service's; no other type is.
+    assert {t.name for t in catalog.types if t.extension} == set(OUR_TYPES)
+
+
+def test_our_lifecycle_types_are_filtered_like_the_others() -> None:
+    catalog = webhook_event_types()
+    assert catalog.filter_problem("user.*") is None
+    assert catalog.filter_problem("user.erased") is None
+    assert catalog.filter_problem("user.undeleted") == "'user.undeleted' is not a known event type."
+    assert subscribed(["user.*"], "user.deletion_undone")
+    assert subscribed(["user.erased"], "user.erased")
+    assert not subscribed(["user.erased"], "user.deleted")
+    assert not subscribed(["provider.*", "daily.*"], "user.erased")
+    # `announcements` maps each lifecycle event of a user's stream to its type.
+    assert set(LIFECYCLE_EVENT_TYPES.values()) == set(OUR_TYPES)
 
 
 def test_the_hypnogram_events_are_deprecated_with_their_successors_and_date() -> None:

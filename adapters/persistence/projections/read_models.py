@@ -10,16 +10,25 @@ from typing import Any
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.projections import connections, teams, users, webhooks
+from healthledger.adapters.persistence.projections import (
+    connections,
+    stream_owners,
+    teams,
+    users,
+    webhooks,
+)
 from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata
 from sqlalchemy import Connection
 
 
 class ReadModels:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, open_sealed: users.OpenSealed | None = None) -> None:
+        """`open_sealed` (the key store's `open_on`) opens the client_user_ids that users'
+        events hold sealed; a log with none (written before they were) needs none."""
         self.db = db
         self.handlers = {
             **users.HANDLERS,
+            **(users.opening_handlers(open_sealed) if open_sealed is not None else {}),
             **teams.HANDLERS,
             **connections.HANDLERS,
             **webhooks.HANDLERS,
@@ -31,6 +40,7 @@ class ReadModels:
             handler = handlers.get(type(event))
             if handler is not None:
                 handler(conn, event)
+        stream_owners.project(conn, events)
 
     def rebuild(
         self,

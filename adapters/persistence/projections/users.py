@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.projections import Handlers
 from healthledger.adapters.persistence.schema import (
     connections,
+    link_tokens,
     pending_erasures,
     resource_feeds,
     team_api_keys,
@@ -15,6 +18,7 @@ from healthledger.adapters.persistence.schema import (
 )
 from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
 from healthledger.domain.context import DEFAULT_ENVIRONMENT
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.users.user import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
 from sqlalchemy import Connection, bindparam, delete, select, update
 
@@ -55,14 +59,46 @@ DELETE_PENDING = CompiledStatement(
 )
 
 
-def user_created(conn: Connection, e: User.Created) -> None:
+# Opens a user's sealed value on the recording (or rebuilding) transaction's connection:
+# (conn, user_id, sealed) -> the value, or None once the user's key is destroyed.
+OpenSealed = Callable[[Connection, UUID, str], Any]
+
+
+def _no_key_store(conn: Connection, user_id: UUID, sealed: str) -> Any:
+    raise RuntimeError("projecting a sealed client_user_id needs the key store (ReadModels)")
+
+
+def client_user_id_of(
+    conn: Connection,
+    user_id: UUID,
+    clear: str | None,
+    sealed: str | None,
+    open_sealed: OpenSealed,
+) -> str:
+    """The client_user_id the users row holds in clear (for lookups and answers): as
+    recorded before it was sealed, else opened with the user's key. A rebuild meets an
+    erased user's key gone: its row gets the placeholder, and the user's Erased event,
+    later in the same rebuild, deletes the row."""
+    if clear is not None:
+        return clear
+    assert sealed is not None, "an event holds the client_user_id in clear or sealed"
+    opened = open_sealed(conn, user_id, sealed)
+    return ERASED_PLACEHOLDER if opened is None else str(opened)
+
+
+def user_created(
+    conn: Connection, e: User.Created, open_sealed: OpenSealed = _no_key_store
+) -> None:
     timezone, sealed = e.fallback_time_zone, e.sealed_birth_date
+    client_user_id = client_user_id_of(
+        conn, e.originator_id, e.client_user_id, e.sealed_client_user_id, open_sealed
+    )
     INSERT_USER.execute(
         conn,
         {
             "user_id": e.originator_id,
             "team_id": e.team_id,
-            "client_user_id": e.client_user_id,
+            "client_user_id": client_user_id,
             "status": ACTIVE,
             "created_on": e.timestamp,
             "fallback_time_zone": timezone,
@@ -108,12 +144,17 @@ def user_settings_changed(conn: Connection, e: User.SettingsChanged) -> None:
     conn.execute(UPDATE_USER, {"uid": e.originator_id, **values})
 
 
-def user_client_user_id_changed(conn: Connection, e: User.ClientUserIdChanged) -> None:
+def user_client_user_id_changed(
+    conn: Connection, e: User.ClientUserIdChanged, open_sealed: OpenSealed = _no_key_store
+) -> None:
+    client_user_id = client_user_id_of(
+        conn, e.originator_id, e.new_client_user_id, e.sealed_new_client_user_id, open_sealed
+    )
     conn.execute(
         UPDATE_USER,
         {
             "uid": e.originator_id,
-            "client_user_id": e.new_client_user_id,
+            "client_user_id": client_user_id,
             "version": e.originator_version,
         },
     )
@@ -159,12 +200,20 @@ def user_deletion_undone(conn: Connection, e: User.DeletionUndone) -> None:
     DELETE_PENDING.execute(conn, {"uid": e.originator_id})
 
 
+def user_deletion_undo_refused(conn: Connection, e: User.DeletionUndoRefused) -> None:
+    # Nothing changed but the version (an erased user has no row: nothing to update).
+    conn.execute(UPDATE_USER, {"uid": e.originator_id, "version": e.originator_version})
+
+
 def user_erased(conn: Connection, e: User.Erased) -> None:
     # An erased user is 404 everywhere: no row of it is left to read.
     conn.execute(delete(users).where(users.c.user_id == e.originator_id))
     DELETE_PENDING.execute(conn, {"uid": e.originator_id})
     conn.execute(delete(connections).where(connections.c.user_id == e.originator_id))
     conn.execute(delete(resource_feeds).where(resource_feeds.c.user_id == e.originator_id))
+    # The erasure itself deleted these already (projections/erasure.py); a rebuild has
+    # only this handler to delete them again.
+    conn.execute(delete(link_tokens).where(link_tokens.c.user_id == e.originator_id))
 
 
 HANDLERS: Handlers = {
@@ -174,5 +223,15 @@ HANDLERS: Handlers = {
     User.DemographicsRecorded: user_demographics_recorded,
     User.Deleted: user_deleted,
     User.DeletionUndone: user_deletion_undone,
+    User.DeletionUndoRefused: user_deletion_undo_refused,
     User.Erased: user_erased,
 }
+
+
+def opening_handlers(open_sealed: OpenSealed) -> Handlers:
+    """The handlers of the events that hold a sealed client_user_id, bound to the key
+    store's opener (`ReadModels` puts them over the ones in HANDLERS)."""
+    return {
+        User.Created: partial(user_created, open_sealed=open_sealed),
+        User.ClientUserIdChanged: partial(user_client_user_id_changed, open_sealed=open_sealed),
+    }

@@ -1,0 +1,58 @@
+"""GET /v2/audit/user/{user_id}/deletion_report: the signed deletion report of a user of
+the caller's team, in any state (live, pending erasure, erased), as JSON (the signed
+document, which `healthledger verify-report` checks offline) or as a printable HTML
+page. Another team's user is a 404, as an unknown one is."""
+
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from healthledger.adapters.composition import Service
+from healthledger.adapters.deletion_report import deletion_report
+from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.errors import error_responses
+from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.report_rendering import render_html
+
+_REPORT_DESCRIPTION = (
+    "The signed deletion report (docs/compliance-verify.md describes its fields and how "
+    "to verify it): the request, the erasure and the checks run again now, the proof."
+)
+
+
+def deletion_reports_router(service: Service) -> APIRouter:
+    router = APIRouter(tags=["audit"], route_class=LedgerRoute)
+    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+
+    @router.get(
+        "/v2/audit/user/{user_id}/deletion_report",
+        response_class=Response,
+        responses={
+            200: {
+                "description": _REPORT_DESCRIPTION,
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "text/html": {"schema": {"type": "string"}},
+                },
+            },
+            **error_responses(401, 404, 422, described={404: "Unknown user, or another team's."}),
+        },
+    )
+    def user_deletion_report(
+        caller: Caller,
+        user_id: UUID,
+        format: Annotated[
+            Literal["json", "html"],
+            Query(description="json (the signed report, the default) or html (printable)."),
+        ] = "json",
+    ) -> Any:
+        """A user's deletion report: what was asked and by whom, what the erasure
+        destroyed and what is found of the user now, and the hash-chain proof of the
+        events it rests on, signed by the service. No personal value is in it."""
+        report = deletion_report(service, user_id, caller.ctx, team_id=caller.team_id)
+        if format == "html":
+            return HTMLResponse(render_html(report))
+        return JSONResponse(report)
+
+    return router

@@ -1,0 +1,172 @@
+"""How a client_user_id is kept out of the log in clear: sealed in the user's events (the
+user's own data key), and named in its claim's events by a keyed digest.
+
+Teams put e-mail addresses in client_user_id, whatever the spec asks. A user's events seal
+the value with the user's key, so erasing the user (destroying that key) leaves nothing
+readable. The claim that keeps the value unique in the team cannot be sealed with the
+user's key (other users of the team must find it by the value), so its id and its events
+use an HMAC-SHA256 of the value under a secret of the team: without that secret the log
+does not link a claim to any value, and with it (a team holding a value) a digest can be
+checked. See docs/adr/0017-client-user-id-digest.md.
+
+The team's secret is 32 random bytes, sealed with the team's own data key in a team event
+(`Team.ClientUserIdSecretCreated`): recorded with the team when the team is created, and
+for a team created before digests existed, on first need. Claims made before digests are
+found by their old id (a uuid5 of the team and the clear value) as long as they exist, so
+a team's old users keep their uniqueness guarantees.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import ConcurrentChange, TeamNotFound
+from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.teams.teams import Team
+from healthledger.domain.users.user import ClientUserIdClaim, User
+
+SECRET_BYTES = 32
+# The actor of a team secret made for a digest that no command asked for (an audit, a
+# deletion report of a user created before digests).
+DIGESTS = "system:client_user_id_digests"
+# The field of the sealed JSON object that holds the secret (base64).
+_SECRET_FIELD = "client_user_id_secret"
+# Creating a team's secret loses to any concurrent change of the team (a rename too):
+# it then reads the team again, and uses the secret another process recorded, if any.
+_ATTEMPTS = 5
+
+
+def client_user_id_digest(team_secret: bytes, value: str) -> str:
+    """The team's keyed digest of a client_user_id: HMAC-SHA256 over its UTF-8 bytes, hex."""
+    return hmac.new(team_secret, value.encode(), hashlib.sha256).hexdigest()
+
+
+def sealed_new_secret(vault: PersonalDataVault, team_id: UUID) -> str:
+    """A new random secret for the team, sealed with the team's own data key."""
+    secret = base64.b64encode(os.urandom(SECRET_BYTES)).decode()
+    return vault.seal(team_id, {_SECRET_FIELD: secret})
+
+
+@dataclass(frozen=True)
+class TeamSecret:
+    secret: bytes
+    # Whether the team may hold claims made before digests (found by the clear value).
+    legacy_claims: bool
+
+
+@dataclass(frozen=True)
+class ClaimLocation:
+    """Where the claim of one client_user_id of a team is, and its digest."""
+
+    claim_id: UUID
+    digest: str
+    # The claim as read, or None when there is none or it was not read.
+    claim: ClientUserIdClaim | None
+
+
+class ClientUserIds:
+    """The team secrets and the claims of client_user_ids: which claim holds a value."""
+
+    def __init__(self, ledger: Ledger, vault: PersonalDataVault, clock: Clock) -> None:
+        self.ledger = ledger
+        self.vault = vault
+        self.clock = clock
+        # A team's secret never changes once recorded (the first recorded wins), so each
+        # process keeps the ones it has opened.
+        self.known: dict[UUID, TeamSecret] = {}
+
+    # -- the team's secret ----------------------------------------------------------------
+
+    def secret_of(self, ctx: CommandContext, team_id: UUID) -> TeamSecret:
+        """The team's secret, recorded now (by a team event) if the team has none yet.
+
+        Two processes may both find none and both record one: the event store lets one
+        of them win (the team's next version), and the other reads the team again and
+        uses the winner's secret."""
+        known = self.known.get(team_id)
+        if known is not None:
+            return known
+        for _attempt in range(_ATTEMPTS):
+            team = self._live_team(team_id)
+            if team.sealed_client_user_id_secret is None:
+                try:
+                    self.create_secret(ctx, team)
+                except IntegrityError:
+                    continue  # another process recorded one, or changed the team: read it
+            return self._opened(team)
+        raise ConcurrentChange()
+
+    def create_secret(self, ctx: CommandContext, team: Team) -> None:
+        """Record a secret for a team that has none, created before digests: its claims
+        made before may still be found by the clear value. Raises eventsourcing's
+        IntegrityError if the team changed since it was read (another secret recorded)."""
+        team.create_client_user_id_secret(
+            ctx, self.clock(), sealed_new_secret(self.vault, team.id), legacy_claims=True
+        )
+        self.ledger.save(team)
+
+    def _live_team(self, team_id: UUID) -> Team:
+        team = self.ledger.find(team_id)
+        # A deleted team's data key is destroyed: no secret can be opened or sealed for it.
+        if not isinstance(team, Team) or team.deleted_at is not None:
+            raise TeamNotFound()
+        return team
+
+    def _opened(self, team: Team) -> TeamSecret:
+        sealed = team.sealed_client_user_id_secret
+        assert sealed is not None
+        opened = self.vault.open(team.id, sealed)
+        if not isinstance(opened, dict):
+            raise TeamNotFound()  # the team's key is gone: the team was deleted meanwhile
+        secret = TeamSecret(
+            base64.b64decode(opened[_SECRET_FIELD]), team.client_user_id_legacy_claims
+        )
+        self.known[team.id] = secret
+        return secret
+
+    # -- digests and claims ---------------------------------------------------------------
+
+    def digest(self, ctx: CommandContext, team_id: UUID, value: str) -> str:
+        """The team's digest of `value` (hex), as audits and deletion reports show it: a
+        team holding the value can compute it and compare."""
+        return client_user_id_digest(self.secret_of(ctx, team_id).secret, value)
+
+    def digest_of_user(self, ctx: CommandContext, user: User) -> str:
+        """The digest of the client_user_id a user holds (or last held), from its claim,
+        erased users' too: a claim made before digests holds the value in clear, and its
+        digest is computed (TeamNotFound if the team was deleted: its secret is gone)."""
+        claim = self.ledger.find(user.claim_id)
+        assert isinstance(claim, ClientUserIdClaim), "every user holds or held its claim"
+        if claim.digest is not None:
+            return claim.digest
+        assert claim.client_user_id is not None
+        return self.digest(ctx, claim.team_id, claim.client_user_id)
+
+    def locate(
+        self, ctx: CommandContext, team_id: UUID, value: str, *, read: bool = True
+    ) -> ClaimLocation:
+        """The claim of `value` in the team: its claim made before digests if that exists
+        (it stays the value's claim for good), else the claim named by the digest, read
+        only if `read` (a create's first attempt starts it without reading)."""
+        team_secret = self.secret_of(ctx, team_id)
+        digest = client_user_id_digest(team_secret.secret, value)
+        if team_secret.legacy_claims:
+            legacy_id = ClientUserIdClaim.id_for(team_id, value)
+            # Nearly always absent: a read of the stream's first event says so at the cost
+            # of one query (a load would look for a snapshot first).
+            if any(True for _ in self.ledger.events.get(legacy_id, limit=1)):
+                legacy = self.ledger.find(legacy_id)
+                assert isinstance(legacy, ClientUserIdClaim)
+                return ClaimLocation(legacy.id, digest, legacy)
+        claim_id = ClientUserIdClaim.id_for_digest(digest)
+        found = self.ledger.find(claim_id) if read else None
+        assert found is None or isinstance(found, ClientUserIdClaim)
+        return ClaimLocation(claim_id, digest, found)
