@@ -302,7 +302,7 @@ def build_service(
         teams=teams,
         user_queries=user_queries,
         team_queries=team_queries,
-        cursor_secret=cursor_secret(master_key),
+        cursor_secret=cursor_secret(chain.signing_key.private_bytes_raw()),
         catalog=catalog,
         connections=connections,
         connection_queries=connection_queries,

@@ -47,6 +47,9 @@ class CursorCodec:
         return base64.urlsafe_b64encode(digest[:18]).decode()
 
 
-def cursor_secret(master_key: bytes) -> bytes:
-    """A key for cursors only, derived from the master key (never the master key itself)."""
-    return hmac.new(master_key, b"healthledger paging cursors v1", hashlib.sha256).digest()
+def cursor_secret(signing_key: bytes) -> bytes:
+    """A key for cursors only, derived from the service's signing key (raw private
+    bytes), never the key itself. Not from the master key: that one is rotated (weekly by
+    default), and a cursor handed out before a rotation must still page after it, in this
+    process and in any other."""
+    return hmac.new(signing_key, b"healthledger paging cursors v1", hashlib.sha256).digest()

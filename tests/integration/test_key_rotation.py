@@ -416,3 +416,36 @@ def test_the_rotation_job_is_scheduled_only_with_an_interval(settings: Settings)
         finally:
             scheduler.shutdown()
             service.close()
+
+
+def test_a_cursor_handed_out_before_a_rotation_pages_after_it_in_any_process(
+    settings: Settings, service: Service, team: Team, ctx: CommandContext
+) -> None:
+    # Paging cursors are signed with a key of their own. Derived from the master key, a
+    # weekly rotation would break every cursor in flight, and cursors of a process that
+    # reloaded the key would not page in one that had not: derived from the signing key,
+    # which is not rotated, they survive.
+    from fastapi.testclient import TestClient
+    from healthledger.adapters.http.team_api import create_team_api
+
+    (user_id,) = make_users(service, team.team_id, ctx, 1)
+    service.users.update_user(ctx, team.team_id, user_id, {"fallback_time_zone": "Europe/Paris"})
+    url = f"/v2/audit/user/{user_id}"
+    with TestClient(create_team_api(service)) as before:
+        first = before.get(url, params={"limit": 1}, headers=team.headers).json()
+    assert first["next_cursor"]
+
+    assert service.key_store.rotate_master_key() is not None
+    restarted = build_service(settings)
+    try:
+        for answering in (service, restarted):
+            with TestClient(create_team_api(answering)) as after:
+                page = after.get(
+                    url,
+                    params={"limit": 1, "next_cursor": first["next_cursor"]},
+                    headers=team.headers,
+                )
+            assert page.status_code == 200, page.text
+            assert page.json()["data"] != first["data"]
+    finally:
+        restarted.close()
