@@ -13,14 +13,14 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.audit import USER_EVENT_TYPES, user_audit, user_team
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.as_of import Instant
 from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
-from healthledger.adapters.time_travel import INSTANT_EXAMPLE, parse_instant
 from healthledger.domain.errors import InvalidRequest, UserNotFound
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 MAX_LIMIT = 500
@@ -81,19 +81,6 @@ class UserAuditPage(BaseModel):
     user_id: UUID
     data: list[AuditEntryView] = Field(description="In time order, then in log order.")
     next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
-
-
-def _instant(value: Any) -> datetime | None:
-    # The ISO 8601 text only, as `as_of` takes it (adapters/http/as_of.py): pydantic's own
-    # datetime parsing would also take a number (Unix time).
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > 64:
-        raise ValueError(f"an instant is ISO 8601 with an offset, e.g. {INSTANT_EXAMPLE}")
-    return parse_instant(value)
-
-
-Instant = Annotated[datetime | None, BeforeValidator(_instant)]
 
 
 def audit_router(service: Service, cursors: CursorCodec) -> APIRouter:
