@@ -33,10 +33,10 @@ from healthledger.adapters.persistence.schema import (
     master_key_rotations,
     user_data_keys,
 )
+from healthledger.adapters.persistence.statements import CompiledStatement
 from healthledger.domain.ledger import Clock
 from sqlalchemy import (
     Connection,
-    Executable,
     LargeBinary,
     String,
     Table,
@@ -49,6 +49,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import ClauseElement
 
 log = logging.getLogger("healthledger.key_store")
 
@@ -205,7 +206,8 @@ class KeyStore:
         # keys are committed, before `master` is replaced.
         self.rotating_to: MasterKey | None = None
         self.reload_lock = threading.Lock()
-        self.insert_key = self.insert_key_statement(tables, db.is_sqlite)
+        # Every create runs it (a new user's key): compiled once (ADR 0014).
+        self.insert_key = CompiledStatement(self.insert_key_statement(tables, db.is_sqlite))
         # The data keys of users being created (`new_key`), by user id: held here until
         # the transaction that records the user's first events stores them
         # (`store_new_keys`), and dropped once it commits (`forget_stored_keys`).
@@ -242,8 +244,8 @@ class KeyStore:
             if data_key is None:
                 continue
             master = self.master
-            statement, values = self._insert_key(user_id, master.wrap(user_id, data_key), master)
-            if conn.execute(statement, values).first() is None:
+            values = self._insert_key(user_id, master.wrap(user_id, data_key), master)
+            if not self.insert_key.rows(conn, values):
                 self.reload_if_rotated()
                 raise IntegrityError("the master key was rotated: store the new key again")
 
@@ -321,20 +323,17 @@ class KeyStore:
                 break
         raise RuntimeError("a data key does not open with this master key")
 
-    def _insert_key(
-        self, user_id: UUID, wrapped: bytes, master: MasterKey
-    ) -> tuple[Executable, dict[str, Any]]:
+    def _insert_key(self, user_id: UUID, wrapped: bytes, master: MasterKey) -> dict[str, Any]:
         """Insert a user's wrapped key unless one is stored; only while `master` is the
         key of the latest rotation: a process that has not seen another's rotation yet
         must not store a key wrapped by a master key that is destroyed. The rotation holds
         the key table locked (SQLite: the write lock), so this statement, which locks it
-        too, sees it committed or not begun. The statement and its values: it is built
-        once (`insert_key_statement`), as every create runs it."""
-        values = {"uid": user_id, "wrapped": wrapped, "at": self.clock(), "kid": master.key_id}
-        return self.insert_key, values
+        too, sees it committed or not begun. The values of `self.insert_key`, which answers
+        the stored row's id (none if refused)."""
+        return {"uid": user_id, "wrapped": wrapped, "at": self.clock(), "kid": master.key_id}
 
     @staticmethod
-    def insert_key_statement(tables: KeyTables, is_sqlite: bool) -> Executable:
+    def insert_key_statement(tables: KeyTables, is_sqlite: bool) -> ClauseElement:
         rotations, keys = tables.rotations, tables.keys
         current = (
             select(rotations.c.master_key_id).order_by(rotations.c.id.desc()).limit(1)
@@ -359,9 +358,9 @@ class KeyStore:
         data_key = AESGCM.generate_key(bit_length=256)
         for _attempt in range(3):
             master = self.master
-            statement, values = self._insert_key(user_id, master.wrap(user_id, data_key), master)
+            values = self._insert_key(user_id, master.wrap(user_id, data_key), master)
             with self.db.write() as conn:
-                conn.execute(statement, values)
+                self.insert_key.rows(conn, values)
             # A concurrent first seal may have won the insert: use whichever key is stored.
             stored = self._data_key(user_id)
             if stored is not None:

@@ -63,10 +63,11 @@ class Compiled:
             for name in names
         }
         self.plan = [(name, self.processors[name]) for name in self.positions or ()]
-        # A SELECT's columns, each value converted back by its type's own processor.
+        # The columns a SELECT (or an INSERT ... RETURNING) answers, each value converted
+        # back by its type's own processor.
         self.result_processors: list[Processor | None] = [
             column.type.dialect_impl(dialect).result_processor(dialect, None)
-            for column in getattr(statement, "selected_columns", ())
+            for column in getattr(statement, "exported_columns", ())
         ]
 
     def row_parameters(self, values: Sequence[Any]) -> tuple[Any, ...]:

@@ -87,6 +87,12 @@ class UserLifecycle:
     ) -> None:
         self.ledger = ledger
         self.vault = vault
+        # The vault as one that keeps a new user's key until its events are stored, if it
+        # is one: asked once here, not on every create (a runtime Protocol check walks
+        # the protocol's members each time).
+        self.keeps_new_keys: KeepsNewKeys | None = (
+            vault if isinstance(vault, KeepsNewKeys) else None
+        )
         self.clock = clock
         self.grace_period = grace_period
         self.live_connection_ids = live_connection_ids
@@ -133,8 +139,8 @@ class UserLifecycle:
         user_id = uuid4()
         # Every user has personal data now: its client_user_id, sealed with its own key,
         # which (given a vault that can) is stored with the user's events, in one commit.
-        if isinstance(self.vault, KeepsNewKeys):
-            self.vault.new_key(user_id)
+        if self.keeps_new_keys is not None:
+            self.keeps_new_keys.new_key(user_id)
         sealed_client_user_id = self.vault.seal(user_id, client_user_id)
         sealed_birth_date = (
             None
