@@ -80,6 +80,23 @@ class ValidationProblem(BaseModel):
 class ValidationErrors(BaseModel):
     """Parameters or a body that do not fit the operation (malformed JSON included)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "detail": [
+                        {
+                            "type": "missing",
+                            "loc": ["body", "user_id"],
+                            "msg": "Field required",
+                            "input": REDACTED,
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
     detail: list[ValidationProblem]
 
 

@@ -55,7 +55,24 @@ class LinkTokenRequest(BaseModel):
     )
 
 
+# Examples for the OpenAPI document only; they change no response. A made-up token.
+_LINK_TOKEN_EXAMPLE = (
+    "hll_3f6b1c2d9e8a4b7c8d5e6f708192a3b4_q7Zr2mXc9VtLk4Hs8PwYdN1bGj6FaEo3Ui5KxRn0TyA"
+)
+
+
 class LinkTokenResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "link_token": _LINK_TOKEN_EXAMPLE,
+                    "link_web_url": f"https://link.example.com/?token={_LINK_TOKEN_EXAMPLE}"
+                    "&env=sandbox&region=us",
+                }
+            ]
+        }
+    )
     link_token: str
     link_web_url: str
 
@@ -67,6 +84,14 @@ class LinkTokenCheck(BaseModel):
 
 
 class LinkTokenValidity(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"is_valid": True, "reason": None, "expires_at": "2026-03-01T13:00:00Z"},
+                {"is_valid": False, "reason": "invalid_token", "expires_at": None},
+            ]
+        }
+    )
     is_valid: bool
     reason: Literal["invalid_token", "token_expired", "token_consumed"] | None = Field(
         description="Why the token cannot be used; null when it can."

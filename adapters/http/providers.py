@@ -11,7 +11,7 @@ from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.reference import SourceType, provider_catalog
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 PROVIDERS_PATH = "/v2/providers"
 
@@ -19,6 +19,23 @@ PROVIDERS_PATH = "/v2/providers"
 class ProviderCatalogEntry(BaseModel):
     """Spec 2.6. `auth_type` and `supported_resources` are plain strings because the spec
     marks both enumerations non-exhaustive: clients must tolerate new values."""
+
+    # For the OpenAPI document only: an entry of adapters/reference/providers.json.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "Oura",
+                    "slug": "oura",
+                    "description": "Smart ring that tracks sleep, readiness, activity, heart "
+                    "rate and skin temperature.",
+                    "logo": "https://storage.healthledger.dev/providers/oura.png",
+                    "auth_type": "oauth",
+                    "supported_resources": ["profile", "activity", "sleep", "workouts"],
+                }
+            ]
+        }
+    )
 
     name: str
     slug: str

@@ -26,6 +26,7 @@ from healthledger.domain.users.user import (
     time_zone_problem,
 )
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 
 def _rule(problem_of: Any) -> Any:
@@ -120,6 +121,33 @@ class DemographicsPatch(_Request):
 
 # -- responses -----------------------------------------------------------------------
 
+# Examples for the OpenAPI document only (tests/integration/test_openapi_documents.py wants
+# one on every named response schema); they change no response. Fictional user and team.
+_USER_ID = "82dac960-eabb-47ed-aa0c-3a093e6d1a68"
+_TEAM_ID = "6c38d542-7c4b-444c-b12e-d3b00903bbef"
+_OURA: JsonDict = {
+    "logo": "https://storage.healthledger.dev/providers/oura.png",
+    "name": "Oura",
+    "slug": "oura",
+}
+_RESOLVED_USER_EXAMPLE: JsonDict = {
+    "user_id": _USER_ID,
+    "team_id": _TEAM_ID,
+    "client_user_id": "study-participant-0042",
+    "created_on": "2026-03-01T12:00:00Z",
+    "connected_sources": [
+        {"created_on": "2026-03-01T12:05:00Z", "provider": _OURA, "source": _OURA}
+    ],
+    "fallback_time_zone": {
+        "id": "Europe/Berlin",
+        "source_slug": "manual",
+        "updated_at": "2026-03-01T12:00:00Z",
+    },
+    "fallback_birth_date": None,
+    "ingestion_start": "2026-01-01",
+    "ingestion_end": None,
+}
+
 
 class SourceRef(BaseModel):
     """The provider object (spec 2.13): name, slug, logo."""
@@ -159,6 +187,8 @@ class FallbackBirthDate(BaseModel):
 class ResolvedUser(BaseModel):
     """Spec 2.3."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [_RESOLVED_USER_EXAMPLE]})
+
     user_id: UUID
     team_id: UUID
     client_user_id: str
@@ -171,6 +201,12 @@ class ResolvedUser(BaseModel):
 
 
 class UserList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"users": [_RESOLVED_USER_EXAMPLE], "total": 1, "offset": 0, "limit": 100}]
+        }
+    )
+
     users: list[ResolvedUser]
     total: int
     offset: int
@@ -178,6 +214,8 @@ class UserList(BaseModel):
 
 
 class Success(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"success": True}]})
+
     success: bool
 
 
@@ -207,6 +245,35 @@ class GuarantorAnswer(BaseModel):
 class DemographicsAnswer(BaseModel):
     """Spec 2.1 as the API answers it: what was recorded, addresses in both spellings.
     Describes the answer only; the answer is not checked against it again (users.py)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "first_name": "Alex",
+                    "last_name": "Example",
+                    "email": "alex.example@example.org",
+                    "phone_number": "+1 555 0100",
+                    "gender": "non-binary",
+                    "dob": "1990-04-12",
+                    "address": {
+                        "first_line": "1 Example Street",
+                        "second_line": "Apt 2",
+                        "zip_code": "12345",
+                        "zip": "12345",
+                        "country": "US",
+                        "state": "CA",
+                        "city": "Springfield",
+                    },
+                    "medical_proxy": None,
+                    "race": "other",
+                    "ethnicity": "non_hispanic",
+                    "sexual_orientation": "dont_know",
+                    "gender_identity": "genderqueer",
+                }
+            ]
+        }
+    )
 
     first_name: str
     last_name: str
@@ -266,10 +333,38 @@ class ProviderConnection(_OpenAnswer):
 
 
 class UserProviders(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "providers": [
+                        {
+                            **_OURA,
+                            "status": "connected",
+                            "created_on": "2026-03-01T12:05:00Z",
+                            "resource_availability": {
+                                "activity": {"status": "available"},
+                                "sleep": {"status": "available"},
+                            },
+                            "error_details": None,
+                            "external_user_id": None,
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
     providers: list[ProviderConnection]
 
 
 class DemoConnected(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"success": True, "detail": "Connected a demo Oura device."}]
+        }
+    )
+
     success: bool
     detail: str
 
@@ -305,6 +400,42 @@ class UserPulls(BaseModel):
 
 
 class HistoricalPullsPage(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "data": [
+                        {
+                            "user_id": _USER_ID,
+                            "provider": {
+                                "oura": {
+                                    "pulled": {
+                                        "sleep": {
+                                            "status": "success",
+                                            "range_start": "2026-01-01T00:00:00Z",
+                                            "range_end": "2026-03-01T12:05:00Z",
+                                            "timeline": {
+                                                "scheduled_at": "2026-03-01T12:05:00Z",
+                                                "started_at": "2026-03-01T12:05:02Z",
+                                                "ended_at": "2026-03-01T12:05:41Z",
+                                            },
+                                            "days_with_data": 58,
+                                            "release": "2025-05-09",
+                                            "trace_id": "4b9f2c7e1d8a4e6f9a3b5c0d2e7f1a8b",
+                                            "error_details": None,
+                                        }
+                                    },
+                                    "not_pulled": ["activity"],
+                                }
+                            },
+                        }
+                    ],
+                    "next_cursor": None,
+                }
+            ]
+        }
+    )
+
     data: list[UserPulls]
     next_cursor: str | None
 
@@ -333,5 +464,35 @@ class UserResources(BaseModel):
 
 
 class UserResourcesPage(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "data": [
+                        {
+                            "user_id": _USER_ID,
+                            "provider": {
+                                "oura": {
+                                    "sleep": {
+                                        "last_attempt": {
+                                            "timestamp": "2026-03-01T12:05:41Z",
+                                            "status": "success",
+                                        },
+                                        "oldest_data": "2026-01-02",
+                                        "newest_data": "2026-02-28",
+                                        "sent_count": None,
+                                        "status": "active",
+                                        "pull_status": "success",
+                                    }
+                                }
+                            },
+                        }
+                    ],
+                    "next_cursor": None,
+                }
+            ]
+        }
+    )
+
     data: list[UserResources]
     next_cursor: str | None

@@ -19,6 +19,7 @@ from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.domain.errors import NothingToUpdate, WebhookEndpointNotFound
 from healthledger.domain.free_text import FreeText, MultilineText
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 URL_MAX = 2048
 DESCRIPTION_MAX = 500
@@ -62,10 +63,29 @@ class ReplayRequest(BaseModel):
 
 
 class ReplayAnswer(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"replayed": 12}]})
+
     replayed: int
 
 
+# Examples for the OpenAPI document only; they change no response.
+_ENDPOINT_EXAMPLE: JsonDict = {
+    "id": "9d4e2f1a-6b3c-4d7e-8f90-1a2b3c4d5e6f",
+    "team_id": "6c38d542-7c4b-444c-b12e-d3b00903bbef",
+    "environment": "sandbox",
+    "url": "https://hooks.example.com/healthledger",
+    "description": "Sleep study ingestion",
+    "filter_types": ["daily.data.*", "provider.connection.created"],
+    "disabled": False,
+    "disabled_reason": None,
+    "created_on": "2026-03-01T12:00:00Z",
+    "updated_at": "2026-03-01T12:00:00Z",
+}
+
+
 class WebhookEndpointView(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [_ENDPOINT_EXAMPLE]})
+
     id: UUID
     team_id: UUID
     environment: str
@@ -80,10 +100,26 @@ class WebhookEndpointView(BaseModel):
 
 
 class WebhookEndpointList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"webhook_endpoints": [_ENDPOINT_EXAMPLE]}]}
+    )
+
     webhook_endpoints: list[WebhookEndpointView]
 
 
 class SigningSecret(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    # A made-up secret.
+                    "secret": "whsec_ZXhhbXBsZS1zaWduaW5nLWtleS1ub3QtcmVhbC0zMmI=",
+                    "previous_secret_expires_at": "2026-03-02T12:00:00Z",
+                }
+            ]
+        }
+    )
+
     # `whsec_` + base64: the key of the Standard Webhooks signature.
     secret: str
     # After a rotation, the previous secret still signs (beside this one) until then.

@@ -24,34 +24,6 @@ APPS: dict[str, Callable[[Service], FastAPI]] = {
 # Operations that take no key, so answer no 401: the token is itself the credential.
 KEYLESS = {("team", "POST", "/v2/link/token/isValid")}
 
-# Named response schemas that have no example yet. SHRINK THIS LIST: add examples to these
-# models (model_config json_schema_extra examples, or Field examples on every field) and
-# remove them here; a new model must come with its example. An entry that has its example
-# now fails the test too, so that the list only shrinks.
-KNOWN_MISSING_EXAMPLES = {
-    "team": {
-        "DemoConnected",  # adapters/http/schemas.py
-        "DemographicsAnswer",  # adapters/http/schemas.py
-        "HistoricalPullsPage",  # adapters/http/schemas.py
-        "LinkTokenResponse",  # adapters/http/link_tokens.py
-        "LinkTokenValidity",  # adapters/http/link_tokens.py
-        "ProviderCatalogEntry",  # adapters/http/providers.py
-        "ResolvedUser",  # adapters/http/schemas.py
-        "Success",  # adapters/http/schemas.py
-        "UserList",  # adapters/http/schemas.py
-        "UserProviders",  # adapters/http/schemas.py
-        "UserResourcesPage",  # adapters/http/schemas.py
-        "ValidationErrors",  # adapters/http/errors.py
-    },
-    "management": {
-        "ReplayAnswer",  # adapters/http/webhook_endpoints.py
-        "SigningSecret",  # adapters/http/webhook_endpoints.py
-        "ValidationErrors",  # adapters/http/errors.py
-        "WebhookEndpointList",  # adapters/http/webhook_endpoints.py
-        "WebhookEndpointView",  # adapters/http/webhook_endpoints.py
-    },
-}
-
 _REF = re.compile(r"^#/components/schemas/(.+)$")
 _METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
@@ -140,7 +112,6 @@ def test_every_named_response_schema_has_an_example(document: tuple[str, Any]) -
             for content in response.get("content", {}).values():
                 named.update(schema_refs(content.get("schema")))
     assert named, "no named response schema at all: the walk is broken"
-    without = {model for model in named if not has_example(schemas[model])}
-    known = KNOWN_MISSING_EXAMPLES[name]
-    assert sorted(without - known) == [], "new response models without an example"
-    assert sorted(known - without) == [], "these have examples now: remove them from the list"
+    # An example is model_config json_schema_extra examples, or Field examples on every field.
+    without = sorted(model for model in named if not has_example(schemas[model]))
+    assert without == [], f"{name}: response models without an example"
