@@ -61,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="overrides HEALTHLEDGER_HOST")
     serve.add_argument("--port", type=int, help="overrides HEALTHLEDGER_TEAM_API_PORT")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="team API processes on the one port (overrides HEALTHLEDGER_WORKERS; more "
+        "than one needs PostgreSQL)",
+    )
 
     migrate = commands.add_parser(
         "migrate", help="apply the database's pending schema migrations (Alembic)"
@@ -126,7 +132,21 @@ def _parser() -> argparse.ArgumentParser:
     chain_commands = chain.add_subparsers(dest="chain_command", required=True)
     chain_commands.add_parser("sign", help="sign the chain's current head now")
 
-    commands.add_parser("rebuild", help="drop and rebuild every read model from the event log")
+    rebuild = commands.add_parser(
+        "rebuild",
+        help="rebuild every read model from the event log, beside the live ones, and swap "
+        "them in; resumes a rebuild that was interrupted (docs/operations.md)",
+    )
+    rebuild.add_argument(
+        "--restart", action="store_true", help="start over instead of resuming an interrupted one"
+    )
+    rebuild.add_argument(
+        "--batch-events",
+        type=_position,
+        default=None,
+        metavar="N",
+        help="events projected per transaction (default 5000)",
+    )
     replay_until = commands.add_parser(
         "replay",
         help="build the read models as of an instant into a new SQLite file, for debugging "
@@ -227,15 +247,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         except MigrationError as exc:
             return _schema_problem(exc)
     if args.command == "serve":
-        from healthledger.adapters.server import serve
+        from healthledger.adapters.server import ServeRefused, serve
 
-        updates = {
-            k: v for k, v in (("host", args.host), ("team_api_port", args.port)) if v is not None
-        }
+        overrides = (("host", args.host), ("team_api_port", args.port), ("workers", args.workers))
+        updates = {k: v for k, v in overrides if v is not None}
+        if args.workers is not None and args.workers < 1:
+            print("healthledger: --workers must be 1 or more", file=sys.stderr)
+            return 2
         from healthledger.adapters.signing_key import SigningKeyError
 
         try:
             serve(settings.model_copy(update=updates))
+        except ServeRefused as exc:
+            print(f"healthledger: {exc}", file=sys.stderr)
+            return 2
         except (MigrationError, MasterKeyError, SigningKeyError) as exc:
             return _schema_problem(exc)
         return 0
@@ -377,15 +402,7 @@ def _run(args: argparse.Namespace, service: Any) -> int:
         return sign_command(service.chain, out)
 
     if args.command == "rebuild":
-        from tqdm import tqdm
-
-        total = service.recorder.max_notification_id() or 0
-        with tqdm(total=total, unit="event", desc="rebuilding read models", file=sys.stderr) as bar:
-            replayed = service.read_models.rebuild(
-                service.recorder, service.ledger.mapper, progress=bar.update
-            )
-        print(f"rebuilt the read models from {replayed} events", file=out)
-        return 0
+        return _rebuild(service, args.restart, args.batch_events, out)
 
     ctx = CommandContext.system(OPERATOR_CLI)
     if args.command == "keys" and args.keys_command == "rotate-master":
@@ -462,6 +479,32 @@ def _replay(service: Any, until: datetime, into: Path, force: bool) -> int:
         f"replayed {replayed.events} events up to {until.isoformat()} into {replayed.path}",
         file=sys.stdout,
     )
+    return 0
+
+
+def _rebuild(service: Any, restart: bool, batch_events: int | None, out: Any) -> int:
+    """`rebuild`: the read models projected again into tables beside the live ones, then
+    swapped in; an interrupted rebuild is resumed where it stopped (ADR 0021)."""
+    from healthledger.adapters.persistence.projections.rebuild import (
+        BATCH_EVENTS,
+        rebuild_read_models,
+        unfinished_rebuild,
+    )
+    from tqdm import tqdm
+
+    resuming = None if restart else unfinished_rebuild(service.db)
+    total = (service.recorder.max_notification_id() or 0) - (resuming or 0)
+    with tqdm(total=total, unit="event", desc="rebuilding read models", file=sys.stderr) as bar:
+        rebuilt = rebuild_read_models(
+            service.read_models,
+            service.recorder,
+            service.ledger.mapper,
+            progress=bar.update,
+            batch_events=batch_events or BATCH_EVENTS,
+            restart=restart,
+        )
+    resumed = f", resumed after event {rebuilt.resumed_from}" if rebuilt.resumed_from else ""
+    print(f"rebuilt the read models from {rebuilt.events} events{resumed}", file=out)
     return 0
 
 

@@ -9,32 +9,42 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
+from functools import cache, partial
 from typing import Any
 from uuid import UUID
 
+import httpx
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from healthledger.adapters.eventstore.chain import Chain, open_chain
 from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
 from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.http.cursors import cursor_secret
+from healthledger.adapters.order_answers import OrderAnswers
+from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence import migrating
 from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.erasure_claims import ErasureClaims
+from healthledger.adapters.persistence.health_data_queries import HealthDataQueries
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore, open_master_key
+from healthledger.adapters.persistence.lab_test_queries import LabTestQueries
 from healthledger.adapters.persistence.link_token_queries import LinkTokenQueries
 from healthledger.adapters.persistence.master_key import master_key_source
+from healthledger.adapters.persistence.order_queries import OrderQueries
+from healthledger.adapters.persistence.portal_queries import PortalQueries
 from healthledger.adapters.persistence.projections.erasure import (
     ErasurePlaces,
     erasure_effects,
 )
 from healthledger.adapters.persistence.projections.read_models import ReadModels
+from healthledger.adapters.persistence.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.persistence.pull_queries import PullQueries
 from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
 from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.providers.demo import DemoProvider
+from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.reference import (
     ProviderEntry,
     deprecation_calendar,
@@ -43,16 +53,24 @@ from healthledger.adapters.reference import (
     rules_at,
     webhook_event_types,
 )
+from healthledger.adapters.reference.labs import lab_reference
+from healthledger.adapters.reference.labs.areas import AreaIndex
+from healthledger.adapters.reference.labs.catalog import ReferenceLabCatalog
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.signing_key import signing_key_path
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.adapters.webhooks.payloads import Payloads
 from healthledger.domain.connections.connecting import Connections
 from healthledger.domain.connections.linking import LinkTokens
-from healthledger.domain.connections.providers import ProviderAdapter
+from healthledger.domain.connections.oauth_clients import OAuthClients
+from healthledger.domain.connections.providers import OAuthClient, ProviderAdapter
 from healthledger.domain.connections.pulling import PullPolicy, Pulls
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.errors import TeamNotFound
+from healthledger.domain.labs.lab_tests import LabTests
+from healthledger.domain.labs.ordering import LabOrders
+from healthledger.domain.labs.portal import Portal, PortalLifetimes
+from healthledger.domain.labs.sandbox import SandboxPolicy
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
 from healthledger.domain.users.client_user_ids import DIGESTS
@@ -65,6 +83,7 @@ from healthledger.domain.webhooks.redelivery import Redeliveries
 from healthledger.scheduler.deprecations import apply_cut_overs
 from healthledger.scheduler.erasure import ErasurePorts, sweep_erasures
 from healthledger.scheduler.key_rotation import KeyRotationPorts, rotate_master_key_if_due
+from healthledger.scheduler.lab_orders import progress_lab_orders
 from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
 from healthledger.scheduler.runner import Intervals, Jobs, LedgerScheduler
 from healthledger.scheduler.webhooks import dispatch_webhooks
@@ -92,6 +111,8 @@ class Service:
     link_tokens: LinkTokens
     link_token_queries: LinkTokenQueries
     health_data: SqlHealthDataStore
+    # Summaries and timeseries samples of live users (docs/data.md).
+    health_data_queries: HealthDataQueries
     pulls: Pulls
     pull_queries: PullQueries
     # The public webhook event types (reference data) and the endpoints that receive them.
@@ -106,6 +127,27 @@ class Service:
     jobs: Jobs
     # The log's hash chain: signed heads, links, verification (ADR 0015).
     chain: Chain
+    # OAuth makers (ADR 0022): the maker's tokens of OAuth connections, sealed; the
+    # adapter of each maker with documented endpoints; their HTTP client.
+    provider_tokens: SqlProviderTokenStore
+    oauth_makers: Mapping[str, OAuth2Maker]
+    oauth_http: httpx.Client
+    # Lab testing (docs/labs.md): the labs and markers (reference data, indexed once),
+    # the team's and the shared demo lab tests (the `LabTestLookup` orders read), and
+    # the lab test use cases.
+    lab_catalog: ReferenceLabCatalog
+    lab_tests: LabTestQueries
+    # Lab test orders (issue 14): the use cases (with the simulated lab's sweep), the
+    # orders read model's queries (also the portal's: a user's orders), their answers.
+    lab_orders: LabOrders
+    order_queries: OrderQueries
+    order_answers: OrderAnswers
+    lab_test_commands: LabTests
+    # Area info: zip codes, patient service centers, phlebotomy service areas.
+    area_info: AreaIndex
+    # The hosted portal (docs/labs.md#portal): its passes, and what its pages read.
+    portal: Portal
+    portal_queries: PortalQueries
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -135,6 +177,7 @@ class Service:
 
     def close(self) -> None:
         self.dispatcher.close()
+        self.oauth_http.close()
         self.ledger.close()
         self.db.dispose()
 
@@ -151,13 +194,22 @@ def own_addresses(settings: Settings) -> set[tuple[str, int]]:
     return found
 
 
+@cache
+def shipped_labs() -> tuple[ReferenceLabCatalog, AreaIndex]:
+    """The lab catalog and its zip-code area index over the shipped reference data. Both
+    are read-only, so they are built once per process and shared by every service built
+    in it (the index alone costs about 35 ms, which each `build_service` paid)."""
+    catalog = ReferenceLabCatalog(lab_reference())
+    return catalog, AreaIndex(catalog.reference)
+
+
 def build_service(
     settings: Settings | None = None, *, clock: Clock = utc_now, chained: bool = True
 ) -> Service:
     """The service. `chained=False` records events off the hash chain: only for
     `bench/audit.py`, which measures what the chain costs a command."""
     settings = settings or Settings()
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, pool_size=settings.database_pool_size)
     migrating.at_start(settings.database_url, settings.migrate_on_start)
     # The signing key of the chain's heads, kept like the master key (ADR 0015).
     chain = open_chain(
@@ -178,11 +230,14 @@ def build_service(
     master_key = open_master_key(db, key_source)
     key_store = KeyStore(db, master_key, clock, key_source)
     # The users read model opens the client_user_ids that events hold sealed.
-    read_models = ReadModels(db, key_store.open_on)
+    read_models = ReadModels(db, key_store.open_on, key_store.opener_on)
+    provider_tokens = SqlProviderTokenStore(db, key_store, clock)
 
     def on_record(conn: Connection, events: Sequence[Any]) -> None:
         # A new user's key is stored with its first events, before they are projected.
         key_store.store_new_keys(conn, events)
+        # An OAuth connection's tokens are stored with its events (and go with its end).
+        provider_tokens.record(conn, events)
         # An erasure deletes and counts before the projections, and checks after them.
         with erasure_effects(conn, events):
             read_models.project(conn, events)
@@ -197,39 +252,67 @@ def build_service(
         unit_of_work=db.unit_of_work,
         # Aggregates known current (ADR 0011) need a cache to keep them in.
         repository=(
-            partial(KnownCurrentRepository, log_mark=recorder.change_mark)
+            partial(KnownCurrentRepository, log_mark=recorder.change_mark, shared=not db.is_sqlite)
             if settings.aggregate_cache_size > 0
             else None
         ),
     )
     catalog = {entry.slug: entry for entry in provider_catalog()}
+    # Read and checked here, so that a broken lab data file stops the service at start.
+    lab_catalog, area_index = shipped_labs()
 
     def describe(slug: str) -> dict[str, Any]:
         entry = catalog[slug]
         return {"name": entry.name, "slug": entry.slug, "logo": entry.logo}
 
     connection_queries = ConnectionQueries(db, key_store, describe)
+    order_queries = OrderQueries(db)
+    portal_queries = PortalQueries(db)
     erasure_places = ErasurePlaces(db)
+    erasure_claims = ErasureClaims(db, settings.erasure_claim_lease)
     users = UserLifecycle(
         ledger,
         key_store,
         clock,
         settings.grace_period,
         live_connection_ids=connection_queries.live_connection_ids,
-        erasure_inventory=erasure_places.inventory,
+        erasure_inventory=erasure_places.inventories,
         queued_deliveries=erasure_places.queued_deliveries,
+        # A deletion cancels the user's open lab test orders (issue 14).
+        open_order_ids=order_queries.open_order_ids,
     )
     user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
     health_data = SqlHealthDataStore(db, key_store, clock)
     pull_queries = PullQueries(db, settings.pull_lease)
     demo_provider = DemoProvider()
+    oauth_clients = OAuthClients(ledger, key_store)
+    oauth_http = httpx.Client(
+        timeout=settings.oauth_timeout.total_seconds(),
+        follow_redirects=False,
+        verify=tls_context(),
+    )
+    makers = oauth_makers(
+        catalog,
+        service_clients={
+            slug: OAuthClient(client.client_id, client.client_secret.get_secret_value())
+            for slug, client in settings.oauth_clients.items()
+        },
+        custom_client=oauth_clients.custom,
+        tokens=provider_tokens,
+        http=oauth_http,
+        clock=clock,
+        maker_url=settings.oauth_maker_url,
+    )
 
     def adapter_for(provider: str, demo: bool) -> ProviderAdapter:
-        # Only demo devices can be connected so far; a maker's cloud adapter (through the
-        # same port) is chosen here by its slug when there is one.
-        if not demo:
+        # A demo device, or the OAuth adapter of a maker whose endpoints the catalog
+        # documents (ADR 0022); any other provider has no adapter here.
+        if demo:
+            return demo_provider
+        maker = makers.get(provider)
+        if maker is None:
             raise LookupError(f"no provider adapter for {provider}")
-        return demo_provider
+        return maker
 
     pulls = Pulls(
         ledger,
@@ -260,14 +343,36 @@ def build_service(
     webhooks = WebhookEndpoints(
         ledger, clock, key_store, teams, event_types, own_addresses(settings)
     )
+    # Lab test orders (issue 14): their answers, the use cases, and the simulated lab that
+    # moves sandbox orders (docs/labs.md#orders).
+    lab_tests = LabTestQueries(db, lab_catalog)
+    order_answers = OrderAnswers(lab_catalog, key_store)
+    lab_orders = LabOrders(
+        ledger,
+        key_store,
+        clock,
+        users,
+        lab_catalog,
+        lab_tests,
+        SandboxPolicy(
+            step_delays=tuple(timedelta(seconds=s) for s in settings.lab_order_step_delays),
+            failure_rate=settings.lab_order_failure_rate,
+            cancellation_rate=settings.lab_order_cancellation_rate,
+        ),
+        due_orders=order_queries.due_orders,
+    )
     dispatcher = Dispatcher(
         ledger,
         recorder,
         clock,
         webhook_queries,
         webhooks,
-        Payloads(db, ledger, key_store, health_data, describe, rules_at),
+        Payloads(
+            db, ledger, key_store, health_data, describe, rules_at, order_answers=order_answers
+        ),
         rules_at,
+        timeout=settings.webhook_timeout,
+        lease=settings.webhook_lease,
     )
     erasure = ErasurePorts(
         users=users,
@@ -275,7 +380,9 @@ def build_service(
         clock=clock,
         deleted_teams_with_live_users=team_queries.deleted_teams_with_live_users,
         gone_users_with_live_connections=connection_queries.gone_users_with_live_connections,
-        due_for_erasure=user_queries.due_for_erasure,
+        # Claimed batch by batch: the sweeps of several processes share the due users.
+        claim_due_erasures=erasure_claims.claim,
+        release_claims=erasure_claims.release,
         vacuum_key_store=db.vacuum_key_store,
         batch_size=settings.erasure_batch_size,
     )
@@ -286,9 +393,11 @@ def build_service(
             sync_connected_feeds, pulls, pull_queries.ingestion_bound_changes
         ),
         dispatch_webhooks=partial(dispatch_webhooks, dispatcher),
+        gives_webhooks_work=dispatcher.gives_work,
         apply_cut_overs=partial(apply_cut_overs, deprecations, webhook_queries.applied_cut_overs),
         **master_key_rotation_job(key_store, settings.master_key_rotation_interval),
         sign_chain_head=chain.sign_moved_head,
+        progress_lab_orders=partial(progress_lab_orders, lab_orders),
     )
     return Service(
         settings=settings,
@@ -306,9 +415,18 @@ def build_service(
         catalog=catalog,
         connections=connections,
         connection_queries=connection_queries,
-        link_tokens=LinkTokens(ledger, clock, users, connections, provider_slugs()),
+        link_tokens=LinkTokens(
+            ledger,
+            clock,
+            users,
+            connections,
+            provider_slugs(),
+            oauth_clients=oauth_clients,
+            provider_tokens=provider_tokens,
+        ),
         link_token_queries=LinkTokenQueries(db),
         health_data=health_data,
+        health_data_queries=HealthDataQueries(db, key_store, describe, rules_at, clock),
         pulls=pulls,
         pull_queries=pull_queries,
         event_types=event_types,
@@ -319,6 +437,26 @@ def build_service(
         redeliveries=Redeliveries(ledger, clock, webhook_queries.deliveries_since),
         jobs=jobs,
         chain=chain,
+        provider_tokens=provider_tokens,
+        oauth_makers=makers,
+        oauth_http=oauth_http,
+        lab_catalog=lab_catalog,
+        lab_tests=lab_tests,
+        lab_test_commands=LabTests(ledger, clock, lab_catalog),
+        area_info=area_index,
+        lab_orders=lab_orders,
+        order_queries=order_queries,
+        order_answers=order_answers,
+        portal=Portal(
+            users,
+            clock,
+            PortalLifetimes(
+                launch=settings.portal_launch_lifetime,
+                communications=settings.portal_communications_lifetime,
+            ),
+            order_owner=portal_queries.order_owner,
+        ),
+        portal_queries=portal_queries,
     )
 
 
@@ -358,6 +496,7 @@ def start_scheduler(service: Service) -> LedgerScheduler:
             deprecation_cut_overs=settings.deprecation_sweep_interval,
             master_key_rotation=settings.master_key_rotation_interval,
             chain_sign=settings.chain_sign_interval,
+            sandbox_lab=settings.lab_order_poll_interval,
         ),
     )
     recorder = service.recorder

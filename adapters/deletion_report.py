@@ -36,6 +36,8 @@ from healthledger.adapters.persistence.projections.stream_owners import WEBHOOK_
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext, attributed
 from healthledger.domain.errors import UserNotFound
+from healthledger.domain.labs.orders import BY_USER_DELETION as ORDER_BY_USER_DELETION
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERIES
 from healthledger.domain.users.user import ERASED, User
 from healthledger.domain.webhooks.announcements import USER_ERASED
@@ -58,7 +60,9 @@ LOOKED_AT = {
     "read_model:connections": "the user's provider connections",
     "read_model:resource_feeds": "the user's pull states",
     "read_model:link_tokens": "link tokens issued for the user",
+    "read_model:orders": "the user's lab test orders (requisition data, results)",
     "health_data": "rows of pulled health data",
+    "provider_tokens": "the maker's tokens of the user's OAuth connections",
     QUEUED_DELIVERIES: f"webhook deliveries about the user still queued ({USER_ERASED} aside)",
 }
 # Events of the user's streams read per query.
@@ -75,10 +79,12 @@ _USER_FACTS = frozenset(
     )
 )
 _CONNECTION_FACTS = frozenset({Connection.Created.TOPIC, Connection.Deregistered.TOPIC})
+_ORDER_FACTS = frozenset({Order.Cancelled.TOPIC})
 
 ORDERS_NOTE = (
-    "This service does not take lab test orders yet: a deletion cancels none, and the "
-    "list stays empty until orders exist."
+    "The user's open lab test orders, cancelled by its deletion in the deletion's own "
+    "transaction (reason user_deleted); an undo restores none. Orders completed, failed or "
+    "cancelled before it stay as they were. Each names its event in the proof."
 )
 HORIZON_MEANING = (
     "Until the first master key rotation after the erasure, a copy of the user's wrapped "
@@ -131,13 +137,14 @@ def deletion_report(
     connection_events = [
         attributed(to_event(r.stored)) for r in owned if r.stored.topic in _CONNECTION_FACTS
     ]
+    order_events = [attributed(to_event(r.stored)) for r in owned if r.stored.topic in _ORDER_FACTS]
     report: dict[str, Any] = {
         "kind": REPORT_KIND,
         "format": REPORT_FORMAT,
         "generated_at": instant(service.clock()),
         "generated_by": {"actor": ctx.actor, "request_id": ctx.request_id},
         "user": _user_section(service, user, events),
-        "request": _request_section(events, connection_events),
+        "request": _request_section(events, connection_events, order_events),
         "erasure": (
             _erasure_section(
                 service, user, events, [i for i, kind in kinds.items() if kind == WEBHOOK_DELIVERY]
@@ -203,7 +210,9 @@ def _owned_events(queries: AuditQueries, user_id: UUID) -> list[OwnedEvent]:
         after = rows[-1].position
 
 
-def _request_section(events: Sequence[Any], connection_events: Sequence[Any]) -> dict[str, Any]:
+def _request_section(
+    events: Sequence[Any], connection_events: Sequence[Any], order_events: Sequence[Any] = ()
+) -> dict[str, Any]:
     deletions: list[dict[str, Any]] = []
     undos: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
@@ -232,8 +241,28 @@ def _request_section(events: Sequence[Any], connection_events: Sequence[Any]) ->
         "undos": undos,
         "refused_undos": refused,
         "connections_deregistered": _deregistrations(connection_events),
-        "orders": {"supported": False, "cancelled": [], "note": ORDERS_NOTE},
+        "orders": {
+            "supported": True,
+            "cancelled": _orders_cancelled(order_events),
+            "note": ORDERS_NOTE,
+        },
     }
+
+
+def _orders_cancelled(events: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each of the user's orders a deletion cancelled: the order, the event that did (its
+    version, so that a verifier finds it in the proof), when and by whom."""
+    return [
+        {
+            "order_id": str(event.originator_id),
+            "version": event.originator_version,
+            "at": instant(event.timestamp),
+            "reason": event.reason,
+            **_by(event),
+        }
+        for event in events
+        if isinstance(event, Order.Cancelled) and event.reason == ORDER_BY_USER_DELETION
+    ]
 
 
 def _deregistrations(events: Sequence[Any]) -> list[dict[str, Any]]:

@@ -176,7 +176,15 @@ def _request_html(request: dict[str, Any]) -> str:
         + connections
         + "<h3>Orders cancelled</h3>"
         + (
-            _table(["Order"], [[_code(o)] for o in orders["cancelled"]], "None.")
+            _table(
+                ["Order", "Cancelled", "Why", "By", "Event"],
+                [
+                    [_code(o["order_id"]), _e(o["at"]), _e(o["reason"]), _by(o), _e(o["version"])]
+                    for o in orders["cancelled"]
+                ],
+                "No open order: none was cancelled.",
+            )
+            + f'<p class="note">{_e(orders["note"])}</p>'
             if orders["supported"]
             else f'<p class="note">{_e(orders["note"])}</p>'
         )

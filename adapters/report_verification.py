@@ -10,7 +10,9 @@ What is checked, each failure named:
   `link_hash`); positions rise; an event at the position right after another names that
   one's hash as its `prev_hash`; each stream's versions run from 1 without a gap;
 - the signed head's signature (the chain's `verify_signed_head`), and that the head
-  covers the last event.
+  covers the last event;
+- each order the report says the deletion cancelled names an event of the proof: the
+  order's stream at that version, an order's cancellation.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from healthledger.adapters.eventstore.chain import SignedHead, link_hash, verify_signed_head
 from healthledger.adapters.persistence.key_store import canonical_json
+from healthledger.domain.labs.orders import Order
 
 SIGNATURE_FIELD = "signature"
 
@@ -86,7 +89,19 @@ def _problems(report: Mapping[str, Any], pinned_key: bytes | None) -> list[str]:
     events = proof["events"]
     problems += _chain_problems(events)
     problems += _head_problems(proof["signed_head"], key, events)
+    problems += _order_problems(report["request"]["orders"]["cancelled"], events)
     return problems
+
+
+def _order_problems(cancelled: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[str]:
+    """Each cancelled order's event, found in the proof with the cancellation's topic."""
+    proven = {(e["originator_id"], e["version"]): e["topic"] for e in events}
+    return [
+        f"order {order['order_id']}: its cancellation (version {order['version']}) is not an "
+        "event of the proof"
+        for order in cancelled
+        if proven.get((order["order_id"], order["version"])) != Order.Cancelled.TOPIC
+    ]
 
 
 def _chain_problems(events: list[dict[str, Any]]) -> list[str]:

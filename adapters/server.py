@@ -1,5 +1,15 @@
 """`healthledger serve`: the team API, the management API and the hosted link page under
-uvicorn, each on its own port, in one process, with the scheduler beside them."""
+uvicorn, each on its own port, with the scheduler beside them.
+
+With one worker (the default) everything runs in one process. With `--workers N`
+(PostgreSQL only) the process that was started is the primary: it applies migrations,
+announces a first run, runs the management API, the link page and a scheduler, binds the
+team API's port, and starts N worker processes that serve the team API on that one socket
+(the kernel hands each connection to one of them), each with its own service and
+scheduler, so that a commit in a worker wakes that worker's pull and webhook workers at
+once. The primary restarts a worker that dies; a worker whose primary died finishes its
+requests and stops (see docs/operations.md, running on PostgreSQL).
+"""
 
 from __future__ import annotations
 
@@ -7,20 +17,50 @@ import asyncio
 import contextlib
 import logging
 import math
+import multiprocessing
+import os
 import signal
+import socket
 import sys
-from collections.abc import Iterator
-from typing import TextIO
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
+from typing import Any, TextIO
 
 import uvicorn
 from healthledger.adapters.composition import Service, build_service, start_scheduler
+from healthledger.adapters.http.access_log import redact_access_log_queries
 from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.request_deadlines import request_deadlines
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.settings import Settings
+from sqlalchemy.engine import make_url
 
 log = logging.getLogger("healthledger.server")
+
+# How often the primary looks for dead workers, and a worker for a dead primary.
+WATCH_SECONDS = 0.5
+# How long a stopping worker may finish its requests before it is killed.
+WORKER_STOP_SECONDS = 30.0
+
+
+class ServeRefused(Exception):
+    """A `serve` that would not be safe as configured; the message says why and what to do."""
+
+
+def refusal(settings: Settings) -> str | None:
+    """Why `serve` must not start as configured (None: it may)."""
+    if settings.workers > 1 and make_url(settings.database_url).get_backend_name() == "sqlite":
+        return (
+            f"--workers {settings.workers} needs PostgreSQL (HEALTHLEDGER_DATABASE_URL=postgresql"
+            "+psycopg://...). A SQLite file has one writer, so more processes only queue "
+            "for it, and their readers would hold the WAL that an erasure checkpoints to "
+            "remove the destroyed keys' old pages. Run one worker on SQLite "
+            "(docs/operations.md, running on PostgreSQL)."
+        )
+    return None
 
 
 def announce_bootstrap(service: Service, out: TextIO) -> None:
@@ -48,7 +88,7 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _serve_all(servers: list[_Server]) -> None:
+async def _serve_all(servers: list[_Server], workers: WorkerProcesses | None = None) -> None:
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
@@ -57,10 +97,13 @@ async def _serve_all(servers: list[_Server]) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
-    await asyncio.gather(*(server.serve() for server in servers))
+    serving = [server.serve() for server in servers]
+    if workers is not None:
+        serving.append(workers.supervise(lambda: servers[0].should_exit))
+    await asyncio.gather(*serving)
 
 
-def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
+def configure_logging(settings: Settings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s %(message)s"
     )
@@ -70,35 +113,139 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
     # healthledger.migrations, and pending migrations under `refuse` stop the start
     # (`build_service` raises; the command line says so and exits 1).
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    service = build_service(settings)
-    announce_bootstrap(service, out)
-    scheduler = start_scheduler(service)
+    # The link page's and the portal's tokens travel in query strings: not into the log.
+    redact_access_log_queries()
+
+
+def uvicorn_config(settings: Settings, app: Any, port: int) -> uvicorn.Config:
+    """How `serve` runs an app under uvicorn (also what the HTTP benchmark gives its
+    baseline app, so that both sides are served alike)."""
     # Deadlines for reading requests and a connection limit, so that slow clients cannot
     # exhaust a port (docs/adr/0013-slow-clients.md).
     protocol = request_deadlines(
         header_timeout=settings.request_header_timeout.total_seconds(),
         body_timeout=settings.request_body_timeout.total_seconds(),
     )
-    servers = [
-        _Server(
-            uvicorn.Config(
-                app,
-                host=settings.host,
-                port=port,
-                log_level=settings.log_level.lower(),
-                http=protocol,
-                timeout_keep_alive=math.ceil(settings.keep_alive_timeout.total_seconds()),
-                limit_concurrency=settings.connection_limit,
-            )
-        )
-        for app, port in (
-            (create_team_api(service), settings.team_api_port),
-            (create_management_api(service), settings.management_api_port),
-            (create_link_app(service), settings.link_port),
-        )
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        http=protocol,
+        timeout_keep_alive=math.ceil(settings.keep_alive_timeout.total_seconds()),
+        limit_concurrency=settings.connection_limit,
+    )
+
+
+def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
+    refused = refusal(settings)
+    if refused is not None:
+        raise ServeRefused(refused)
+    configure_logging(settings)
+    # Migrations and the first-run bootstrap happen here, once, before any worker starts.
+    service = build_service(settings)
+    announce_bootstrap(service, out)
+    scheduler = start_scheduler(service)
+    apps = [
+        (create_management_api(service), settings.management_api_port),
+        (create_link_app(service), settings.link_port),
     ]
+    workers = None
+    if settings.workers == 1:
+        apps.insert(0, (create_team_api(service), settings.team_api_port))
+    else:
+        workers = WorkerProcesses(settings, settings.team_api_port, run_team_api_worker)
+    servers = [_Server(uvicorn_config(settings, app, port)) for app, port in apps]
     try:
-        asyncio.run(_serve_all(servers))
+        asyncio.run(_serve_all(servers, workers))
+    finally:
+        if workers is not None:
+            workers.stop()
+        scheduler.shutdown(wait=True)
+        service.close()
+
+
+# What a worker process runs: (settings, the listening socket, the primary's pid).
+WorkerTarget = Callable[[Settings, socket.socket, int], None]
+
+
+class WorkerProcesses:
+    """`settings.workers` processes serving one port, whose socket is bound here: started,
+    restarted when one dies, stopped (SIGTERM, then SIGKILL after WORKER_STOP_SECONDS)."""
+
+    def __init__(self, settings: Settings, port: int, target: WorkerTarget) -> None:
+        self.settings = settings
+        self.target = target
+        # Bound once, by the primary, and handed to every worker (as uvicorn and gunicorn
+        # do): the workers accept on the same listening socket.
+        self.socket = uvicorn_config(settings, None, port).bind_socket()
+        # Spawned, not forked: the primary's service holds connections and threads.
+        self.context = multiprocessing.get_context("spawn")
+        self.processes: list[BaseProcess] = [self.start() for _ in range(settings.workers)]
+
+    def start(self) -> BaseProcess:
+        process = self.context.Process(
+            target=self.target,
+            args=(self.settings, self.socket, os.getpid()),
+            name="healthledger-worker",
+        )
+        process.start()
+        return process
+
+    async def supervise(self, stopping: Any) -> None:
+        """Until the primary stops: start a new worker in the place of each that died."""
+        while not stopping():
+            for index, process in enumerate(self.processes):
+                if not process.is_alive():
+                    log.warning(
+                        "worker %s stopped (exit code %s); starting another",
+                        process.pid,
+                        process.exitcode,
+                    )
+                    self.processes[index] = self.start()
+            await asyncio.sleep(WATCH_SECONDS)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + WORKER_STOP_SECONDS
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        self.socket.close()
+
+
+def run_team_api_worker(settings: Settings, sock: socket.socket, primary: int) -> None:
+    """A team API worker: its own service and scheduler, the team API on the primary's
+    socket. Migrations were applied by the primary (this finds none to apply)."""
+    configure_logging(settings)
+    service = build_service(settings)
+    scheduler = start_scheduler(service)
+    server = uvicorn.Server(
+        uvicorn_config(settings, create_team_api(service), settings.team_api_port)
+    )
+    try:
+        serve_as_worker(server, sock, primary)
     finally:
         scheduler.shutdown(wait=True)
         service.close()
+
+
+def serve_as_worker(server: uvicorn.Server, sock: socket.socket, primary: int) -> None:
+    """Run `server` on the primary's socket until it is told to stop (uvicorn's own
+    SIGINT and SIGTERM handling) or the primary is gone."""
+
+    def watch_primary() -> None:
+        # A primary killed outright cannot stop its workers: each stops by itself,
+        # finishing its requests, when it finds itself orphaned.
+        while not server.should_exit:
+            if os.getppid() != primary:
+                log.warning("the primary process is gone: this worker stops")
+                server.should_exit = True
+            time.sleep(WATCH_SECONDS)
+
+    threading.Thread(target=watch_primary, daemon=True, name="primary-watch").start()
+    server.run(sockets=[sock])

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from healthledger.adapters.persistence.master_key import default_master_key_file
-from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -46,6 +54,16 @@ IntervalOrOff = Annotated[
 ]
 
 
+class OAuthClientSetting(BaseModel):
+    """The service's own OAuth client at one maker (registered in its developer console
+    with the callback `{public_base_url}/v2/link/oauth/callback/{slug}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEALTHLEDGER_", extra="ignore")
 
@@ -81,13 +99,31 @@ class Settings(BaseSettings):
     link_url: str = "http://127.0.0.1:8002"
     # Where callers reach the team API (used in URLs we hand out, e.g. OAuth redirects).
     public_base_url: str = "http://127.0.0.1:8000"
+    # OAuth makers (docs/connections.md, the OAuth flow). The service's own client per
+    # maker slug, for teams that set no custom credentials: JSON, e.g.
+    # {"oura": {"client_id": "...", "client_secret": "..."}}. A maker with neither is not
+    # offered on the link page.
+    oauth_clients: dict[str, OAuthClientSetting] = Field(default_factory=dict)
+    # Tests and staging only: one server standing in for every maker. When set, each
+    # maker's authorization and token endpoints are {oauth_maker_url}/{slug}/authorize and
+    # {oauth_maker_url}/{slug}/token instead of the documented ones.
+    oauth_maker_url: str | None = None
+    # The Domain of the browser-binding cookie. Unset, the cookie is the link page's host's
+    # only: it reaches the callback when the team API is on the same host (ports do not
+    # matter to cookies). On sibling hosts, a parent domain of both.
+    oauth_cookie_domain: str | None = None
+    # How long a call to a maker's token endpoint may take.
+    oauth_timeout: Duration = Field(default=timedelta(seconds=10), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     # How often the scheduler looks for deprecation cut-overs whose date has passed (it also
     # looks once at start, so a date that passed while the service was down is applied).
     deprecation_sweep_interval: Duration = Field(default=timedelta(hours=1), gt=timedelta(0))
-    erasure_batch_size: int = Field(default=500, ge=1)
+    # Users erased per batch (one transaction each, at most 1,000: ADR 0021), and how long
+    # a sweeping process's claim on its batch keeps the other processes off it.
+    erasure_batch_size: int = Field(default=500, ge=1, le=1_000)
+    erasure_claim_lease: Duration = Field(default=timedelta(minutes=5), gt=timedelta(0))
     user_snapshot_interval: int = Field(default=50, ge=2)
     # Historical pulls: how often the worker looks for due pulls (a connect also wakes it),
     # the delays before each retry of a pull that failed for a passing reason
@@ -98,9 +134,30 @@ class Settings(BaseSettings):
         list[Annotated[float, Field(ge=0)]], NoDecode, BeforeValidator(_retry_delays)
     ] = Field(default=[60.0, 300.0, 1800.0, 7200.0])
     pull_lease: Duration = Field(default=timedelta(minutes=15), gt=timedelta(0))
+    # The simulated lab that moves sandbox lab test orders (docs/labs.md#orders): the time
+    # each step takes after the one before (comma-separated seconds: the requisition,
+    # collecting the sample, the sample reaching the lab, the results), the shares of
+    # orders it fails and cancels (each order's fate is fixed by its id), and how often it
+    # looks for due steps (a step due at once wakes it).
+    lab_order_step_delays: Annotated[
+        list[Annotated[float, Field(ge=0)]], NoDecode, BeforeValidator(_retry_delays)
+    ] = Field(default=[60.0, 7200.0, 172800.0, 86400.0], min_length=1)
+    lab_order_failure_rate: float = Field(default=0.03, ge=0, le=1)
+    lab_order_cancellation_rate: float = Field(default=0.02, ge=0, le=1)
+    lab_order_poll_interval: Duration = Field(default=timedelta(seconds=5), gt=timedelta(0))
+    # How long a portal URL works (docs/labs.md#portal; gaps.md: launch 10 minutes, sent
+    # from the team's signed-in app; communications 28 days, for e-mail and SMS).
+    portal_launch_lifetime: Duration = Field(default=timedelta(minutes=10), gt=timedelta(0))
+    portal_communications_lifetime: Duration = Field(default=timedelta(days=28), gt=timedelta(0))
     # How often the webhook dispatcher looks for new events and due deliveries (commits in
     # the same process wake it at once).
     webhook_poll_interval: Duration = Field(default=timedelta(seconds=2), gt=timedelta(0))
+    # A POST must be answered 2xx within webhook_timeout (gaps.md: 15 s). A sender claims
+    # each delivery for webhook_lease before posting it and starts only POSTs that end
+    # within the lease's first half (the second is for recording them); a claim whose
+    # holder died is taken over after the lease (ADR 0019). At least 4 timeouts.
+    webhook_timeout: Duration = Field(default=timedelta(seconds=15), gt=timedelta(0))
+    webhook_lease: Duration = Field(default=timedelta(minutes=2), gt=timedelta(0))
     # Connected feeds are synced this long after their last pull or sync; the sync sweep
     # runs every daily_sync_sweep_interval.
     daily_sync_interval: Duration = Field(default=timedelta(days=1), gt=timedelta(0))
@@ -118,3 +175,17 @@ class Settings(BaseSettings):
     request_body_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     keep_alive_timeout: Duration = Field(default=timedelta(seconds=5), gt=timedelta(0))
     connection_limit: int = Field(default=1000, ge=1)
+    # `serve`: team API processes on team_api_port (`--workers` overrides; more than one
+    # needs PostgreSQL), and each process's PostgreSQL pool: database_pool_size
+    # connections kept, as many again twice over opened under load (docs/operations.md,
+    # running on PostgreSQL).
+    workers: int = Field(default=1, ge=1)
+    database_pool_size: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def lease_outlasts_a_post(self) -> Settings:
+        if self.webhook_lease < 4 * self.webhook_timeout:
+            raise ValueError(
+                "HEALTHLEDGER_WEBHOOK_LEASE must be at least 4 times HEALTHLEDGER_WEBHOOK_TIMEOUT"
+            )
+        return self

@@ -77,6 +77,10 @@ class DemographicsNotFound(LedgerError):
         super().__init__("No demographics recorded for this user.")
 
 
+class SummaryNotFound(LedgerError):
+    """No stored summary answers a read that names one (the newest profile)."""
+
+
 class TeamNotFound(LedgerError):
     def __init__(self) -> None:
         super().__init__("Team not found.")

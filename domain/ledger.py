@@ -39,12 +39,21 @@ def utc_now() -> datetime:
 
 @runtime_checkable
 class KeepsSaved(Protocol):
-    """A repository that keeps what a save is about to commit (ADR 0011): `keep_saved`
-    before the commit (True if it kept them), `forget` if the commit fails."""
+    """A repository that keeps what a save committed (ADR 0011): `keep_saved` after the
+    commit, in the save's unit of work (True if it kept them), `forget` if the save
+    failed."""
 
     def keep_saved(self, aggregates: Sequence[Any]) -> bool: ...
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None: ...
+
+
+@runtime_checkable
+class ReadsManyStreams(Protocol):
+    """A recorder that reads many aggregates' stored events in one query: per id that has
+    any, its events in version order."""
+
+    def select_streams(self, originator_ids: Sequence[UUID]) -> Mapping[UUID, Sequence[Any]]: ...
 
 
 # The attribute an aggregate may define to refuse a snapshot (an erased user: erasure
@@ -119,20 +128,21 @@ class Ledger(Application[UUID]):
                 raise TypeError(f"the ledger saves mutable aggregates and events, not {obj!r}")
         keeper = self.keeper
         with self.unit_of_work():
-            # What is saved here is the freshest copy there is: a repository that keeps
-            # aggregates known current keeps it now, before the commit (no other command
-            # can look until the unit of work ends), and forgets it if the commit fails.
-            kept = keeper is not None and keeper.keep_saved(list(aggregates.values()))
             try:
                 recordings = self.events.put(
                     events, tracking=tracking, aggregate_events=events, **kwargs
                 )
             except BaseException:
+                # Nothing kept may stand for what was not committed.
                 if keeper is not None:
                     keeper.forget(aggregates)
                 raise
+            # What was saved is the freshest copy there is: a repository that keeps
+            # aggregates known current keeps it now, committed, before the unit of work
+            # ends (with a mark its persistence vouches for: ADR 0011, ADR 0020).
+            kept = keeper is not None and keeper.keep_saved(list(aggregates.values()))
             # Otherwise the saved aggregates go to eventsourcing's cache, from which
-            # loads fast-forward: only once they are committed.
+            # loads fast-forward.
             cache = self.repository.cache
             if not kept and cache is not None:
                 for aggregate_id, aggregate in aggregates.items():
@@ -164,6 +174,41 @@ class Ledger(Application[UUID]):
             return self.repository.get(aggregate_id, version=version)
         except AggregateNotFoundError:
             return None
+
+    def find_many(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, Aggregate]:
+        """The latest of each of these aggregates that exists, read from the store in two
+        queries (the newest snapshots, the events), whatever their number: what a batch
+        (a sweep's erasures) loads. Recorders that cannot read many streams at once are
+        read one aggregate at a time."""
+        events, snapshots = self.events.recorder, self.snapshots
+        if not isinstance(events, ReadsManyStreams) or (
+            snapshots is not None and not isinstance(snapshots.recorder, ReadsManyStreams)
+        ):
+            found = {aggregate_id: self.find(aggregate_id) for aggregate_id in aggregate_ids}
+            return {key: aggregate for key, aggregate in found.items() if aggregate is not None}
+        taken: Mapping[UUID, Sequence[Any]] = {}
+        if snapshots is not None:
+            assert isinstance(snapshots.recorder, ReadsManyStreams)
+            taken = snapshots.recorder.select_streams(aggregate_ids)
+        stored = events.select_streams(aggregate_ids)
+        loaded: dict[UUID, Aggregate] = {}
+        for aggregate_id in aggregate_ids:
+            aggregate: Any = None
+            after = 0
+            newest = taken.get(aggregate_id)
+            if newest and snapshots is not None:
+                snapshot: Any = snapshots.mapper.to_domain_event(newest[-1])
+                aggregate, after = snapshot.mutate(None), snapshot.originator_version
+            to_domain_event = self.mapper.to_domain_event
+            for event in stored.get(aggregate_id, ()):
+                if event.originator_version > after:
+                    # What `project_aggregate` does, without its runtime protocol check
+                    # per event (which costs more than the event's own mutation).
+                    mutating: Any = to_domain_event(event)
+                    aggregate = mutating.mutate(aggregate)
+            if isinstance(aggregate, Aggregate):
+                loaded[aggregate_id] = aggregate
+        return loaded
 
 
 class UsesLedger(Protocol):

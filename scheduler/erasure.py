@@ -2,8 +2,11 @@
 
 Idempotent by construction: the pending-erasure table is the source of truth, an
 erasure and the removal of its pending row commit together, and erasing an erased user
-is a no-op. Two sweepers (two processes on one PostgreSQL) may pick the same user: the
-event store lets exactly one record its Erased event, the other sees a conflict.
+is a no-op. The due users are erased in batches (one transaction each, ADR 0021), each
+batch claimed first, so that the sweeps of several processes share them instead of
+racing for them. Should two sweepers pick the same user anyway (a claim that ran out),
+the event store lets exactly one record its Erased event: the other's batch is rolled
+back, and it erases its users one by one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from datetime import datetime
 from uuid import UUID
 
 from healthledger.domain.context import SCHEDULER, CommandContext
-from healthledger.domain.errors import ErasureNotVerified
+from healthledger.domain.errors import ConcurrentChange, ErasureNotVerified
 from healthledger.domain.ledger import Clock
 from healthledger.domain.teams.directory import TeamDirectory
 from healthledger.domain.users.lifecycle import UserLifecycle
@@ -34,8 +37,10 @@ class ErasurePorts:
     deleted_teams_with_live_users: Callable[[], Iterable[UUID]]
     # Deleted or erased users that a racing connect left with a live connection.
     gone_users_with_live_connections: Callable[[], Iterable[UUID]]
-    # Users whose grace period ended by `now`, at most `limit` of them.
-    due_for_erasure: Callable[[datetime, int], Sequence[UUID]]
+    # Claims (for this sweep) users whose grace period ended by `now` and whom no other
+    # sweep holds, at most `limit` of them; and gives claims back.
+    claim_due_erasures: Callable[[datetime, int], Sequence[UUID]]
+    release_claims: Callable[[Sequence[UUID]], None]
     # Leaves no old copy of the keys that erasures destroyed where the database can reach
     # (SQLite: checkpoints the WAL); False if it stayed busy (it said so in the log).
     vacuum_key_store: Callable[[], bool]
@@ -58,8 +63,14 @@ def sweep_erasures(ports: ErasurePorts) -> int:
     batch = ports.batch_size
     erased = 0
     while True:
-        due = ports.due_for_erasure(ports.clock(), batch)
-        erased_now = sum(_erase(ports, ctx, user_id) for user_id in due)
+        due = ports.claim_due_erasures(ports.clock(), batch)
+        erased_now = 0
+        try:
+            erased_now = _erase_batch(ports, ctx, due)
+        finally:
+            if erased_now < len(due):
+                # What this sweep did not erase goes back to every sweep at once.
+                ports.release_claims(due)
         erased += erased_now
         if erased_now:
             # After each batch: its destroyed keys' old pages leave the WAL.
@@ -71,6 +82,23 @@ def sweep_erasures(ports: ErasurePorts) -> int:
     if erased:
         log.info("erased %d user(s) whose grace period ended (sweep %s)", erased, ctx.request_id)
     return erased
+
+
+def _erase_batch(ports: ErasurePorts, ctx: CommandContext, due: Sequence[UUID]) -> int:
+    """Erase a claimed batch in one transaction; if that is rolled back (another sweeper
+    erased one of them, a count moved, a check failed), each user on its own."""
+    if not due:
+        return 0
+    try:
+        return ports.users.erase_users(ctx, due)
+    except (ConcurrentChange, ErasureNotVerified) as exc:
+        log.info(
+            "a batch of %d erasure(s) was rolled back (%s): erased one by one (sweep %s)",
+            len(due),
+            type(exc).__name__,
+            ctx.request_id,
+        )
+        return sum(_erase(ports, ctx, user_id) for user_id in due)
 
 
 def _erase(ports: ErasurePorts, ctx: CommandContext, user_id: UUID) -> bool:

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from healthledger.scheduler.lab_orders import makes_an_order_step_due
 from healthledger.scheduler.pulls import makes_a_pull_due
 from healthledger.scheduler.wakeups import WakeableJob
 
 PULL_WORKER = "pull-worker"
 WEBHOOK_DISPATCHER = "webhook-dispatcher"
+SANDBOX_LAB = "sandbox-lab"
 MASTER_KEY_ROTATION = "master-key-rotation"
 # How often the rotation job looks whether a rotation is due (or its interval, if less):
 # the interval counts from the latest rotation, not from the process's start.
@@ -43,6 +45,12 @@ class Jobs:
     rotate_master_key: Callable[[], int] = lambda: 0
     # Signs the hash chain's head if it moved since the last signed one (1, else 0).
     sign_chain_head: Callable[[], int] = lambda: 0
+    # The simulated lab: due sandbox orders one step on (scheduler/lab_orders.py).
+    progress_lab_orders: Callable[[], int] = lambda: 0
+    # Whether a committed event gives the webhook dispatcher work at once (it announces
+    # something, or makes a delivery due): other commits do not wake it, and its interval
+    # moves its position past them. Every event, unless told otherwise.
+    gives_webhooks_work: Callable[[object], bool] = lambda _event: True
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,9 @@ class Intervals:
     master_key_rotation: timedelta | None = None
     # How often the chain's head is signed (HEALTHLEDGER_CHAIN_SIGN_INTERVAL).
     chain_sign: timedelta = timedelta(hours=1)
+    # How often the simulated lab looks for due sandbox orders (a commit that makes a step
+    # due at once also wakes it).
+    sandbox_lab: timedelta = timedelta(seconds=5)
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -73,6 +84,10 @@ class LedgerScheduler(BackgroundScheduler):
         self.pull_worker = self.wakeable(PULL_WORKER, intervals.pull_worker, jobs.run_due_pulls)
         self.webhook_dispatcher = self.wakeable(
             WEBHOOK_DISPATCHER, intervals.webhook_dispatcher, jobs.dispatch_webhooks
+        )
+        self.gives_webhooks_work = jobs.gives_webhooks_work
+        self.sandbox_lab = self.wakeable(
+            SANDBOX_LAB, intervals.sandbox_lab, jobs.progress_lab_orders
         )
         for job_id, interval, work in (
             ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
@@ -90,13 +105,18 @@ class LedgerScheduler(BackgroundScheduler):
 
     def committed(self, events: Sequence[object]) -> None:
         """A commit of this process stored `events`: wake the workers they give work to.
-        Every commit may hold an event to announce (the dispatcher follows the whole log);
-        only a scheduled or due retry of a pull gives the pull worker work. Commits of
+        Only an event that announces something (or makes a delivery due) gives the webhook
+        dispatcher work (`Jobs.gives_webhooks_work`: a create alone does not wake it, which
+        would cost every command a follow of the log); only a scheduled or due retry of a
+        pull gives the pull worker work. Commits of
         other processes are found at the next interval. Called on the committing thread:
         it only starts wake-ups, it waits for nothing."""
         if any(makes_a_pull_due(event) for event in events):
             self.pull_worker.wake()
-        self.webhook_dispatcher.wake()
+        if any(makes_an_order_step_due(event) for event in events):
+            self.sandbox_lab.wake()
+        if any(self.gives_webhooks_work(event) for event in events):
+            self.webhook_dispatcher.wake()
 
     def every(self, job_id: str, interval: timedelta, work: Callable[[], object]) -> None:
         """Run `work` every `interval`, and once at start."""
@@ -115,6 +135,6 @@ class LedgerScheduler(BackgroundScheduler):
         return job
 
     def shutdown(self, wait: bool = True) -> None:
-        for job in (self.pull_worker, self.webhook_dispatcher):
+        for job in (self.pull_worker, self.webhook_dispatcher, self.sandbox_lab):
             job.close()
         super().shutdown(wait)

@@ -265,11 +265,15 @@ class ChainWriter:
         return int(position), bytes(chain_hash)
 
     def links(
-        self, conn: Connection, rows: Sequence[tuple[UUID, int, str, bytes, datetime]]
+        self,
+        conn: Connection,
+        rows: Sequence[tuple[UUID, int, str, bytes, datetime]],
+        head: tuple[int, bytes] | None = None,
     ) -> list[tuple[int, bytes]]:
         """(position, hash) of each of `rows` (originator_id, version, topic, state,
-        timestamp), in order, after the current head."""
-        position, prev = self.head(conn)
+        timestamp), in order, after the current head (read, unless the caller knows it
+        is `head`)."""
+        position, prev = self.head(conn) if head is None else head
         linked = []
         for originator_id, version, topic, state, timestamp in rows:
             position += 1

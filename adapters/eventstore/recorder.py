@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -26,18 +26,43 @@ from eventsourcing.persistence import (
     Subscription,
     Tracking,
 )
-from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, ChainWriter
+from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, GENESIS, ChainWriter
 from healthledger.adapters.eventstore.subscription import PollingSubscription
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
-from healthledger.adapters.persistence.statements import CompiledStatement, insert_rows_of
+from healthledger.adapters.persistence.statements import (
+    CompiledStatement,
+    among,
+    insert_rows_of,
+    run,
+)
 from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select
 from sqlalchemy import exc as sa_exc
+
+
+class HeadMoved(Exception):
+    """The rows were linked onto a head that was not the chain's (rolled back)."""
+
+
+@dataclass
+class Inserted:
+    """A write's event rows: what answers their notification ids (and, once answered,
+    the ids), the chain's head they were linked onto and their last position, and the
+    head they leave with the writer's change mark (SQLite) then."""
+
+    answer: Callable[[], list[int]]
+    linked: tuple[int, int] | None = None
+    head: tuple[Hashable | None, tuple[int, bytes]] | None = None
+    ids: list[int] = field(default_factory=list)
+
 
 # An event row's columns.
 EVENT_COLUMNS = ("originator_id", "originator_version", "topic", "state", "timestamp")
 # The most event rows one INSERT writes (a command writes a few; a fan-out, more).
 EVENT_BATCH = 16
+# PostgreSQL: after a guessed head that was not the chain's, this many writes read the
+# head first (another process is writing too).
+GUESS_BACKOFF = 100
 
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 # Called after a commit with the domain events it stored (none for a tracking-only one).
@@ -91,12 +116,20 @@ class LedgerRecorder(ProcessRecorder):
         self.chain = ChainWriter(tables.events) if chained else None
         # The columns each event row binds, in order.
         self.columns = EVENT_COLUMNS + CHAIN_COLUMNS if chained else EVENT_COLUMNS
+        # The chain's head after this recorder's last commit, with the writer's change
+        # mark then (SQLite; None on PostgreSQL, where it is a guess: `head_guess`).
+        self.known_head: tuple[Hashable | None, tuple[int, bytes]] | None = None
+        self.head_lock = threading.Lock()
+        self.unguessed = 0
         # What each commit of events calls (subscriptions' wakes, commit listeners):
         # replaced whole under the lock, so a commit reads it without one.
         self.listeners_lock = threading.Lock()
         self.listeners: tuple[CommitListener, ...] = ()
         events = tables.events
-        db.add_log_writer(events.name)
+        chain = self.chain
+        db.add_log_writer(
+            events.name, None if chain is None else (lambda conn: chain.head(conn)[0])
+        )
         # The ledger's log mark (ADR 0011) for this recorder's table.
         self.change_mark: Callable[..., Hashable | None] = functools.partial(
             db.change_mark, events.name
@@ -104,9 +137,11 @@ class LedgerRecorder(ProcessRecorder):
         # SQLite: a command's events in one INSERT, compiled once per number of rows (up
         # to `EVENT_BATCH`): the service's most written rows (ADR 0014).
         self.insert_batches: dict[int, CompiledStatement] = {}
-        # Each row's notification id, in the order the rows were given.
-        self.insert_events_returning = insert(events).returning(
-            events.c.notification_id, sort_by_parameter_order=True
+        # PostgreSQL: likewise, each row's notification id and where it goes (its stream
+        # and version, and its place on the chain) returned.
+        self.returning = [events.c.notification_id, events.c.originator_id]
+        self.returning.append(
+            events.c.chain_position if self.chain is not None else events.c.originator_version
         )
         # An exclusive table lock (readers still read) makes notification ids commit in
         # the order they are assigned, so a follower never skips a late id.
@@ -124,37 +159,101 @@ class LedgerRecorder(ProcessRecorder):
     ) -> Sequence[int] | None:
         if len(aggregate_events) != len(stored_events):
             raise ValueError("the ledger passes each stored event's domain event")
+        guess = self.head_guess() if stored_events else None
         try:
-            with self.db.write() as conn:
-                ids = self.insert_rows(conn, stored_events, aggregate_events)
-                if tracking is not None:
-                    self.record_tracking(conn, tracking)
-                if self.on_record is not None and aggregate_events:
-                    self.on_record(conn, aggregate_events)
+            try:
+                inserted = self.write(stored_events, aggregate_events, tracking, guess)
+            except (sa_exc.IntegrityError, HeadMoved):
+                if guess is None:
+                    raise
+                # Another process linked rows onto the chain meanwhile (or a version
+                # conflict, which the write with the head read raises again): once more,
+                # the head read first, and no guess for a while (ADR 0020).
+                with self.head_lock:
+                    self.unguessed = GUESS_BACKOFF
+                inserted = self.write(stored_events, aggregate_events, tracking, None)
         except sa_exc.IntegrityError as exc:
+            self.known_head = None
             raise IntegrityError(str(exc.orig)) from exc
+        except BaseException:
+            self.known_head = None
+            raise
+        if inserted.head is not None:
+            self.known_head = inserted.head
+        if inserted.linked is not None and not self.db.is_sqlite:
+            # What this process knows of the chain's head (the aggregates it saved are
+            # current as long as nothing else is linked on: ADR 0020).
+            self.db.log_written(self.tables.events.name, *inserted.linked)
         for listener in self.listeners:
             listener(aggregate_events)
-        return ids
+        return inserted.ids
+
+    def head_guess(self) -> tuple[int, bytes] | None:
+        """PostgreSQL: the head this process's last commit left, to link the next rows
+        onto without waiting for the head's answer (the head is read in the same
+        message, and the write is done again if it was not that one), unless a guess
+        failed lately."""
+        if self.chain is None or self.db.is_sqlite:
+            return None
+        with self.head_lock:
+            if self.unguessed > 0:
+                self.unguessed -= 1
+                return None
+            known = self.known_head
+        return None if known is None else known[1]
+
+    def write(
+        self,
+        stored: Sequence[StoredEvent],
+        domain_events: Sequence[CanMutateAggregate[Any]],
+        tracking: Tracking | None,
+        guess: tuple[int, bytes] | None,
+    ) -> Inserted:
+        """One write transaction: the events' rows, the tracking record, the effects.
+        Batched on PostgreSQL: two or three messages (ADR 0020)."""
+        with self.db.batched_write() as conn:
+            inserted = self.insert_rows(conn, stored, domain_events, guess)
+            if tracking is not None:
+                self.record_tracking(conn, tracking)
+            if self.on_record is not None and domain_events:
+                self.on_record(conn, domain_events)
+            # Before the COMMIT: the rows' numbering (and a guessed head) is checked.
+            inserted.ids = inserted.answer()
+        return inserted
 
     def insert_rows(
         self,
         conn: Connection,
         stored: Sequence[StoredEvent],
         domain_events: Sequence[CanMutateAggregate[Any]],
-    ) -> list[int]:
-        """Insert the events' rows; their notification ids."""
+        guess: tuple[int, bytes] | None = None,
+    ) -> Inserted:
+        """Insert the events' rows, linked onto the chain's head (on PostgreSQL onto
+        `guess`, if given, checked in the same message). What answers their
+        notification ids: on PostgreSQL read when called, the INSERT waiting in the
+        write's batch until then."""
         if not stored:
-            return []
+            return Inserted(list)
         if not self.db.is_sqlite:
             # First: the head the rows link onto is read under the lock, so writers of
-            # several processes take turns on the chain too.
-            conn.exec_driver_sql(self.lock_statement)
+            # several processes take turns on the chain too. It waits: it needs no answer.
+            run(conn, self.lock_statement, None).close()
         rows: list[tuple[Any, ...]] = event_values(stored, domain_events)
+        linked = head = None
+        check_head: Callable[[], None] = lambda: None  # noqa: E731
         if self.chain is not None:
-            rows = [
-                (*row, *link) for row, link in zip(rows, self.chain.links(conn, rows), strict=True)
-            ]
+            # SQLite: the head this recorder linked its last rows onto is still the head
+            # while no other connection has committed since (ADR 0020).
+            mark = self.db.write_mark(self.tables.events.name)
+            known = self.known_head
+            onto = known[1] if known is not None and mark is not None and known[0] == mark else None
+            if guess is not None:
+                onto = guess
+                check_head = self.head_check(conn, guess)
+            links = self.chain.links(conn, rows, onto)
+            rows = [(*row, *link) for row, link in zip(rows, links, strict=True)]
+            linked = (links[0][0] - 1, links[-1][0])
+            head = (mark, links[-1])
         if self.db.is_sqlite:
             # One writer holds the database (BEGIN IMMEDIATE): a row's rowid is its
             # notification id, and the rows of one INSERT take consecutive ones (the
@@ -167,18 +266,45 @@ class LedgerRecorder(ProcessRecorder):
                 last = self.insert_batch(conn, len(batch)).execute_row(conn, values)
                 assert last is not None
                 ids.extend(range(last - len(batch) + 1, last + 1))
+            return Inserted(lambda: ids, linked, head)
+        answers = []
+        for start in range(0, len(rows), EVENT_BATCH):
+            batch = rows[start : start + EVENT_BATCH]
+            named = {
+                f"{name}_{number}": value
+                for number, row in enumerate(batch)
+                for name, value in zip(self.columns, row, strict=True)
+            }
+            answers.append(self.insert_batch(conn, len(batch)).rows_later(conn, named))
+        # Each row by its stream and version, or by its place on the chain.
+        keys = [(row[0], row[5] if self.chain is not None else row[1]) for row in rows]
+
+        def notification_ids() -> list[int]:
+            found = {(oid, key): nid for answer in answers for nid, oid, key in answer()}
+            check_head()
+            ids = [found[key] for key in keys]
+            if self.chain is not None and ids != sorted(ids):
+                # Chain order is notification order: rows numbered in another order
+                # than their places on the chain would break it. Rolled back, never
+                # stored (the COMMIT is not sent before this answer).
+                raise RuntimeError("the event rows were numbered out of their order")
             return ids
-        columns = self.columns
-        found = list(
-            conn.execute(
-                self.insert_events_returning, [dict(zip(columns, row, strict=True)) for row in rows]
-            ).scalars()
-        )
-        if self.chain is not None and found != sorted(found):
-            # Chain order is notification order: a driver that numbered the rows in
-            # another order than given would break it. Rolled back, never stored.
-            raise RuntimeError("the event rows were numbered out of their order")
-        return found
+
+        return Inserted(notification_ids, linked, head)
+
+    def head_check(self, conn: Connection, guess: tuple[int, bytes]) -> Callable[[], None]:
+        """The chain's head read in the message that links rows onto `guess` (under the
+        lock, before them): what raises `HeadMoved` unless it was `guess`."""
+        assert self.chain is not None
+        answer = self.chain.head_query.rows_later(conn, {})
+
+        def check() -> None:
+            found = answer()
+            position, chain_hash = found[0] if found else (0, GENESIS)
+            if (int(position), bytes(chain_hash)) != guess:
+                raise HeadMoved()
+
+        return check
 
     def insert_batch(self, conn: Connection, count: int) -> CompiledStatement:
         """The INSERT of `count` event rows, binding their values row after row, each
@@ -186,10 +312,14 @@ class LedgerRecorder(ProcessRecorder):
         statement = self.insert_batches.get(count)
         if statement is None:
             columns = self.columns
-            statement = CompiledStatement(insert_rows_of(self.tables.events, columns, count))
-            expected = tuple(f"{name}_{row}" for row in range(count) for name in columns)
-            if statement.compiled(conn.dialect).positions != expected:
-                raise RuntimeError("the event INSERT binds its values in another order")
+            insert_rows = insert_rows_of(self.tables.events, columns, count)
+            if self.db.is_sqlite:
+                statement = CompiledStatement(insert_rows)
+                expected = tuple(f"{name}_{row}" for row in range(count) for name in columns)
+                if statement.compiled(conn.dialect).positions != expected:
+                    raise RuntimeError("the event INSERT binds its values in another order")
+            else:
+                statement = CompiledStatement(insert_rows.returning(*self.returning))
             self.insert_batches[count] = statement
         return statement
 
@@ -235,6 +365,10 @@ class LedgerRecorder(ProcessRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         return select_stream(self.db, self.tables.events, originator_id, gt, lte, desc, limit)
+
+    def select_streams(self, originator_ids: Sequence[UUID]) -> dict[UUID, list[StoredEvent]]:
+        """Many aggregates' stored events in one query (the ledger's `find_many`)."""
+        return select_streams(self.db, self.tables.events, originator_ids)
 
     def select_notifications(
         self,
@@ -357,6 +491,44 @@ def select_stream(
     ]
 
 
+@functools.cache
+def streams_query(table: Table, postgres: bool) -> Select[Any]:
+    """The SELECT of many aggregates' stored events (or snapshots) from `table`, by a list
+    of originator ids, each stream's in version order; built once per kind of database."""
+    c = table.c
+    return (
+        select(c.originator_id, c.originator_version, c.topic, c.state)
+        .where(among(c.originator_id, "ids", postgres=postgres))
+        .order_by(c.originator_id, c.originator_version)
+    )
+
+
+def select_streams(
+    db: Database, table: Table, originator_ids: Sequence[UUID]
+) -> dict[UUID, list[StoredEvent]]:
+    """Per originator id of `originator_ids` that has any: its stored events (or
+    snapshots) from `table`, in version order."""
+    found: dict[UUID, list[StoredEvent]] = {}
+    if not originator_ids:
+        return found
+    with db.read() as conn:
+        query = streams_query(table, conn.dialect.name == "postgresql")
+        rows = conn.execute(query, {"ids": list(originator_ids)}).all()
+    for originator_id, version, topic, state in rows:
+        stream = found.get(originator_id)
+        if stream is None:
+            stream = found[originator_id] = []
+        stream.append(
+            StoredEvent(
+                originator_id=originator_id,
+                originator_version=version,
+                topic=topic,
+                state=bytes(state),
+            )
+        )
+    return found
+
+
 class SnapshotRecorder(AggregateRecorder):
     """Snapshots in their own table; erasure deletes a user's rows (see erasure policy)."""
 
@@ -390,3 +562,7 @@ class SnapshotRecorder(AggregateRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         return select_stream(self.db, self.table, originator_id, gt, lte, desc, limit)
+
+    def select_streams(self, originator_ids: Sequence[UUID]) -> dict[UUID, list[StoredEvent]]:
+        """Many aggregates' snapshots in one query (the ledger's `find_many`)."""
+        return select_streams(self.db, self.table, originator_ids)

@@ -1,27 +1,30 @@
 """eventsourcing's repository, plus the aggregates the ledger knows to be current
-(ADR 0011).
+(ADR 0011, ADR 0020).
 
 eventsourcing's cache is fast-forwarded on every get: one SELECT for events newer than
 the cached copy, because another process may have written some. Here a cheaper question
 answers it when it can: `log_mark()` is a reading that stays the same while no writer
 other than this ledger changes the log (`Database.change_mark`: SQLite's
-`data_version`, read in a unit of work). An aggregate this ledger saved or loaded when
-the mark read M is still current while the mark reads M, so a copy of it is handed out
-without a query.
+`data_version`; on PostgreSQL the epoch of what this process knows of the chain's head;
+read once in a unit of work). An aggregate this ledger saved or loaded when the mark
+read M is still current while the mark reads M, so a copy of it is handed out without a
+query.
 
-Why it is right: the mark is read before the load, or before the save's commit, it is
-stored with, so a change by another writer after it changes the mark and forces the
-fast-forward; this ledger's own saves run in a unit of work, under the same lock as
-every marked get, and keep what they save before their commit (a failed commit takes it
-back), all before releasing the lock. A mark of None (PostgreSQL, or no unit of work)
-always takes the fast-forward. A stale copy could only cost a command a version
+Why it is right: the mark is read before the load, or before the save's commit (or set
+by the commit itself, on PostgreSQL), it is stored with, so a change by another writer
+after it changes the mark and forces the fast-forward; this ledger's own saves run in a
+unit of work and keep what they committed before it ends (on SQLite, under the same lock
+as every marked get). A mark of None (no unit of work, or a log this process cannot
+follow) always takes the fast-forward. A stale copy could only cost a command a version
 conflict, never a wrong write: the event store refuses it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from copy import deepcopy
 from typing import Any, Protocol
 from uuid import UUID
@@ -46,7 +49,11 @@ class KnownCurrentRepository(Repository[UUID]):
         cache_size: int,
         *,
         log_mark: LogMark,
+        shared: bool = False,
     ) -> None:
+        """`shared`: units of work of several threads run side by side (PostgreSQL's take
+        no lock), so the entries are read and changed under a lock of their own, and a
+        kept object may change while it is copied (`unchanged_copy`: ADR 0020)."""
         super().__init__(
             event_store,
             snapshot_store=snapshot_store,
@@ -58,9 +65,10 @@ class KnownCurrentRepository(Repository[UUID]):
         # Per aggregate saved by this ledger: the mark it is known current at, its
         # version then, and the saved object. Apart from eventsourcing's cache (whose
         # entries a get outside any unit of work fast-forwards in place). Least recently
-        # used first. Read and written only in a unit of work (under its lock), except
-        # `forget`, whose dict operations are atomic.
+        # used first. Read and written in a unit of work (`shared`: under `lock`).
         self.current: OrderedDict[UUID, tuple[Hashable, int, Any]] = OrderedDict()
+        self.shared = shared
+        self.lock: AbstractContextManager[Any] = threading.Lock() if shared else nullcontext()
 
     def get(
         self,
@@ -81,12 +89,14 @@ class KnownCurrentRepository(Repository[UUID]):
         )
         mark = self.log_mark() if plain else None
         if mark is not None:
-            entry = self.current.get(aggregate_id)
-            # Still at the version it was saved at: the saver has not changed it since
-            # (an aggregate changes only by its events, and each moves its version on).
-            if entry is not None and entry[0] == mark and entry[2].version == entry[1]:
-                self.current.move_to_end(aggregate_id)
-                return deepcopy(entry[2])
+            with self.lock:
+                entry = self.current.get(aggregate_id)
+                if entry is not None and entry[0] == mark:
+                    self.current.move_to_end(aggregate_id)
+            if entry is not None and entry[0] == mark:
+                copied = self.unchanged_copy(entry[2], entry[1])
+                if copied is not None:
+                    return copied
             # eventsourcing's get: from its cache, fast-forwarded, or from the log. The
             # caller's own object, kept as a saved one is (`keep_saved`).
             aggregate: Any = super().get(aggregate_id)
@@ -100,30 +110,57 @@ class KnownCurrentRepository(Repository[UUID]):
             deepcopy_from_cache=deepcopy_from_cache,
         )
 
+    @staticmethod
+    def unchanged_copy(kept: Any, version: int) -> Any | None:
+        """A copy of the kept object if it is still at the version it was kept at: its
+        saver has not changed it since (an aggregate changes only by its events, and
+        each event moves its version on before it changes anything else). Checked after
+        the copy too: with `shared` units, the saver's thread may go on with it while
+        this one copies, and a copy that met a change (its version moved, or its
+        attributes changed size under the copy) is not handed out."""
+        if kept.version != version:
+            return None
+        try:
+            copied = deepcopy(kept)
+        except RuntimeError:
+            return None  # changed while it was being copied
+        if kept.version != version or copied.version != version:
+            return None
+        return copied
+
     def keep_saved(self, aggregates: Sequence[Any]) -> bool:
-        """Keep aggregates a save is about to commit, with a mark from before the commit
-        (the unit's reading, or the last one taken: never a new one, which would vouch
-        for whatever another process committed just before it), as eventsourcing's own
+        """Keep aggregates a save committed, with a mark from before the commit (the
+        unit's reading, or the last one taken: never a new one, which would vouch for
+        whatever another process committed just before it) or that the commit set (on
+        PostgreSQL, the epoch of the head it wrote: ADR 0020), as eventsourcing's own
         cache keeps the aggregates an application saves: the saved objects themselves,
-        copied when a get hands them out. False, and nothing kept of them, when there is
-        no mark. `Ledger.save` calls it before its commit and `forget`s them if the commit
-        fails, in one unit of work."""
+        copied when a get hands them out. False, and nothing kept of
+        them, when there is no mark. `Ledger.save` calls it after its commit, in the
+        save's unit of work."""
         mark = self.log_mark(existing=True)
+        if mark is None:
+            self.forget(aggregate.id for aggregate in aggregates)
+            return False
         for aggregate in aggregates:
-            if mark is None:
-                self.current.pop(aggregate.id, None)
-            else:
-                self.keep(mark, aggregate)
-        return mark is not None
+            self.keep(mark, aggregate)
+        return True
 
     def keep(self, mark: Hashable, aggregate: Any) -> None:
         """Keep `aggregate` as known current at `mark`, the most recently used."""
-        current = self.current
-        current[aggregate.id] = (mark, aggregate.version, aggregate)
-        current.move_to_end(aggregate.id)
-        if len(current) > self.maxsize:
-            current.popitem(last=False)
+        version = aggregate.version
+        with self.lock:
+            current = self.current
+            entry = current.get(aggregate.id)
+            if entry is not None and entry[0] == mark and entry[1] > version:
+                # A thread's load that read the log before another thread's save of it
+                # committed: the saved one stays.
+                return
+            current[aggregate.id] = (mark, version, aggregate)
+            current.move_to_end(aggregate.id)
+            if len(current) > self.maxsize:
+                current.popitem(last=False)
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
-        for aggregate_id in aggregate_ids:
-            self.current.pop(aggregate_id, None)
+        with self.lock:
+            for aggregate_id in aggregate_ids:
+                self.current.pop(aggregate_id, None)

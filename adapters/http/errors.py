@@ -14,6 +14,14 @@ from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.domain import errors
 from healthledger.domain.connections.connection import AlreadyConnected, NotConnected
+from healthledger.domain.labs.lab_tests import UnknownLabTests, UnknownMarkers
+from healthledger.domain.labs.orders import (
+    IdempotencyKeyReused,
+    OrderNotAdvanceable,
+    OrderNotCancellable,
+    OrderNotFound,
+    ResultsNotReady,
+)
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,6 +36,7 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     errors.UserScheduledForDeletion: 404,
     errors.GracePeriodEnded: 404,
     errors.DemographicsNotFound: 404,
+    errors.SummaryNotFound: 404,
     errors.TeamNotFound: 404,
     errors.UserNotDeleted: 400,
     errors.NothingToUpdate: 400,
@@ -40,6 +49,13 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     errors.WebhookEndpointNotFound: 404,
     AlreadyConnected: 409,
     NotConnected: 404,
+    UnknownMarkers: 404,
+    UnknownLabTests: 404,
+    OrderNotFound: 404,
+    OrderNotCancellable: 409,
+    OrderNotAdvanceable: 400,
+    IdempotencyKeyReused: 409,
+    ResultsNotReady: 409,
 }
 
 
@@ -105,6 +121,7 @@ _RESPONSES: dict[int, tuple[str, type[BaseModel]]] = {
     401: ("The key is missing, unknown, revoked, or of the other API.", ErrorBody),
     403: ("The key may not do this, or the team has not enabled the feature.", ErrorBody),
     404: ("Not found, or not reachable with this key.", ErrorBody),
+    406: ("The Accept header allows none of the operation's media types.", ErrorBody),
     409: (
         "In conflict with the current state, or with a concurrent change: read, retry.",
         ErrorBody,

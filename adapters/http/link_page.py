@@ -2,10 +2,14 @@
 HTML, its own Starlette app, served by `healthledger serve` on HEALTHLEDGER_LINK_PORT.
 
     GET  /?token=...   the team's name and the providers the link offers (its
-                       filter_on_providers, else every demo-capable provider), or only the
-                       link's `provider` when it names one; a close button
+                       filter_on_providers, else every provider it can connect here), or
+                       only the link's `provider` when it names one; a close button
     POST /connect      form `token`, `provider`: connect a demo device for the token's user
                        and consume the token, in one transaction (LinkTokens.connect_demo)
+    POST /oauth/start  form `token`, `provider`: start a sign-in at the maker (an OAuth
+                       provider with a client here: the team's custom credentials or the
+                       service's own): 303 to the maker's authorization URL, with the
+                       cookie that binds the sign-in to this browser (oauth_browser.py)
     POST /close        form `token`: the user gives up
 
 Outcomes redirect (303) to the link's redirect_url with `state=success`, or with
@@ -14,7 +18,9 @@ as a page instead. A page view with a dead token shows an error page (404 invali
 410 token_expired or token_consumed) that leads back to the team's app when it can.
 
 OAuth providers come back to the team API instead (adapters/http/oauth_callback.py, the
-redirect_uri of custom credentials), which answers with these pages and redirects too.
+redirect_uri of custom credentials), which answers with these pages and redirects too. A
+provider that is both a demo device and an OAuth maker with a client here offers the
+sign-in, and in the sandbox also the simulated device.
 
 Nothing personal is shown or put in a URL: the page knows the team and the providers,
 never who the user is, and error messages are fixed texts. The page's own URL carries the
@@ -24,13 +30,14 @@ or the redirect target) and caching.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from html import escape
-from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.branded_pages import NO_BRAND, Brand, branded_page
+from healthledger.adapters.http.oauth_browser import bind_browser, oauth_redirect_uri
+from healthledger.adapters.http.portal_page import portal_routes
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from healthledger.adapters.persistence.link_token_queries import LinkTokenView
 from healthledger.adapters.reference import ProviderEntry
@@ -43,18 +50,30 @@ from healthledger.domain.connections.link_tokens import (
     LinkTokenRejected,
     link_error_message,
 )
+from healthledger.domain.connections.providers import OAuthNotSupported
+from healthledger.domain.errors import InvalidRequest
+from healthledger.domain.teams.custom_credentials import SET
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 # Link error types of gaps.md that the page itself produces (besides the token's own).
 USER_CANCELLED = "user_cancelled"
 DUPLICATE_CONNECTION = "duplicate_connection"
+# Ours (gaps.md's list is open-ended: "include"): the maker could not be asked, for want
+# of an adapter or a client here, so a team's app can tell this deployment fault from the
+# person's or the maker's.
+OAUTH_UNAVAILABLE = "oauth_unavailable"
 _CANCELLED_MESSAGE = "The user closed the link page."
+_UNAVAILABLE = (
+    "{name} cannot be connected here: the provider's OAuth sign-in is not available in "
+    "this deployment. Nothing was connected."
+)
+_NOT_OFFERED = "<p>This provider is not offered by this link.</p>"
 
 # The status of a page that shows a link error (the OAuth callback's pages use it too).
 LINK_ERROR_STATUS = {
@@ -62,6 +81,7 @@ LINK_ERROR_STATUS = {
     TOKEN_EXPIRED: 410,
     TOKEN_CONSUMED: 410,
     DUPLICATE_CONNECTION: 409,
+    OAUTH_UNAVAILABLE: 501,
 }
 
 # Spec 2.5 on_error: only password and e-mail providers have errors the page handles
@@ -77,8 +97,6 @@ _HEADERS = {
     ),
 }
 
-_BRAND_COLOR = re.compile(r"^#[0-9A-Fa-f]{6}$")
-_DEFAULT_COLOR = "#2f5fd0"
 _MAX_FORM_FIELDS = 10
 
 
@@ -101,21 +119,34 @@ def outcome_url(
 
 def create_link_app(service: Service) -> Starlette:
     catalog = service.catalog
-    # Every demo-capable provider, as the catalog endpoint sorts them.
-    demo_slugs = [
-        e.slug
-        for e in sorted(catalog.values(), key=lambda e: (e.name.casefold(), e.slug))
-        if e.demo
-    ]
+    # Every provider as the catalog endpoint sorts them.
+    by_name = sorted(catalog.values(), key=lambda e: (e.name.casefold(), e.slug))
+    # The OAuth makers with a client of the service's own: offered to every team.
+    served = frozenset(slug for slug, maker in service.oauth_makers.items() if maker.service_client)
 
-    def offered(view: LinkTokenView) -> list[ProviderEntry]:
+    def signs_in(view: LinkTokenView) -> frozenset[str]:
+        """The providers whose sign-in at the maker this link can start: a maker adapter
+        and a client, the service's or the team's custom credentials."""
+        custom = {
+            c["provider"]
+            for c in service.team_queries.credentials(view.team_id)
+            if c["status"] == SET and c["provider"] in service.oauth_makers
+        }
+        return served | custom
+
+    def offered(view: LinkTokenView, oauth: frozenset[str]) -> list[ProviderEntry]:
         if view.provider is not None:
             slugs: Iterable[str] = [view.provider]
         elif view.filter_on_providers is not None:
             slugs = view.filter_on_providers
         else:
-            slugs = demo_slugs
+            slugs = [e.slug for e in by_name if e.demo or e.slug in oauth]
         return [catalog[slug] for slug in slugs if slug in catalog]
+
+    def connects_demo(view: LinkTokenView, entry: ProviderEntry, oauth: frozenset[str]) -> bool:
+        """A simulated device: for a demo provider, unless the person can sign in at the
+        maker for real, outside the sandbox."""
+        return entry.demo and (entry.slug not in oauth or view.environment == "sandbox")
 
     async def genuine(token: str | None) -> LinkTokenView | None:
         if not token:
@@ -151,8 +182,13 @@ def create_link_app(service: Service) -> Starlette:
             # Only shown: a page view is not an outcome, and the user should see why.
             return failed(view, problem, link_error_message(problem), redirect=False)
         assert view is not None and token is not None
+        oauth = await run_in_threadpool(signs_in, view)
+        listed = [
+            (entry, connects_demo(view, entry, oauth), entry.slug in oauth)
+            for entry in offered(view, oauth)
+        ]
         return page_response(
-            200, f"Connect to {_team_name(view)}", _providers_html(view, token, offered(view)), view
+            200, f"Connect to {_team_name(view)}", _providers_html(view, token, listed), view
         )
 
     async def connect(request: Request) -> Response:
@@ -163,11 +199,14 @@ def create_link_app(service: Service) -> Starlette:
             return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
         assert token is not None
         entry = catalog.get(slug or "")
-        if entry is None or not entry.demo or entry.slug not in {e.slug for e in offered(view)}:
+        oauth = await run_in_threadpool(signs_in, view)
+        if (
+            entry is None
+            or not connects_demo(view, entry, oauth)
+            or entry.slug not in {e.slug for e in offered(view, oauth)}
+        ):
             # Only a form the page did not render can ask for this: nothing to redirect.
-            return page_response(
-                400, "Link error", "<p>This provider is not offered by this link.</p>", view
-            )
+            return page_response(400, "Link error", _NOT_OFFERED, view)
         try:
             await run_in_threadpool(
                 service.link_tokens.connect_demo,
@@ -197,6 +236,49 @@ def create_link_app(service: Service) -> Starlette:
         )
         return page_response(200, "Connected", body, view)
 
+    async def start_oauth(request: Request) -> Response:
+        form = await _form(request)
+        token, slug = form.get("token"), form.get("provider")
+        view = await genuine(token)
+        if view is None:
+            return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
+        assert token is not None
+        entry = catalog.get(slug or "")
+        oauth = await run_in_threadpool(signs_in, view)
+        if (
+            entry is None
+            or entry.slug not in oauth
+            or entry.slug not in {e.slug for e in offered(view, oauth)}
+        ):
+            # Only a form the page did not render can ask for this: nothing to redirect.
+            return page_response(400, "Link error", _NOT_OFFERED, view)
+        try:
+            started = await run_in_threadpool(
+                service.link_tokens.start_oauth,
+                token,
+                entry.slug,
+                oauth_redirect_uri(service.settings.public_base_url, entry.slug),
+                request.state.request_id,
+            )
+        except LinkTokenRejected as exc:
+            return failed(view, exc.error_type, exc.message)
+        except InvalidRequest:
+            return page_response(400, "Link error", _NOT_OFFERED, view)
+        except OAuthNotSupported:
+            # Spec 2.5: OAuth providers always redirect with their outcome.
+            return failed(view, OAUTH_UNAVAILABLE, _UNAVAILABLE.format(name=entry.name))
+        response = redirect_response(started.authorization_url)
+        bind_browser(
+            response,
+            service.settings,
+            entry.slug,
+            started.flow_id,
+            started.binding,
+            started.expires_at,
+            service.clock(),
+        )
+        return response
+
     async def close(request: Request) -> Response:
         form = await _form(request)
         view = await genuine(form.get("token"))
@@ -218,7 +300,10 @@ def create_link_app(service: Service) -> Starlette:
         routes=[
             Route("/", show, methods=["GET"]),
             Route("/connect", connect, methods=["POST"]),
+            Route("/oauth/start", start_oauth, methods=["POST"]),
             Route("/close", close, methods=["POST"]),
+            # The hosted lab testing portal (portal_page.py) is served here too.
+            *portal_routes(service),
         ],
         middleware=[
             Middleware(RequestIdMiddleware),
@@ -241,29 +326,38 @@ async def _form(request: Request) -> dict[str, str]:
 
 def _team_name(view: LinkTokenView) -> str:
     """The brand's company name for the token's environment when set, else the team's."""
-    brand = view.team_settings.get("brand_information") or {}
-    return brand.get("company_name") or view.team_name
+    return Brand.of(view.team_settings, view.team_name).name
 
 
 def redirect_response(url: str) -> Response:
     return RedirectResponse(url, status_code=303, headers=_HEADERS)
 
 
-def _providers_html(view: LinkTokenView, token: str, providers: list[ProviderEntry]) -> str:
+def _providers_html(
+    view: LinkTokenView, token: str, providers: list[tuple[ProviderEntry, bool, bool]]
+) -> str:
+    """The providers, each with what connects it here: (entry, a simulated device, a
+    sign-in at the maker)."""
     hidden_token = f'<input type="hidden" name="token" value="{escape(token)}">'
     items = []
-    for entry in providers:
+    for entry, demo, oauth in providers:
         logo = (
             f'<img src="{escape(entry.logo)}" alt="" width="32" height="32">' if entry.logo else ""
         )
-        if entry.demo:
-            action = (
-                f'<form method="post" action="connect">{hidden_token}'
-                f'<input type="hidden" name="provider" value="{escape(entry.slug)}">'
-                f'<button type="submit">Connect</button></form>'
+        provider = f'<input type="hidden" name="provider" value="{escape(entry.slug)}">'
+        forms = []
+        if oauth:
+            forms.append(
+                f'<form method="post" action="oauth/start">{hidden_token}{provider}'
+                f'<button type="submit">Sign in</button></form>'
             )
-        else:
-            action = '<span class="muted">Not available here</span>'
+        if demo:
+            label = "Simulated device" if oauth else "Connect"
+            forms.append(
+                f'<form method="post" action="connect">{hidden_token}{provider}'
+                f'<button type="submit">{label}</button></form>'
+            )
+        action = "".join(forms) or '<span class="muted">Not available here</span>'
         items.append(f'<li>{logo}<span class="name">{escape(entry.name)}</span>{action}</li>')
     sandbox = (
         '<p class="muted">Sandbox: connecting adds a simulated device.</p>'
@@ -280,37 +374,19 @@ def _providers_html(view: LinkTokenView, token: str, providers: list[ProviderEnt
 
 
 def page_response(status: int, title: str, body: str, view: LinkTokenView | None) -> Response:
-    settings: dict[str, Any] = view.team_settings if view is not None else {}
-    brand = settings.get("brand_information") or {}
-    color = brand.get("brand_color") or ""
-    color = color if _BRAND_COLOR.match(color) else _DEFAULT_COLOR
-    logo = settings.get("logo_url")
-    header = f'<img class="brand" src="{escape(logo)}" alt="">' if logo else ""
-    document = f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
-<title>{escape(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1c1e21; }}
-main {{ max-width: 28rem; margin: 3rem auto; background: #fff; padding: 2rem;
-        border-radius: 12px; box-shadow: 0 1px 4px rgba(0, 0, 0, .1); }}
-h1 {{ font-size: 1.4rem; margin: 0 0 .5rem; }}
-ul {{ list-style: none; padding: 0; }}
-li {{ display: flex; align-items: center; gap: .75rem; padding: .6rem 0;
-      border-bottom: 1px solid #eee; }}
-li .name {{ flex: 1; }}
-li form {{ margin: 0; }}
-button {{ background: {color}; color: #fff; border: 0; border-radius: 6px;
-          padding: .5rem 1rem; font-size: 1rem; cursor: pointer; }}
-button.secondary {{ background: #e4e6eb; color: #1c1e21; margin-top: 1rem; }}
-.muted {{ color: #65676b; font-size: .9rem; }}
-img.brand {{ max-height: 48px; margin-bottom: 1rem; }}
-</style>
-</head>
-<body><main>{header}{body}</main></body>
-</html>
+    brand = NO_BRAND if view is None else Brand.of(view.team_settings)
+    return branded_page(status, title, body, brand, style=_STYLE, headers=_HEADERS)
+
+
+# The link page's own elements; `{color}` is the brand's.
+_STYLE = """
+h1 { margin: 0 0 .5rem; }
+ul { list-style: none; padding: 0; }
+li { display: flex; align-items: center; gap: .75rem; padding: .6rem 0;
+     border-bottom: 1px solid #eee; }
+li .name { flex: 1; }
+li form { margin: 0; }
+button { background: {color}; color: #fff; border: 0; border-radius: 6px;
+         padding: .5rem 1rem; font-size: 1rem; cursor: pointer; }
+button.secondary { background: #e4e6eb; color: #1c1e21; margin-top: 1rem; }
 """
-    return HTMLResponse(document, status_code=status, headers=_HEADERS)

@@ -1,8 +1,9 @@
 """One database URL: its engines, its read and write transactions, and the unit of work.
 
 SQLite (`sqlite.py`): one writer connection used under a process lock, its transactions
-begun IMMEDIATE, and pooled readers. PostgreSQL (psycopg 3): one pooled engine; the
-recorder serialises writers with a table lock.
+begun IMMEDIATE, and pooled readers. PostgreSQL (psycopg 3, `postgres.py`): one pooled
+engine, reads in the driver's autocommit, one connection per unit of work, and the
+recorder's batched write; the recorder serialises writers with a table lock.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Hashable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+from healthledger.adapters.persistence.postgres import BATCHED, KnownHead, postgres_engine
 from healthledger.adapters.persistence.schema import metadata, user_data_keys
 from healthledger.adapters.persistence.sqlite import (
     WriterConnection,
@@ -21,7 +23,7 @@ from healthledger.adapters.persistence.sqlite import (
     writer_engine,
 )
 from healthledger.adapters.persistence.unit_of_work import UnitOfWork
-from sqlalchemy import Connection, MetaData, create_engine, select
+from sqlalchemy import Connection, MetaData, select
 from sqlalchemy.engine import make_url
 
 log = logging.getLogger("healthledger.database")
@@ -46,19 +48,91 @@ class Database:
             self.reader = reader_engine(self.url)
             self.writer_connection = WriterConnection(self.writer)
         else:
-            self.writer = create_engine(
-                self.url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True
-            )
-            self.reader = self.writer
+            self.writer = postgres_engine(self.url, pool_size=pool_size)
+            # Reads in the driver's autocommit: no BEGIN and ROLLBACK round trips around
+            # them (`postgres.py`). The same pool.
+            self.reader = self.writer.execution_options(isolation_level="AUTOCOMMIT")
         self.dialect = self.writer.dialect
         # Event tables and how many recorders of this process write each (`change_mark`).
         self.log_writers: dict[str, int] = {}
+        # PostgreSQL: per chained event table, what reads its head's position and what
+        # this process knows of it (`postgres_mark`).
+        self.log_heads: dict[str, tuple[Callable[[Connection], int], KnownHead]] = {}
 
     def write(self) -> AbstractContextManager[Connection]:
         """One write transaction (committed on success, rolled back on error)."""
         if self.writer_connection is None:
             return self.writer.begin()
         return self._sqlite_write(self.writer_connection)
+
+    def batched_write(self) -> AbstractContextManager[Connection]:
+        """A write transaction whose statements that need no answer yet wait and go
+        together (PostgreSQL: `postgres.StatementBatch`); on SQLite, `write()`. For the
+        writes that run compiled statements (a command's events and read models): a
+        statement SQLAlchemy executes there costs a message of its own, as in
+        `write()`."""
+        if self.writer_connection is None:
+            return self._postgres_batched_write()
+        return self._sqlite_write(self.writer_connection)
+
+    @contextmanager
+    def _postgres_batched_write(self) -> Iterator[Connection]:
+        units = self.units
+        if units.active and not units.in_use:
+            # The unit's own connection (already in the driver's autocommit).
+            conn = self.unit_connection()
+            units.in_use = True
+            try:
+                conn.execution_options(**{BATCHED: True})
+                try:
+                    with conn.begin():
+                        yield conn
+                finally:
+                    conn.execution_options(**{BATCHED: False})
+            finally:
+                units.in_use = False
+            return
+        with self.writer.connect() as conn:
+            # The driver's autocommit: psycopg sends no BEGIN of its own; the begin event
+            # queues one.
+            conn.execution_options(isolation_level="AUTOCOMMIT", **{BATCHED: True})
+            with conn.begin():
+                yield conn
+
+    def unit_connection(self) -> Connection:
+        """PostgreSQL: the connection of this thread's unit of work, checked out of the
+        pool at its first read or write and returned at its end: one checkout a command,
+        not one per statement (ADR 0020). Reads run on it in the driver's autocommit."""
+        conn = self.units.connection
+        if conn is None or conn.closed or conn.invalidated:
+            if conn is not None and not conn.closed:
+                conn.close()
+            conn = self.units.connection = self.reader.connect()
+        return conn
+
+    @contextmanager
+    def _read_on_unit(self) -> Iterator[Connection]:
+        conn = self.unit_connection()
+        self.units.in_use = True
+        try:
+            yield conn
+        finally:
+            self.units.in_use = False
+            if conn.in_transaction():
+                conn.rollback()  # SQLAlchemy's own (autobegun) one: nothing to send
+
+    @contextmanager
+    def _postgres_unit(self) -> Iterator[None]:
+        if self.units.active:
+            yield
+            return
+        with self.units.scoped():
+            try:
+                yield
+            finally:
+                conn, self.units.connection = self.units.connection, None
+                if conn is not None:
+                    conn.close()
 
     @contextmanager
     def _sqlite_write(self, writer: WriterConnection) -> Iterator[Connection]:
@@ -81,13 +155,18 @@ class Database:
         """A connection for reads, whose transaction ends when the block does. In a unit
         of work on SQLite, the writer's (this thread holds it): no reader to check out,
         and its pages are cached (a reader's cache is dropped after every commit of the
-        writer). Anywhere else, or inside a write or another read, a reader's, which
-        never sees a write's uncommitted rows."""
+        writer). In a unit of work on PostgreSQL, the unit's connection
+        (`unit_connection`). Anywhere else, or inside a write or another read, a
+        reader's, which never sees a write's uncommitted rows."""
         writer = self.writer_connection
         if writer is not None and self.units.active and not self.units.reading:
             conn = writer.get()
             if not conn.in_transaction():
                 return self._read_on_writer(conn)
+        elif writer is None and self.units.active and not self.units.in_use:
+            # PostgreSQL: the unit's connection, unless a read or write of the unit is
+            # using it (a write's uncommitted rows stay out of reads, as anywhere else).
+            return self._read_on_unit()
         return self.reader.connect()
 
     @contextmanager
@@ -103,14 +182,39 @@ class Database:
                 conn.rollback()
 
     def unit_of_work(self) -> AbstractContextManager[None]:
-        """The scope of one command (`UnitOfWork`); on PostgreSQL, nothing to hold."""
+        """The scope of one command (`UnitOfWork`); on PostgreSQL, no lock to hold."""
         if self.is_sqlite:
             return self.units.held()
-        return nullcontext()
+        return self._postgres_unit()
 
-    def add_log_writer(self, table: str) -> None:
-        """A recorder of this process writes events to `table` (see `change_mark`)."""
+    def add_log_writer(self, table: str, head: Callable[[Connection], int] | None = None) -> None:
+        """A recorder of this process writes events to `table` (see `change_mark`);
+        `head` reads the position of its chain's head (on PostgreSQL, the change mark
+        is the chain's: ADR 0020)."""
         self.log_writers[table] = self.log_writers.get(table, 0) + 1
+        if head is not None and not self.is_sqlite:
+            self.log_heads[table] = (head, KnownHead())
+
+    def write_mark(self, table: str) -> Hashable | None:
+        """SQLite, in a write transaction of this process's one recorder of `table`: a
+        reading of the writer's `data_version`, which no other connection can move until
+        the transaction ends (it holds SQLite's write lock). Equal to the reading of an
+        earlier write, it means that nothing was committed in between but by this
+        writer (ADR 0020: the chain's head known current). None elsewhere."""
+        writer = self.writer_connection
+        if writer is None or self.log_writers.get(table) != 1:
+            return None
+        return writer.read_mark()
+
+    def log_written(self, table: str, before: int, after: int) -> None:
+        """PostgreSQL: a commit of this process's recorder of `table` linked rows onto
+        the chain's head at `before`, up to `after` (in a unit of work: the mark its
+        saved aggregates are kept with)."""
+        found = self.log_heads.get(table)
+        if found is not None and self.log_writers.get(table) == 1:
+            epoch = found[1].wrote(before, after)
+            if self.units.active:
+                self.units.mark = (table, epoch)
 
     def change_mark(self, table: str, *, existing: bool = False) -> Hashable | None:
         """A reading of a counter that stays the same while only this process's one
@@ -120,23 +224,43 @@ class Database:
         A unit of work takes one reading, at its first call, and answers every later call
         with it. With `existing`, no reading is taken: the answer is the unit's reading
         or, if it took none, the last one taken on the writer's connection (in an earlier
-        unit, or when the connection opened). That is what a save asks for before its
-        commit: an older reading is only more cautious (it differs from later readings in
-        more cases), so a command that saves without loading anything reads no counter.
+        unit, or when the connection opened). That is what a save asks for to keep what
+        it committed: a reading from before its commit (an older reading is only more
+        cautious: it differs from later readings in more cases), so a command that saves
+        without loading anything reads no counter.
 
         Read in a unit of work, which holds the process's write lock, two equal readings
         mean that nothing was committed in between but by this process's writer. If a
         second recorder of this process writes the same table, its writes would not move
-        the reading, so there is none. PostgreSQL has no such counter: None.
+        the reading, so there is none. PostgreSQL has no such counter: the mark there is
+        this process's knowledge of the chain's head (`postgres_mark`).
         """
-        writer = self.writer_connection
-        if writer is None or not self.units.active or self.log_writers.get(table) != 1:
+        if not self.units.active or self.log_writers.get(table) != 1:
             return None
+        writer = self.writer_connection
+        if writer is None:
+            return self.postgres_mark(table, existing=existing)
         mark = self.units.mark
         if mark is None:
             if existing:
                 return writer.last_mark
             mark = self.units.mark = writer.read_mark()
+        return mark
+
+    def postgres_mark(self, table: str, *, existing: bool) -> Hashable | None:
+        """`change_mark` on PostgreSQL: the epoch of this process's knowledge of the
+        chain's head (`postgres.KnownHead`), read once per unit of work (one statement:
+        the head's position), or set by the unit's own commit (`log_written`). No
+        reading before, with `existing`: there is no earlier one that would do."""
+        found = self.log_heads.get(table)
+        if found is None:
+            return None
+        mark = self.units.mark
+        if mark is None and not existing:
+            head, known = found
+            with self.read() as conn:
+                position = head(conn)
+            mark = self.units.mark = (table, known.reading(position))
         return mark
 
     def create_schema(self, tables: MetaData = metadata) -> None:

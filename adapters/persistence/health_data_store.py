@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import date
 from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.key_store import KeyStore, canonical_json
+from healthledger.adapters.persistence.key_store import KeyStore, UserCipher, canonical_json
 from healthledger.adapters.persistence.schema import health_data, users
-from healthledger.domain.connections.health_data import StoreResult, UserDataGone
+from healthledger.domain.connections.health_data import StoredDay, StoreResult, UserDataGone
 from healthledger.domain.ledger import Clock
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
@@ -118,6 +118,34 @@ class SqlHealthDataStore:
             ).all()
         return {row.day: cipher.open(row.sealed) for row in rows}
 
+    def read_range(
+        self,
+        user_id: UUID,
+        start: date,
+        end: date,
+        *,
+        resources: Collection[str] | None = None,
+        provider: str | None = None,
+    ) -> list[StoredDay]:
+        """The user's stored days in start..end (inclusive), across providers (or of
+        one), of some resources (or all), in (resource, day, provider) order; none for an
+        erased user."""
+        h = health_data.c
+        query = select(h.provider, h.resource, h.day, h.sealed, h.stored_at, h.updated_at).where(
+            h.user_id == user_id, h.day >= start, h.day <= end
+        )
+        if resources is not None:
+            query = query.where(h.resource.in_(list(resources)))
+        if provider is not None:
+            query = query.where(h.provider == provider)
+        with self.db.read() as conn:
+            # The key and the rows in one transaction: an erasure is before both or after.
+            cipher = self.key_store.cipher_on(conn, user_id)
+            if cipher is None:
+                return []
+            rows = conn.execute(query.order_by(h.resource, h.day, h.provider)).all()
+        return opened_days(rows, cipher)
+
     def count(self, user_id: UUID) -> int:
         with self.db.read() as conn:
             return conn.execute(
@@ -135,3 +163,19 @@ class SqlHealthDataStore:
             query = query.with_for_update(read=True)
         if conn.execute(query).first() is None:
             raise UserDataGone()
+
+
+def opened_days(rows: Iterable[Any], cipher: UserCipher) -> list[StoredDay]:
+    """Rows of `health_data` (provider, resource, day, sealed, stored_at, updated_at),
+    opened with the user's key."""
+    return [
+        StoredDay(
+            provider=row.provider,
+            resource=row.resource,
+            day=row.day,
+            plaintext=cipher.open_bytes(row.sealed),
+            stored_at=row.stored_at,
+            updated_at=row.updated_at,
+        )
+        for row in rows
+    ]

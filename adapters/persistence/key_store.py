@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -78,8 +78,13 @@ class UserCipher:
         return _SEALED_PREFIX + base64.b64encode(sealed).decode()
 
     def open(self, sealed: str) -> Any:
+        return json.loads(self.open_bytes(sealed))
+
+    def open_bytes(self, sealed: str) -> bytes:
+        """The plaintext as sealed (canonical JSON for `seal`): a reader that passes it on
+        unchanged need not parse it."""
         raw = base64.b64decode(sealed.removeprefix(_SEALED_PREFIX))
-        return json.loads(self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], self._aad))
+        return self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], self._aad)
 
     def digest(self, plaintext: bytes) -> str:
         """A keyed digest: equal for equal values, meaningless once the key is destroyed."""
@@ -272,12 +277,51 @@ class KeyStore:
             return None
         return UserCipher(user_id, self._unwrap(user_id, wrapped)).open(sealed)
 
+    def opener_on(
+        self, conn: Connection, user_ids: Collection[UUID]
+    ) -> Callable[[Connection, UUID, str], Any | None]:
+        """`open_on` for values of these users, their keys read on the caller's connection
+        in one query (a rebuild's page): each key unwrapped at its first use. A user not
+        among them is read as `open_on` reads it."""
+        keys = self.tables.keys
+        wrapped: dict[UUID, bytes] = {}
+        if user_ids:
+            query = select(keys.c.user_id, keys.c.wrapped_key).where(
+                keys.c.user_id.in_(set(user_ids))
+            )
+            wrapped = {row.user_id: bytes(row.wrapped_key) for row in conn.execute(query)}
+        ciphers: dict[UUID, UserCipher] = {}
+
+        def open_preloaded(conn_: Connection, user_id: UUID, sealed: str) -> Any | None:
+            cipher = ciphers.get(user_id)
+            if cipher is None:
+                if user_id not in user_ids:
+                    return self.open_on(conn_, user_id, sealed)
+                key = wrapped.get(user_id)
+                if key is None:
+                    return None  # erased: the key is gone, and with it the data
+                cipher = ciphers[user_id] = UserCipher(user_id, self._unwrap(user_id, key))
+            return cipher.open(sealed)
+
+        return open_preloaded
+
     def cipher(self, user_id: UUID) -> UserCipher | None:
         """The user's key, unwrapped once for many values; None when the user has no key
         (never had sealed data, or was erased). Never creates a key: what stores data in
         bulk for an existing user must not mint a key for an erased one."""
         data_key = self._data_key(user_id)
         return None if data_key is None else UserCipher(user_id, data_key)
+
+    def cipher_on(self, conn: Connection, user_id: UUID) -> UserCipher | None:
+        """`cipher`, reading the key on the caller's connection: a read that checks the
+        user and reads its data in one transaction opens them with the key of that
+        moment."""
+        return self.cipher_of(user_id, self._wrapped(conn, user_id))
+
+    def cipher_of(self, user_id: UUID, wrapped: bytes | None) -> UserCipher | None:
+        """The cipher of a wrapped data key the caller read from `tables.keys` (with
+        other columns, in one query); None for none."""
+        return None if wrapped is None else UserCipher(user_id, self._unwrap(user_id, wrapped))
 
     def has_key(self, user_id: UUID) -> bool:
         with self.db.read() as conn:

@@ -13,7 +13,6 @@ from healthledger.adapters.persistence.schema import (
     custom_credentials,
     management_keys,
     organizations,
-    pending_erasures,
     team_api_keys,
     teams,
     users,
@@ -179,17 +178,6 @@ class UserQueries:
         if value is None:
             raise UserNotFound()
         return value
-
-    def due_for_erasure(self, now: datetime, limit: int) -> list[UUID]:
-        with self.db.read() as conn:
-            return list(
-                conn.execute(
-                    select(pending_erasures.c.user_id)
-                    .where(pending_erasures.c.due_at <= now)
-                    .order_by(pending_erasures.c.due_at)
-                    .limit(limit)
-                ).scalars()
-            )
 
     def live_user_ids(self, team_id: UUID) -> list[UUID]:
         with self.db.read() as conn:

@@ -176,6 +176,10 @@ pending_erasures = Table(
     metadata,
     Column("user_id", Uuid, primary_key=True),
     Column("due_at", UTCDateTime, nullable=False, index=True),
+    # Until when a sweeping process has claimed the erasure (migration 0012): the others
+    # leave it alone till then. Not projected (a rebuild clears it, which costs only a
+    # shared batch); the erasure deletes the row, claim and all.
+    Column("claimed_until", UTCDateTime),
     sqlite_with_rowid=False,
 )
 
@@ -332,6 +336,80 @@ health_data = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# The maker's tokens of each OAuth connection (ADR 0022): not a read model (the log never
+# holds them, and a rebuild leaves them alone). Sealed under the user's key; replaced by a
+# refresh (`version` guards it), deleted when the connection is deregistered or connected
+# again without them, and by the user's erasure. `client_id` names the OAuth client that
+# obtained them (a refresh authenticates as it); `expires_at` is the access token's.
+provider_tokens = Table(
+    "provider_tokens",
+    metadata,
+    Column("connection_id", Uuid, primary_key=True),
+    Column("user_id", Uuid, nullable=False, index=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("client_id", String(512), nullable=False),
+    Column("sealed_tokens", Text, nullable=False),
+    Column("expires_at", UTCDateTime),
+    Column("version", Integer, nullable=False),
+    Column("stored_at", UTCDateTime, nullable=False),
+    Column("refreshed_at", UTCDateTime),
+)
+
+# Lab test orders (issue 14), one row per order: its status now, the statuses it had
+# (`events`: a line `<instant>\t<status>` each, appended by SQL), and what the answers
+# render. The patient's details and address and the
+# results are sealed with the user's key; `interpretation` is opened by the projection so
+# that listings filter on it. `due_at` is when the simulated lab takes a sandbox order's
+# next step (what its sweep selects on). Deleted, and counted, by the user's erasure.
+# A team's lab tests (domain/labs/lab_tests.py). The shared demo tests are reference data,
+# not rows. Nothing personal: a lab test is about markers, not about a user.
+lab_tests = Table(
+    "lab_tests",
+    metadata,
+    Column("lab_test_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("description", Text),
+    Column("method", String(32), nullable=False),
+    Column("lab_id", Integer, nullable=False),
+    Column("marker_ids", JSON, nullable=False),
+    Column("fasting", Boolean, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    # A team's list, oldest first.
+    Index("ix_lab_tests_team_created", "team_id", "created_at", "lab_test_id"),
+)
+
+orders = Table(
+    "orders",
+    metadata,
+    Column("order_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("user_id", Uuid, nullable=False, index=True),
+    Column("environment", String(16), nullable=False),
+    Column("lab_test_id", Uuid, nullable=False),
+    Column("lab_test_name", String(255), nullable=False),
+    Column("lab_id", Integer, nullable=False),
+    Column("collection_method", String(32), nullable=False),
+    Column("marker_ids", JSON, nullable=False),
+    # The top-level status (received, collecting_sample...) and the full one
+    # (received.testkit.ordered...).
+    Column("status", String(32), nullable=False),
+    Column("detailed_status", String(96), nullable=False),
+    Column("interpretation", String(16)),
+    Column("sample_id", String(32)),
+    Column("sealed_patient_details", Text, nullable=False),
+    Column("sealed_patient_address", Text, nullable=False),
+    Column("sealed_results", Text),
+    Column("events", Text, nullable=False),
+    Column("due_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("version", Integer, nullable=False),
+    Index("ix_orders_team_created", "team_id", "created_at", "order_id"),
+    Index("ix_orders_due", "due_at"),
+)
+
 # Webhook endpoints of a team's environment. The secrets are sealed with the team's data
 # key (never in clear); the previous one signs beside the current one until it expires.
 webhook_endpoints = Table(
@@ -396,6 +474,19 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_user", "user_id", "status"),
 )
 
+# A sender's claim on a due delivery (ADR 0019): taken before the POST, ended when its
+# attempt is recorded, or taken over by another sender once `expires_at` has passed (a
+# process that died mid-send). Not a read model: the log never holds leases, and a
+# rebuild leaves them alone.
+webhook_delivery_leases = Table(
+    "webhook_delivery_leases",
+    metadata,
+    Column("delivery_id", Uuid, primary_key=True),
+    # The sending process's name (`Dispatcher.holder`: pid and a random part).
+    Column("holder", String(64), nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
+
 # Which streams belong to which user: the user's own, its claim, connections, pulls
 # (resource feeds), link tokens and the webhook deliveries about it (see
 # projections/stream_owners.py). Ids only, no personal value: a user's erasure leaves
@@ -408,7 +499,7 @@ stream_owners = Table(
     Column("user_id", Uuid, primary_key=True),
     Column("originator_id", Uuid, primary_key=True),
     Column("team_id", Uuid, nullable=False),
-    # user, claim, connection, pull, link_token, webhook_delivery
+    # user, claim, connection, pull, link_token, webhook_delivery, oauth_flow
     Column("kind", String(32), nullable=False),
     # The time of the first event of the stream that named the user.
     Column("first_seen_at", UTCDateTime, nullable=False),
@@ -432,4 +523,6 @@ READ_MODEL_TABLES = (
     deprecation_cut_overs,
     webhook_deliveries,
     stream_owners,
+    orders,
+    lab_tests,
 )

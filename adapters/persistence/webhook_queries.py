@@ -1,6 +1,6 @@
 """The read side of webhooks: endpoint views for the management API, the endpoints an
-event goes to and the deliveries due (for the dispatcher), and the deprecation cut-overs
-already applied."""
+event goes to (for the dispatcher; the deliveries due it claims through
+`webhook_leases.py`), and the deprecation cut-overs already applied."""
 
 from __future__ import annotations
 
@@ -99,19 +99,8 @@ class WebhookQueries:
             rows = conn.execute(select(c.key, c.applied_at)).all()
         return {r.key: r.applied_at for r in rows}
 
-    # -- deliveries (for the sender, redelivery and the failing-too-long rule) -------------
-
-    def due_deliveries(self, now: datetime, limit: int) -> list[Any]:
-        d = webhook_deliveries.c
-        with self.db.read() as conn:
-            return list(
-                conn.execute(
-                    select(webhook_deliveries)
-                    .where(d.status == PENDING, d.next_attempt_at <= now)
-                    .order_by(d.next_attempt_at, d.log_position, d.delivery_id)
-                    .limit(limit)
-                ).all()
-            )
+    # -- deliveries (for redelivery and the failing-too-long rule; the sender claims its
+    # own: `webhook_leases.py`) ------------------------------------------------------------
 
     def failing_since(self, endpoint_id: UUID) -> datetime | None:
         """When the endpoint's oldest failure with no success after it happened."""

@@ -36,8 +36,11 @@ HISTORY_DAYS = 30
 
 # Timeseries resources: (sample interval in minutes, unit, base, spread, share of days
 # with data, decimals, waking hours only). A resource not listed gets _DEFAULT_SERIES.
+# Heart rate and glucose are not drawn from here but from a smooth daily course
+# (`_course`): heart rate every minute while the device is worn, glucose at the sensor's
+# own interval (`_CGM_INTERVAL`).
 _SERIES: dict[str, tuple[int, str, float, float, float, int, bool]] = {
-    "heartrate": (15, "bpm", 68, 14, 1.0, 0, False),
+    "heartrate": (1, "bpm", 68, 14, 1.0, 0, False),
     "hrv": (60, "ms", 48, 12, 1.0, 1, False),
     "glucose": (15, "mmol/L", 5.6, 1.1, 1.0, 1, False),
     "steps": (60, "count", 420, 380, 1.0, 0, True),
@@ -125,6 +128,12 @@ _SAMPLE_TYPES: dict[str, tuple[str, ...]] = {
     "electrocardiogram_voltage": ("I",),  # the lead of a single-lead ECG
 }
 _DEFAULT_SERIES = (720, "count", 3, 2, 0.2, 0, True)
+# Continuous glucose monitors read every 5 minutes; other glucose sources (a phone app's
+# imported readings) keep the table's interval.
+_CGM_INTERVAL = 5
+_CGM_PROVIDERS = frozenset(
+    {"freestyle_libre", "freestyle_libre_ble", "abbott_libreview", "dexcom", "dexcom_v3"}
+)
 
 _STAGES = ("light", "deep", "rem", "awake")
 _STAGE_CODES = {"deep": 1, "light": 2, "rem": 3, "awake": 4}
@@ -171,9 +180,16 @@ class DemoProvider:
             day += timedelta(days=1)
         return found
 
-    def exchange(self, code: str, redirect_uri: str, client: OAuthClient | None) -> OAuthGrant:
-        """A demo device is connected from the link page directly: no maker to sign in at,
-        so no authorization code can be meant for it."""
+    def authorization_url(
+        self, redirect_uri: str, client: OAuthClient | None, state: str, code_challenge: str
+    ) -> str:
+        """A demo device is connected from the link page directly: no maker to sign in at."""
+        raise OAuthNotSupported("A demo device is not an OAuth provider.")
+
+    def exchange(
+        self, code: str, redirect_uri: str, client: OAuthClient | None, code_verifier: str
+    ) -> OAuthGrant:
+        """No maker to sign in at, so no authorization code can be meant for a demo device."""
         raise OAuthNotSupported("A demo device is not an OAuth provider.")
 
     @staticmethod
@@ -265,8 +281,16 @@ def _sleep_series(target: PullTarget, day: date, now: datetime) -> list[dict[str
         return []
     stages = _stages(rng, bedtime, wake)
     if target.resource == "hypnogram":
+        # Each stage lasts its 5 minutes: the client's hypnogram samples are intervals.
         return [
-            {"timestamp": _iso(m), "value": _STAGE_CODES[s], "unit": "stage"} for m, s in stages
+            {
+                "timestamp": _iso(m),
+                "start": _iso(m),
+                "end": _iso(m + timedelta(minutes=5)),
+                "value": _STAGE_CODES[s],
+                "unit": "stage",
+            }
+            for m, s in stages
         ]
     # sleep_stream: the heart during the night.
     return [
@@ -297,6 +321,15 @@ def _activity(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | 
         "low": int(rng.randint(120, 300) * done),
         "medium": int(rng.randint(20, 90) * done),
         "high": int(rng.randint(0, 45) * done),
+        # The day's heart rate, as the client's activity carries it (the aggregate
+        # query's heart_rate_* columns of activity are computed from it).
+        "heart_rate": {
+            "avg_bpm": rng.randint(62, 78),
+            "min_bpm": rng.randint(44, 56),
+            "max_bpm": rng.randint(130, 185),
+            "resting_bpm": rng.randint(50, 64),
+            "avg_walking_bpm": rng.randint(85, 105),
+        },
     }
 
 
@@ -351,14 +384,18 @@ def _meal(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
         eaten = datetime.combine(day, time(hour), UTC) + timedelta(minutes=rng.randint(0, 90))
         if eaten > now or rng.random() < 0.15:
             continue
+        # The client's meal: energy and macros (grams); the app's own id of the meal.
         meals.append(
             {
+                "id": f"{day.isoformat()}-{name}",
                 "name": name,
                 "timestamp": _iso(eaten),
-                "energy_kcal": rng.randint(300, 900),
-                "carbohydrates_g": rng.randint(20, 110),
-                "protein_g": rng.randint(10, 50),
-                "fat_g": rng.randint(5, 40),
+                "energy": {"unit": "kcal", "value": rng.randint(300, 900)},
+                "macros": {
+                    "carbs": rng.randint(20, 110),
+                    "protein": rng.randint(10, 50),
+                    "fats": {"total": rng.randint(5, 40)},
+                },
             }
         )
     return meals
@@ -403,7 +440,56 @@ def _blood_pressure(target: PullTarget, day: date, now: datetime) -> list[dict[s
     return readings
 
 
+def _course(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
+    """Heart rate (every minute while worn) and glucose (every 5 minutes from a CGM): a
+    value that drifts smoothly around a daily course (lower at night, higher by day and
+    after meals), not independent draws, so that aggregates over them look real."""
+    heart = target.resource == "heartrate"
+    interval, unit, base, spread, _share, decimals, _waking = _SERIES[target.resource]
+    if not heart and target.provider in _CGM_PROVIDERS:
+        interval = _CGM_INTERVAL
+    rng = _rng(target.user_id, target.provider, target.resource, day)
+    # Off the wrist once a day to charge (30 to 90 minutes, heart rate only).
+    charging = rng.randint(6 * 60, 20 * 60)
+    charged = charging + rng.randint(30, 90) if heart else charging
+    midnight = datetime.combine(day, time(0), UTC)
+    samples: list[dict[str, Any]] = []
+    drift = 0.0
+    for minute in range(rng.randint(0, interval - 1), 24 * 60, interval):
+        moment = midnight + timedelta(minutes=minute)
+        if moment > now:
+            break
+        # The drift is drawn for every slot, worn or not: a sample's value does not depend
+        # on whether earlier ones were dropped, so a day grows as a prefix.
+        drift = 0.9 * drift + rng.gauss(0, spread / 6)
+        if charging <= minute < charged:
+            continue
+        hour = minute / 60
+        awake = 7 <= hour < 23
+        course = (0.35 if awake else -0.45) * spread
+        if not heart:
+            # Glucose rises after breakfast, lunch and dinner.
+            course = (
+                sum(
+                    0.9 * spread * max(0.0, 1 - abs(hour - meal - 0.75) / 1.5)
+                    for meal in (7.5, 12.5, 19)
+                )
+                - 0.2 * spread
+            )
+        value = max(0.0, base + course + drift)
+        samples.append(
+            {
+                "timestamp": _iso(moment),
+                "value": round(value, decimals) if decimals else int(value),
+                "unit": unit,
+            }
+        )
+    return samples
+
+
 def _series(target: PullTarget, day: date, now: datetime) -> list[dict[str, Any]]:
+    if target.resource in ("heartrate", "glucose"):
+        return _course(target, day, now)
     interval, unit, base, spread, share, decimals, waking = _SERIES.get(
         target.resource, _DEFAULT_SERIES
     )

@@ -20,7 +20,7 @@ from healthledger.domain.webhooks.deprecation_calendar import (
     rules_from,
 )
 from healthledger.domain.webhooks.event_types import EventType, EventTypeCatalog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PROVIDERS_FILE = "providers.json"
 DEPRECATIONS_FILE = "deprecations.json"
@@ -53,9 +53,33 @@ Resource = Literal[
 ]  # fmt: skip
 
 
+class OAuthEndpoints(BaseModel):
+    """A maker's OAuth 2.0 authorization-code endpoints, as its documentation gives them
+    (`documentation`), for the generic adapter (adapters/providers/oauth2.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    authorize_url: str = Field(pattern=r"^https://")
+    token_url: str = Field(pattern=r"^https://")
+    documentation: str = Field(pattern=r"^https://")
+    scopes: tuple[str, ...] = ()
+    # Most makers separate scopes with a space (RFC 6749 3.3); a few with a comma.
+    scope_separator: Literal[" ", ","] = " "
+    # How the client authenticates at the token endpoint (RFC 6749 2.3.1).
+    token_auth: Literal["client_secret_basic", "client_secret_post"] = "client_secret_post"
+    # Parameters the maker needs on the authorization URL besides RFC 6749's (Google's
+    # `access_type=offline`, without which it grants no refresh token).
+    authorize_params: dict[str, str] = Field(default_factory=dict)
+    # Where the token answer names the person's account at the maker, as a dotted path
+    # (`athlete.id`); None when it does not.
+    user_id_field: str | None = None
+
+
 class ProviderEntry(BaseModel):
     """One provider of the catalog as the data file holds it: the spec 2.6 fields plus
-    our own `source_type` (the filter) and `demo` (a demo adapter can simulate it)."""
+    our own `source_type` (the filter), `demo` (a demo adapter can simulate it) and
+    `oauth` (the maker's documented OAuth endpoints, for providers whose users sign in
+    at the maker)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -67,6 +91,13 @@ class ProviderEntry(BaseModel):
     source_type: SourceType
     supported_resources: tuple[Resource, ...] = ()
     demo: bool = False
+    oauth: OAuthEndpoints | None = None
+
+    @model_validator(mode="after")
+    def _oauth_only_for_oauth_providers(self) -> ProviderEntry:
+        if self.oauth is not None and self.auth_type not in ("oauth", "team_oauth"):
+            raise ValueError(f"{self.slug}: OAuth endpoints on a provider of another auth_type")
+        return self
 
 
 class _CatalogFile(BaseModel):

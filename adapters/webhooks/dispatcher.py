@@ -5,16 +5,19 @@ public events it announces (`domain/webhooks/announcements.py`), and records a `
 per subscribed endpoint, in the transaction that moves the tracking position on: a
 delivery is created exactly once per (event, endpoint), even with several dispatchers.
 
-`send_due` posts the deliveries that are due, signed (Standard Webhooks, both header
-families), and records each attempt. Delivery is at least once: a crash between a POST
-and its record sends the same message id again, which receivers deduplicate.
+`send_due` claims the deliveries that are due (a lease per delivery, `DeliveryLeases`),
+posts them, signed (Standard Webhooks, both header families), and records each attempt:
+every POST made is recorded, even one that overlapped another sender's. Delivery is at
+least once: a crash between a POST and its record leaves the lease to expire, and the
+delivery is sent again, with the same message id, which receivers deduplicate (ADR 0019).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +29,9 @@ from uuid import UUID
 import httpx
 from eventsourcing.persistence import IntegrityError, Tracking
 from healthledger.adapters.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.schema import team_api_keys, users
+from healthledger.adapters.persistence.webhook_leases import DeliveryLeases
 from healthledger.adapters.persistence.webhook_queries import WebhookQueries
 from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
 from healthledger.adapters.webhooks.signing import signed_headers
@@ -38,6 +43,7 @@ from healthledger.domain.context import (
     CommandContext,
     attributed,
 )
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.announcements import USER_ERASED, announcements
@@ -56,23 +62,42 @@ from sqlalchemy import select
 log = logging.getLogger("healthledger.webhooks")
 
 TRACKING_NAME = "webhooks"
-# The topics of events that announce something: the follower skips the rest in SQL.
-ANNOUNCING_TOPICS = tuple(
-    cls.TOPIC
-    for cls in (
-        Connection.Created,
-        Connection.Reconnected,
-        Connection.Errored,
-        ResourceFeed.PullSucceeded,
-        ResourceFeed.DailySynced,
-        User.Deleted,
-        User.DeletionUndone,
-        User.Erased,
-    )
+# The events that announce something: the follower reads only their topics (it skips the
+# rest in SQL), and only a commit holding one (or a redelivery) wakes it at once.
+ANNOUNCING_EVENTS: tuple[type, ...] = (
+    Connection.Created,
+    Connection.Reconnected,
+    Connection.Errored,
+    ResourceFeed.PullSucceeded,
+    ResourceFeed.DailySynced,
+    User.Deleted,
+    User.DeletionUndone,
+    User.Erased,
+    Order.Created,
+    Order.StatusChanged,
+    Order.Completed,
+    Order.Cancelled,
+    Order.Failed,
 )
+# Every event class pins its TOPIC, but the aggregates' events share no base declaring it.
+ANNOUNCING_TOPICS: tuple[str, ...] = tuple(
+    cls.TOPIC  # type: ignore[attr-defined]  # each listed class pins TOPIC (a test loads them)
+    for cls in ANNOUNCING_EVENTS
+)
+# What a commit may hold that gives the dispatcher work at once (`gives_work`): an event
+# to announce, or a redelivery that makes a delivery due again.
+_WORK_EVENTS = (*ANNOUNCING_EVENTS, WebhookDelivery.Replayed)
 _KEY_ACTOR = "team_api_key:"
 # Users created by anything but a team API key (the CLI, a bootstrap) belong here.
 _USER_AGENT = "healthledger-webhooks/1"
+# How long a sender's claim on a delivery lasts (HEALTHLEDGER_WEBHOOK_LEASE's default),
+# and its least length in POST timeouts: posts end within its first half, and at least a
+# whole timeout is left for them after the claim.
+DEFAULT_LEASE = timedelta(minutes=2)
+LEASE_TIMEOUTS = 4
+# Tries to record one attempt against other writers of the same delivery (a redelivery,
+# a sender whose lease ran out) before it is logged as lost.
+RECORD_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -97,7 +122,11 @@ class Dispatcher:
         *,
         timeout: timedelta = DELIVERY_TIMEOUT,
         senders: int = 16,
+        lease: timedelta = DEFAULT_LEASE,
+        leases: DeliveryLeases | None = None,
     ) -> None:
+        if lease < LEASE_TIMEOUTS * timeout:
+            raise ValueError(f"a delivery's lease must be at least {LEASE_TIMEOUTS} POST timeouts")
         self.ledger = ledger
         self.recorder = recorder
         self.clock = clock
@@ -106,11 +135,18 @@ class Dispatcher:
         self.payloads = payloads
         self.rules_at = rules_at
         self.senders = senders
+        self.timeout = timeout
+        self.lease = lease
+        self.leases = leases or DeliveryLeases(recorder.db)
+        # This sender's name on its leases (and in its records' request ids): the process
+        # and this dispatcher, so that an operator can tell whose claim a lease is.
+        self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         # Redirects are failures (never followed); no proxies from the environment.
         self.client = httpx.Client(
             timeout=timeout.total_seconds(),
             follow_redirects=False,
             trust_env=False,
+            verify=tls_context(trust_env=False),
             headers={"user-agent": _USER_AGENT},
             limits=httpx.Limits(max_connections=senders * 2, max_keepalive_connections=senders),
         )
@@ -141,7 +177,8 @@ class Dispatcher:
         for notification in notifications:
             event = attributed(self.ledger.mapper.to_domain_event(notification))
             stream = self.ledger.find(event.originator_id)
-            for found in announcements(event, stream, self.rules_at(event.timestamp)):
+            rules = self.rules_at(event.timestamp)
+            for found in announcements(event, stream, rules, self.payloads.is_critical):
                 environment = self.environment_of(found.user_id)
                 if environment is None and found.event_type == USER_ERASED:
                     # The one message about an erased user: it carries nothing personal,
@@ -175,6 +212,12 @@ class Dispatcher:
         except IntegrityError:
             return 0  # another dispatcher recorded this stretch of the log first
         return len(notifications) or 1
+
+    @staticmethod
+    def gives_work(event: object) -> bool:
+        """Whether a committed event gives the dispatcher work at once (the scheduler wakes
+        it for these only; its interval moves the position past the rest)."""
+        return isinstance(event, _WORK_EVENTS)
 
     def environment_of(self, user_id: UUID) -> str | None:
         """The environment the user belongs to (the creating key's, kept by the users
@@ -216,11 +259,19 @@ class Dispatcher:
     # -- the sender -----------------------------------------------------------------------
 
     def send_due(self, limit: int = 500) -> int:
-        """Attempt every delivery that is due; how many were attempted or dropped."""
-        rows = self.queries.due_deliveries(self.clock(), limit)
+        """Claim up to `limit` due deliveries, attempt them; how many were attempted or
+        dropped."""
+        # Read before the claim: the lease is counted from here, never from later.
+        started = time.monotonic()
+        claimed_at = self.clock()
+        rows = self.leases.claim_due(claimed_at, claimed_at + self.lease, self.holder, limit)
         if not rows:
             return 0
-        ctx = CommandContext.system(SCHEDULER)
+        # A POST is started only if it ends (a whole timeout) within the lease's first half:
+        # none is running, and the attempts are recorded, before another sender may take
+        # the delivery over; the second half is the recording's.
+        post_deadline = started + (self.lease / 2 - self.timeout).total_seconds()
+        ctx = CommandContext.system(SCHEDULER, f"send-{self.holder}-{uuid.uuid4().hex[:8]}")
         bodies: dict[str, bytes | None] = {}
         targets: dict[UUID, tuple[str, list[str]] | None] = {}
         work: list[tuple[Any, str, list[str], bytes]] = []
@@ -255,6 +306,8 @@ class Dispatcher:
 
         def run_lane(indexes: list[int]) -> None:
             for index in sorted(indexes, key=lambda i: work[i][0].log_position):
+                if time.monotonic() > post_deadline:
+                    return  # the lane's rest is claimed again by the next round
                 results[index] = self._post(*work[index])
 
         with ThreadPoolExecutor(max_workers=self.senders) as pool:
@@ -262,26 +315,28 @@ class Dispatcher:
         now = self.clock()
         # What to record on each delivery, as a function, so that it can be redone on a
         # fresh copy if the batch loses to another sender.
-        records: list[tuple[Any, Callable[[WebhookDelivery], None]]] = []
+        records: list[tuple[Any, Callable[[WebhookDelivery], bool]]] = []
         gone: set[UUID] = set()
         failing: set[UUID] = set()
         for (row, _url, _secrets, _body), result in zip(work, results, strict=True):
-            assert result is not None
-            records.append((row, _attempt_recorder(ctx, now, result)))
+            if result is None:
+                continue  # not posted: its lease is released below
+            records.append((row, attempt_recorder(ctx, now, result)))
             if result.gone:
                 gone.add(row.endpoint_id)
             elif result.error is not None:
                 failing.add(row.endpoint_id)
         for row, reason in dropped:
-            records.append((row, _drop_recorder(ctx, now, reason)))
-        self._record(records)
+            records.append((row, drop_recorder(ctx, now, reason)))
+        self.record(records)
+        self.leases.release(self.holder, [row.delivery_id for row in rows])
         for endpoint_id in gone:
             self.endpoints.disable(ctx, endpoint_id, ENDPOINT_GONE)
         for endpoint_id in failing - gone:
             since = self.queries.failing_since(endpoint_id)
             if since is not None and now - since >= FAILING_TOO_LONG:
                 self.endpoints.disable(ctx, endpoint_id, DISABLED_FAILING)
-        return len(rows)
+        return len(records)
 
     def _target(self, endpoint_id: UUID) -> tuple[str, list[str]] | None:
         endpoint = self.queries.endpoint(endpoint_id)
@@ -289,12 +344,6 @@ class Dispatcher:
             return None
         secrets = self.endpoints.signing_secrets(endpoint_id)
         return (endpoint["url"], secrets) if secrets else None
-
-    def _pending(self, row: Any) -> WebhookDelivery | None:
-        delivery = self.ledger.find(row.delivery_id)
-        if not isinstance(delivery, WebhookDelivery) or delivery.status != PENDING:
-            return None  # another sender recorded it meanwhile
-        return delivery
 
     def _post(self, row: Any, url: str, secrets: list[str], body: bytes) -> PostResult:
         headers = signed_headers(secrets, row.message_id, int(time.time()), body)
@@ -317,14 +366,14 @@ class Dispatcher:
         retry_after = _retry_after(response.headers.get("retry-after"), self.clock())
         return PostResult(code, latency, f"http_{code}", retry_after)
 
-    def _record(self, records: Sequence[tuple[Any, Callable[[WebhookDelivery], None]]]) -> None:
-        """One transaction for the batch; if another sender recorded one of them first,
-        the rest are recorded one by one on fresh copies."""
+    def record(self, records: Sequence[tuple[Any, Callable[[WebhookDelivery], bool]]]) -> None:
+        """Record the batch in one transaction. If another writer recorded one of its
+        deliveries meanwhile (a sender whose lease ran out, a redelivery), each is
+        recorded on its own, on a fresh copy, so that no POST made goes unrecorded."""
         batch = []
         for row, record in records:
-            delivery = self._pending(row)
-            if delivery is not None:
-                record(delivery)
+            delivery = self.ledger.find(row.delivery_id)
+            if isinstance(delivery, WebhookDelivery) and record(delivery):
                 batch.append(delivery)
         if not batch:
             return
@@ -332,19 +381,28 @@ class Dispatcher:
             self.ledger.save(*batch)
             return
         except IntegrityError:
-            log.info("a batch of delivery records lost to another sender: one by one")
+            log.info("a batch of delivery records met another writer: one by one")
         for row, record in records:
-            delivery = self._pending(row)
-            if delivery is not None:
-                record(delivery)
-                with contextlib.suppress(IntegrityError):  # the other sender's record stands
-                    self.ledger.save(delivery)
+            self._record_one(row.delivery_id, record)
+
+    def _record_one(self, delivery_id: UUID, record: Callable[[WebhookDelivery], bool]) -> None:
+        for _ in range(RECORD_TRIES):
+            delivery = self.ledger.find(delivery_id)
+            if not isinstance(delivery, WebhookDelivery) or not record(delivery):
+                return
+            try:
+                self.ledger.save(delivery)
+                return
+            except IntegrityError:
+                continue  # written meanwhile: record on the newer version
+        log.warning("an attempt on delivery %s could not be recorded", delivery_id)
 
 
-def _attempt_recorder(
+def attempt_recorder(
     ctx: CommandContext, now: datetime, result: PostResult
-) -> Callable[[WebhookDelivery], None]:
-    def record(delivery: WebhookDelivery) -> None:
+) -> Callable[[WebhookDelivery], bool]:
+    def record(delivery: WebhookDelivery) -> bool:
+        # Whatever the delivery's state: the POST happened.
         delivery.record_attempt(
             ctx,
             now,
@@ -354,15 +412,20 @@ def _attempt_recorder(
             retry_after=result.retry_after,
             final=result.gone,
         )
+        return True
 
     return record
 
 
-def _drop_recorder(
+def drop_recorder(
     ctx: CommandContext, now: datetime, reason: str
-) -> Callable[[WebhookDelivery], None]:
-    def record(delivery: WebhookDelivery) -> None:
+) -> Callable[[WebhookDelivery], bool]:
+    def record(delivery: WebhookDelivery) -> bool:
+        # Nothing was sent: a delivery no longer pending needs no drop.
+        if delivery.status != PENDING:
+            return False
         delivery.drop(ctx, now, reason)
+        return True
 
     return record
 

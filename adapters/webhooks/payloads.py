@@ -8,9 +8,11 @@ delivery: a user erased since has no client_user_id, no key and no data left, an
 
 Every payload validates against the official client's model for its event type (issue
 17, tests/e2e/test_official_client_webhooks.py): daily data events carry the summary object
-itself or `{data: [samples], source}` in the client's shapes, and where the client requires
-a field the deprecation calendar removes (`is_final`, `source` in provider.connection.created)
-the client wins. docs/webhooks.md, "What is announced, and the payloads", has the details.
+itself (built by `adapters/summaries.py`, as the summary getters' are; a workout or meal
+event carries one session) or `{data: [samples], source}` in the client's shapes, and
+where the client requires a field the deprecation calendar removes (`is_final`, `source`
+in provider.connection.created) the client wins. docs/webhooks.md, "What is announced,
+and the payloads", has the details.
 
 Our own lifecycle types (`user.deleted`, `user.deletion_undone`, `user.erased`; no client
 model) carry no personal value at all: their envelope's client_user_id is null, and their
@@ -21,95 +23,44 @@ or an undo not sent by then is dropped, the erasure having superseded it.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import date, datetime
 from typing import Any
 from uuid import UUID
 
+from healthledger.adapters.order_answers import OrderAnswers, OrderRow, UsersKey
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
 from healthledger.adapters.persistence.key_store import KeyStore
-from healthledger.adapters.persistence.schema import health_data, users
+from healthledger.adapters.persistence.schema import users
+from healthledger.adapters.summaries import (
+    SUMMARY_OBJECTS,
+    DayData,
+    DescribeProvider,
+    json_default,
+    source_context,
+    summary_id,
+    summary_object,
+    summary_objects,
+)
 from healthledger.domain.connections.connection import Connection
-from healthledger.domain.connections.providers import SUMMARY_RESOURCES
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.connections.sessions import SESSION_RESOURCES, sessions_of
 from healthledger.domain.context import attributed
+from healthledger.domain.labs.orders import CRITICAL, Order
 from healthledger.domain.ledger import Ledger
 from healthledger.domain.users.user import User
-from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES
+from healthledger.domain.webhooks.announcements import (
+    LIFECYCLE_EVENT_TYPES,
+    ORDER_CREATED,
+    ORDER_UPDATED,
+    RESULT_CRITICAL,
+)
 from healthledger.domain.webhooks.deprecation_calendar import Rules
 from sqlalchemy import select
 
-# slug -> {"name", "slug", "logo"}
-DescribeProvider = Callable[[str], dict[str, Any]]
 RulesAt = Callable[[datetime], Rules]
-
-# Resources whose daily event carries one summary object as `data` (the client's
-# ClientFacing<Resource> models). Every other resource is a timeseries: `{data: [samples],
-# source}`. Blood pressure is stored as a day's readings and the client groups it as a
-# timeseries (GroupedBloodPressure), so it is not here although the pull engine keeps it
-# as a summary (domain SUMMARY_RESOURCES).
-SUMMARY_OBJECTS = SUMMARY_RESOURCES - {"blood_pressure"}
-# Summary resources stored as a list of sessions per day.
-SESSION_RESOURCES = frozenset({"workouts", "meal"})
-# Summaries whose client model also requires `source_provider` and `source_type`.
-SOURCE_FIELD_RESOURCES = frozenset({"sleep_cycle", "menstrual_cycle", "electrocardiogram"})
-
-# The source context's `type` (spec 2.13: "for example ring, app") per provider: the kind
-# of device that records the data, in the client's vocabulary (unknown, phone, watch, app,
-# multiple_sources, fingerprick, cuff, manual_scan, automatic, scale, chest_strap, ring,
-# lab, exercise_machine, earphone). Ours: the spec gives no table.
-UNKNOWN_SOURCE_TYPE = "unknown"
-SOURCE_TYPES: dict[str, str] = {
-    "oura": "ring",
-    "ultrahuman": "ring",
-    "fitbit": "watch",
-    "garmin": "watch",
-    "polar": "watch",
-    "whoop": "watch",
-    "whoop_v2": "watch",
-    "renpho": "scale",
-    "peloton": "exercise_machine",
-    "wahoo": "exercise_machine",
-    "hammerhead": "exercise_machine",
-    "omron": "cuff",
-    "omron_ble": "cuff",
-    "beurer_ble": "cuff",
-    "freestyle_libre": "automatic",
-    "freestyle_libre_ble": "automatic",
-    "abbott_libreview": "automatic",
-    "dexcom": "automatic",
-    "dexcom_v3": "automatic",
-    "tandem_source": "automatic",
-    "onetouch_ble": "fingerprick",
-    "accuchek_ble": "fingerprick",
-    "contour_ble": "fingerprick",
-    "apple_health_kit": "multiple_sources",
-    "health_connect": "multiple_sources",
-    "samsung_health": "multiple_sources",
-    "google_fit": "multiple_sources",
-    "google_health": "multiple_sources",
-    "ihealth": "multiple_sources",
-    "beurer_api": "multiple_sources",
-    "withings": "multiple_sources",
-    "manual": "app",
-    "strava": "app",
-    "zwift": "app",
-    "my_fitness_pal": "app",
-    "my_fitness_pal_v2": "app",
-    "cronometer": "app",
-    "map_my_fitness": "app",
-    "runkeeper": "app",
-}
-
-# Sleep stages as the client's sleep cycle codes them (-1 unknown, 1 deep, 2 light, 3 rem,
-# 4 awake); the demo stores the names.
-_STAGE_CODES = {"deep": 1, "light": 2, "rem": 3, "awake": 4}
-_SUMMARY_NAMESPACE = uuid.UUID("0d5f0c1e-8a61-5b7e-9c2f-4e3a1b6d7c80")
 
 
 class Payloads:
@@ -121,8 +72,12 @@ class Payloads:
         health_data: SqlHealthDataStore,
         describe: DescribeProvider,
         rules_at: RulesAt,
+        order_answers: OrderAnswers | None = None,
     ) -> None:
         self.db = db
+        # Lab test orders' answers (the order, a critical result's notice); None: a
+        # service without the lab catalog announces no order.
+        self.order_answers = order_answers
         self.ledger = ledger
         self.key_store = key_store
         self.health_data = health_data
@@ -148,6 +103,11 @@ class Payloads:
             ).first()
         if row is None:
             return None
+        if event_type in _ORDER_TYPES:
+            order_data = self._order(event_type, source_id, source_version)
+            if order_data is None:
+                return None
+            return _body(event_type, order_data, user_id, row.client_user_id, team_id)
         (stored,) = self.ledger.events.get(source_id, gt=source_version - 1, lte=source_version)
         event = attributed(stored)
         # Who and what a stream is does not change; a pull's range does (a reconnection
@@ -159,6 +119,27 @@ class Payloads:
         if data is None:
             return None
         return _body(event_type, data, user_id, row.client_user_id, team_id)
+
+    def _order(self, event_type: str, order_id: UUID, version: int) -> dict[str, Any] | None:
+        """The order as the announced event left it (ClientFacingOrder), or a critical
+        result's notice; None once the user's key is gone (erased)."""
+        order = self.ledger.find(order_id, version=version)
+        if not isinstance(order, Order) or self.order_answers is None:
+            return None
+        cipher = self.key_store.cipher(order.user_id)
+        if cipher is None:
+            return None
+        # The user's key, unwrapped once for the answer's few sealed values.
+        key = UsersKey(cipher)
+        row = OrderRow.of(order, key)
+        if event_type == RESULT_CRITICAL:
+            return self.order_answers.critical(row)
+        return self.order_answers.with_vault(key).order(row)
+
+    def is_critical(self, user_id: UUID, sealed_interpretation: str) -> bool:
+        """Whether a completion's sealed interpretation is critical (the dispatcher asks,
+        to announce `labtest.result.critical`); False once the user's key is gone."""
+        return self.key_store.open(user_id, sealed_interpretation) == CRITICAL
 
     def _lifecycle(
         self, event_type: str, user_id: UUID, team_id: UUID, version: int
@@ -234,59 +215,27 @@ class Payloads:
                 "is_final": True,
             }
         # Daily data: the day's stored data, as it is now (a later sync may have updated it).
-        assert day is not None
-        stored = self._stored_day(user_id, stream.provider, stream.resource, day)
-        if stored is None:
-            return None
-        value, stored_at, updated_at = stored
+        assert isinstance(event, ResourceFeed.DailySynced) and day is not None
+        stored = self.health_data.read_range(
+            user_id, day, day, resources=[stream.resource], provider=stream.provider
+        )
+        if not stored:
+            return None  # erased since (or never stored)
+        (found,) = stored
         day_data = DayData(
             user_id=user_id,
             provider=stream.provider,
             resource=stream.resource,
             day=day,
-            created_at=stored_at,
-            updated_at=updated_at,
-            source=self._source(stream.provider, rules),
+            created_at=found.stored_at,
+            updated_at=found.updated_at,
+            source=source_context(stream.provider, rules, self.describe),
         )
-        return daily_data(day_data, value)
-
-    def _source(self, provider: str, rules: Rules) -> dict[str, Any]:
-        """The source context of spec 2.13: provider, type, app_id (+ the deprecated name,
-        logo and slug before their cut-over; the client has them optional)."""
-        source: dict[str, Any] = {
-            "provider": provider,
-            "type": SOURCE_TYPES.get(provider, UNKNOWN_SOURCE_TYPE),
-            # Set only for multi-source providers by the app that recorded the data; the
-            # demo devices and provider clouds record it themselves.
-            "app_id": None,
-        }
-        if rules.legacy_source_fields:
-            source.update(self.describe(provider))
-        return source
-
-    def _stored_day(
-        self, user_id: UUID, provider: str, resource: str, day: date
-    ) -> tuple[Any, datetime, datetime] | None:
-        """The day's data with when it was first stored and last changed, or None."""
-        found = self.health_data.read(user_id, provider, resource, day, day)
-        if day not in found:
-            return None
-        h = health_data.c
-        with self.db.read() as conn:
-            row = conn.execute(
-                select(h.stored_at, h.updated_at).where(
-                    h.user_id == user_id,
-                    h.provider == provider,
-                    h.resource == resource,
-                    h.day == day,
-                )
-            ).first()
-        if row is None:
-            return None  # erased between the two reads
-        return found[day], _utc(row.stored_at), _utc(row.updated_at)
+        return daily_data(day_data, found.value, event.session)
 
 
 _LIFECYCLE_TYPES = frozenset(LIFECYCLE_EVENT_TYPES.values())
+_ORDER_TYPES = frozenset({ORDER_CREATED, ORDER_UPDATED, RESULT_CRITICAL})
 
 
 def _body(
@@ -304,26 +253,15 @@ def _body(
         "client_user_id": client_user_id,
         "team_id": str(team_id),
     }
-    return json.dumps(envelope, separators=(",", ":"), default=_json_default).encode()
+    return json.dumps(envelope, separators=(",", ":"), default=json_default).encode()
 
 
-@dataclass(frozen=True)
-class DayData:
-    """Who and what one daily data event is of, beside the stored value itself."""
-
-    user_id: UUID
-    provider: str
-    resource: str
-    day: date
-    created_at: datetime
-    updated_at: datetime
-    source: dict[str, Any]
-
-
-def daily_data(it: DayData, value: Any) -> dict[str, Any]:
+def daily_data(it: DayData, value: Any, session: str | None = None) -> dict[str, Any] | None:
     """The `data` of `daily.data.<resource>.*` (gaps.md Webhooks): the summary object
-    itself for summary resources, `{data: [samples], source}` for timeseries ones, each in
-    the shape of the official client's model for the resource (see docs/webhooks.md).
+    itself for summary resources (`adapters/summaries.py`, the getters' objects too),
+    `{data: [samples], source}` for timeseries ones, each in the shape of the official
+    client's model for the resource (see docs/webhooks.md). None when the session it
+    announces is no longer stored.
 
     Every shape also carries `user_id`, `provider` and `calendar_date` at its top level:
     our receivers (and the mirror) read them whatever the resource."""
@@ -336,68 +274,18 @@ def daily_data(it: DayData, value: Any) -> dict[str, Any]:
         return {**common, **_workout_stream(it, value)}
     if it.resource not in SUMMARY_OBJECTS:
         return {**common, "data": value, "source": it.source}
-    if it.resource in SESSION_RESOURCES:
-        # The client announces one session per event; a delivery here is one per day (its
-        # id is keyed by the day), so the event carries the day's first session as `data`
-        # and every session of the day in `sessions`. See docs/webhooks.md.
-        sessions = [
-            _summary(it, item, _session_id(it.resource, it.day, index, item))
-            for index, item in enumerate(value)
-        ]
-        if not sessions:
-            return {**common, "source": it.source, "sessions": []}
-        return {**sessions[0], **common, "sessions": sessions}
-    return {**_summary(it, value, None), **common}
-
-
-def _summary(it: DayData, value: dict[str, Any], provider_id: str | None) -> dict[str, Any]:
-    summary = dict(value)
-    # A session is named by its provider id, a daily summary by its day.
-    key = it.day.isoformat() if provider_id is None else provider_id
-    summary.update(
-        {
-            "id": str(summary_id(it.user_id, it.provider, it.resource, key)),
-            "user_id": str(it.user_id),
-            "calendar_date": summary.get("calendar_date", it.day.isoformat()),
-            # The client's `date`: the day's first instant, UTC (the demo's days are UTC).
-            "date": datetime.combine(it.day, time(0), UTC),
-            "source": it.source,
-            "created_at": it.created_at,
-            "updated_at": it.updated_at,
-        }
-    )
-    if provider_id is not None:
-        summary["provider_id"] = provider_id
-    if it.resource == "sleep":
-        # The demo's (and most devices') nightly summary is the main sleep of the night.
-        summary.setdefault("type", "long_sleep")
-    if it.resource in SOURCE_FIELD_RESOURCES:
-        summary["source_provider"] = it.provider
-        summary["source_type"] = it.source["type"]
-    if it.resource == "sleep_cycle":
-        # The night's sleep summary has the same day: the cycle points at it.
-        summary["sleep_id"] = str(summary_id(it.user_id, it.provider, "sleep", it.day.isoformat()))
-        summary["stage_type"] = [_stage_code(s) for s in summary.get("stage_type", [])]
-    if it.resource == "workouts" and isinstance(summary.get("sport"), str):
-        # The client's sport is an object; providers give the sport's slug. Its id is ours,
-        # stable per slug.
-        slug = summary["sport"]
-        summary["sport"] = {
-            "id": _stable_int(f"sport:{slug}"),
-            "name": slug.replace("_", " ").capitalize(),
-            "slug": slug,
-        }
-    if it.resource == "meal":
-        # Bookkeeping members of the client's meal: ours, stable per provider.
-        summary.setdefault("priority_id", 1)
-        summary.setdefault("source_id", _stable_int(it.provider))
-    return summary
-
-
-def _session_id(resource: str, day: date, index: int, item: dict[str, Any]) -> str:
-    """The provider's own id of a session (workouts carry one), or a stable stand-in."""
-    own = item.get("id")
-    return str(own) if own is not None else f"{day.isoformat()}-{resource}-{index}"
+    if it.resource not in SESSION_RESOURCES:
+        return summary_object(it, value, None)
+    if session is not None:
+        # One session per event, as the client announces them (issue 17).
+        item = sessions_of(it.resource, it.day, value).get(session)
+        return None if item is None else summary_object(it, item, session)
+    # A sync recorded before sessions announced its whole day: the day's first session
+    # as `data`, every session of the day in `sessions` (docs/webhooks.md), as then.
+    sessions = summary_objects(it, value)
+    if not sessions:
+        return {**common, "source": it.source, "sessions": []}
+    return {**sessions[0], **common, "sessions": sessions}
 
 
 def _workout_stream(it: DayData, samples: Any) -> dict[str, Any]:
@@ -411,32 +299,3 @@ def _workout_stream(it: DayData, samples: Any) -> dict[str, Any]:
         "data": samples,
         "source": it.source,
     }
-
-
-def summary_id(user_id: UUID, provider: str, resource: str, key: str) -> UUID:
-    """A summary's public id: stable for the same user, provider, resource and day (or
-    session), so an `updated` event names the object its `created` event announced."""
-    return uuid.uuid5(_SUMMARY_NAMESPACE, f"{user_id}\x1f{provider}\x1f{resource}\x1f{key}")
-
-
-def _stage_code(stage: Any) -> int:
-    if isinstance(stage, int):
-        return stage
-    return _STAGE_CODES.get(str(stage), -1)
-
-
-def _stable_int(text: str) -> int:
-    # A positive 31-bit integer, the same on every machine (not Python's salted hash).
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big") >> 1
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, UUID):
-        return str(value)
-    raise TypeError(f"not JSON: {type(value).__name__}")

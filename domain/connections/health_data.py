@@ -8,9 +8,11 @@ daily sync records as daily data created and updated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
+from functools import cached_property
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -30,6 +32,24 @@ class StoreResult:
     updated: list[date] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StoredDay:
+    """One stored (provider, resource, day) of a user, opened: its JSON text as stored,
+    and when it was first stored and last changed."""
+
+    provider: str
+    resource: str
+    day: date
+    # The canonical JSON the pull stored: a summary object, a day's sessions or samples.
+    plaintext: bytes
+    stored_at: datetime
+    updated_at: datetime
+
+    @cached_property
+    def value(self) -> Any:
+        return json.loads(self.plaintext)
+
+
 class HealthDataStore(Protocol):
     def store(
         self, user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
@@ -43,4 +63,17 @@ class HealthDataStore(Protocol):
         self, user_id: UUID, provider: str, resource: str, start: date, end: date
     ) -> dict[date, Any]:
         """The stored payloads for start..end (inclusive), opened."""
+        ...
+
+    def read_range(
+        self,
+        user_id: UUID,
+        start: date,
+        end: date,
+        *,
+        resources: Collection[str] | None = None,
+        provider: str | None = None,
+    ) -> list[StoredDay]:
+        """The user's stored days in start..end (inclusive) across providers (or of one),
+        of the given resources (or all), opened; none for an erased user."""
         ...

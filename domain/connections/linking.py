@@ -2,21 +2,19 @@
 with one, consuming it in the same transaction as the connection: a demo device from the
 link page, or an OAuth provider when the maker sends the person back to our callback.
 
-The OAuth `state` names the link token and the provider, and carries a MAC keyed with the
-token's stored hash: it is made here, from a genuine usable token, and nothing else can
-make one (the token text, which would let its holder connect anyway, is never stored).
-It is not personal: a token id and a provider slug. It needs no table and no secret of
-its own, and dies with its token (expired, consumed, its user deleted).
+An OAuth sign-in is a flow of its own (oauth_flows.py): started from the link page for a
+usable token, bound to the browser that started it, claimed once by the callback, and
+only then allowed to spend the maker's code. Its `state` names the flow and carries a
+MAC keyed with the token's stored hash, so nothing else can make one and it dies with
+its token (expired, consumed, its user deleted).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import re
 from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
@@ -29,11 +27,18 @@ from healthledger.domain.connections.link_tokens import (
     LinkToken,
     LinkTokenRejected,
 )
-from healthledger.domain.connections.providers import (
-    OAuthClient,
-    OAuthNotSupported,
-    ProviderAdapter,
+from healthledger.domain.connections.oauth_clients import OAuthClients
+from healthledger.domain.connections.oauth_flows import (
+    InvalidOAuthState,
+    OAuthFlow,
+    OAuthFlowUsed,
+    flow_id_of_state,
+    new_binding,
+    pkce_challenge,
+    pkce_verifier,
 )
+from healthledger.domain.connections.provider_tokens import GrantToKeep, ProviderTokenStore
+from healthledger.domain.connections.providers import OAuthNotSupported, ProviderAdapter
 from healthledger.domain.context import CommandContext, link_token_actor
 from healthledger.domain.errors import (
     InvalidRequest,
@@ -43,35 +48,25 @@ from healthledger.domain.errors import (
 )
 from healthledger.domain.keys import link_token_id
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.teams.custom_credentials import SET, CustomCredentials
 from healthledger.domain.users.lifecycle import UserLifecycle
-
-# `hlo_<token id hex>_<MAC>`: shaped like the other key texts (keys.py), a different kind.
-OAUTH_STATE = "hlo"
-_OAUTH_STATE = re.compile(r"^hlo_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$")
-
-
-class InvalidOAuthState(LedgerError):
-    """A callback whose state we did not make (missing, altered, another provider's)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "This sign-in cannot be matched to a link. Start again from the link you were sent."
-        )
-
-
-def _state_mac(token: LinkToken, provider: str) -> str:
-    # The provider is signed too: a state made for one provider is refused by another's
-    # callback, so one maker's code cannot connect under another's name.
-    message = f"healthledger oauth state v1\x1f{token.id.hex}\x1f{provider}".encode()
-    digest = hmac.new(token.token_hash.encode(), message, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 @dataclass(frozen=True)
 class IssuedLinkToken:
     token_id: UUID
     plain: str  # shown once; never stored
+
+
+@dataclass(frozen=True)
+class OAuthStart:
+    """A flow just started: where to send the browser, and what its cookie must hold."""
+
+    flow_id: UUID
+    # The browser's binding secret: into its cookie, never stored or logged.
+    binding: str
+    authorization_url: str
+    # The cookie need not outlive the flow, nor the link.
+    expires_at: datetime
 
 
 class LinkTokens:
@@ -82,12 +77,17 @@ class LinkTokens:
         users: UserLifecycle,
         connections: Connections,
         provider_slugs: Collection[str],
+        *,
+        oauth_clients: OAuthClients,
+        provider_tokens: ProviderTokenStore,
     ) -> None:
         self.ledger = ledger
         self.clock = clock
         self.users = users
         self.connections = connections
         self.provider_slugs = frozenset(provider_slugs)
+        self.oauth_clients = oauth_clients
+        self.provider_tokens = provider_tokens
 
     def issue(
         self,
@@ -187,11 +187,17 @@ class LinkTokens:
 
     # -- OAuth providers ----------------------------------------------------------------
 
-    def oauth_state(self, plain: str, provider: str) -> str:
-        """The `state` to put in `provider`'s authorization URL for this link: a usable
-        token that offers the provider. The callback finds the token again by it."""
+    def start_oauth(
+        self, plain: str, provider: str, redirect_uri: str, request_id: str
+    ) -> OAuthStart:
+        """The person chose `provider` on the link page: a new flow for this usable
+        token, and the maker's authorization URL to send the browser to, whose `state`
+        names the flow and whose PKCE challenge comes from the browser's new binding
+        secret (which goes into the browser's cookie, and nowhere else)."""
         token = self.genuine(plain)
-        token.require_usable(self.clock())
+        ctx = CommandContext(actor=link_token_actor(token.id), request_id=request_id)
+        now = self.clock()
+        token.require_usable(now)
         offered = (
             [token.provider]
             if token.provider is not None
@@ -199,39 +205,78 @@ class LinkTokens:
         )
         if provider not in self.provider_slugs or provider not in offered:
             raise InvalidRequest("This provider is not offered by this link.", "provider")
-        return f"{OAUTH_STATE}_{token.id.hex}_{_state_mac(token, provider)}"
+        try:
+            self.users.load_live(token.team_id, token.user_id)
+        except (UserNotFound, UserScheduledForDeletion) as exc:
+            raise LinkTokenRejected(INVALID_TOKEN) from exc
+        adapter = self._oauth_adapter(provider)
+        binding = new_binding()
+        flow = OAuthFlow.start(ctx, now, token, provider, binding)
+        # Asked before the flow is saved: a maker this deployment cannot send anyone to
+        # (no client to authenticate as) records nothing.
+        url = adapter.authorization_url(
+            redirect_uri,
+            self.oauth_clients.custom(token.team_id, provider),
+            flow.state(token),
+            pkce_challenge(pkce_verifier(binding, flow.id)),
+        )
+        self.ledger.save(flow)
+        return OAuthStart(flow.id, binding, url, min(flow.expires_at, token.expires_at))
 
-    def token_of_state(self, state: str, provider: str) -> LinkToken:
-        """The link token a callback's state names, whatever its state (the caller judges
-        usability, so that a dead link can still lead back to the team's app)."""
-        match = _OAUTH_STATE.match(state)
-        token = None if match is None else self.ledger.find(UUID(match.group(1)))
-        if not isinstance(token, LinkToken) or match is None:
+    def find_oauth_flow(self, state: str, provider: str) -> tuple[LinkToken, OAuthFlow]:
+        """The link token and the flow a callback's state names, whatever their states
+        (the caller judges them, so that a dead link can still lead back to the team's
+        app). Raises InvalidOAuthState for a state we did not make for `provider`."""
+        flow_id = flow_id_of_state(state)
+        flow = None if flow_id is None else self.ledger.find(flow_id)
+        if not isinstance(flow, OAuthFlow):
             raise InvalidOAuthState()
-        if not hmac.compare_digest(match.group(2), _state_mac(token, provider)):
+        token = self.ledger.find(flow.link_token_id)
+        if not isinstance(token, LinkToken) or not flow.has_state(state, token, provider):
             raise InvalidOAuthState()
-        return token
+        return token, flow
+
+    def claim_oauth_flow(self, token: LinkToken, flow: OAuthFlow, request_id: str) -> None:
+        """The maker sent the browser of `flow` back: claim the flow, once, before
+        anything the maker sent is used. Raises LinkTokenRejected (the link is dead
+        meanwhile: expired, consumed, its user deleted), OAuthFlowUsed or
+        OAuthFlowExpired."""
+        ctx = CommandContext(actor=link_token_actor(token.id), request_id=request_id)
+        now = self.clock()
+        token.require_usable(now)
+        try:
+            self.users.load_live(token.team_id, token.user_id)
+        except (UserNotFound, UserScheduledForDeletion) as exc:
+            raise LinkTokenRejected(INVALID_TOKEN) from exc
+        flow.come_back(ctx, now)
+        try:
+            self.ledger.save(flow)
+        except IntegrityError as exc:
+            # Another callback with the same state claimed it first.
+            raise OAuthFlowUsed() from exc
 
     def connect_oauth(
         self,
-        state: str,
-        provider: str,
+        token: LinkToken,
+        flow: OAuthFlow,
         code: str,
         redirect_uri: str,
+        binding: str,
         request_id: str,
         resources: Sequence[str],
     ) -> LinkToken:
-        """The maker sent the person back with `code`: exchange it through the provider's
-        adapter, then connect the provider for the token's user and consume the token in
-        one transaction, as `connect_demo` does.
+        """The maker sent the person back with `code` on a claimed flow: exchange it
+        through the provider's adapter (with the flow's PKCE verifier), then connect the
+        provider for the token's user, store the maker's tokens sealed with the user's
+        key and consume the link token, in one transaction, as `connect_demo` does.
 
-        The token and its user are checked before the code is spent. The team's custom
-        credentials for the provider, when set, are the client the exchange authenticates
-        as (their redirect_uri is this callback). Raises InvalidOAuthState,
-        LinkTokenRejected, OAuthNotSupported, OAuthExchangeFailed or AlreadyConnected;
-        none consumes the token.
+        The token and its user are checked again before the code is spent (the claim
+        was its own transaction). The team's custom credentials for the provider, when
+        set, are the client the exchange authenticates as. Raises LinkTokenRejected,
+        OAuthNotSupported, OAuthExchangeFailed or AlreadyConnected; none consumes the
+        token.
         """
-        token = self.token_of_state(state, provider)
+        provider = flow.provider
         ctx = CommandContext(actor=link_token_actor(token.id), request_id=request_id)
         token.require_usable(self.clock())
         try:
@@ -239,10 +284,19 @@ class LinkTokens:
         except (UserNotFound, UserScheduledForDeletion) as exc:
             raise LinkTokenRejected(INVALID_TOKEN) from exc
         adapter = self._oauth_adapter(provider)
-        grant = adapter.exchange(code, redirect_uri, self._custom_client(token.team_id, provider))
+        grant = adapter.exchange(
+            code,
+            redirect_uri,
+            self.oauth_clients.custom(token.team_id, provider),
+            pkce_verifier(binding, flow.id),
+        )
         # The exchange took a round trip to the maker: the clock moves on.
         now = self.clock()
-        sealed = self.connections.vault.seal(token.user_id, grant.external_user_id)
+        sealed = (
+            None
+            if grant.external_user_id is None
+            else self.connections.vault.seal(token.user_id, grant.external_user_id)
+        )
         availability = adapter.availability(resources)
         connection = self.ledger.find(Connection.id_for(token.user_id, provider))
         if connection is None:
@@ -268,31 +322,26 @@ class LinkTokens:
         feeds = self.connections.pulls.schedule(ctx, connection, user, resources, now)
         prepared = PreparedConnection(connection, feeds)
         token.consume(ctx, now, provider)
+        kept: AbstractContextManager[None] = nullcontext()
+        if grant.tokens is not None and grant.client_id is not None:
+            kept = self.provider_tokens.kept_with(
+                connection.id,
+                GrantToKeep(token.user_id, token.team_id, provider, grant.client_id, grant.tokens),
+            )
         try:
-            self.ledger.save(*prepared.aggregates, token)
+            with kept:
+                self.ledger.save(*prepared.aggregates, token)
         except IntegrityError as exc:
             raise self._lost_to(token.id) from exc
         return token
 
     def _oauth_adapter(self, provider: str) -> ProviderAdapter:
         # The composition root's one lookup of adapters, which pulls use too: a maker's
-        # adapter registered there serves its callback and its connections' pulls alike.
+        # adapter registered there serves its link flow and its connections' pulls alike.
         try:
             return self.connections.pulls.adapter_for(provider, False)
         except LookupError as exc:
             raise OAuthNotSupported(f"No OAuth adapter for {provider}.") from exc
-
-    def _custom_client(self, team_id: UUID, provider: str) -> OAuthClient | None:
-        creds = self.ledger.find(CustomCredentials.id_for(team_id, provider))
-        if not isinstance(creds, CustomCredentials) or creds.status != SET:
-            return None
-        if creds.client_id is None or creds.sealed_client_secret is None:
-            return None
-        opened = self.connections.vault.open(team_id, creds.sealed_client_secret)
-        # None once the team's data key is destroyed (a deleted team): no client left.
-        if not isinstance(opened, dict) or not opened.get("client_secret"):
-            return None
-        return OAuthClient(creds.client_id, opened["client_secret"])
 
     def _lost_to(self, token_id: UUID) -> LedgerError:
         """What a connect lost to: another use of the token, or another connection of the

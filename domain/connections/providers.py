@@ -6,9 +6,10 @@ tests) implements `ProviderAdapter`. The pull engine (`pulling.py`) splits a pul
 into chunks and asks the adapter for one chunk at a time, so a provider's page limits and
 rate limits stay inside its adapter.
 
-A provider whose users sign in at the maker (OAuth) also exchanges the authorization code
-the maker sends the person's browser back with (`exchange`, step 3 of the link flow in
-docs/connections.md); an adapter without such a flow says so with `OAuthNotSupported`.
+A provider whose users sign in at the maker (OAuth) also says where to send the person's
+browser (`authorization_url`) and exchanges the authorization code the maker sends it back
+with (`exchange`; the link flow in docs/connections.md); an adapter without such a flow
+says so with `OAuthNotSupported`.
 
 Error codes are the ones gaps.md names for historical pulls; an adapter raises
 `ProviderError` with one of them. A provider that reports the user's grant as broken
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol
 from uuid import UUID
+
+from healthledger.domain.connections.provider_tokens import ProviderTokens
 
 # Pull error codes (gaps.md, historical pulls).
 RETRIABLE_CODES = frozenset(
@@ -112,14 +115,16 @@ class OAuthClient:
 
 @dataclass(frozen=True)
 class OAuthGrant:
-    """What the maker answered for an authorization code: whose account was granted.
+    """What the maker answered for an authorization code: whose account was granted, and
+    the tokens that reach it (stored sealed with the connection, provider_tokens.py)."""
 
-    The maker's tokens stay inside the adapter for now: storing them sealed with the
-    connection comes with the first real maker adapter, which is the one that reads them.
-    """
-
-    # The maker's id for the person: personal, sealed before it is recorded.
-    external_user_id: str
+    # The maker's id for the person: personal, sealed before it is recorded. None when
+    # the maker's token answer does not name the account.
+    external_user_id: str | None
+    # The client that made the exchange (a refresh must authenticate as it), and what
+    # the maker granted; None for an adapter that keeps no tokens.
+    client_id: str | None = None
+    tokens: ProviderTokens | None = None
 
 
 class OAuthNotSupported(Exception):
@@ -154,9 +159,21 @@ class ProviderAdapter(Protocol):
         Raises ProviderError. `attempt` counts from 1 for the pull being run."""
         ...
 
-    def exchange(self, code: str, redirect_uri: str, client: OAuthClient | None) -> OAuthGrant:
+    def authorization_url(
+        self, redirect_uri: str, client: OAuthClient | None, state: str, code_challenge: str
+    ) -> str:
+        """Where to send the person's browser to sign in at the maker and grant access:
+        the maker sends it back to `redirect_uri` with `state`. `code_challenge` is the
+        PKCE S256 challenge of the verifier the exchange will present. Raises
+        OAuthNotSupported (no OAuth flow, or no client to authenticate as)."""
+        ...
+
+    def exchange(
+        self, code: str, redirect_uri: str, client: OAuthClient | None, code_verifier: str
+    ) -> OAuthGrant:
         """Trade the authorization `code` the maker sent to `redirect_uri` (our callback,
         which the maker checks against the one the authorization used) for the person's
-        grant, authenticating as `client`. Raises OAuthNotSupported or
-        OAuthExchangeFailed."""
+        grant, authenticating as `client` (None: the service's own client) and proving
+        the authorization was ours with the PKCE `code_verifier`. Raises
+        OAuthNotSupported or OAuthExchangeFailed."""
         ...

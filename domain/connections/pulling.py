@@ -34,6 +34,7 @@ from healthledger.domain.connections.resource_feeds import (
     SUCCESS,
     ResourceFeed,
 )
+from healthledger.domain.connections.sessions import SESSION_RESOURCES, session_changes
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.users.user import User
@@ -315,9 +316,19 @@ class Pulls:
         )
         if start >= end:
             return None
+        sessions = feed.resource in SESSION_RESOURCES
         try:
             found = self._adapter(connection).fetch(
                 _target(feed, connection), start.date(), end.date(), now, 1
+            )
+            # Sessions are announced one by one: what the days held before this sync
+            # tells which of their sessions are new and which changed.
+            before = (
+                self.store.read(
+                    feed.user_id, feed.provider, feed.resource, start.date(), end.date()
+                )
+                if sessions
+                else {}
             )
             stored = self.store.store(feed.user_id, feed.provider, {feed.resource: found})[
                 feed.resource
@@ -331,7 +342,24 @@ class Pulls:
             return None
         except UserDataGone:
             return None
-        feed.synced(ctx, now, created_days=stored.created, updated_days=stored.updated)
+        changes = (
+            session_changes(feed.resource, before, found, [*stored.created, *stored.updated])
+            if sessions
+            else []
+        )
+        for change in changes:
+            feed.synced(
+                ctx,
+                now,
+                created_days=[change.day] if change.created else [],
+                updated_days=[] if change.created else [change.day],
+                session=change.key,
+            )
+        if not changes:
+            # A plain resource's days; or no session changed (one removed, or nothing):
+            # the sync is recorded all the same, it is when the feed was last synced.
+            created, updated = ([], []) if sessions else (stored.created, stored.updated)
+            feed.synced(ctx, now, created_days=created, updated_days=updated)
         self._save(feed)
         return stored.created, stored.updated
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, date, datetime
+from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
@@ -134,11 +135,21 @@ class ResourceFeed(Aggregate):
             feed.error_code = self.error_code
 
     class DailySynced(Event):
-        """A later sync: the days it found new and the days whose data changed."""
+        """A later sync: the days it found new and the days whose data changed. For a
+        resource kept as sessions (workouts, meals: `domain/connections/sessions.py`) a
+        sync records one event per session that is new or changed, naming it in
+        `session`, with its day as created or updated; version 1 (before sessions) has
+        None there, and its days announce whole days."""
 
         TOPIC = "healthledger:ResourceFeed.DailySynced.v1"
+        class_version = 2
         created_days: list[date]
         updated_days: list[date]
+        session: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["session"] = None
 
         def apply(self, feed: ResourceFeed) -> None:
             days = [*self.created_days, *self.updated_days]
@@ -302,9 +313,15 @@ class ResourceFeed(Aggregate):
         *,
         created_days: list[date],
         updated_days: list[date],
+        session: str | None = None,
     ) -> None:
         self._trigger(
-            ctx, now, self.DailySynced, created_days=created_days, updated_days=updated_days
+            ctx,
+            now,
+            self.DailySynced,
+            created_days=created_days,
+            updated_days=updated_days,
+            session=session,
         )
 
     def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: object) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -21,12 +21,13 @@ from healthledger.domain.errors import (
     TeamNotFound,
     UserNotFound,
 )
+from healthledger.domain.labs.orders import BY_USER_DELETION as ORDER_BY_USER_DELETION
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.ledger import Clock, Ledger, command
 from healthledger.domain.personal_data import Demographics, KeepsNewKeys, PersonalDataVault
 from healthledger.domain.users.client_user_ids import ClaimLocation, ClientUserIds
 from healthledger.domain.users.user import (
     ACTIVE,
-    PENDING_ERASURE,
     UNDO_REFUSALS,
     ClientUserIdClaim,
     User,
@@ -51,7 +52,9 @@ ERASURE_REMOVES = [
     "read_model:connections",
     "read_model:resource_feeds",
     "read_model:link_tokens",
+    "read_model:orders",
     "health_data",
+    "provider_tokens",
     "webhook_deliveries:queued",
 ]
 QUEUED_DELIVERIES = "webhook_deliveries:queued"
@@ -82,8 +85,9 @@ class UserLifecycle:
         live_connection_ids: Callable[[UUID], list[UUID]] = lambda user_id: [],
         client_user_ids: ClientUserIds | None = None,
         *,
-        erasure_inventory: Callable[[UUID], Mapping[str, int]],
-        queued_deliveries: Callable[[UUID], list[UUID]],
+        erasure_inventory: Callable[[Sequence[UUID]], Mapping[UUID, Mapping[str, int]]],
+        queued_deliveries: Callable[[Sequence[UUID]], Mapping[UUID, Sequence[UUID]]],
+        open_order_ids: Callable[[UUID], list[UUID]] = lambda user_id: [],
     ) -> None:
         self.ledger = ledger
         self.vault = vault
@@ -96,8 +100,11 @@ class UserLifecycle:
         self.clock = clock
         self.grace_period = grace_period
         self.live_connection_ids = live_connection_ids
-        # The rows each place of ERASURE_REMOVES but the queued deliveries holds for a
-        # user, and the ids of the webhook deliveries still queued about a user.
+        # The ids of the user's lab test orders that are not completed, cancelled or failed.
+        self.open_order_ids = open_order_ids
+        # Per user of a batch: the rows each place of ERASURE_REMOVES but the queued
+        # deliveries holds, and the ids of the webhook deliveries still queued about it
+        # (each read in one query for the whole batch; a user with none is left out).
         self.erasure_inventory = erasure_inventory
         self.queued_deliveries = queued_deliveries
         # The team secrets and claims of client_user_ids; also how a team's digest of a
@@ -285,10 +292,16 @@ class UserLifecycle:
         connections = self._live_connections(user.id)
         for connection in connections:
             connection.deregister(ctx, now, BY_USER_DELETION)
+        # And every open lab test order is cancelled, in the same transaction too; an undo
+        # restores none of them either.
+        orders = self._open_orders(user.id)
+        for order in orders:
+            order.cancel(ctx, now, ORDER_BY_USER_DELETION)
         self._save(
             user,
             claim,
             *connections,
+            *orders,
             conflict=lambda: self._reason_for_conflict(team_id, user_id),
         )
         return user
@@ -347,38 +360,77 @@ class UserLifecycle:
         count that moved meanwhile (a delivery queued, a chunk stored) is counted again."""
         failure: ErasureNotVerified | None = None
         for _attempt in range(_ERASE_ATTEMPTS):
-            user = self.ledger.find(user_id)
-            if not isinstance(user, User) or user.status != PENDING_ERASURE:
-                return False
-            now = self.clock()
-            if not user.is_due_for_erasure(now):
-                return False
-            deliveries = [
-                d
-                for d in (self.ledger.find(i) for i in self.queued_deliveries(user.id))
-                if isinstance(d, WebhookDelivery) and d.status == DELIVERY_PENDING
-            ]
-            for delivery in deliveries:
-                delivery.drop(ctx, now, DROPPED_BY_ERASURE)
-            found = {**self.erasure_inventory(user.id), QUEUED_DELIVERIES: len(deliveries)}
-            user.erase(ctx, now, {place: found.get(place, 0) for place in ERASURE_REMOVES})
             try:
-                self.ledger.save(user, *deliveries)
+                return bool(self._erase_at_once(ctx, [user_id]))
             except IntegrityError:
                 continue  # another sweeper erased it, or a sender recorded a delivery
             except ErasureNotVerified as exc:
                 failure = exc
                 continue
-            return True
         if failure is not None:
             raise failure
         return False
+
+    @command
+    def erase_users(self, ctx: CommandContext, user_ids: Sequence[UUID]) -> int:
+        """Erase, in one save, those of these users whose grace period has ended (the
+        others are left alone); returns how many. Each user's Erased event is checked by
+        the recording transaction as `erase_user`'s is, the places counted, deleted and
+        checked for the whole batch at once.
+
+        All or nothing: if another process erased one of them meanwhile, or a count
+        moved, nothing is recorded and this raises ConcurrentChange; if a check failed,
+        ErasureNotVerified. The caller then erases them one by one (`erase_user`), so
+        that one user never holds back the others."""
+        try:
+            return len(self._erase_at_once(ctx, user_ids))
+        except IntegrityError as exc:
+            raise ConcurrentChange() from exc
+
+    def _erase_at_once(self, ctx: CommandContext, user_ids: Sequence[UUID]) -> list[User]:
+        """One attempt: the due users among `user_ids` erased in one save, their queued
+        deliveries dropped in it; the users erased."""
+        now = self.clock()
+        # A batch loads in a few queries, however many users it holds.
+        loaded = self.ledger.find_many(user_ids) if len(user_ids) > 1 else None
+        due = [
+            user
+            for user in (
+                (loaded.get(user_id) if loaded is not None else self.ledger.find(user_id))
+                for user_id in user_ids
+            )
+            if isinstance(user, User) and user.is_due_for_erasure(now)
+        ]
+        if not due:
+            return []
+        ids = [user.id for user in due]
+        inventories = self.erasure_inventory(ids)
+        queued = self.queued_deliveries(ids)
+        queued_found = self.ledger.find_many([i for uid in ids for i in queued.get(uid, ())])
+        dropped: list[WebhookDelivery] = []
+        for user in due:
+            deliveries = [
+                d
+                for d in (queued_found.get(i) for i in queued.get(user.id, ()))
+                if isinstance(d, WebhookDelivery) and d.status == DELIVERY_PENDING
+            ]
+            for delivery in deliveries:
+                delivery.drop(ctx, now, DROPPED_BY_ERASURE)
+            dropped += deliveries
+            found = {**inventories.get(user.id, {}), QUEUED_DELIVERIES: len(deliveries)}
+            user.erase(ctx, now, {place: found.get(place, 0) for place in ERASURE_REMOVES})
+        self.ledger.save(*due, *dropped)
+        return due
 
     # -- helpers ------------------------------------------------------------------------
 
     def _live_connections(self, user_id: UUID) -> list[Connection]:
         found = (self.ledger.find(cid) for cid in self.live_connection_ids(user_id))
         return [c for c in found if isinstance(c, Connection) and c.is_live]
+
+    def _open_orders(self, user_id: UUID) -> list[Order]:
+        found = (self.ledger.find(oid) for oid in self.open_order_ids(user_id))
+        return [o for o in found if isinstance(o, Order) and o.is_open]
 
     def _claim_of(self, user: User) -> ClientUserIdClaim:
         claim = self.ledger.find(user.claim_id)

@@ -11,6 +11,7 @@ an erased user too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -18,6 +19,7 @@ from uuid import UUID
 
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecation_calendar import Rules
 
@@ -31,6 +33,16 @@ LIFECYCLE_EVENT_TYPES: dict[type, str] = {
     User.Erased: USER_ERASED,
 }
 
+# Lab test orders (issue 14): an order placed, every later change of its status, and a
+# completion whose results hold a critical value.
+ORDER_CREATED = "labtest.order.created"
+ORDER_UPDATED = "labtest.order.updated"
+RESULT_CRITICAL = "labtest.result.critical"
+ORDER_STATUS_CHANGES = (Order.StatusChanged, Order.Completed, Order.Cancelled, Order.Failed)
+# Whether a completion's results hold a critical value, from the user's id and the sealed
+# interpretation: the caller that holds the key answers (False when the key is gone).
+IsCritical = Callable[[UUID, str], bool]
+
 # Resources whose events are timeseries events, named `*.timeseries.<resource>.*`: only
 # the deprecated hypnogram keeps that form; every other resource is `*.data.<resource>.*`.
 _TIMESERIES_FORM = frozenset({"hypnogram"})
@@ -43,6 +55,10 @@ class Announcement:
     team_id: UUID
     # The daily data event's day (one announcement per day); None otherwise.
     day: date | None = None
+    # The session it announces, for a resource kept as sessions (workouts, meals): one
+    # announcement per session, each from its own `DailySynced`. None otherwise, and for
+    # syncs recorded before sessions (they announced whole days).
+    session: str | None = None
 
 
 def _data_type(stage: str, resource: str, verb: str) -> str:
@@ -50,12 +66,27 @@ def _data_type(stage: str, resource: str, verb: str) -> str:
     return f"{stage}.{form}.{resource}.{verb}"
 
 
-def announcements(event: Any, stream: Any, rules: Rules) -> list[Announcement]:
+def _never_critical(user_id: UUID, sealed: str) -> bool:
+    return False
+
+
+def announcements(
+    event: Any, stream: Any, rules: Rules, is_critical: IsCritical | None = None
+) -> list[Announcement]:
     """The public events `event` announces; `stream` is its aggregate (for who it is of)."""
     found: list[Announcement] = []
     lifecycle = LIFECYCLE_EVENT_TYPES.get(type(event))
     if lifecycle is not None:
         found.append(Announcement(lifecycle, stream.id, stream.team_id))
+    elif isinstance(event, Order.Created):
+        found.append(Announcement(ORDER_CREATED, stream.user_id, stream.team_id))
+    elif isinstance(event, ORDER_STATUS_CHANGES):
+        found.append(Announcement(ORDER_UPDATED, stream.user_id, stream.team_id))
+        critical = is_critical or _never_critical
+        if isinstance(event, Order.Completed) and critical(
+            stream.user_id, event.sealed_interpretation
+        ):
+            found.append(Announcement(RESULT_CRITICAL, stream.user_id, stream.team_id))
     elif isinstance(event, Connection.Created | Connection.Reconnected):
         found.append(Announcement("provider.connection.created", stream.user_id, stream.team_id))
     elif isinstance(event, Connection.Errored):
@@ -72,6 +103,7 @@ def announcements(event: Any, stream: Any, rules: Rules) -> list[Announcement]:
         for verb, days in (("created", event.created_days), ("updated", event.updated_days)):
             event_type = _data_type("daily", stream.resource, verb)
             found.extend(
-                Announcement(event_type, stream.user_id, stream.team_id, day) for day in days
+                Announcement(event_type, stream.user_id, stream.team_id, day, event.session)
+                for day in days
             )
     return [a for a in found if rules.sends(a.event_type)]

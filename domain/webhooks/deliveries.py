@@ -8,6 +8,10 @@ its status code, latency and outcome is in the delivery's history.
                                                deleted: never sent)
     succeeded | failed | dropped -> pending   (Replayed: a redelivery, same message id)
 
+Every POST made is recorded, also one made after the delivery left `pending` (a sender
+whose lease ran out while another recorded the outcome, ADR 0019): it counts as an
+attempt, a success makes the delivery `succeeded`, a failure changes nothing else.
+
 The delivery holds no payload: the payload is built when it is sent, from the source event
 (named by id and version) and the data it points at, by the rules in force at the source
 event's own time. A user erased meanwhile has nothing left to build it from, so the
@@ -100,6 +104,8 @@ class WebhookDelivery(Aggregate):
             if self.outcome == "success":
                 delivery.status = SUCCEEDED
                 delivery.next_attempt_at = None
+            elif delivery.status != PENDING:
+                pass  # a late failure: the outcome recorded before it stands
             elif self.next_attempt_at is None:
                 delivery.status = FAILED
                 delivery.next_attempt_at = None
@@ -208,11 +214,13 @@ class WebhookDelivery(Aggregate):
         final: bool = False,
     ) -> None:
         """Record a POST. A failure is retried on the schedule (no sooner than a 429's
-        Retry-After) unless it was the last try or `final` (a 410)."""
+        Retry-After) unless it was the last try or `final` (a 410), or the delivery is no
+        longer pending (a late POST: another sender recorded the outcome)."""
         attempt = self.attempts + 1
         success = error is None
         next_at = None
-        if not success and not final and attempt <= len(RETRY_DELAYS):
+        late = self.status != PENDING
+        if not success and not final and not late and attempt <= len(RETRY_DELAYS):
             delay = RETRY_DELAYS[attempt - 1]
             if retry_after is not None:
                 delay = max(delay, retry_after)

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import freezegun
 import httpx
 import pydantic
 import pytest
@@ -41,12 +40,6 @@ from vital.types import (
 
 from tests.conftest import Team
 from tests.e2e.test_server import free_port
-
-# The client's packages import their modules lazily, on attribute access, and freezegun
-# reads the attributes of every loaded module when a test freezes time: a later test of the
-# session would then import the client's models with freezegun's fake datetime class, which
-# pydantic refuses. The client's modules hold no clock of ours: freezegun may skip them.
-freezegun.configure(extend_ignore_list=["vital"])
 
 # Where the client keeps its generated code: raw_client.py holds each call's method and path.
 VITAL_DIR = Path(vital.__file__).parent
@@ -343,12 +336,42 @@ SERVED: list[tuple[str, str, str]] = [
     ("user.delete", "DELETE", "/v2/user/{user_id}"),
     ("user.patch", "PATCH", "/v2/user/{user_id}"),
     ("user.undo_delete", "POST", "/v2/user/undo_delete"),
+    # Closed beta (tests/e2e/test_official_client_portal.py drives it).
+    ("user.create_portal_url", "POST", "/v2/user/{user_id}/create_portal_url"),
     ("link.token", "POST", "/v2/link/token"),
     ("link.is_token_valid", "POST", "/v2/link/token/isValid"),
     ("link.connect_demo_provider", "POST", "/v2/link/connect/demo"),
     ("providers.get_all", "GET", "/v2/providers"),
     ("introspect.get_user_resources", "GET", "/v2/introspect/resources"),
     ("introspect.get_user_historical_pulls", "GET", "/v2/introspect/historical_pull"),
+    # The aggregate query (tests/e2e/test_official_client_aggregate.py drives it).
+    ("aggregate.query_one", "POST", "/aggregate/v1/user/{user_id}/query"),
+    # Summaries (tests/e2e/test_official_client_health_data.py drives them).
+    ("sleep.get", "GET", "/v2/summary/sleep/{user_id}"),
+    ("activity.get", "GET", "/v2/summary/activity/{user_id}"),
+    ("workouts.get", "GET", "/v2/summary/workouts/{user_id}"),
+    ("body.get", "GET", "/v2/summary/body/{user_id}"),
+    ("meal.get", "GET", "/v2/summary/meal/{user_id}"),
+    ("profile.get", "GET", "/v2/summary/profile/{user_id}"),
+    ("sleep_cycle.get", "GET", "/v2/summary/sleep_cycle/{user_id}"),
+    ("menstrual_cycle.get", "GET", "/v2/summary/menstrual_cycle/{user_id}"),
+    ("electrocardiogram.get", "GET", "/v2/summary/electrocardiogram/{user_id}"),
+    # Lab catalog, lab tests, area info (tests/e2e/test_official_client_labs.py drives them).
+    ("lab_tests.get_labs", "GET", "/v3/lab_tests/labs"),
+    ("lab_tests.get_markers", "GET", "/v3/lab_tests/markers"),
+    ("lab_tests.get_markers_for_order_set", "POST", "/v3/lab_tests/list_order_set_markers"),
+    ("lab_tests.get", "GET", "/v3/lab_tests"),
+    ("lab_tests.create", "POST", "/v3/lab_tests"),
+    ("lab_tests.get_by_id", "GET", "/v3/lab_tests/{lab_test_id}"),
+    ("lab_tests.get_markers_for_lab_test", "GET", "/v3/lab_tests/{lab_test_id}/markers"),
+    ("lab_tests.get_area_info", "GET", "/v3/order/area/info"),
+    # Lab test orders (tests/e2e/test_official_client_orders.py drives them).
+    ("lab_tests.create_order", "POST", "/v3/order"),
+    ("lab_tests.get_order", "GET", "/v3/order/{order_id}"),
+    ("lab_tests.get_orders", "GET", "/v3/orders"),
+    ("lab_tests.cancel_order", "POST", "/v3/order/{order_id}/cancel"),
+    ("lab_tests.simulate_order_process", "POST", "/v3/order/{order_id}/test"),
+    ("lab_tests.get_result_raw", "GET", "/v3/order/{order_id}/result"),
 ]
 
 # One sync method of a raw client: its name, then (further down) its method= and path.

@@ -41,6 +41,9 @@ from healthledger.adapters.persistence.schema import stream_owners
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext
+from healthledger.domain.labs.ordering import OrderRequest
+from healthledger.domain.labs.patients import PatientAddress, PatientDetails
+from healthledger.domain.labs.sandbox import SandboxPolicy
 from healthledger.domain.ledger import Ledger
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
 from healthledger.domain.teams.custom_credentials import CustomCredentials
@@ -422,6 +425,26 @@ def shown(entries: list[Any]) -> dict[tuple[str, str], set[str]]:
     return found
 
 
+def order_request(user_id: UUID) -> OrderRequest:
+    """An order of a shared demo lab test with the patient's details and address sent."""
+    details = PatientDetails.model_validate(
+        {
+            "first_name": "Ada",
+            "last_name": "Lovelace",
+            "email": "ada.lovelace@example.org",
+            "phone_number": "+44 20 7946 0958",
+            "gender": "female",
+            "dob": "1985-12-10",
+        }
+    )
+    address = PatientAddress.model_validate(
+        {"first_line": "12 Analytical Row", "zip_code": "10001", "state": "NY", "city": "NYC"}
+    )
+    return OrderRequest(
+        user_id, UUID("0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"), None, details, address
+    )
+
+
 def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     story: Story, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -440,6 +463,13 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     svc.connections.connect_demo(CTX, team, story.user, "oura", ["sleep"])
     story.clock.tick()
     svc.users.update_user(CTX, team, story.user, {"client_user_id": "audited-again"})
+    # A lab test order (issue 14), placed with an idempotency key, taken to its results.
+    monkeypatch.setattr(
+        svc.lab_orders, "policy", SandboxPolicy(failure_rate=0, cancellation_rate=0)
+    )
+    order = svc.lab_orders.place(CTX, team, order_request(story.user), "audited-order")
+    while svc.lab_orders.advance(CTX, team, order.id).is_open:
+        story.clock.tick()
     team_streams = [team, CustomCredentials.id_for(team, "oura"), story.endpoint]
     connection = story.connection("oura")
 
@@ -476,6 +506,9 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     printed = cli(connection)
     assert f"sealed_external_user_id={ERASED_PLACEHOLDER}" in printed
     assert SEALED_PLACEHOLDER not in printed
+    printed = cli(order.id)
+    assert f"sealed_results={ERASED_PLACEHOLDER}" in printed and "Order.Completed" in printed
+    assert SEALED_PLACEHOLDER not in printed and "Lovelace" not in printed
 
     # The team's deletion destroys the team's key: its sealed values follow it.
     svc.teams.delete_team(CTX, DEFAULT_ORG_ID, team)

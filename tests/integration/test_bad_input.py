@@ -86,6 +86,16 @@ def validation_error(
     return matching[0]
 
 
+@contextmanager
+def case_named(case_id: str) -> Iterator[None]:
+    """Put `case_id` at the head of the message of an assertion failing in the block (the
+    helpers' own assertions do not know which case of a loop they are checking)."""
+    try:
+        yield
+    except AssertionError as error:
+        raise AssertionError(f"[{case_id}] {error}") from error
+
+
 def body_with(field: str, value: Any, **base: Any) -> dict[str, Any]:
     return base if value is MISSING else {**base, field: value}
 
@@ -117,26 +127,28 @@ MALFORMED_IDS = [
 ]
 
 
-@pytest.mark.parametrize(("method", "template"), ROUTES_WITH_A_USER_ID)
 def test_a_malformed_user_id_in_the_path_is_404_or_422(
     service: Service,
     client: TestClient,
     team: Team,
     user: dict[str, Any],
-    method: str,
-    template: str,
 ) -> None:
     enable_demographics(service, team)
     bodies = {"/v2/user/{}": {"fallback_time_zone": "UTC"}, "/v2/user/{}/info": {"gender": "x"}}
-    json = bodies.get(template) if method == "PATCH" else None
     candidates = [*MALFORMED_IDS, user["user_id"] + "0", user["user_id"][:-1]]
     with nothing_changes(service, client, team, user["user_id"]):
-        for bad in candidates:
-            response = client.request(method, template.format(bad), json=json, headers=team.headers)
-            assert response.status_code in NOT_FOUND_KINDS, (bad, response.text)
-            assert "detail" in response.json()
-            if response.status_code == 422:
-                validation_error(response, ["path", "user_id"])
+        for method, template in ROUTES_WITH_A_USER_ID:
+            json = bodies.get(template) if method == "PATCH" else None
+            for bad in candidates:
+                case_id = f"{method} {template.format(bad)}"
+                response = client.request(
+                    method, template.format(bad), json=json, headers=team.headers
+                )
+                assert response.status_code in NOT_FOUND_KINDS, (case_id, response.text)
+                assert "detail" in response.json(), case_id
+                if response.status_code == 422:
+                    with case_named(case_id):
+                        validation_error(response, ["path", "user_id"])
 
 
 @pytest.mark.parametrize("method", ["GET", "PATCH", "DELETE"])
@@ -173,39 +185,39 @@ BAD_CLIENT_USER_IDS = [
 ]
 
 
-@pytest.mark.parametrize(("value", "error_type"), BAD_CLIENT_USER_IDS)
 def test_create_with_a_bad_client_user_id_is_422(
     service: Service,
     client: TestClient,
     team: Team,
     user: dict[str, Any],
-    value: Any,
-    error_type: str,
 ) -> None:
-    body = body_with("client_user_id", value, fallback_time_zone="UTC")
-    with nothing_changes(service, client, team, user["user_id"]):
-        response = client.post("/v2/user", json=body, headers=team.headers)
-    validation_error(response, ["body", "client_user_id"], error_type, secret=value)
-    listed = client.get("/v2/user", headers=team.headers).json()
-    assert listed["total"] == 1
+    for case in BAD_CLIENT_USER_IDS:
+        value, error_type = case.values
+        with case_named(str(case.id)):
+            body = body_with("client_user_id", value, fallback_time_zone="UTC")
+            with nothing_changes(service, client, team, user["user_id"]):
+                response = client.post("/v2/user", json=body, headers=team.headers)
+            validation_error(response, ["body", "client_user_id"], error_type, secret=value)
+            listed = client.get("/v2/user", headers=team.headers).json()
+            assert listed["total"] == 1, (case.id, listed)
 
 
-@pytest.mark.parametrize(
-    ("value", "error_type"), [p for p in BAD_CLIENT_USER_IDS if p.id not in ("missing", "null")]
-)
 def test_patch_to_a_bad_client_user_id_is_422(
     service: Service,
     client: TestClient,
     team: Team,
     user: dict[str, Any],
-    value: Any,
-    error_type: str,
 ) -> None:
-    with nothing_changes(service, client, team, user["user_id"]):
-        response = client.patch(
-            f"/v2/user/{user['user_id']}", json={"client_user_id": value}, headers=team.headers
-        )
-    validation_error(response, ["body", "client_user_id"], error_type, secret=value)
+    for case in [p for p in BAD_CLIENT_USER_IDS if p.id not in ("missing", "null")]:
+        value, error_type = case.values
+        with case_named(str(case.id)):
+            with nothing_changes(service, client, team, user["user_id"]):
+                response = client.patch(
+                    f"/v2/user/{user['user_id']}",
+                    json={"client_user_id": value},
+                    headers=team.headers,
+                )
+            validation_error(response, ["body", "client_user_id"], error_type, secret=value)
 
 
 def test_patch_cannot_remove_the_client_user_id(
@@ -342,31 +354,30 @@ BAD_TIME_ZONES = [
 ]
 
 
-@pytest.mark.parametrize("operation", ["create", "patch"])
-@pytest.mark.parametrize(("value", "error_type"), BAD_TIME_ZONES)
 def test_an_invalid_iana_time_zone_is_422(
     service: Service,
     client: TestClient,
     team: Team,
     user: dict[str, Any],
-    operation: str,
-    value: Any,
-    error_type: str,
 ) -> None:
-    with nothing_changes(service, client, team, user["user_id"]):
-        if operation == "create":
-            response = client.post(
-                "/v2/user",
-                json={"client_user_id": "tz", "fallback_time_zone": value},
-                headers=team.headers,
-            )
-        else:
-            response = client.patch(
-                f"/v2/user/{user['user_id']}",
-                json={"fallback_time_zone": value},
-                headers=team.headers,
-            )
-    validation_error(response, ["body", "fallback_time_zone"], error_type)
+    for operation in ["create", "patch"]:
+        for case in BAD_TIME_ZONES:
+            value, error_type = case.values
+            with case_named(f"{operation}-{case.id}"):
+                with nothing_changes(service, client, team, user["user_id"]):
+                    if operation == "create":
+                        response = client.post(
+                            "/v2/user",
+                            json={"client_user_id": "tz", "fallback_time_zone": value},
+                            headers=team.headers,
+                        )
+                    else:
+                        response = client.patch(
+                            f"/v2/user/{user['user_id']}",
+                            json={"fallback_time_zone": value},
+                            headers=team.headers,
+                        )
+                validation_error(response, ["body", "fallback_time_zone"], error_type)
 
 
 def test_an_invalid_time_zone_is_not_echoed(
@@ -393,28 +404,33 @@ BAD_DATES = [
 ]
 
 
-@pytest.mark.parametrize("operation", ["create", "patch"])
-@pytest.mark.parametrize("field", ["fallback_birth_date", "ingestion_start", "ingestion_end"])
 def test_an_impossible_date_is_422(
     service: Service,
     client: TestClient,
     team: Team,
     user: dict[str, Any],
-    operation: str,
-    field: str,
 ) -> None:
     with nothing_changes(service, client, team, user["user_id"]):
-        for case in BAD_DATES:
-            [value] = case.values
-            if operation == "create":
-                response = client.post(
-                    "/v2/user", json={"client_user_id": "dated", field: value}, headers=team.headers
-                )
-            else:
-                response = client.patch(
-                    f"/v2/user/{user['user_id']}", json={field: value}, headers=team.headers
-                )
-            validation_error(response, ["body", field], secret=str(value) if value else None)
+        for operation in ["create", "patch"]:
+            for field in ["fallback_birth_date", "ingestion_start", "ingestion_end"]:
+                for case in BAD_DATES:
+                    [value] = case.values
+                    with case_named(f"{operation}-{field}-{case.id}"):
+                        if operation == "create":
+                            response = client.post(
+                                "/v2/user",
+                                json={"client_user_id": "dated", field: value},
+                                headers=team.headers,
+                            )
+                        else:
+                            response = client.patch(
+                                f"/v2/user/{user['user_id']}",
+                                json={field: value},
+                                headers=team.headers,
+                            )
+                        validation_error(
+                            response, ["body", field], secret=str(value) if value else None
+                        )
 
 
 @pytest.mark.parametrize(
@@ -643,54 +659,59 @@ def _key_variants(team_key: str) -> dict[str, str | None]:
     }
 
 
-@pytest.mark.parametrize(
-    "variant",
-    [
-        "missing",
-        "empty",
-        "unknown",
-        "wrong-secret",
-        "garbage",
-        "truncated",
-        "extended",
-        "bearer",
-        "upper-case",
-        "revoked",
-    ],
-)
+BAD_KEY_VARIANTS = [
+    "missing",
+    "empty",
+    "unknown",
+    "wrong-secret",
+    "garbage",
+    "truncated",
+    "extended",
+    "bearer",
+    "upper-case",
+    "revoked",
+]
+
+
 def test_a_bad_api_key_is_401(
-    service: Service, client: TestClient, team: Team, user: dict[str, Any], variant: str
+    service: Service, client: TestClient, team: Team, user: dict[str, Any]
 ) -> None:
     ctx = CommandContext.system("test")
     admin = Team(team.team_id, service.teams.issue_team_api_key(ctx, team.team_id).plain)
-    key = _key_variants(team.key)[variant]
-    if variant == "revoked":
-        key_id = team_api_key_id(team.key)
-        assert key_id is not None
-        service.teams.revoke_team_api_key(ctx, key_id)
-    headers = {} if key is None else {"x-service-api-key": key}
+    keys = _key_variants(team.key)
     user_id = user["user_id"]
+    # "revoked" revokes the team's key: it goes last, the other variants are about that key
+    # while it is valid.
+    for variant in sorted(BAD_KEY_VARIANTS, key=lambda v: v == "revoked"):
+        key = keys[variant]
+        if variant == "revoked":
+            key_id = team_api_key_id(team.key)
+            assert key_id is not None
+            service.teams.revoke_team_api_key(ctx, key_id)
+        headers = {} if key is None else {"x-service-api-key": key}
 
-    with nothing_changes(service, client, admin, user_id):
-        responses = [
-            client.get("/v2/user", headers=headers),
-            client.get(f"/v2/user/{user_id}", headers=headers),
-            client.post("/v2/user", json={"client_user_id": "intruder"}, headers=headers),
-            client.patch(f"/v2/user/{user_id}", json={"ingestion_end": None}, headers=headers),
-            client.delete(f"/v2/user/{user_id}", headers=headers),
-            client.post("/v2/user/undo_delete", params={"user_id": user_id}, headers=headers),
-        ]
-    for response in responses:
-        assert response.status_code == 401, (response.request.url, response.text)
-        detail = response.json()["detail"]
-        assert isinstance(detail, str)
-        if variant in ("missing", "empty"):
-            assert detail == MISSING_KEY
-        else:
-            assert detail.startswith("Invalid API key")
-        if key:
-            assert key not in response.text
-    assert client.get("/v2/user", headers=admin.headers).json()["total"] == 1
+        with case_named(variant), nothing_changes(service, client, admin, user_id):
+            responses = [
+                client.get("/v2/user", headers=headers),
+                client.get(f"/v2/user/{user_id}", headers=headers),
+                client.post("/v2/user", json={"client_user_id": "intruder"}, headers=headers),
+                client.patch(f"/v2/user/{user_id}", json={"ingestion_end": None}, headers=headers),
+                client.delete(f"/v2/user/{user_id}", headers=headers),
+                client.post("/v2/user/undo_delete", params={"user_id": user_id}, headers=headers),
+            ]
+        for response in responses:
+            where = (variant, str(response.request.url))
+            assert response.status_code == 401, (*where, response.text)
+            detail = response.json()["detail"]
+            assert isinstance(detail, str), where
+            if variant in ("missing", "empty"):
+                assert detail == MISSING_KEY, where
+            else:
+                assert detail.startswith("Invalid API key"), (*where, detail)
+            if key:
+                assert key not in response.text, where
+        listed = client.get("/v2/user", headers=admin.headers).json()
+        assert listed["total"] == 1, (variant, listed)
 
 
 # -- bodies that are not a JSON object --------------------------------------------------
@@ -716,32 +737,31 @@ NOT_AN_OBJECT = [
 ]
 
 
-@pytest.mark.parametrize(("content", "content_type", "error_type"), NOT_AN_OBJECT)
-@pytest.mark.parametrize("target", ["create", "patch", "patch_info"])
 def test_a_body_that_is_not_a_json_object_is_422(
     service: Service,
     client: TestClient,
     team: Team,
     user: dict[str, Any],
-    content: bytes,
-    content_type: str | None,
-    error_type: str,
-    target: str,
 ) -> None:
     enable_demographics(service, team)
-    method, path = {
-        "create": ("POST", "/v2/user"),
-        "patch": ("PATCH", f"/v2/user/{user['user_id']}"),
-        "patch_info": ("PATCH", f"/v2/user/{user['user_id']}/info"),
-    }[target]
-    headers = {**team.headers, **({"content-type": content_type} if content_type else {})}
-    with nothing_changes(service, client, team, user["user_id"]):
-        response = client.request(method, path, content=content, headers=headers)
-    error = validation_error(response, response.json()["detail"][0]["loc"], error_type)
-    assert error["loc"][0] == "body"
-    if error_type != "json_invalid":
-        assert error["loc"] == ["body"]
-    assert b"in-array" not in response.content
+    for target in ["create", "patch", "patch_info"]:
+        method, path = {
+            "create": ("POST", "/v2/user"),
+            "patch": ("PATCH", f"/v2/user/{user['user_id']}"),
+            "patch_info": ("PATCH", f"/v2/user/{user['user_id']}/info"),
+        }[target]
+        for case in NOT_AN_OBJECT:
+            content, content_type, error_type = case.values
+            case_id = f"{target}-{case.id}"
+            headers = {**team.headers, **({"content-type": content_type} if content_type else {})}
+            with case_named(case_id):
+                with nothing_changes(service, client, team, user["user_id"]):
+                    response = client.request(method, path, content=content, headers=headers)
+                error = validation_error(response, response.json()["detail"][0]["loc"], error_type)
+            assert error["loc"][0] == "body", (case_id, error)
+            if error_type != "json_invalid":
+                assert error["loc"] == ["body"], (case_id, error)
+            assert b"in-array" not in response.content, case_id
 
 
 # -- query parameters of the list --------------------------------------------------------

@@ -70,7 +70,11 @@ PERSONAL = [
     "Augusta",
     "Lovelace",
     "augusta.king",
-    "7946",
+    # The phone number in both its given and its digits-only form. A shorter piece of it
+    # ("7946") turns up by chance in the report's hex digests about once in a few hundred
+    # runs.
+    "7946 0958",
+    "79460958",
     "Analytical Row",
     "Marylebone",
     "Babbageton",
@@ -194,7 +198,7 @@ def test_a_live_user_has_no_deletion_and_a_proof_that_verifies(
     assert report["generated_by"]["actor"].startswith("team_api_key:")
     assert report["request"]["deletions"] == []
     assert report["request"]["undos"] == report["request"]["refused_undos"] == []
-    assert report["request"]["orders"]["supported"] is False
+    assert report["request"]["orders"]["supported"] is True
     assert report["request"]["orders"]["cancelled"] == []
     assert report["erasure"] is None
     # Every event of the user's streams, in log order, each once.
@@ -365,6 +369,8 @@ def test_an_erased_user_shows_its_erasure_the_checks_again_and_the_horizon(
         "read_model:connections",
         "read_model:resource_feeds",
         "read_model:link_tokens",
+        "read_model:orders",
+        "provider_tokens",
         "snapshots",
         "webhook_deliveries:queued",
     }

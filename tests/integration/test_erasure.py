@@ -93,7 +93,9 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "read_model:connections",
             "read_model:resource_feeds",
             "read_model:link_tokens",
+            "read_model:orders",
             "health_data",
+            "provider_tokens",
             "webhook_deliveries:queued",
         }
         assert rows(svc, user_data_keys, user_id=user.id) == 0
@@ -164,33 +166,39 @@ def test_an_undone_deletion_is_never_erased(
 
 
 def test_a_crash_mid_sweep_loses_nothing(
-    service: Service, team: Team, ctx: CommandContext, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, team: Team, ctx: CommandContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with freeze_time(T0):
-        ids = []
-        for n in range(3):
-            user = service.users.create_user(ctx, team.team_id, client_user_id=f"c{n}")
-            service.users.delete_user(ctx, team.team_id, user.id)
-            ids.append(user.id)
-    real_erase = service.users.erase_user
-    calls = {"n": 0}
+    # Batches of one user: the crash comes between two batches' transactions.
+    service = build_service(settings.model_copy(update={"erasure_batch_size": 1}))
+    try:
+        with freeze_time(T0):
+            ids = []
+            for n in range(3):
+                user = service.users.create_user(ctx, team.team_id, client_user_id=f"c{n}")
+                service.users.delete_user(ctx, team.team_id, user.id)
+                ids.append(user.id)
+        real_erase = service.users.erase_users
+        calls = {"n": 0}
 
-    def crashing_erase(ctx_: CommandContext, user_id: Any) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("process killed mid-sweep")
-        return real_erase(ctx_, user_id)
+        def crashing_erase(ctx_: CommandContext, user_ids: Any) -> int:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("process killed mid-sweep")
+            return real_erase(ctx_, user_ids)
 
-    with freeze_time(T0 + timedelta(days=8)):
-        monkeypatch.setattr(service.users, "erase_user", crashing_erase)
-        with pytest.raises(RuntimeError):
-            service.jobs.sweep_erasures()
-        assert rows(service, pending_erasures) == 2  # one done, two still recorded as due
-        monkeypatch.setattr(service.users, "erase_user", real_erase)
-        assert service.jobs.sweep_erasures() == 2
-    assert rows(service, pending_erasures) == 0
-    for user_id in ids:
-        assert service.ledger.find(user_id).status == ERASED  # type: ignore[union-attr]
+        with freeze_time(T0 + timedelta(days=8)):
+            monkeypatch.setattr(service.users, "erase_users", crashing_erase)
+            with pytest.raises(RuntimeError):
+                service.jobs.sweep_erasures()
+            assert rows(service, pending_erasures) == 2  # one done, two still recorded as due
+            monkeypatch.setattr(service.users, "erase_users", real_erase)
+            # The crashed batch's claim was given back: the next sweep takes it at once.
+            assert service.jobs.sweep_erasures() == 2
+        assert rows(service, pending_erasures) == 0
+        for user_id in ids:
+            assert service.ledger.find(user_id).status == ERASED  # type: ignore[union-attr]
+    finally:
+        service.close()
 
 
 def test_a_user_due_while_the_service_was_down_is_erased_on_start(
@@ -282,6 +290,8 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
     from healthledger.adapters.persistence.schema import (
         connections,
         link_tokens,
+        orders,
+        provider_tokens,
         webhook_deliveries,
     )
 
@@ -293,7 +303,9 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         "read_model:connections": rows(service, connections, user_id=user_id),
         "read_model:resource_feeds": rows(service, resource_feeds, user_id=user_id),
         "read_model:link_tokens": rows(service, link_tokens, user_id=user_id),
+        "read_model:orders": rows(service, orders, user_id=user_id),
         "health_data": rows(service, health_data, user_id=user_id),
+        "provider_tokens": rows(service, provider_tokens, user_id=user_id),
         "webhook_deliveries:queued": rows(
             service, webhook_deliveries, user_id=user_id, status="pending"
         ),
@@ -304,7 +316,8 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
 
 def make_user_with_everything(service: Service, team: Team, ctx: CommandContext, name: str) -> Any:
     """A user with demographics, a birth date, a connection and its pulls (health data,
-    resource feeds), two link tokens and webhook deliveries queued about it."""
+    resource feeds), two link tokens, a maker's tokens left behind and webhook deliveries
+    queued about it."""
     user = make_user_with_personal_data(service, team, ctx) if name == "erase-me" else None
     if user is None:
         user = service.users.create_user(
@@ -317,8 +330,49 @@ def make_user_with_everything(service: Service, team: Team, ctx: CommandContext,
         service.link_tokens.issue(
             ctx, team.team_id, "sandbox", user_id=user.id, redirect_url="https://app.example/back"
         )
+    leave_provider_tokens(service, team, user.id)
+    place_an_order(service, team, ctx, user.id)
     service.dispatcher.follow()  # deliveries queued, never sent (no sender runs here)
     return user
+
+
+def place_an_order(service: Service, team: Team, ctx: CommandContext, user_id: uuid.UUID) -> None:
+    """A lab test order (issue 14): its read-model row holds the patient's details and
+    address, sealed; the deletion cancels it and the erasure deletes the row."""
+    from healthledger.domain.labs.ordering import OrderRequest
+    from healthledger.domain.labs.patients import PatientAddress, PatientDetails
+
+    details = {k: v for k, v in DEMOGRAPHICS.items() if k != "address"}
+    request = OrderRequest(
+        user_id,
+        uuid.UUID("0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"),  # a shared demo lab test
+        None,
+        PatientDetails.model_validate(details),
+        PatientAddress.model_validate(DEMOGRAPHICS["address"]),
+    )
+    service.lab_orders.place(ctx, team.team_id, request)
+
+
+def leave_provider_tokens(service: Service, team: Team, user_id: uuid.UUID) -> None:
+    """A maker's tokens (sealed with the user's key) that no deregistration reaches: what
+    a connection period whose end was not recorded would leave, and what the erasure's
+    own deletion and check are there for."""
+    from healthledger.adapters.persistence.schema import provider_tokens
+
+    sealed = service.key_store.seal(user_id, {"access_token": "at", "refresh_token": "rt"})
+    with service.db.write() as conn:
+        conn.execute(
+            provider_tokens.insert().values(
+                connection_id=uuid.uuid4(),
+                user_id=user_id,
+                team_id=team.team_id,
+                provider="polar",
+                client_id="service-client",
+                sealed_tokens=sealed,
+                version=1,
+                stored_at=T0,
+            )
+        )
 
 
 def test_an_erasure_empties_counts_and_checks_every_place_that_names_the_user(
@@ -403,9 +457,9 @@ def test_an_erasure_whose_counts_do_not_hold_is_rolled_back_and_retried(
 
     # The command's count is short of what the transaction deletes (as if a chunk of
     # health data were stored between the two): nothing may be recorded.
-    def short_count(user_id: Any) -> dict[str, int]:
-        found = dict(real_inventory(user_id))
-        found["health_data"] -= 1
+    def short_count(user_ids: Any) -> dict[Any, dict[str, int]]:
+        found = {user_id: dict(places) for user_id, places in real_inventory(user_ids).items()}
+        found[user.id]["health_data"] -= 1
         return found
 
     monkeypatch.setattr(service.users, "erasure_inventory", short_count)

@@ -96,6 +96,8 @@ def test_erased_says_only_what_it_removed(
         "read_model:connections": 0,
         "read_model:resource_feeds": 0,
         "read_model:link_tokens": 0,
+        "read_model:orders": 0,
         "health_data": 0,
+        "provider_tokens": 0,
         "webhook_deliveries:queued": 0,
     }

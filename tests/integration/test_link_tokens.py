@@ -153,42 +153,41 @@ def test_every_optional_field_may_be_null_or_set(
     )
 
 
-@pytest.mark.parametrize(
-    ("fields", "loc"),
-    [
-        ({"provider": "nokia"}, ["body", "provider"]),
-        ({"provider": ""}, ["body", "provider"]),
-        ({"provider": 7}, ["body", "provider"]),
-        ({"filter_on_providers": []}, ["body", "filter_on_providers"]),
-        ({"filter_on_providers": ["oura", "nokia"]}, ["body", "filter_on_providers"]),
-        ({"filter_on_providers": "oura"}, ["body", "filter_on_providers"]),
-        ({"on_error": "show", "redirect_url": APP}, ["body", "on_error"]),
-        ({"on_close": "close", "redirect_url": APP}, ["body", "on_close"]),
-        ({"on_error": "redirect"}, ["body", "on_error"]),  # redirect to nowhere
-        ({"on_close": "redirect"}, ["body", "on_close"]),
-        ({"redirect_url": "ftp://files.example.com/"}, ["body", "redirect_url"]),
-        ({"redirect_url": "javascript:alert(1)"}, ["body", "redirect_url"]),
-        ({"redirect_url": "not a url"}, ["body", "redirect_url"]),
-        ({"redirect_url": "https://"}, ["body", "redirect_url"]),
-        ({"environment": "production"}, ["body", "environment"]),  # unknown field
-        ({"user_id": "not-a-uuid"}, ["body", "user_id"]),
-    ],
-)
+# (fields, loc): each refused with its first error at loc.
+INVALID_REQUESTS: list[tuple[dict[str, Any], list[str]]] = [
+    ({"provider": "nokia"}, ["body", "provider"]),
+    ({"provider": ""}, ["body", "provider"]),
+    ({"provider": 7}, ["body", "provider"]),
+    ({"filter_on_providers": []}, ["body", "filter_on_providers"]),
+    ({"filter_on_providers": ["oura", "nokia"]}, ["body", "filter_on_providers"]),
+    ({"filter_on_providers": "oura"}, ["body", "filter_on_providers"]),
+    ({"on_error": "show", "redirect_url": APP}, ["body", "on_error"]),
+    ({"on_close": "close", "redirect_url": APP}, ["body", "on_close"]),
+    ({"on_error": "redirect"}, ["body", "on_error"]),  # redirect to nowhere
+    ({"on_close": "redirect"}, ["body", "on_close"]),
+    ({"redirect_url": "ftp://files.example.com/"}, ["body", "redirect_url"]),
+    ({"redirect_url": "javascript:alert(1)"}, ["body", "redirect_url"]),
+    ({"redirect_url": "not a url"}, ["body", "redirect_url"]),
+    ({"redirect_url": "https://"}, ["body", "redirect_url"]),
+    ({"environment": "production"}, ["body", "environment"]),  # unknown field
+    ({"user_id": "not-a-uuid"}, ["body", "user_id"]),
+]
+
+
 def test_invalid_requests_are_422_and_issue_nothing(
-    service: Service,
-    client: TestClient,
-    team: Team,
-    user: dict[str, Any],
-    fields: dict[str, Any],
-    loc: list[str],
+    service: Service, client: TestClient, team: Team, user: dict[str, Any]
 ) -> None:
+    # Refusals issue nothing: every case against the one user, each checked against the
+    # log position before the first.
     before = service.recorder.max_notification_id()
-    response = client.post(
-        "/v2/link/token", json={"user_id": user["user_id"], **fields}, headers=team.headers
-    )
-    assert response.status_code == 422, response.text
-    assert response.json()["detail"][0]["loc"] == loc
-    assert service.recorder.max_notification_id() == before
+    for fields, loc in INVALID_REQUESTS:
+        case = fields
+        response = client.post(
+            "/v2/link/token", json={"user_id": user["user_id"], **fields}, headers=team.headers
+        )
+        assert response.status_code == 422, (case, response.text)
+        assert response.json()["detail"][0]["loc"] == loc, (case, response.text)
+        assert service.recorder.max_notification_id() == before, case
 
 
 def test_a_missing_user_id_is_422(client: TestClient, team: Team) -> None:

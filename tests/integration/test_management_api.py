@@ -139,17 +139,18 @@ def small_org(settings: Settings) -> Iterator[Org]:
         service.close()
 
 
-def _validation(response: Response) -> list[dict[str, Any]]:
-    assert response.status_code == 422, response.text
+def _validation(response: Response, case: object = None) -> list[dict[str, Any]]:
+    """The 422's errors; `case` names the case in a failure's message."""
+    assert response.status_code == 422, (case, response.text)
     detail = response.json()["detail"]
-    assert isinstance(detail, list) and detail
+    assert isinstance(detail, list) and detail, (case, detail)
     for error in detail:
-        assert set(error) == {"type", "loc", "msg", "input"}
+        assert set(error) == {"type", "loc", "msg", "input"}, (case, error)
     return detail
 
 
-def _locs(response: Response) -> list[list[Any]]:
-    return [error["loc"] for error in _validation(response)]
+def _locs(response: Response, case: object = None) -> list[list[Any]]:
+    return [error["loc"] for error in _validation(response, case)]
 
 
 # -- the organization ------------------------------------------------------------------------
@@ -219,11 +220,19 @@ def test_logo_url_is_required_when_a_company_name_is_set(org: Org) -> None:
     org.create_team("Fine", "us", production={"brand_information": without_name})
 
 
-@pytest.mark.parametrize("color", ["red", "#12345", "#1234567", "#GG0000", "123456", "#12 345"])
-def test_brand_color_must_be_a_hex_rgb(org: Org, color: str) -> None:
-    settings = {"brand_information": {"brand_color": color}}
-    response = org.call("POST", "/team", json={"name": "x", "region": "us", "sandbox": settings})
-    assert _locs(response) == [["body", "sandbox", "brand_information", "brand_color"]]
+BAD_BRAND_COLORS = ["red", "#12345", "#1234567", "#GG0000", "123456", "#12 345"]
+
+
+def test_brand_color_must_be_a_hex_rgb(org: Org) -> None:
+    # Refusals: every color against the one organization.
+    for color in BAD_BRAND_COLORS:
+        case = color
+        settings = {"brand_information": {"brand_color": color}}
+        response = org.call(
+            "POST", "/team", json={"name": "x", "region": "us", "sandbox": settings}
+        )
+        locs = _locs(response, case)
+        assert locs == [["body", "sandbox", "brand_information", "brand_color"]], (case, locs)
 
 
 @pytest.mark.parametrize(
@@ -377,32 +386,40 @@ def test_region_may_repeat(org: Org) -> None:
 PUNCTUATED = "Ann\u2019s (R&D) / Lab: 1 | 2, 'x' a_b-c"
 
 
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ("Zürich", ["Zürich Lab"]),
-        ("ZÜRICH", ["Zürich Lab"]),
-        ("rich l", ["Zürich Lab"]),
-        (PUNCTUATED, [PUNCTUATED]),
-        *[(char, [PUNCTUATED]) for char in "(),/:'|&_-\u2019"],
-        ("Lab", ["Zürich Lab", PUNCTUATED]),
-        ("", ["Default team", "Zürich Lab", PUNCTUATED, "Plain 100"]),
-        ("x" * 80, []),
-    ],
-)
-def test_search_query_matches_names_with_the_allowed_characters(
-    org: Org, query: str, expected: list[str]
-) -> None:
+# (query, expected): the names of the teams found, in order.
+SEARCHES: list[tuple[str, list[str]]] = [
+    ("Zürich", ["Zürich Lab"]),
+    ("ZÜRICH", ["Zürich Lab"]),
+    ("rich l", ["Zürich Lab"]),
+    (PUNCTUATED, [PUNCTUATED]),
+    *[(char, [PUNCTUATED]) for char in "(),/:'|&_-\u2019"],
+    ("Lab", ["Zürich Lab", PUNCTUATED]),
+    ("", ["Default team", "Zürich Lab", PUNCTUATED, "Plain 100"]),
+    ("x" * 80, []),
+]
+
+
+def test_search_query_matches_names_with_the_allowed_characters(org: Org) -> None:
     for name in ("Zürich Lab", PUNCTUATED, "Plain 100"):
         org.create_team(name, "eu")
-    response = _page(org, search_query=query)
-    assert response.status_code == 200, response.text
-    assert [team["name"] for team in response.json()["teams"]] == expected
+    # Read-only searches: every query against the same teams.
+    for query, expected in SEARCHES:
+        case = query
+        response = _page(org, search_query=query)
+        assert response.status_code == 200, (case, response.text)
+        names = [team["name"] for team in response.json()["teams"]]
+        assert names == expected, (case, names)
 
 
-@pytest.mark.parametrize("query", ["<", ";", "%", "a>b", '"', "*", "a\nb", "tab\t", "x" * 81])
-def test_search_query_refuses_other_characters_and_length(org: Org, query: str) -> None:
-    assert _locs(_page(org, search_query=query)) == [["query", "search_query"]]
+REFUSED_QUERIES = ["<", ";", "%", "a>b", '"', "*", "a\nb", "tab\t", "x" * 81]
+
+
+def test_search_query_refuses_other_characters_and_length(org: Org) -> None:
+    # Read-only refusals: every query against the one organization.
+    for query in REFUSED_QUERIES:
+        case = query
+        locs = _locs(_page(org, search_query=query), case)
+        assert locs == [["query", "search_query"]], (case, locs)
 
 
 def _split(cursor: str) -> tuple[str, str]:
@@ -563,9 +580,8 @@ def test_only_hashes_of_keys_are_stored(org: Org) -> None:
         assert hash_key(plain).encode() in log
 
 
-@pytest.mark.parametrize(
-    ("body", "loc"),
-    [
+# (body, loc); a "TEAM" binding stands for the organization's team.
+BAD_MANAGEMENT_KEYS: list[tuple[dict[str, Any], list[str]]] = [
         ({"label": "t", "role": "team_admin"}, ["body", "team_role_bindings"]),
         ({"label": "t", "role": "team_admin", "team_role_bindings": []},
          ["body", "team_role_bindings"]),
@@ -574,15 +590,20 @@ def test_only_hashes_of_keys_are_stored(org: Org) -> None:
         ({"label": "t", "role": "root"}, ["body", "role"]),
         ({"label": "", "role": "org_admin"}, ["body", "label"]),
         ({"role": "org_admin"}, ["body", "label"]),
-    ],
-)  # fmt: skip
-def test_management_key_roles_and_bindings_are_validated(
-    org: Org, body: dict[str, Any], loc: list[str]
-) -> None:
-    if body.get("team_role_bindings") == "TEAM":
-        body = {**body, "team_role_bindings": [{"team_id": str(org.team_id)}]}
-    assert _locs(org.call("POST", "/management_key", json=body)) == [loc]
-    assert len(org.call("GET", "/management_key").json()["management_keys"]) == 1
+]  # fmt: skip
+
+
+def test_management_key_roles_and_bindings_are_validated(org: Org) -> None:
+    # Refusals create no key: every case against the one organization, each checked
+    # against its one key.
+    for body, loc in BAD_MANAGEMENT_KEYS:
+        case = body
+        if body.get("team_role_bindings") == "TEAM":
+            body = {**body, "team_role_bindings": [{"team_id": str(org.team_id)}]}
+        locs = _locs(org.call("POST", "/management_key", json=body), case)
+        assert locs == [loc], (case, locs)
+        keys = org.call("GET", "/management_key").json()["management_keys"]
+        assert len(keys) == 1, (case, keys)
 
 
 def test_binding_a_team_outside_the_organization_is_422(org: Org) -> None:
@@ -1112,35 +1133,35 @@ def test_a_body_that_is_not_a_json_object_is_422(
     assert len(_page(org).json()["teams"]) == 1
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "body"),
-    [
-        ("PATCH", "", {"name": "x"}),
-        ("POST", "/team", {"name": "x", "region": "us"}),
-        ("PATCH", "/team/{team}", {"name": "x"}),
-        ("POST", "/management_key", {"label": "x", "role": "org_admin"}),
-        ("PATCH", "/management_key/{key}", {"label": "x"}),
-        ("POST", "/team_api_keys/sandbox/us", {"team_id": "{team}"}),
-        ("PUT", "/team_custom_credentials/{team}/oura", {"client_id": "a", "client_secret": "b"}),
-    ],
-)
-def test_unknown_body_fields_are_422(
-    org: Org, method: str, path: str, body: dict[str, str]
-) -> None:
+# (method, path, body): each with a "surprise" field added.
+UNKNOWN_FIELD_CALLS: list[tuple[str, str, dict[str, str]]] = [
+    ("PATCH", "", {"name": "x"}),
+    ("POST", "/team", {"name": "x", "region": "us"}),
+    ("PATCH", "/team/{team}", {"name": "x"}),
+    ("POST", "/management_key", {"label": "x", "role": "org_admin"}),
+    ("PATCH", "/management_key/{key}", {"label": "x"}),
+    ("POST", "/team_api_keys/sandbox/us", {"team_id": "{team}"}),
+    ("PUT", "/team_custom_credentials/{team}/oura", {"client_id": "a", "client_secret": "b"}),
+]
+
+
+def test_unknown_body_fields_are_422(org: Org) -> None:
     org.call("POST", f"/team_custom_credentials/{org.team_id}/oura/prepare")
+    # Refusals change nothing: every call against the one organization, each checked
+    # against the log position before the first.
     before = org.service.recorder.max_notification_id()
-    path = path.format(team=org.team_id, key=org.key_id)
-    body = {k: v.format(team=org.team_id) for k, v in body.items()}
-    response = org.call(method, path, json={**body, "surprise": True})
-    assert [(e["type"], e["loc"]) for e in _validation(response)] == [
-        ("extra_forbidden", ["body", "surprise"])
-    ]
-    assert org.service.recorder.max_notification_id() == before
+    for method, template, fields in UNKNOWN_FIELD_CALLS:
+        case = (method, template)
+        path = template.format(team=org.team_id, key=org.key_id)
+        body = {k: v.format(team=org.team_id) for k, v in fields.items()}
+        response = org.call(method, path, json={**body, "surprise": True})
+        errors = [(e["type"], e["loc"]) for e in _validation(response, case)]
+        assert errors == [("extra_forbidden", ["body", "surprise"])], (case, errors)
+        assert org.service.recorder.max_notification_id() == before, case
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "loc"),
-    [
+# (method, path, loc): each a 422 naming the malformed id.
+MALFORMED_IDS: list[tuple[str, str, list[str]]] = [
         ("GET", "/v1/org/not-a-uuid", ["path", "org_id"]),
         ("GET", "/v1/org/not-a-uuid/team", ["path", "org_id"]),
         ("GET", "{base}/team/not-a-uuid", ["path", "team_id"]),
@@ -1157,13 +1178,18 @@ def test_unknown_body_fields_are_422(
         ("GET", "{base}/team_custom_credentials/not-a-uuid", ["path", "team_id"]),
         ("POST", "{base}/team_custom_credentials/not-a-uuid/oura/prepare", ["path", "team_id"]),
         ("DELETE", "{base}/team_custom_credentials/not-a-uuid/oura", ["path", "team_id"]),
-    ],
-)  # fmt: skip
-def test_malformed_ids_are_422_never_500(org: Org, method: str, path: str, loc: list[str]) -> None:
-    url = path.format(base=org.url(), team=org.team_id)
-    body = {"name": "x", "label": "x"} if method == "PATCH" else None
-    response = org.api.request(method, url, json=body, headers={"X-Management-Key": org.key})
-    assert loc in _locs(response)
+]  # fmt: skip
+
+
+def test_malformed_ids_are_422_never_500(org: Org) -> None:
+    # Refusals: every call against the one organization.
+    for method, path, loc in MALFORMED_IDS:
+        case = (method, path)
+        url = path.format(base=org.url(), team=org.team_id)
+        body = {"name": "x", "label": "x"} if method == "PATCH" else None
+        response = org.api.request(method, url, json=body, headers={"X-Management-Key": org.key})
+        locs = _locs(response, case)
+        assert loc in locs, (case, locs)
 
 
 def test_malformed_ids_in_bodies_are_422(org: Org) -> None:

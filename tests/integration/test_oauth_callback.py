@@ -1,115 +1,202 @@
-"""The OAuth callback of the link flow (`GET /v2/link/oauth/callback/{provider}` on the team
-API, the redirect_uri that custom credentials hand out): its pages without a maker adapter
-(this deployment has none), and a successful exchange through a fake maker's adapter."""
+"""The OAuth link flow end to end, as a person's browser goes through it: the link page
+(its own origin) sends the browser to a fake maker (a real HTTP server) with a signed
+state, PKCE and a cookie that binds the sign-in to the browser; the maker sends it back
+to the callback on the team API (`GET /v2/link/oauth/callback/{provider}`, the
+redirect_uri custom credentials hand out), which connects the provider and stores the
+maker's tokens sealed with the user's key. The browser is an httpx client with a cookie
+jar: the two apps answer in process at their configured origins, the maker over TCP."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import date, datetime
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from http.cookies import SimpleCookie
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
-from healthledger.adapters.composition import Service
+import sqlalchemy as sa
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.persistence.schema import provider_tokens
 from healthledger.adapters.providers.demo import DemoProvider
-from healthledger.domain.connections.link_tokens import LinkTokenRejected
-from healthledger.domain.connections.providers import (
-    OAuthClient,
-    OAuthExchangeFailed,
-    OAuthGrant,
-    OAuthNotSupported,
-    ProviderAdapter,
-    PullTarget,
-)
-from healthledger.domain.errors import InvalidRequest
+from healthledger.adapters.settings import OAuthClientSetting, Settings
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.oauth_flows import OAuthFlow
+from healthledger.domain.connections.providers import OAuthNotSupported
+from healthledger.domain.context import CommandContext
 from healthledger.domain.teams.directory import Bootstrap
+from healthledger.domain.users.user import User
+from pydantic import SecretStr
+from starlette.types import ASGIApp
 
 from tests.conftest import Team, create_user
+from tests.makers import FakeMaker, challenge, fake_maker
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
 APP = "https://app.example.com/linked?session=abc"
+LINK = "http://127.0.0.1:8002"
+API = "http://127.0.0.1:8000"
 CALLBACK = "/v2/link/oauth/callback/oura"
-CODE = "one-time-code-from-the-maker"
-SECRET = "team-oauth-secret-never-shown"
+SERVICE_CLIENT, SERVICE_SECRET = "service-client", "service-secret-never-shown"
+TEAM_CLIENT, TEAM_SECRET = "team-client", "team-oauth-secret-never-shown"
+SERVICE = OAuthClientSetting(client_id=SERVICE_CLIENT, client_secret=SecretStr(SERVICE_SECRET))
+
+
+class Clock:
+    """The service's clock: now, moved on by the tests that need time to pass."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+class InProcess(httpx.BaseTransport):
+    """An ASGI app at its origin, for a synchronous browser (httpx's ASGI transport is
+    asynchronous): each request runs to its end in a loop of its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.transport = httpx.ASGITransport(app)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        async def run() -> httpx.Response:
+            response = await self.transport.handle_async_request(request)
+            content = await response.aread()
+            return httpx.Response(response.status_code, headers=response.headers, content=content)
+
+        return asyncio.run(run())
 
 
 @dataclass
-class FakeMaker:
-    """A maker's cloud API behind the provider port: it accepts one code and says whose
-    account it grants; each exchange is recorded, so the test sees what was sent."""
+class Browser:
+    client: httpx.Client
 
-    accepted_code: str = CODE
-    history_days: int = 7
-    exchanges: list[tuple[str, str, OAuthClient | None]] = field(default_factory=list)
+    def go(self, response: httpx.Response) -> httpx.Response:
+        """Follow redirects as a browser does, up to the team's app (not reachable here)."""
+        while response.is_redirect:
+            location = response.headers["location"]
+            if location.startswith("https://app.example.com/"):
+                return response
+            response = self.client.get(location)
+        return response
 
-    def availability(self, resources: Sequence[str]) -> dict[str, Any]:
-        return DemoProvider().availability(resources)
+    def start(self, token: str, provider: str = "oura") -> httpx.Response:
+        """Choose `provider` on the link page: the 303 to the maker's authorization URL."""
+        return self.client.post(f"{LINK}/oauth/start", data={"token": token, "provider": provider})
 
-    def fetch(
-        self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
-    ) -> dict[date, Any]:
-        return {}
-
-    def exchange(self, code: str, redirect_uri: str, client: OAuthClient | None) -> OAuthGrant:
-        self.exchanges.append((code, redirect_uri, client))
-        if code != self.accepted_code:
-            raise OAuthExchangeFailed()
-        return OAuthGrant(external_user_id="oura-account-7")
+    def sign_in(self, token: str, provider: str = "oura") -> tuple[str, httpx.Response]:
+        """Through the maker and back: (the callback URL the maker sent the browser to,
+        the callback's answer)."""
+        started = self.start(token, provider)
+        assert started.status_code == 303, started.text
+        at_maker = self.client.get(started.headers["location"])
+        assert at_maker.status_code == 302, at_maker.text
+        callback = at_maker.headers["location"]
+        assert callback.startswith(f"{API}/v2/link/oauth/callback/{provider}?")
+        return callback, self.client.get(callback)
 
 
 @pytest.fixture
-def boot(service: Service) -> Bootstrap:
-    created = service.bootstrap()
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def maker() -> Iterator[FakeMaker]:
+    with fake_maker() as running:
+        running.register(SERVICE_CLIENT, SERVICE_SECRET)
+        running.register(TEAM_CLIENT, TEAM_SECRET)
+        yield running
+
+
+@pytest.fixture
+def svc(settings: Settings, maker: FakeMaker, clock: Clock) -> Iterator[Service]:
+    """The service with the fake maker standing in for every maker, and a client of its
+    own registered there for oura."""
+    configured = settings.model_copy(
+        update={
+            "link_url": LINK,
+            "public_base_url": API,
+            "oauth_maker_url": maker.base,
+            "oauth_clients": {"oura": SERVICE},
+        }
+    )
+    built = build_service(configured, clock=clock)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def boot(svc: Service) -> Bootstrap:
+    created = svc.bootstrap()
     assert created is not None
     return created
 
 
 @pytest.fixture
-def team(boot: Bootstrap) -> Team:  # the bootstrapped team, whose org key `boot` keeps
+def home(boot: Bootstrap) -> Team:
     return Team(boot.team_id, boot.team_api_key.plain)
 
 
 @pytest.fixture
-def browser(service: Service) -> Iterator[TestClient]:
-    """The team API as a person's browser reaches it: redirects are looked at, not taken."""
-    app = create_team_api(service)
-    with TestClient(app, raise_server_exceptions=False, follow_redirects=False) as test_client:
+def api(svc: Service) -> Iterator[TestClient]:
+    with TestClient(create_team_api(svc), raise_server_exceptions=False) as test_client:
         yield test_client
 
 
+def a_browser(svc: Service) -> Browser:
+    mounts: dict[str, httpx.BaseTransport] = {
+        LINK: InProcess(create_link_app(svc)),
+        API: InProcess(create_team_api(svc)),
+    }
+    return Browser(httpx.Client(mounts=mounts, follow_redirects=False))
+
+
 @pytest.fixture
-def maker(service: Service) -> FakeMaker:
-    """The fake maker, registered for oura in the composition root's one adapter lookup
-    (build_service takes no adapters; a real maker's adapter is added there)."""
-    fake = FakeMaker()
-    built_in = service.pulls.adapter_for
-
-    def adapter_for(provider: str, demo: bool) -> ProviderAdapter:
-        return fake if provider == "oura" and not demo else built_in(provider, demo)
-
-    service.pulls.adapter_for = adapter_for
-    return fake
+def browser(svc: Service) -> Iterator[Browser]:
+    made = a_browser(svc)
+    yield made
+    made.client.close()
 
 
-def link(client: TestClient, team: Team, **fields: Any) -> tuple[str, str]:
+def link(api: TestClient, team: Team, **fields: Any) -> tuple[str, str]:
     """(user id, link token) for a new user."""
-    user_id = create_user(client, team, f"u-{uuid.uuid4().hex[:8]}")["user_id"]
-    response = client.post(
-        "/v2/link/token", json={"user_id": user_id, **fields}, headers=team.headers
-    )
+    user_id = create_user(api, team, f"u-{uuid.uuid4().hex[:8]}")["user_id"]
+    response = api.post("/v2/link/token", json={"user_id": user_id, **fields}, headers=team.headers)
     assert response.status_code == 200, response.text
     return user_id, response.json()["link_token"]
 
 
-def outcome(response: Any) -> dict[str, str]:
+def custom_credentials(svc: Service, boot: Bootstrap, provider: str = "oura") -> str:
+    """The team registers its own OAuth client: the redirect_uri it is handed out."""
+    management = TestClient(create_management_api(svc))
+    headers = {"X-Management-Key": boot.management_key.plain}
+    base = f"/v1/org/{boot.org_id}/team_custom_credentials/{boot.team_id}/{provider}"
+    prepared = management.post(f"{base}/prepare", headers=headers)
+    assert prepared.status_code == 200, prepared.text
+    body = {"client_id": TEAM_CLIENT, "client_secret": TEAM_SECRET}
+    assert management.put(base, json=body, headers=headers).status_code == 200
+    return str(prepared.json()["redirect_uri"])
+
+
+def outcome(response: httpx.Response) -> dict[str, str]:
     assert response.status_code == 303, response.text
     location = response.headers["location"]
     assert location.startswith("https://app.example.com/linked?")
@@ -118,180 +205,441 @@ def outcome(response: Any) -> dict[str, str]:
     return query
 
 
-def page(response: Any, status: int) -> str:
+def page(response: httpx.Response, status: int) -> str:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("text/html")
     assert response.headers["cache-control"] == "no-store"
     assert response.headers["referrer-policy"] == "no-referrer"
-    return str(response.text)
+    return response.text
 
 
-def connected(client: TestClient, team: Team, user_id: str) -> list[str]:
-    response = client.get(f"/v2/user/providers/{user_id}", headers=team.headers)
+def connected(api: TestClient, team: Team, user_id: str) -> list[str]:
+    response = api.get(f"/v2/user/providers/{user_id}", headers=team.headers)
     assert response.status_code == 200, response.text
     return [p["slug"] for p in response.json()["providers"]]
 
 
-def is_valid(client: TestClient, token: str) -> bool:
-    return bool(client.post("/v2/link/token/isValid", json={"token": token}).json()["is_valid"])
+def is_valid(api: TestClient, token: str) -> bool:
+    return bool(api.post("/v2/link/token/isValid", json={"token": token}).json()["is_valid"])
 
 
-# -- without a maker adapter (this deployment) -------------------------------------------------
+def token_rows(svc: Service, user_id: str) -> list[Any]:
+    with svc.db.read() as conn:
+        return list(
+            conn.execute(
+                sa.select(provider_tokens).where(provider_tokens.c.user_id == uuid.UUID(user_id))
+            )
+        )
 
 
-def test_without_a_maker_adapter_the_callback_says_the_exchange_is_not_available(
-    service: Service, client: TestClient, browser: TestClient, team: Team
+def clear_copies(svc: Service, needles: list[str]) -> set[str]:
+    """The needles found in clear anywhere in the database: every row of every table,
+    and on SQLite the bytes of its files (the WAL included)."""
+    found: set[str] = set()
+    with svc.db.read() as conn:
+        tables = sa.MetaData()
+        tables.reflect(conn)
+        for table in tables.sorted_tables:
+            for row in conn.execute(sa.select(table)):
+                text = repr(tuple(row))
+                found |= {needle for needle in needles if needle in text}
+    if svc.db.sqlite_file is not None:
+        for path in (Path(svc.db.sqlite_file), Path(f"{svc.db.sqlite_file}-wal")):
+            if path.exists():
+                data = path.read_bytes()
+                found |= {needle for needle in needles if needle.encode() in data}
+    return found
+
+
+def flow_cookie(response: httpx.Response) -> tuple[str, Any]:
+    """The one Set-Cookie of a flow's start: (name, morsel)."""
+    [header] = response.headers.get_list("set-cookie")
+    jar: SimpleCookie = SimpleCookie()
+    jar.load(header)
+    [(name, morsel)] = jar.items()
+    return name, morsel
+
+
+# -- the link page starts the sign-in --------------------------------------------------------
+
+
+def test_the_link_page_offers_a_sign_in_only_where_a_client_is_there(
+    svc: Service, api: TestClient, home: Team, boot: Bootstrap, browser: Browser
 ) -> None:
-    user_id, token = link(client, team)
-    state = service.link_tokens.oauth_state(token, "oura")
-    response = browser.get(CALLBACK, params={"code": CODE, "state": state})
-    text = page(response, 501)
-    assert "OAuth exchange is not available in this deployment" in text
-    # Nothing was connected, and the link is still good for another try.
-    assert connected(client, team, user_id) == []
-    assert is_valid(client, token)
-    # The demo provider's own exchange says why: it has no maker to sign in at.
-    with pytest.raises(OAuthNotSupported):
-        DemoProvider().exchange(CODE, "http://x/", None)
+    _, token = link(api, home, filter_on_providers=["oura", "whoop", "garmin"])
+    text = browser.client.get(f"{LINK}/", params={"token": token}).text
+    # Oura: the service's own client signs in; in the sandbox a simulated device too.
+    assert text.count('action="oauth/start"') == 1
+    assert 'value="oura"><button type="submit">Sign in</button>' in text
+    assert "Simulated device" in text
+    # Whoop has documented endpoints but no client here yet; Garmin has no adapter.
+    assert text.count("Not available here") == 2
+    refused = browser.start(token, "whoop")
+    page(refused, 400)
+    # The team registers its own client for Whoop: now its people can sign in there.
+    custom_credentials(svc, boot, "whoop")
+    text = browser.client.get(f"{LINK}/", params={"token": token}).text
+    assert text.count('action="oauth/start"') == 2 and text.count("Not available here") == 1
+    started = browser.start(token, "whoop")
+    assert started.status_code == 303
+    assert started.headers["location"].startswith(
+        f"{svc.settings.oauth_maker_url}/whoop/authorize?"
+    )
 
 
-def test_with_a_redirect_url_the_outcome_goes_back_to_the_team_s_app(
-    service: Service, client: TestClient, browser: TestClient, team: Team
+def test_outside_the_sandbox_a_person_signs_in_at_the_maker_and_is_offered_no_simulation(
+    svc: Service, api: TestClient, home: Team, browser: Browser
 ) -> None:
-    _, token = link(client, team, redirect_url=APP)
-    state = service.link_tokens.oauth_state(token, "oura")
-    # Spec 2.5: OAuth providers always redirect with their outcome.
-    unavailable = outcome(browser.get(CALLBACK, params={"code": CODE, "state": state}))
-    assert unavailable["state"] == "error"
-    assert unavailable["error_type"] == "oauth_unavailable"
-    declined = outcome(browser.get(CALLBACK, params={"error": "access_denied", "state": state}))
-    assert declined["state"] == "error"
-    assert declined["error_type"] == "user_cancelled"
-    assert "declined" in declined["error"]
+    issued = svc.teams.issue_team_api_key(
+        CommandContext.system("test:setup"), home.team_id, environment="production"
+    )
+    production = Team(home.team_id, issued.plain)
+    _, token = link(api, production, filter_on_providers=["oura", "fitbit"])
+    text = browser.client.get(f"{LINK}/", params={"token": token}).text
+    assert text.count('action="oauth/start"') == 1  # oura, at its maker
+    assert "Simulated device" not in text
+    # Fitbit has no client here: its demo device is still what the page offers.
+    assert text.count('action="connect"') == 1 and 'value="fitbit"><button' in text
+    refused = browser.client.post(f"{LINK}/connect", data={"token": token, "provider": "oura"})
+    page(refused, 400)
+    assert is_valid(api, token)
 
 
-def test_a_person_who_declined_sees_so_and_the_link_stays_usable(
-    service: Service, client: TestClient, browser: TestClient, team: Team
+def test_the_sign_in_goes_to_the_maker_with_state_pkce_and_a_browser_bound_cookie(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
 ) -> None:
-    _, token = link(client, team)
-    state = service.link_tokens.oauth_state(token, "oura")
-    params = {"error": "access_denied", "error_description": "<b>nope</b>", "state": state}
-    text = page(browser.get(CALLBACK, params=params), 200)
-    assert "You declined to connect Oura" in text
-    assert "nope" not in text  # the maker's own text is never echoed
-    assert is_valid(client, token)
+    _, token = link(api, home, redirect_url=APP)
+    started = browser.start(token)
+    assert started.status_code == 303
+    location = urlsplit(started.headers["location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == f"{maker.base}/oura/authorize"
+    query = {k: v[0] for k, v in parse_qs(location.query).items()}
+    assert query["response_type"] == "code"
+    assert query["client_id"] == SERVICE_CLIENT
+    assert query["redirect_uri"] == f"{API}{CALLBACK}"
+    assert query["code_challenge_method"] == "S256"
+    assert len(query["code_challenge"]) == 43
+    # The catalog's documented scopes for the maker, space-separated.
+    assert query["scope"] == "personal daily heartrate workout session spo2Daily"
+    assert query["state"].startswith("hlo_")
+    # The state names a recorded flow of this link; its secret is only in the cookie.
+    flow = svc.ledger.find(uuid.UUID(query["state"].split("_")[1]))
+    assert isinstance(flow, OAuthFlow) and flow.provider == "oura" and flow.returned_at is None
+    name, cookie = flow_cookie(started)
+    assert name == f"hl_oauth_{flow.id.hex}"
+    assert cookie["path"] == CALLBACK  # sent to the callback only
+    assert cookie["httponly"] is True
+    assert cookie["samesite"].lower() == "lax"
+    assert not cookie["secure"]  # the link page is plain http here
+    assert 0 < int(cookie["max-age"]) <= 30 * 60
+    assert flow.bound_to(cookie.value) and cookie.value not in repr(flow.__dict__)
+    # Nothing of the cookie is in the URL the browser takes to the maker.
+    assert cookie.value not in started.headers["location"]
 
 
-def test_a_missing_or_foreign_state_is_a_400_page(
-    service: Service, client: TestClient, browser: TestClient, team: Team
+def test_the_sign_in_cookie_is_secure_when_the_link_page_is_served_over_https(
+    settings: Settings, maker: FakeMaker
 ) -> None:
-    _, token = link(client, team, redirect_url=APP)
-    state = service.link_tokens.oauth_state(token, "oura")
-    token_hex = state.split("_")[1]
+    configured = settings.model_copy(
+        update={
+            "link_url": "https://link.example.com",
+            "oauth_maker_url": maker.base,
+            "oauth_cookie_domain": "example.com",
+            "oauth_clients": {"oura": SERVICE},
+        }
+    )
+    secure = build_service(configured)
+    try:
+        boot = secure.bootstrap()
+        assert boot is not None
+        api = TestClient(create_team_api(secure))
+        _, token = link(api, Team(boot.team_id, boot.team_api_key.plain))
+        started = TestClient(create_link_app(secure), follow_redirects=False).post(
+            "/oauth/start", data={"token": token, "provider": "oura"}
+        )
+        assert started.status_code == 303
+        _, cookie = flow_cookie(started)
+        assert cookie["secure"] is True and cookie["domain"] == "example.com"
+    finally:
+        secure.close()
+
+
+# -- and the callback ends it -----------------------------------------------------------------
+
+
+def test_a_person_connects_through_the_maker_with_the_team_s_own_client(
+    svc: Service,
+    api: TestClient,
+    home: Team,
+    boot: Bootstrap,
+    browser: Browser,
+    maker: FakeMaker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    redirect_uri = custom_credentials(svc, boot)
+    assert redirect_uri == f"{API}{CALLBACK}"
+    user_id, token = link(api, home, redirect_url=APP)
+    with caplog.at_level(logging.DEBUG):
+        callback, answer = browser.sign_in(token)
+    assert outcome(answer) == {"state": "success"}
+    # The authorization and the exchange used the team's client and the handed-out
+    # redirect_uri; the maker checked the PKCE verifier against the challenge it got.
+    [authorization] = maker.authorizations
+    assert authorization.client_id == TEAM_CLIENT
+    [exchange] = maker.grants("authorization_code")
+    assert exchange.client_id == TEAM_CLIENT and exchange.auth == "post"
+    assert exchange.form["redirect_uri"] == redirect_uri
+    assert challenge(exchange.form["code_verifier"]) == authorization.code_challenge
+    assert connected(api, home, user_id) == ["oura"]
+    assert not is_valid(api, token)  # consumed by the connection
+    assert svc.pull_queries.due_pulls(svc.clock(), 100)  # pulls scheduled, as for any connect
+    # The flow's cookie is taken back.
+    assert not [c for c in browser.client.cookies.jar if c.name.startswith("hl_oauth_")]
+
+    # The maker's tokens are stored with the connection, sealed with the user's key.
+    [row] = token_rows(svc, user_id)
+    assert row.connection_id == Connection.id_for(uuid.UUID(user_id), "oura")
+    assert row.client_id == TEAM_CLIENT and row.version == 1
+    opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_tokens)
+    assert [opened["access_token"], opened["refresh_token"]] == maker.issued
+    assert row.expires_at == svc.clock() + timedelta(seconds=maker.expires_in)
+    # ... and nowhere in clear: not in any table, not in the database's files.
+    assert len(maker.issued) == 2
+    assert clear_copies(svc, maker.issued) == set()
+    assert clear_copies(svc, [TEAM_SECRET, exchange.form["code_verifier"]]) == set()
+    # Nor in any log line of the flow (which did log: the calls to the maker).
+    logged = caplog.text
+    assert "token" in logged.lower()
+    for secret in [*maker.issued, TEAM_SECRET, exchange.form["code_verifier"]]:
+        assert secret not in logged
+
+    # The same callback again (a reload): the link is used up, the code not spent twice.
+    replayed = browser.client.get(callback)
+    page(replayed, 403)  # the cookie was taken back: this browser no longer holds the flow
+
+
+def test_without_custom_credentials_the_service_s_client_signs_in_and_a_page_shows_it(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
+) -> None:
+    maker.answer_extra = {"user_id": "oura-account-7"}
+    user_id, token = link(api, home, provider="oura")
+    _, answer = browser.sign_in(token)
+    assert "Oura is connected" in page(answer, 200)
+    [exchange] = maker.grants("authorization_code")
+    assert exchange.client_id == SERVICE_CLIENT
+    assert connected(api, home, user_id) == ["oura"]
+    [row] = token_rows(svc, user_id)
+    assert row.client_id == SERVICE_CLIENT
+
+
+def test_a_callback_without_the_browser_s_cookie_is_refused_and_its_owner_goes_on(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
+) -> None:
+    user_id, token = link(api, home, redirect_url=APP)
+    started = browser.start(token)
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    name, cookie = flow_cookie(started)
+    elsewhere = a_browser(svc)
+    try:
+        # Another browser (the code and state intercepted, or a link sent to a victim).
+        text = page(elsewhere.client.get(callback), 403)
+        assert "started in another browser" in text
+        # With a cookie of its own making.
+        elsewhere.client.cookies.set(name, "forged-" + cookie.value[7:], domain="127.0.0.1")
+        page(elsewhere.client.get(callback), 403)
+    finally:
+        elsewhere.client.close()
+    assert maker.grants("authorization_code") == []  # refused before the code is spent
+    assert connected(api, home, user_id) == []
+    # The browser that started it still completes it.
+    assert outcome(browser.client.get(callback)) == {"state": "success"}
+    assert connected(api, home, user_id) == ["oura"]
+
+
+def test_a_replayed_state_is_refused(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
+) -> None:
+    user_id, token = link(api, home, redirect_url=APP)
+    maker.decision = "access_denied"
+    started = browser.start(token)
+    name, cookie = flow_cookie(started)
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    assert outcome(browser.client.get(callback))["error_type"] == "user_cancelled"
+    # The same state again, even with the flow's cookie put back: used once.
+    browser.client.cookies.set(name, cookie.value, domain="127.0.0.1", path=CALLBACK)
+    text = page(browser.client.get(callback), 400)
+    assert "already been used" in text
+    # The link itself is still good: a new sign-in works...
+    maker.decision = "approve"
+    started = browser.start(token)
+    name, cookie = flow_cookie(started)
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    assert outcome(browser.client.get(callback)) == {"state": "success"}
+    assert connected(api, home, user_id) == ["oura"]
+    # ... and its callback replayed with its cookie is told the link is used up, with no
+    # second exchange of the code.
+    browser.client.cookies.set(name, cookie.value, domain="127.0.0.1", path=CALLBACK)
+    assert outcome(browser.client.get(callback))["error_type"] == "token_consumed"
+    assert len(maker.grants("authorization_code")) == 1
+
+
+def test_the_maker_s_access_denied_goes_back_to_the_app_with_the_link_error_parameters(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
+) -> None:
+    user_id, token = link(api, home, redirect_url=APP)
+    maker.decision = "access_denied"
+    _, answer = browser.sign_in(token)
+    declined = outcome(answer)
+    assert declined["state"] == "error" and declined["error_type"] == "user_cancelled"
+    assert "declined" in declined["error"] and "nope" not in declined["error"]
+    # Another refusal of the maker's (RFC 6749's server_error): the provider failed.
+    maker.decision = "server_error"
+    _, answer = browser.sign_in(token)
+    assert outcome(answer)["error_type"] == "provider_credential_error"
+    assert maker.grants("authorization_code") == []
+    assert connected(api, home, user_id) == [] and is_valid(api, token)
+
+
+def test_without_a_redirect_url_a_declined_sign_in_is_a_page(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
+) -> None:
+    _, token = link(api, home)
+    maker.decision = "access_denied"
+    _, answer = browser.sign_in(token)
+    text = page(answer, 200)
+    assert "You declined to connect Oura" in text and "nope" not in text
+
+
+def test_a_code_the_maker_refuses_is_a_502_page_and_consumes_nothing(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
+) -> None:
+    user_id, token = link(api, home)
+    started = browser.start(token)
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    stale = callback.replace("code=code-", "code=stale-")
+    assert "did not accept the sign-in" in page(browser.client.get(stale), 502)
+    assert connected(api, home, user_id) == [] and is_valid(api, token)
+    # No code at all: refused before the maker is asked.
+    started = browser.start(token)
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    no_code = f"{API}{CALLBACK}?state={parse_qs(urlsplit(callback).query)['state'][0]}"
+    page(browser.client.get(no_code), 502)
+    assert len(maker.grants("authorization_code")) == 1
+
+
+def test_a_state_we_did_not_make_is_a_400_page(
+    svc: Service, api: TestClient, home: Team, browser: Browser
+) -> None:
+    _, token = link(api, home, redirect_url=APP)
+    started = browser.start(token)
+    state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
+    flow_hex = state.split("_")[1]
     forged = [
         None,
         "",
         "not-a-state",
-        f"hlo_{token_hex}_{'A' * 43}",  # the right token, a MAC we did not make
-        f"hlo_{uuid.uuid4().hex}_{state.split('_', 2)[2]}",  # another (unknown) token
+        f"hlo_{flow_hex}_{'A' * 43}",  # the right flow, a MAC we did not make
+        f"hlo_{uuid.uuid4().hex}_{state.split('_', 2)[2]}",  # another (unknown) flow
         token,  # the link token itself is no state
     ]
     for value in forged:
-        params = {"code": CODE} | ({} if value is None else {"state": value})
-        text = page(browser.get(CALLBACK, params=params), 400)
+        params = {"code": "c"} | ({} if value is None else {"state": value})
+        text = page(browser.client.get(f"{API}{CALLBACK}", params=params), 400)
         assert "cannot be matched to a link" in text  # and no redirect: no link is trusted
     # A state made for one provider is refused by another provider's callback.
-    page(browser.get("/v2/link/oauth/callback/fitbit", params={"code": CODE, "state": state}), 400)
+    fitbit = f"{API}/v2/link/oauth/callback/fitbit"
+    page(browser.client.get(fitbit, params={"code": "c", "state": state}), 400)
     # An unknown provider: nothing to sign in with.
-    page(browser.get("/v2/link/oauth/callback/nope", params={"code": CODE, "state": state}), 404)
+    nope = f"{API}/v2/link/oauth/callback/nope"
+    page(browser.client.get(nope, params={"code": "c", "state": state}), 404)
 
 
-def test_a_state_is_made_only_for_a_usable_link_that_offers_the_provider(
-    service: Service, client: TestClient, team: Team
+def test_a_sign_in_that_took_too_long_is_refused(
+    svc: Service, api: TestClient, home: Team, browser: Browser, clock: Clock, maker: FakeMaker
 ) -> None:
-    _, token = link(client, team, filter_on_providers=["fitbit"])
-    with pytest.raises(InvalidRequest):
-        service.link_tokens.oauth_state(token, "oura")
-    assert service.link_tokens.oauth_state(token, "fitbit").startswith("hlo_")
-    with pytest.raises(LinkTokenRejected):
-        service.link_tokens.oauth_state("hll_" + "0" * 32 + "_" + "x" * 43, "oura")
+    user_id, token = link(api, home, redirect_url=APP)
+    started = browser.start(token)
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    clock.advance(timedelta(minutes=31))
+    assert "expired" in page(browser.client.get(callback), 400)
+    assert maker.grants("authorization_code") == [] and connected(api, home, user_id) == []
+    # The link is good for 60 minutes: a new sign-in still works.
+    _, answer = browser.sign_in(token)
+    assert outcome(answer) == {"state": "success"}
 
 
-def test_the_callback_is_a_browser_page_not_an_api_operation(service: Service) -> None:
-    assert not any("oauth" in path for path in create_team_api(service).openapi()["paths"])
-
-
-# -- through a fake maker ----------------------------------------------------------------------
-
-
-def test_a_successful_callback_connects_the_provider_and_redirects_to_the_app(
-    service: Service,
-    client: TestClient,
-    browser: TestClient,
-    team: Team,
-    boot: Bootstrap,
-    maker: FakeMaker,
+def test_a_link_that_died_meanwhile_goes_back_to_the_app(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
 ) -> None:
-    # The team registered its own OAuth client: the redirect_uri handed out is this route.
-    management = TestClient(create_management_api(service))
-    headers = {"X-Management-Key": boot.management_key.plain}
-    base = f"/v1/org/{boot.org_id}/team_custom_credentials/{team.team_id}/oura"
-    prepared = management.post(f"{base}/prepare", headers=headers)
-    assert prepared.status_code == 200, prepared.text
-    redirect_uri = prepared.json()["redirect_uri"]
-    assert urlsplit(redirect_uri).path == CALLBACK
-    body = {"client_id": "team-client", "client_secret": SECRET}
-    assert management.put(base, json=body, headers=headers).status_code == 200
-
-    user_id, token = link(client, team, redirect_url=APP)
-    state = service.link_tokens.oauth_state(token, "oura")
-    response = browser.get(CALLBACK, params={"code": CODE, "state": state})
-    assert outcome(response) == {"state": "success"}
-    # The code went to the maker with the registered redirect_uri and the team's client.
-    assert maker.exchanges == [(CODE, redirect_uri, OAuthClient("team-client", SECRET))]
-    assert SECRET not in repr(maker.exchanges)  # the secret stays out of reprs and logs
-    assert connected(client, team, user_id) == ["oura"]
-    assert not is_valid(client, token)  # consumed by the connection
-    # Historical pulls were scheduled for the new connection, as for any connect.
-    assert service.pull_queries.due_pulls(service.clock(), 100)
-
-    # The same callback again (a reload): the link is used up.
-    again = outcome(browser.get(CALLBACK, params={"code": CODE, "state": state}))
-    assert again["error_type"] == "token_consumed"
-    assert len(maker.exchanges) == 1  # checked before a code is spent
+    user_id, token = link(api, home, redirect_url=APP)
+    started = browser.start(token)
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    assert api.delete(f"/v2/user/{user_id}", headers=home.headers).status_code == 200
+    assert outcome(browser.client.get(callback))["error_type"] == "invalid_token"
+    assert maker.grants("authorization_code") == []
 
 
-def test_without_custom_credentials_the_exchange_uses_the_service_s_client_and_shows_a_page(
-    service: Service, client: TestClient, browser: TestClient, team: Team, maker: FakeMaker
+def test_credentials_deleted_during_the_sign_in_make_it_unavailable(
+    svc: Service, api: TestClient, home: Team, boot: Bootstrap, browser: Browser
 ) -> None:
-    user_id, token = link(client, team, provider="oura")
-    state = service.link_tokens.oauth_state(token, "oura")
-    text = page(browser.get(CALLBACK, params={"code": CODE, "state": state}), 200)
-    assert "Oura is connected" in text
-    [(_, _, client_used)] = maker.exchanges
-    assert client_used is None
-    assert connected(client, team, user_id) == ["oura"]
+    custom_credentials(svc, boot, "whoop")
+    user_id, token = link(api, home, redirect_url=APP)
+    started = browser.start(token, "whoop")
+    callback = browser.client.get(started.headers["location"]).headers["location"]
+    management = TestClient(create_management_api(svc))
+    deleted = management.delete(
+        f"/v1/org/{boot.org_id}/team_custom_credentials/{boot.team_id}/whoop",
+        headers={"X-Management-Key": boot.management_key.plain},
+    )
+    assert deleted.status_code == 200, deleted.text
+    assert outcome(browser.client.get(callback))["error_type"] == "oauth_unavailable"
+    assert connected(api, home, user_id) == [] and is_valid(api, token)
 
 
-def test_a_code_the_maker_refuses_is_a_502_page_and_consumes_nothing(
-    service: Service, client: TestClient, browser: TestClient, team: Team, maker: FakeMaker
+def test_the_callback_is_a_browser_page_not_an_api_operation(svc: Service) -> None:
+    assert not any("oauth" in path for path in create_team_api(svc).openapi()["paths"])
+    # The demo adapter has no maker to send anyone to.
+    with pytest.raises(OAuthNotSupported):
+        DemoProvider().authorization_url(f"{API}{CALLBACK}", None, "s", "c")
+    with pytest.raises(OAuthNotSupported):
+        DemoProvider().exchange("code", f"{API}{CALLBACK}", None, "v")
+
+
+# -- the tokens go with the connection, and with the person -------------------------------------
+
+
+def test_the_tokens_go_with_the_connection_and_the_user(
+    svc: Service, api: TestClient, home: Team, browser: Browser, clock: Clock, maker: FakeMaker
 ) -> None:
-    user_id, token = link(client, team)
-    state = service.link_tokens.oauth_state(token, "oura")
-    text = page(browser.get(CALLBACK, params={"code": "stale", "state": state}), 502)
-    assert "did not accept the sign-in" in text
-    assert connected(client, team, user_id) == []
-    assert is_valid(client, token)
-    # No code at all: refused before the maker is asked.
-    page(browser.get(CALLBACK, params={"state": state}), 502)
-    assert len(maker.exchanges) == 1
+    user_id, token = link(api, home, redirect_url=APP)
+    outcome(browser.sign_in(token)[1])
+    [row] = token_rows(svc, user_id)
+    sealed = row.sealed_tokens
+    # Deleting the user deregisters its connections, and their tokens go at once.
+    assert api.delete(f"/v2/user/{user_id}", headers=home.headers).status_code == 200
+    assert token_rows(svc, user_id) == []
+    # The erasure checks the place too, and destroys the key: no copy of the sealed
+    # tokens (a backup's) opens any more.
+    clock.advance(timedelta(days=7, minutes=1))
+    assert svc.jobs.sweep_erasures() == 1
+    erased = list(svc.ledger.events.get(uuid.UUID(user_id)))[-1]
+    assert isinstance(erased, User.Erased)
+    assert erased.checked["provider_tokens"] == 0
+    assert svc.key_store.open(uuid.UUID(user_id), sealed) is None
+    assert clear_copies(svc, maker.issued) == set()
 
 
-def test_a_link_whose_user_was_deleted_connects_nothing(
-    service: Service, client: TestClient, browser: TestClient, team: Team, maker: FakeMaker
+def test_a_team_s_deregistration_deletes_the_tokens_and_a_reconnection_stores_new_ones(
+    svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
 ) -> None:
-    user_id, token = link(client, team)
-    state = service.link_tokens.oauth_state(token, "oura")
-    assert client.delete(f"/v2/user/{user_id}", headers=team.headers).status_code == 200
-    page(browser.get(CALLBACK, params={"code": CODE, "state": state}), 404)
-    assert maker.exchanges == []
+    user_id, token = link(api, home, redirect_url=APP)
+    outcome(browser.sign_in(token)[1])
+    assert len(token_rows(svc, user_id)) == 1
+    assert api.delete(f"/v2/user/{user_id}/oura", headers=home.headers).status_code == 200
+    assert token_rows(svc, user_id) == []
+    response = api.post("/v2/link/token", json={"user_id": user_id}, headers=home.headers)
+    _, again = browser.sign_in(response.json()["link_token"])
+    assert again.status_code == 200  # no redirect_url: a page
+    [row] = token_rows(svc, user_id)
+    opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_tokens)
+    assert opened["access_token"] == maker.issued[-2]  # the second grant's

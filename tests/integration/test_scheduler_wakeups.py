@@ -92,19 +92,25 @@ def test_a_connect_made_without_http_is_pulled_and_announced_at_once(
     assert scheduler.committed not in service.recorder.listeners
 
 
-def test_commits_that_give_the_pull_worker_no_work_do_not_wake_it(slow_service: Service) -> None:
+def test_commits_that_give_a_worker_no_work_do_not_wake_it(slow_service: Service) -> None:
     service = slow_service
     team_id = service.bootstrap().team_id  # type: ignore[union-attr]  # an empty database
     scheduler = started(service)
     try:
         pulls_at_start = scheduler.pull_worker.runs_ended
         dispatches_at_start = scheduler.webhook_dispatcher.runs_ended
-        service.users.create_user(CTX, team_id, client_user_id="no-pulls")
+        # A create announces nothing: neither worker has work (the dispatcher's interval
+        # moves its position past it).
+        user = service.users.create_user(CTX, team_id, client_user_id="no-pulls")
+        time.sleep(0.2)  # time enough for a run woken by mistake to end
+        assert scheduler.webhook_dispatcher.runs_ended == dispatches_at_start
+        # A deletion is announced (user.deleted): it wakes the dispatcher, not the pulls.
+        service.users.delete_user(CTX, team_id, user.id)
         wait_for(
             lambda: scheduler.webhook_dispatcher.runs_ended > dispatches_at_start,
-            "the dispatcher woken by the commit",
+            "the dispatcher woken by the deletion",
         )
-        time.sleep(0.2)  # time enough for a run of the pull worker woken by mistake to end
+        time.sleep(0.2)
         assert scheduler.pull_worker.runs_ended == pulls_at_start
     finally:
         scheduler.shutdown(wait=True)

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-import freezegun
 import pydantic
 import pytest
 from eventsourcing.application import project_aggregate
@@ -32,10 +31,6 @@ from vital.types import (
 )
 
 from tests.conftest import Team, create_user
-
-# See tests/e2e/test_official_client.py: the client's models must not meet freezegun's
-# datetime class.
-freezegun.configure(extend_ignore_list=["vital"])
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 GRACE = timedelta(days=7)  # the settings fixture's grace period

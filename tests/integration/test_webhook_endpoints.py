@@ -262,25 +262,23 @@ def test_filter_entries_are_exact_types_or_prefixes_and_are_deduplicated(org: Or
 # -- bad input: a clear JSON error, nothing changed -------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("url", "message"),
-    [
-        ("ftp://receiver.example/h", "url must be an absolute http or https URL with a host."),
-        ("receiver.example/h", "url must be an absolute http or https URL with a host."),
-        ("https://", "url must be an absolute http or https URL with a host."),
-        ("https://receiver.example:99999/h", "url must be an absolute http or https URL"),
-        ("javascript:alert(1)", "url must be an absolute http or https URL with a host."),
-        ("https://receiver.example/a b", "url must not contain spaces or control characters."),
-        ("http://127.0.0.1:8000/hook", "url points at this service itself"),
-        ("http://localhost:8001/hook", "url points at this service itself"),
-        ("http://[::1]:8002/", "url points at this service itself"),
-        ("https://api.ledger.example/hook", "url points at this service itself"),
-        ("http://LINK.ledger.example:8443/x", "url points at this service itself"),
-    ],
-)
-def test_bad_urls_are_refused_and_change_nothing(
-    settings: Settings, url: str, message: str
-) -> None:
+# (url, message): refused on create and on update alike.
+BAD_URLS: list[tuple[str, str]] = [
+    ("ftp://receiver.example/h", "url must be an absolute http or https URL with a host."),
+    ("receiver.example/h", "url must be an absolute http or https URL with a host."),
+    ("https://", "url must be an absolute http or https URL with a host."),
+    ("https://receiver.example:99999/h", "url must be an absolute http or https URL"),
+    ("javascript:alert(1)", "url must be an absolute http or https URL with a host."),
+    ("https://receiver.example/a b", "url must not contain spaces or control characters."),
+    ("http://127.0.0.1:8000/hook", "url points at this service itself"),
+    ("http://localhost:8001/hook", "url points at this service itself"),
+    ("http://[::1]:8002/", "url points at this service itself"),
+    ("https://api.ledger.example/hook", "url points at this service itself"),
+    ("http://LINK.ledger.example:8443/x", "url points at this service itself"),
+]
+
+
+def test_bad_urls_are_refused_and_change_nothing(settings: Settings) -> None:
     own = settings.model_copy(
         update={
             "public_base_url": "https://api.ledger.example",
@@ -290,18 +288,25 @@ def test_bad_urls_are_refused_and_change_nothing(
     service = build_service(own)
     try:
         for org in _org(service):
+            # Refusals change nothing: every url against the one endpoint, each checked
+            # against the log position before the first.
             endpoint = org.create()
             before = org.log_position()
-            created = org.call("POST", json={"url": url})
-            patched = org.call("PATCH", f"/{endpoint['id']}", json={"url": url})
-            for response in (created, patched):
-                assert response.status_code == 422
-                (error,) = response.json()["detail"]
-                assert error["loc"] == ["body", "url"]
-                assert error["msg"].startswith(message)
-                assert error["input"] == "[redacted]"
-            assert org.log_position() == before
-            assert org.call("GET", f"/{endpoint['id']}").json()["url"] == endpoint["url"]
+            for url, message in BAD_URLS:
+                case = url
+                created = org.call("POST", json={"url": url})
+                patched = org.call("PATCH", f"/{endpoint['id']}", json={"url": url})
+                for response in (created, patched):
+                    assert response.status_code == 422, (case, response.text)
+                    errors = response.json()["detail"]
+                    assert len(errors) == 1, (case, errors)
+                    (error,) = errors
+                    assert error["loc"] == ["body", "url"], (case, error)
+                    assert error["msg"].startswith(message), (case, error)
+                    assert error["input"] == "[redacted]", (case, error)
+                assert org.log_position() == before, case
+                url_now = org.call("GET", f"/{endpoint['id']}").json()["url"]
+                assert url_now == endpoint["url"], case
     finally:
         service.close()
 
@@ -311,55 +316,64 @@ def test_a_receiver_on_another_port_of_this_host_is_allowed(org: Org) -> None:
     assert endpoint["url"] == "http://127.0.0.1:9911/receiver"
 
 
-@pytest.mark.parametrize(
-    ("filter_types", "message"),
-    [
-        (["daily.data.sleep.creatd"], "'daily.data.sleep.creatd' is not a known event type."),
-        (["daily.dat.*"], "'daily.dat.*' matches no known event type."),
-        (["daily.data.hypnogram.created"], "is not a known event type."),
-        (["daily.data."], "is neither an event type nor a prefix ending in '.*'"),
-        (["*"], "is neither an event type nor a prefix"),
-        (["Daily.Data.*"], "is neither an event type nor a prefix"),
-        (["provider.connection.created", "nope"], "'nope' is not a known event type."),
-    ],
-)
-def test_unknown_filter_types_are_refused_and_change_nothing(
-    org: Org, filter_types: list[str], message: str
-) -> None:
+# (filter_types, message): refused on create and on update alike.
+UNKNOWN_FILTER_TYPES: list[tuple[list[str], str]] = [
+    (["daily.data.sleep.creatd"], "'daily.data.sleep.creatd' is not a known event type."),
+    (["daily.dat.*"], "'daily.dat.*' matches no known event type."),
+    (["daily.data.hypnogram.created"], "is not a known event type."),
+    (["daily.data."], "is neither an event type nor a prefix ending in '.*'"),
+    (["*"], "is neither an event type nor a prefix"),
+    (["Daily.Data.*"], "is neither an event type nor a prefix"),
+    (["provider.connection.created", "nope"], "'nope' is not a known event type."),
+]
+
+
+def test_unknown_filter_types_are_refused_and_change_nothing(org: Org) -> None:
+    # Refusals change nothing: every case against the one endpoint, each checked against
+    # the log position before the first.
     endpoint = org.create(filter_types=["daily.data.*"])
     before = org.log_position()
-    created = org.call("POST", json={"url": "https://r.example/h", "filter_types": filter_types})
-    patched = org.call("PATCH", f"/{endpoint['id']}", json={"filter_types": filter_types})
-    for response in (created, patched):
-        assert response.status_code == 422, response.text
-        (error,) = response.json()["detail"]
-        assert error["loc"] == ["body", "filter_types"]
-        assert message in error["msg"]
-    assert org.log_position() == before
-    assert org.call("GET", f"/{endpoint['id']}").json()["filter_types"] == ["daily.data.*"]
+    for filter_types, message in UNKNOWN_FILTER_TYPES:
+        case = filter_types
+        created = org.call(
+            "POST", json={"url": "https://r.example/h", "filter_types": filter_types}
+        )
+        patched = org.call("PATCH", f"/{endpoint['id']}", json={"filter_types": filter_types})
+        for response in (created, patched):
+            assert response.status_code == 422, (case, response.text)
+            errors = response.json()["detail"]
+            assert len(errors) == 1, (case, errors)
+            (error,) = errors
+            assert error["loc"] == ["body", "filter_types"], (case, error)
+            assert message in error["msg"], (case, error)
+        assert org.log_position() == before, case
+        kept = org.call("GET", f"/{endpoint['id']}").json()["filter_types"]
+        assert kept == ["daily.data.*"], case
 
 
-@pytest.mark.parametrize(
-    ("body", "loc"),
-    [
-        ({"url": "https://r.example/h", "description": "x" * 501}, ["body", "description"]),
-        ({"url": "https://r.example/" + "x" * 2048}, ["body", "url"]),
-        ({"url": "https://r.example/h", "filter_types": "daily.data.*"}, ["body", "filter_types"]),
-        ({"url": "https://r.example/h", "filter_types": [""]}, ["body", "filter_types", 0]),
-        ({"url": "https://r.example/h", "secret": "whsec_mine"}, ["body", "secret"]),
-        ({"description": "no url"}, ["body", "url"]),
-        ({"url": "https://r.example/h", "disabled": "sometimes"}, ["body", "disabled"]),
-    ],
-)
-def test_malformed_create_bodies_are_422_and_change_nothing(
-    org: Org, body: dict[str, Any], loc: list[Any]
-) -> None:
+# (body, loc): each refused with the one error at loc.
+MALFORMED_CREATE_BODIES: list[tuple[dict[str, Any], list[Any]]] = [
+    ({"url": "https://r.example/h", "description": "x" * 501}, ["body", "description"]),
+    ({"url": "https://r.example/" + "x" * 2048}, ["body", "url"]),
+    ({"url": "https://r.example/h", "filter_types": "daily.data.*"}, ["body", "filter_types"]),
+    ({"url": "https://r.example/h", "filter_types": [""]}, ["body", "filter_types", 0]),
+    ({"url": "https://r.example/h", "secret": "whsec_mine"}, ["body", "secret"]),
+    ({"description": "no url"}, ["body", "url"]),
+    ({"url": "https://r.example/h", "disabled": "sometimes"}, ["body", "disabled"]),
+]
+
+
+def test_malformed_create_bodies_are_422_and_change_nothing(org: Org) -> None:
+    # Refusals change nothing: every body against the one service, each checked against
+    # the log position before the first.
     before = org.log_position()
-    response = org.call("POST", json=body)
-    assert response.status_code == 422
-    assert [e["loc"] for e in response.json()["detail"]] == [loc]
-    assert org.log_position() == before
-    assert org.call("GET").json() == {"webhook_endpoints": []}
+    for body, loc in MALFORMED_CREATE_BODIES:
+        case = body
+        response = org.call("POST", json=body)
+        assert response.status_code == 422, (case, response.text)
+        assert [e["loc"] for e in response.json()["detail"]] == [loc], (case, response.text)
+        assert org.log_position() == before, case
+        assert org.call("GET").json() == {"webhook_endpoints": []}, case
 
 
 def test_malformed_patches_are_refused_and_change_nothing(org: Org) -> None:

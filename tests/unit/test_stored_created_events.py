@@ -18,6 +18,7 @@ from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.persistence import StoredEvent
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.link_tokens import LinkToken
+from healthledger.domain.connections.oauth_flows import OAuthFlow, binding_digest
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import (
@@ -28,6 +29,8 @@ from healthledger.domain.keys import (
     link_token_id,
     team_api_key_id,
 )
+from healthledger.domain.labs.lab_tests import LabTest
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.mirror.users import Envelope, MirroredUser
 from healthledger.domain.teams.custom_credentials import CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
@@ -59,6 +62,8 @@ CLAIM = ClientUserIdClaim.id_for_digest(DIGEST)
 LEGACY_CLAIM = UUID("5c4d5776-2bd9-5b26-a71f-754219d9de17")
 ENDPOINT, CONNECTION, SOURCE = fixed_id(5), fixed_id(6), fixed_id(7)
 FOUNDED = {"timestamp": T, "actor": CTX.actor, "request_id": CTX.request_id}
+# An OAuth flow's digest of its browser's binding secret (any 64 hex digits).
+BINDING_DIGEST = "0f" * 32
 
 
 def user(**fields: object) -> User:
@@ -120,6 +125,15 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
         on_error="redirect",
         on_close=None,
     ),
+    "OAuthFlow": lambda: OAuthFlow(
+        id=fixed_id(15),
+        **FOUNDED,
+        link_token_id=fixed_id(14),
+        team_id=TEAM,
+        user_id=USER,
+        provider="oura",
+        binding_digest=BINDING_DIGEST,
+    ),
     "Organization": lambda: Organization.found(CTX, T, "Acme", org_id=ORG),
     "Team": lambda: Team(id=fixed_id(10), **FOUNDED, org_id=ORG, name="Team A", region="eu"),
     "TeamApiKey": lambda: TeamApiKey(
@@ -176,6 +190,35 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
         T,
         # Seals in memory, numbered: "client-1" becomes "sealed-1".
         DictVault(),
+    ),
+    "LabTest": lambda: LabTest(
+        id=fixed_id(16),
+        **FOUNDED,
+        team_id=TEAM,
+        name="Annual Wellness",
+        description="Metabolic panel and HbA1c.",
+        method="walk_in_test",
+        lab_id=1,
+        marker_ids=[1077, 1071],
+        fasting=True,
+    ),
+    "Order": lambda: Order.place(
+        CTX,
+        T,
+        order_id=fixed_id(17),
+        user_id=USER,
+        team_id=TEAM,
+        environment="sandbox",
+        lab_test_id=fixed_id(16),
+        lab_test_name="Annual Wellness",
+        lab_id=1,
+        collection_method="walk_in_test",
+        marker_ids=[1077, 1071],
+        sealed_patient_details="v1.sealed-details",
+        sealed_patient_address="v1.sealed-address",
+        sealed_request_digest="v1.sealed-digest",
+        status="received.walk_in_test.ordered",
+        next_step_at=datetime(2026, 3, 1, 12, 1, 0, 123456, tzinfo=UTC),
     ),
 }
 
@@ -351,6 +394,30 @@ GOLDEN = {
             '"provider":null,"redirect_url":"https://example.com/back",'
             '"filter_on_providers":["oura","whoop"],"on_error":"redirect","on_close":null,'
             '"consumed_at":null,"consumed_provider":null}'
+        ),
+    ),
+    "OAuthFlow": Golden(
+        id="11111111-2222-4333-8444-00000000000f",
+        topic="healthledger:OAuthFlow.Started.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:OAuthFlow",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","link_token_id":{"_type_":"uuid_hex",'
+            '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"provider":"oura",'
+            f'"binding_digest":"{BINDING_DIGEST}"}}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"link_token_id":{"_type_":"uuid_hex",'
+            '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"provider":"oura",'
+            f'"binding_digest":"{BINDING_DIGEST}","returned_at":null}}'
         ),
     ),
     "Organization": Golden(
@@ -554,6 +621,65 @@ GOLDEN = {
             '"class_version":2}'
         ),
     ),
+    "LabTest": Golden(
+        id="11111111-2222-4333-8444-000000000010",
+        topic="healthledger:LabTest.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:LabTest",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"name":"Annual Wellness",'
+            '"description":"Metabolic panel and HbA1c.","method":"walk_in_test","lab_id":1,'
+            '"marker_ids":[1077,1071],"fasting":true}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"name":"Annual Wellness",'
+            '"description":"Metabolic panel and HbA1c.","method":"walk_in_test","lab_id":1,'
+            '"marker_ids":[1077,1071],"fasting":true}'
+        ),
+    ),
+    "Order": Golden(
+        id="11111111-2222-4333-8444-000000000011",
+        topic="healthledger:Order.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:Order",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"environment":"sandbox",'
+            '"lab_test_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000010"},'
+            '"lab_test_name":"Annual Wellness","lab_id":1,"collection_method":"walk_in_test",'
+            '"marker_ids":[1077,1071],"sealed_patient_details":"v1.sealed-details",'
+            '"sealed_patient_address":"v1.sealed-address",'
+            '"sealed_request_digest":"v1.sealed-digest","status":"received.walk_in_test.ordered",'
+            '"next_step_at":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:01:00.123456+00:00"}}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"environment":"sandbox",'
+            '"lab_test_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000010"},'
+            '"lab_test_name":"Annual Wellness","lab_id":1,"collection_method":"walk_in_test",'
+            '"marker_ids":[1077,1071],"sealed_patient_details":"v1.sealed-details",'
+            '"sealed_patient_address":"v1.sealed-address",'
+            '"sealed_request_digest":"v1.sealed-digest","sample_id":null,"sealed_results":null,'
+            '"sealed_interpretation":null,"results_at":null,"cancel_reason":null,'
+            '"failure_reason":null,"history":[["received.walk_in_test.ordered",'
+            '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}]],'
+            '"status":"received.walk_in_test.ordered","next_step_at":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:01:00.123456+00:00"}}'
+        ),
+    ),
 }
 
 
@@ -741,7 +867,7 @@ def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
 def test_the_golden_values_cover_every_aggregate() -> None:
     founded = {type(found()) for found in FOUND.values()}
     assert {cls.__name__ for cls in founded} == {name.split(".")[0] for name in GOLDEN}
-    assert len(founded) == 14
+    assert len(founded) == 17
 
 
 def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> None:
@@ -804,6 +930,18 @@ def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> 
         on_error="redirect",
         on_close=None,
     )
+
+    flow = OAuthFlow.start(CTX, T, token, "oura", "binding-secret")
+    assert flow == OAuthFlow(
+        id=flow.id,
+        **FOUNDED,
+        link_token_id=token.id,
+        team_id=TEAM,
+        user_id=USER,
+        provider="oura",
+        binding_digest=binding_digest("binding-secret"),
+    )
+    assert flow.id != OAuthFlow.start(CTX, T, token, "oura", "binding-secret").id
 
     endpoint_fields: dict[str, object] = {
         "team_id": TEAM,

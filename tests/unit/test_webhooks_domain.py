@@ -68,6 +68,10 @@ def test_the_catalog_has_every_event_type_of_the_spec() -> None:
     expected = {
         "provider.connection.created",
         "provider.connection.error",
+        # Lab test orders (issue 14).
+        "labtest.order.created",
+        "labtest.order.updated",
+        "labtest.result.critical",
         *HYPNOGRAM_TYPES,
         *OUR_TYPES,
     }
@@ -351,6 +355,29 @@ def test_a_retry_after_delays_the_next_try_and_a_gone_endpoint_ends_it() -> None
     delivery.record_attempt(CTX, T0, status_code=410, latency_ms=1.0, error="gone", final=True)
     assert (delivery.status, delivery.next_attempt_at) == (FAILED, None)
     assert_replays(delivery)
+
+
+def test_a_late_post_counts_and_only_a_success_changes_the_outcome() -> None:
+    # Another sender recorded the outcome first (ADR 0019); the late POSTs still count.
+    succeeded = _delivery()
+    succeeded.record_attempt(CTX, T0, status_code=200, latency_ms=1.0, error=None)
+    succeeded.record_attempt(CTX, T0, status_code=500, latency_ms=1.0, error="http_500")
+    assert (succeeded.status, succeeded.attempts, succeeded.last_status_code) == (
+        SUCCEEDED,
+        2,
+        500,
+    )
+    assert succeeded.next_attempt_at is None
+    late = assert_replays(succeeded)[-1]
+    assert isinstance(late, WebhookDelivery.AttemptMade) and late.next_attempt_at is None
+    # A dropped delivery that a late POST reached anyway: the receiver has it.
+    dropped = _delivery()
+    dropped.drop(CTX, T0, "user_erased")
+    dropped.record_attempt(CTX, T0, status_code=500, latency_ms=1.0, error="http_500")
+    assert (dropped.status, dropped.attempts) == (DROPPED, 1)
+    dropped.record_attempt(CTX, T0, status_code=200, latency_ms=1.0, error=None)
+    assert (dropped.status, dropped.attempts) == (SUCCEEDED, 2)
+    assert_replays(dropped)
 
 
 def test_only_a_pending_delivery_is_dropped() -> None:

@@ -7,10 +7,14 @@ from typing import Any
 
 from healthledger.adapters.persistence.projections import Handlers
 from healthledger.adapters.persistence.schema import (
-    UTCDateTime,
     connections,
     link_tokens,
     resource_feeds,
+)
+from healthledger.adapters.persistence.statements import (
+    CompiledStatement,
+    UpdatesByKey,
+    insert_of,
 )
 from healthledger.domain.connections.connection import CONNECTED, PAUSED
 from healthledger.domain.connections.connection import DEREGISTERED as CONNECTION_DEREGISTERED
@@ -23,16 +27,99 @@ from healthledger.domain.connections.resource_feeds import RETRYING as PULL_RETR
 from healthledger.domain.connections.resource_feeds import SCHEDULED as PULL_SCHEDULED
 from healthledger.domain.connections.resource_feeds import SUCCESS as PULL_SUCCESS
 from healthledger.domain.connections.resource_feeds import ResourceFeed
-from sqlalchemy import Connection, case, func, insert, literal, update
+from sqlalchemy import ColumnElement, Connection, case, func
 
 # last_attempt_status of a feed whose attempt failed (retrying or failure).
 ATTEMPT_FAILED = "failed"
+
+# Compiled once (per set of columns an update sets): a rebuild runs them for every
+# event, held and run together (ReadModels.rebuild).
+_f = resource_feeds.c
+INSERT_CONNECTION = CompiledStatement(
+    insert_of(
+        connections,
+        (
+            "connection_id",
+            "user_id",
+            "team_id",
+            "provider",
+            "status",
+            "created_on",
+            "resource_availability",
+            "error_details",
+            "sealed_external_user_id",
+            "demo",
+            "updated_at",
+        ),
+    )
+)
+UPDATE_CONNECTION = UpdatesByKey(connections, "connection_id")
+INSERT_FEED = CompiledStatement(
+    insert_of(
+        resource_feeds,
+        (
+            "feed_id",
+            "connection_id",
+            "user_id",
+            "team_id",
+            "provider",
+            "resource",
+            "days_with_data",
+            "attempts",
+            "version",
+        ),
+    )
+)
+
+
+def _earliest(bound: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The feed's oldest day, widened down to `bound`."""
+    return case(
+        (_f.oldest_day.is_(None), bound), (_f.oldest_day > bound, bound), else_=_f.oldest_day
+    )
+
+
+def _latest(bound: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The feed's newest day, widened up to `bound`."""
+    return case(
+        (_f.newest_day.is_(None), bound), (_f.newest_day < bound, bound), else_=_f.newest_day
+    )
+
+
+UPDATE_FEED = UpdatesByKey(
+    resource_feeds,
+    "feed_id",
+    {
+        # A pull's first start is kept over its retries.
+        "started_at": lambda bound: func.coalesce(_f.started_at, bound),
+        "oldest_day": _earliest,
+        "newest_day": _latest,
+    },
+)
+INSERT_LINK_TOKEN = CompiledStatement(
+    insert_of(
+        link_tokens,
+        (
+            "token_id",
+            "team_id",
+            "user_id",
+            "environment",
+            "token_hash",
+            "provider",
+            "redirect_url",
+            "filter_on_providers",
+            "on_error",
+            "on_close",
+            "issued_at",
+        ),
+    )
+)
+UPDATE_LINK_TOKEN = UpdatesByKey(link_tokens, "token_id")
 
 # -- provider connections -------------------------------------------------------------
 
 
 def connection_connected(conn: Connection, e: Any) -> None:
-    c = connections.c
     values = {
         "status": CONNECTED,
         "created_on": e.timestamp,
@@ -43,24 +130,23 @@ def connection_connected(conn: Connection, e: Any) -> None:
         "updated_at": e.timestamp,
     }
     if isinstance(e, ProviderConnection.Created):
-        conn.execute(
-            insert(connections).values(
-                connection_id=e.originator_id,
-                user_id=e.user_id,
-                team_id=e.team_id,
-                provider=e.provider,
+        INSERT_CONNECTION.execute(
+            conn,
+            {
+                "connection_id": e.originator_id,
+                "user_id": e.user_id,
+                "team_id": e.team_id,
+                "provider": e.provider,
                 **values,
-            )
+            },
         )
     else:
-        conn.execute(update(connections).where(c.connection_id == e.originator_id).values(**values))
+        UPDATE_CONNECTION.execute(conn, e.originator_id, values)
 
 
 def connection_deregistered(conn: Connection, e: Any) -> None:
-    conn.execute(
-        update(connections)
-        .where(connections.c.connection_id == e.originator_id)
-        .values(status=CONNECTION_DEREGISTERED, updated_at=e.timestamp)
+    UPDATE_CONNECTION.execute(
+        conn, e.originator_id, {"status": CONNECTION_DEREGISTERED, "updated_at": e.timestamp}
     )
 
 
@@ -70,47 +156,40 @@ def connection_errored(conn: Connection, e: Any) -> None:
         "error_message": e.error_message,
         "errored_at": e.timestamp.isoformat(),
     }
-    conn.execute(
-        update(connections)
-        .where(connections.c.connection_id == e.originator_id)
-        .values(status=CONNECTION_ERROR, error_details=details, updated_at=e.timestamp)
+    UPDATE_CONNECTION.execute(
+        conn,
+        e.originator_id,
+        {"status": CONNECTION_ERROR, "error_details": details, "updated_at": e.timestamp},
     )
 
 
 def connection_status(conn: Connection, e: Any) -> None:
     status = PAUSED if isinstance(e, ProviderConnection.Paused) else CONNECTED
-    conn.execute(
-        update(connections)
-        .where(connections.c.connection_id == e.originator_id)
-        .values(status=status, updated_at=e.timestamp)
-    )
+    UPDATE_CONNECTION.execute(conn, e.originator_id, {"status": status, "updated_at": e.timestamp})
 
 
 # -- resource feeds and their pulls ---------------------------------------------------
 
 
 def feed_created(conn: Connection, e: ResourceFeed.Created) -> None:
-    conn.execute(
-        insert(resource_feeds).values(
-            feed_id=e.originator_id,
-            connection_id=e.connection_id,
-            user_id=e.user_id,
-            team_id=e.team_id,
-            provider=e.provider,
-            resource=e.resource,
-            days_with_data=0,
-            attempts=0,
-            version=e.originator_version,
-        )
+    INSERT_FEED.execute(
+        conn,
+        {
+            "feed_id": e.originator_id,
+            "connection_id": e.connection_id,
+            "user_id": e.user_id,
+            "team_id": e.team_id,
+            "provider": e.provider,
+            "resource": e.resource,
+            "days_with_data": 0,
+            "attempts": 0,
+            "version": e.originator_version,
+        },
     )
 
 
 def update_feed(conn: Connection, e: Any, **values: Any) -> None:
-    conn.execute(
-        update(resource_feeds)
-        .where(resource_feeds.c.feed_id == e.originator_id)
-        .values(version=e.originator_version, **values)
-    )
+    UPDATE_FEED.execute(conn, e.originator_id, {"version": e.originator_version, **values})
 
 
 def pull_scheduled(conn: Connection, e: ResourceFeed.PullScheduled) -> None:
@@ -134,14 +213,12 @@ def pull_scheduled(conn: Connection, e: ResourceFeed.PullScheduled) -> None:
 
 
 def pull_started(conn: Connection, e: ResourceFeed.PullStarted) -> None:
-    f = resource_feeds.c
     update_feed(
         conn,
         e,
         status=PULL_IN_PROGRESS,
-        # Typed: a datetime SQLAlchemy cannot type by itself (freezegun's) would be
-        # bound as the driver's own text.
-        started_at=func.coalesce(f.started_at, literal(e.timestamp, UTCDateTime)),
+        # Kept if set (UPDATE_FEED's expression): the first attempt's start.
+        started_at=e.timestamp,
         attempts=e.attempt,
         due_at=None,
         last_attempt_at=e.timestamp,
@@ -200,17 +277,13 @@ def daily_synced(conn: Connection, e: ResourceFeed.DailySynced) -> None:
 
 
 def widened(oldest: Any, newest: Any) -> dict[str, Any]:
-    """Column values that widen the feed's data span to include oldest..newest."""
-    f = resource_feeds.c
+    """Column values that widen the feed's data span to include oldest..newest
+    (UPDATE_FEED's expressions keep what is wider)."""
     values: dict[str, Any] = {}
     if oldest is not None:
-        values["oldest_day"] = case(
-            (f.oldest_day.is_(None), oldest), (f.oldest_day > oldest, oldest), else_=f.oldest_day
-        )
+        values["oldest_day"] = oldest
     if newest is not None:
-        values["newest_day"] = case(
-            (f.newest_day.is_(None), newest), (f.newest_day < newest, newest), else_=f.newest_day
-        )
+        values["newest_day"] = newest
     return values
 
 
@@ -218,28 +291,27 @@ def widened(oldest: Any, newest: Any) -> dict[str, Any]:
 
 
 def link_token_issued(conn: Connection, e: LinkToken.Issued) -> None:
-    conn.execute(
-        insert(link_tokens).values(
-            token_id=e.originator_id,
-            team_id=e.team_id,
-            user_id=e.user_id,
-            environment=e.environment,
-            token_hash=e.token_hash,
-            provider=e.provider,
-            redirect_url=e.redirect_url,
-            filter_on_providers=e.filter_on_providers,
-            on_error=e.on_error,
-            on_close=e.on_close,
-            issued_at=e.timestamp,
-        )
+    INSERT_LINK_TOKEN.execute(
+        conn,
+        {
+            "token_id": e.originator_id,
+            "team_id": e.team_id,
+            "user_id": e.user_id,
+            "environment": e.environment,
+            "token_hash": e.token_hash,
+            "provider": e.provider,
+            "redirect_url": e.redirect_url,
+            "filter_on_providers": e.filter_on_providers,
+            "on_error": e.on_error,
+            "on_close": e.on_close,
+            "issued_at": e.timestamp,
+        },
     )
 
 
 def link_token_consumed(conn: Connection, e: LinkToken.Consumed) -> None:
-    conn.execute(
-        update(link_tokens)
-        .where(link_tokens.c.token_id == e.originator_id)
-        .values(consumed_at=e.timestamp, consumed_provider=e.provider)
+    UPDATE_LINK_TOKEN.execute(
+        conn, e.originator_id, {"consumed_at": e.timestamp, "consumed_provider": e.provider}
     )
 
 

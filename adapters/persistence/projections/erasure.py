@@ -13,8 +13,10 @@ record of what was there and of a check that passed, not an assertion.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -25,14 +27,16 @@ from healthledger.adapters.persistence.schema import (
     connections,
     health_data,
     link_tokens,
+    orders,
     pending_erasures,
+    provider_tokens,
     resource_feeds,
     snapshots,
     user_data_keys,
     users,
     webhook_deliveries,
 )
-from healthledger.adapters.persistence.statements import CompiledStatement
+from healthledger.adapters.persistence.statements import among
 from healthledger.domain.errors import ErasureNotVerified
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERIES
@@ -41,15 +45,21 @@ from healthledger.domain.webhooks.deliveries import PENDING
 from sqlalchemy import (
     Column,
     ColumnElement,
+    CompoundSelect,
     Connection,
-    Label,
-    Table,
-    Uuid,
-    bindparam,
+    Select,
+    and_,
     delete,
     func,
+    literal,
     select,
+    union_all,
 )
+from sqlalchemy.sql.dml import ReturningDelete
+
+# The places of DELETED that are read models (a rebuild's users projection empties them
+# for an erased user again: `users.user_erased`).
+READ_MODEL_PLACE = "read_model:"
 
 # The events with erasure effects (neither class has subclasses).
 ERASING = frozenset({User.Erased, Team.Deleted})
@@ -64,7 +74,11 @@ DELETED: dict[str, Column[Any]] = {
     "read_model:connections": connections.c.user_id,
     "read_model:resource_feeds": resource_feeds.c.user_id,
     "read_model:link_tokens": link_tokens.c.user_id,
+    # Lab test orders: the patient's details and address and the results, sealed.
+    "read_model:orders": orders.c.user_id,
     "health_data": health_data.c.user_id,
+    # The maker's tokens of the user's OAuth connections (sealed with its key; ADR 0022).
+    "provider_tokens": provider_tokens.c.user_id,
     "snapshots": snapshots.c.originator_id,
     "user_data_key": user_data_keys.c.user_id,
 }
@@ -85,88 +99,156 @@ if set(DELETED) | {QUEUED_DELIVERIES} != set(ERASURE_REMOVES):
     raise RuntimeError("the erasure effects and lifecycle.ERASURE_REMOVES name other places")
 
 
-# Built and compiled once: a sweep runs them for every user it erases (ADR 0014).
-_UID = bindparam("uid", type_=Uuid())
-_QUEUED = (webhook_deliveries.c.user_id == _UID) & (webhook_deliveries.c.status == PENDING)
+# A batch of users, bound as one list (`among`: on SQLite an expanding IN, bound once per
+# place a statement looks at, so a batch is at most ERASURE_BATCH_LIMIT users, well within
+# SQLite's limit of bound values, 32,766; on PostgreSQL one array).
+ERASURE_BATCH_LIMIT = 1_000
+# Where each place of ERASURE_REMOVES finds a user's rows: the deleted places by the
+# column that names the user, the queued deliveries by theirs and their status.
+_LOOKED_AT: dict[str, tuple[Column[Any], ColumnElement[bool] | None]] = {
+    **{place: (column, None) for place, column in DELETED.items()},
+    QUEUED_DELIVERIES: (webhook_deliveries.c.user_id, webhook_deliveries.c.status == PENDING),
+}
 
 
-def _count(table: Table, where: ColumnElement[bool], place: str) -> Label[Any]:
-    return select(func.count()).select_from(table).where(where).scalar_subquery().label(place)
+def _counting(places: Sequence[str], postgres: bool) -> CompoundSelect:
+    """Per place and per user of a batch, the rows the place holds (none: no row), in
+    one statement."""
+    parts = []
+    for place in places:
+        column, also = _LOOKED_AT[place]
+        where = among(column, "uids", postgres=postgres)
+        parts.append(
+            select(literal(place).label("place"), column.label("user_id"), func.count())
+            .where(where if also is None else and_(where, also))
+            .group_by(column)
+        )
+    return union_all(*parts)
 
 
-_DELETED_COUNTS = [_count(c.table, c == _UID, place) for place, c in DELETED.items()]
-_QUEUED_COUNT = _count(webhook_deliveries, _QUEUED, QUEUED_DELIVERIES)
-# The rows each place holds for the user: the deleted places, and with the queued
-# deliveries, every place of ERASURE_REMOVES (in its order).
-COUNT_DELETED = CompiledStatement(select(*_DELETED_COUNTS))
-COUNT_EVERY_PLACE = CompiledStatement(
-    select(*sorted([*_DELETED_COUNTS, _QUEUED_COUNT], key=lambda c: ERASURE_REMOVES.index(c.name)))
-)
-COUNT_QUEUED = CompiledStatement(
-    select(func.count()).select_from(webhook_deliveries).where(_QUEUED)
-)
-SELECT_QUEUED = CompiledStatement(select(webhook_deliveries.c.delivery_id).where(_QUEUED))
-# SQLAlchemy's own execution for the deletes: their row counts are what is checked.
-DELETES = {place: delete(column.table).where(column == _UID) for place, column in DELETED.items()}
+@dataclass(frozen=True)
+class BatchStatements:
+    """The statements of a batch's erasure, for one kind of database."""
+
+    count_deleted: CompoundSelect
+    count_queued: CompoundSelect
+    count_every_place: CompoundSelect
+    select_queued: Select[Any]
+    # Each place's rows of a batch deleted, naming their user: what is checked, per user.
+    deletes: dict[str, ReturningDelete[Any]]
+
+    @classmethod
+    def built(cls, postgres: bool) -> BatchStatements:
+        d = webhook_deliveries.c
+        return cls(
+            count_deleted=_counting(list(DELETED), postgres),
+            count_queued=_counting([QUEUED_DELIVERIES], postgres),
+            count_every_place=_counting(ERASURE_REMOVES, postgres),
+            select_queued=select(d.user_id, d.delivery_id).where(
+                among(d.user_id, "uids", postgres=postgres), d.status == PENDING
+            ),
+            deletes={
+                place: delete(column.table)
+                .where(among(column, "uids", postgres=postgres))
+                .returning(column)
+                for place, column in DELETED.items()
+            },
+        )
 
 
-def rows_naming(conn: Connection, user_id: UUID) -> dict[str, int]:
-    """The rows each place of ERASURE_REMOVES holds for the user (queued deliveries
-    included), in one round trip."""
-    (found,) = COUNT_EVERY_PLACE.rows(conn, {"uid": user_id})
-    return dict(zip(ERASURE_REMOVES, map(int, found), strict=True))
+# Built once per kind of database: SQLAlchemy compiles each once and keeps it.
+_BATCH_STATEMENTS = {postgres: BatchStatements.built(postgres) for postgres in (False, True)}
+
+
+def statements_for(conn: Connection) -> BatchStatements:
+    return _BATCH_STATEMENTS[conn.dialect.name == "postgresql"]
+
+
+def counted(
+    conn: Connection, statement: CompoundSelect, places: Sequence[str], user_ids: Sequence[UUID]
+) -> dict[UUID, dict[str, int]]:
+    """Per user: the rows each of `places` holds (zeros included), by `statement`."""
+    found = {user_id: dict.fromkeys(places, 0) for user_id in user_ids}
+    if user_ids:
+        for place, user_id, rows in conn.execute(statement, {"uids": list(user_ids)}):
+            found[user_id][place] = int(rows)
+    return found
+
+
+def rows_naming(conn: Connection, user_ids: Sequence[UUID]) -> dict[UUID, dict[str, int]]:
+    """Per user: the rows each place of ERASURE_REMOVES holds (queued deliveries
+    included), in one round trip for the batch."""
+    return counted(conn, statements_for(conn).count_every_place, ERASURE_REMOVES, user_ids)
 
 
 class ErasurePlaces:
-    """What the user lifecycle reads before an erasure (its ports)."""
+    """What the user lifecycle reads before an erasure (its ports), for a batch of users
+    at once."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def inventory(self, user_id: UUID) -> dict[str, int]:
-        """The rows each deleted place holds for the user (not the queued deliveries,
-        which the lifecycle counts as it drops them)."""
+    def inventories(self, user_ids: Sequence[UUID]) -> dict[UUID, dict[str, int]]:
+        """Per user: the rows each deleted place holds (not the queued deliveries, which
+        the lifecycle counts as it drops them)."""
         with self.db.read() as conn:
-            (found,) = COUNT_DELETED.rows(conn, {"uid": user_id})
-        return dict(zip(DELETED, map(int, found), strict=True))
+            return counted(conn, statements_for(conn).count_deleted, list(DELETED), user_ids)
 
-    def queued_deliveries(self, user_id: UUID) -> list[UUID]:
-        """The webhook deliveries about the user still queued (to be dropped)."""
-        with self.db.read() as conn:
-            return [row[0] for row in SELECT_QUEUED.rows(conn, {"uid": user_id})]
+    def inventory(self, user_id: UUID) -> dict[str, int]:
+        """The rows each deleted place holds for one user."""
+        return self.inventories([user_id])[user_id]
+
+    def queued_deliveries(self, user_ids: Sequence[UUID]) -> dict[UUID, list[UUID]]:
+        """Per user: the webhook deliveries about it still queued (to be dropped)."""
+        found: dict[UUID, list[UUID]] = {}
+        if user_ids:
+            with self.db.read() as conn:
+                query = statements_for(conn).select_queued
+                for user_id, delivery_id in conn.execute(query, {"uids": list(user_ids)}):
+                    found.setdefault(user_id, []).append(delivery_id)
+        return found
 
 
 @contextmanager
 def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> Iterator[None]:
-    """Around the projection of `events`: before it, delete what each user erased in them
-    held (checking the counts against its Erased event) and destroy the data key of each
-    team deleted in them (which sealed its custom credential secrets, its webhook
+    """Around the projection of `events`: before it, delete what the users erased in them
+    held (checking the counts against each one's Erased event) and destroy the data key
+    of each team deleted in them (which sealed its custom credential secrets, its webhook
     signing secrets and its client_user_id digest secret); after it, check that nothing
-    of each erased user is left. Raises ErasureNotVerified otherwise."""
+    of any erased user is left. Raises ErasureNotVerified otherwise. The users erased
+    together (a sweep's batch) are counted, deleted and checked together: a statement
+    per place, not per user."""
     erased: list[User.Erased] = []
     for event in events:
         if type(event) not in ERASING:
             continue  # nearly every event: one set lookup instead of two isinstance calls
         if isinstance(event, User.Erased):
-            _erase(conn, event)
             erased.append(event)
         elif isinstance(event, Team.Deleted):
             KeyStore.destroy(conn, event.originator_id)
+    if erased:
+        _erase(conn, erased)
     yield
+    if erased:
+        left = rows_naming(conn, [event.originator_id for event in erased])
+        for event in erased:
+            for place, rows in left[event.originator_id].items():
+                if rows:
+                    raise ErasureNotVerified(event.originator_id, place, 0, rows, "after erasure")
+
+
+def _erase(conn: Connection, erased: Sequence[User.Erased]) -> None:
+    user_ids = [event.originator_id for event in erased]
+    statements = statements_for(conn)
+    # Dropped by the Dropped events recorded with these (checked after the projection).
+    queued = counted(conn, statements.count_queued, [QUEUED_DELIVERIES], user_ids)
     for event in erased:
-        for place, left in rows_naming(conn, event.originator_id).items():
-            if left:
-                raise ErasureNotVerified(event.originator_id, place, 0, left, "after erasure")
-
-
-def _erase(conn: Connection, event: User.Erased) -> None:
-    user_id, expected = event.originator_id, event.checked
-    values = {"uid": user_id}
-    # Dropped by the Dropped events recorded with this one (checked after the projection).
-    ((queued,),) = COUNT_QUEUED.rows(conn, values)
-    _check(user_id, QUEUED_DELIVERIES, expected, int(queued))
-    for place, statement in DELETES.items():
-        _check(user_id, place, expected, conn.execute(statement, values).rowcount)
+        found = queued[event.originator_id][QUEUED_DELIVERIES]
+        _check(event.originator_id, QUEUED_DELIVERIES, event.checked, found)
+    for place, statement in statements.deletes.items():
+        deleted = Counter(conn.execute(statement, {"uids": user_ids}).scalars())
+        for event in erased:
+            _check(event.originator_id, place, event.checked, deleted[event.originator_id])
 
 
 def _check(user_id: UUID, place: str, expected: dict[str, int], found: int) -> None:

@@ -1,74 +1,114 @@
 """The read models' one entry point: `project` runs every context's projection inside
 the transaction that stores the events (so a read model is never behind its log), and
-`rebuild` runs it again, page by page, over the whole log into recreated tables."""
+`rebuild` runs it again, page by page, over the whole log into new tables that replace
+the live ones at its end (`rebuild.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.projections import (
+    Handlers,
     connections,
+    lab_tests,
+    orders,
     stream_owners,
     teams,
     users,
     webhooks,
 )
-from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, metadata
+from healthledger.adapters.persistence.statements import held_writes, holding
 from sqlalchemy import Connection
+
+# The events of one save from which their projection's writes are held and run together
+# (`statements.held_writes`): a sweep's erasure batch, a fan-out. A command's few events
+# run their writes as they come.
+HOLD_FROM = 32
+# Opens the sealed values of many users on a connection, their keys read at once (the
+# key store's `opener_on`): what a rebuild's page opens with.
+OpenSealedInBulk = Callable[[Connection, Collection[UUID]], users.OpenSealed]
 
 
 class ReadModels:
-    def __init__(self, db: Database, open_sealed: users.OpenSealed | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        open_sealed: users.OpenSealed | None = None,
+        open_sealed_in_bulk: OpenSealedInBulk | None = None,
+    ) -> None:
         """`open_sealed` (the key store's `open_on`) opens the client_user_ids that users'
-        events hold sealed; a log with none (written before they were) needs none."""
+        events hold sealed; a log with none (written before they were) needs none.
+        `open_sealed_in_bulk` (its `opener_on`), if given, opens a rebuild's page."""
         self.db = db
+        self.open_sealed_in_bulk = open_sealed_in_bulk
         self.handlers = {
             **users.HANDLERS,
             **(users.opening_handlers(open_sealed) if open_sealed is not None else {}),
             **teams.HANDLERS,
             **connections.HANDLERS,
             **webhooks.HANDLERS,
+            **lab_tests.HANDLERS,
+            **orders.HANDLERS,
+            **(orders.opening_handlers(open_sealed) if open_sealed is not None else {}),
         }
 
-    def project(self, conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
-        handlers = self.handlers
+    def project(
+        self,
+        conn: Connection,
+        events: Sequence[DomainEventProtocol[Any]],
+        handlers: Handlers | None = None,
+    ) -> None:
+        """Project `events` on `conn` (with `handlers`: a rebuild's page's own)."""
+        if len(events) >= HOLD_FROM and not holding(conn):
+            with held_writes(conn):
+                self.project(conn, events, handlers)
+            return
+        if handlers is None:
+            handlers = self.handlers
         for event in events:
             handler = handlers.get(type(event))
             if handler is not None:
                 handler(conn, event)
         stream_owners.project(conn, events)
 
+    def projects(self, event_class: type) -> bool:
+        """Whether an event of this class changes a read model (else a rebuild skips it
+        without decoding it)."""
+        return event_class in self.handlers or stream_owners.names_owners(event_class)
+
+    def handlers_for(self, conn: Connection, events: Sequence[Any]) -> Handlers:
+        """The handlers for a page of a rebuild: the users' sealed values opened with
+        their keys read at once for the page."""
+        if self.open_sealed_in_bulk is None:
+            return self.handlers
+        owners = {e.originator_id for e in events if type(e) in users.OPENING}
+        if not owners:
+            return self.handlers
+        return {
+            **self.handlers,
+            **users.opening_handlers(self.open_sealed_in_bulk(conn, owners)),
+        }
+
     def rebuild(
         self,
         recorder: ApplicationRecorder,
         mapper: Mapper[Any],
         progress: Callable[[int], None] = lambda n: None,
-        page_size: int = 500,
+        page_size: int = 5_000,
+        *,
+        restart: bool = False,
     ) -> int:
-        """Drop and recreate every read model from the log, in one transaction.
+        """Replace every read model with one projected again from the whole log, in
+        batches of `page_size` events, resuming an interrupted rebuild unless `restart`
+        (see `rebuild.py`). Returns the events this call projected."""
+        from healthledger.adapters.persistence.projections.rebuild import rebuild_read_models
 
-        Writers wait for it (SQLite: the one writer; PostgreSQL: the event table lock).
-        On SQLite readers keep seeing the old tables until it commits; on PostgreSQL the
-        dropped tables are locked, so reads wait for the commit. Returns the events
-        replayed.
-        """
-        replayed = 0
-        with self.db.write() as conn:
-            if not self.db.is_sqlite:
-                conn.exec_driver_sql("LOCK TABLE stored_events IN EXCLUSIVE MODE")
-            metadata.drop_all(conn, tables=list(READ_MODEL_TABLES))
-            metadata.create_all(conn, tables=list(READ_MODEL_TABLES))
-            position = 0
-            while True:
-                page = recorder.select_notifications(position, page_size, inclusive_of_start=False)
-                if not page:
-                    break
-                self.project(conn, [mapper.to_domain_event(n) for n in page])
-                position = page[-1].id
-                replayed += len(page)
-                progress(len(page))
-        return replayed
+        rebuilt = rebuild_read_models(
+            self, recorder, mapper, progress=progress, batch_events=page_size, restart=restart
+        )
+        return rebuilt.events

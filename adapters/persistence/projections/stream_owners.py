@@ -23,7 +23,9 @@ from healthledger.adapters.persistence.schema import stream_owners
 from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
 from healthledger.domain.connections.connection import Connection as ProviderConnection
 from healthledger.domain.connections.link_tokens import LinkToken
+from healthledger.domain.connections.oauth_flows import OAuthFlow
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.users.user import ClientUserIdClaim, User
 from healthledger.domain.webhooks.deliveries import WebhookDelivery
 from sqlalchemy import Connection, and_, bindparam, exists, insert, literal, select
@@ -34,6 +36,8 @@ CONNECTION = "connection"
 PULL = "pull"
 LINK_TOKEN = "link_token"
 WEBHOOK_DELIVERY = "webhook_delivery"
+OAUTH_FLOW = "oauth_flow"
+ORDER = "order"
 
 # The aggregates whose streams belong to a user, and the kind each is listed as.
 OWNED_STREAMS: dict[type[Aggregate], str] = {
@@ -43,8 +47,13 @@ OWNED_STREAMS: dict[type[Aggregate], str] = {
     ResourceFeed: PULL,
     LinkToken: LINK_TOKEN,
     WebhookDelivery: WEBHOOK_DELIVERY,
+    # A sign-in at a maker started from the user's link (ADR 0022).
+    OAuthFlow: OAUTH_FLOW,
+    # A lab test order placed for the user (issue 14).
+    Order: ORDER,
 }
-# Each one's founding event (a link token's is `Issued`, which `Created` names too).
+# Each one's founding event (a link token's is `Issued`, an OAuth flow's `Started`, which
+# `Created` names too).
 FOUNDING: dict[type, str] = {aggregate.Created: kind for aggregate, kind in OWNED_STREAMS.items()}
 
 COLUMNS = ("user_id", "originator_id", "team_id", "kind", "first_seen_at")
@@ -76,6 +85,11 @@ CLAIM_TAKEN = CompiledStatement(
 )
 
 
+def names_owners(event_class: type) -> bool:
+    """Whether events of this class found or hand over a stream a user owns."""
+    return event_class in FOUNDING or event_class is ClientUserIdClaim.Claimed
+
+
 def owner_of(founding: Any) -> UUID:
     """The user a founding event names: a user's own stream is the user."""
     return founding.originator_id if isinstance(founding, User.Created) else founding.user_id
@@ -100,6 +114,11 @@ def project(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> Non
                 }
             )
         elif type(event) is ClientUserIdClaim.Claimed:
+            if founded:
+                # The claim may have been founded among these events (a rebuild's page):
+                # its row is where the taking reads the claim's team.
+                INSERT_OWNERS.execute_many(conn, founded)
+                founded = []
             e = event
             CLAIM_TAKEN.execute(conn, {"uid": e.user_id, "oid": e.originator_id, "at": e.timestamp})
     if founded:

@@ -8,21 +8,26 @@ from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections.erasure import DELETED, READ_MODEL_PLACE
 from healthledger.adapters.persistence.schema import (
-    connections,
-    link_tokens,
     pending_erasures,
-    resource_feeds,
     team_api_keys,
     users,
 )
-from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
+from healthledger.adapters.persistence.statements import (
+    CompiledStatement,
+    UpdatesByKey,
+    delete_by,
+    insert_of,
+)
 from healthledger.domain.context import DEFAULT_ENVIRONMENT
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.users.user import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
 from sqlalchemy import Connection, bindparam, delete, select, update
 
-UPDATE_USER = update(users).where(users.c.user_id == bindparam("uid"))
+# A user's row, the columns each event sets (compiled once per set: a rebuild runs them
+# for every event, held and run together, see ReadModels.rebuild).
+UPDATE_USER = UpdatesByKey(users, "user_id")
 
 # Compiled once: every create, delete and undo runs them (ADR 0014).
 USER_COLUMNS = (
@@ -141,7 +146,7 @@ def user_settings_changed(conn: Connection, e: User.SettingsChanged) -> None:
             values["birth_date_updated_at"] = value and e.timestamp
         elif key in ("ingestion_start", "ingestion_end"):
             values[key] = value
-    conn.execute(UPDATE_USER, {"uid": e.originator_id, **values})
+    UPDATE_USER.execute(conn, e.originator_id, values)
 
 
 def user_client_user_id_changed(
@@ -150,21 +155,16 @@ def user_client_user_id_changed(
     client_user_id = client_user_id_of(
         conn, e.originator_id, e.new_client_user_id, e.sealed_new_client_user_id, open_sealed
     )
-    conn.execute(
-        UPDATE_USER,
-        {
-            "uid": e.originator_id,
-            "client_user_id": client_user_id,
-            "version": e.originator_version,
-        },
+    UPDATE_USER.execute(
+        conn, e.originator_id, {"client_user_id": client_user_id, "version": e.originator_version}
     )
 
 
 def user_demographics_recorded(conn: Connection, e: User.DemographicsRecorded) -> None:
-    conn.execute(
-        UPDATE_USER,
+    UPDATE_USER.execute(
+        conn,
+        e.originator_id,
         {
-            "uid": e.originator_id,
             "sealed_demographics": e.sealed_demographics,
             "demographics_updated_at": e.timestamp,
             "version": e.originator_version,
@@ -202,18 +202,22 @@ def user_deletion_undone(conn: Connection, e: User.DeletionUndone) -> None:
 
 def user_deletion_undo_refused(conn: Connection, e: User.DeletionUndoRefused) -> None:
     # Nothing changed but the version (an erased user has no row: nothing to update).
-    conn.execute(UPDATE_USER, {"uid": e.originator_id, "version": e.originator_version})
+    UPDATE_USER.execute(conn, e.originator_id, {"version": e.originator_version})
+
+
+# An erased user is 404 everywhere: no row of it is left to read. The erasure itself
+# deleted them already (projections/erasure.py); a rebuild has only this handler to
+# delete them again: every read model the erasure empties (a new one there is one here).
+ERASED_USER_ROWS = [
+    CompiledStatement(delete_by(column.table, column.name))
+    for place, column in DELETED.items()
+    if place.startswith(READ_MODEL_PLACE)
+]
 
 
 def user_erased(conn: Connection, e: User.Erased) -> None:
-    # An erased user is 404 everywhere: no row of it is left to read.
-    conn.execute(delete(users).where(users.c.user_id == e.originator_id))
-    DELETE_PENDING.execute(conn, {"uid": e.originator_id})
-    conn.execute(delete(connections).where(connections.c.user_id == e.originator_id))
-    conn.execute(delete(resource_feeds).where(resource_feeds.c.user_id == e.originator_id))
-    # The erasure itself deleted these already (projections/erasure.py); a rebuild has
-    # only this handler to delete them again.
-    conn.execute(delete(link_tokens).where(link_tokens.c.user_id == e.originator_id))
+    for statement in ERASED_USER_ROWS:
+        statement.execute(conn, {"row_key": e.originator_id})
 
 
 HANDLERS: Handlers = {
@@ -235,3 +239,7 @@ def opening_handlers(open_sealed: OpenSealed) -> Handlers:
         User.Created: partial(user_created, open_sealed=open_sealed),
         User.ClientUserIdChanged: partial(user_client_user_id_changed, open_sealed=open_sealed),
     }
+
+
+# The events whose handlers open a sealed value: a rebuild reads their users' keys at once.
+OPENING = frozenset(opening_handlers(_no_key_store))

@@ -11,6 +11,11 @@ from healthledger.adapters.persistence.schema import (
     webhook_deliveries,
     webhook_endpoints,
 )
+from healthledger.adapters.persistence.statements import (
+    CompiledStatement,
+    UpdatesByKey,
+    insert_of,
+)
 from healthledger.domain.webhooks.deliveries import DROPPED as DELIVERY_DROPPED
 from healthledger.domain.webhooks.deliveries import FAILED as DELIVERY_FAILED
 from healthledger.domain.webhooks.deliveries import PENDING as DELIVERY_PENDING
@@ -18,14 +23,25 @@ from healthledger.domain.webhooks.deliveries import SUCCEEDED as DELIVERY_SUCCEE
 from healthledger.domain.webhooks.deliveries import WebhookDelivery
 from healthledger.domain.webhooks.deprecation_calendar import DeprecationCalendar
 from healthledger.domain.webhooks.endpoints import BY_CALLER, WebhookEndpoint
-from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Update,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
 # -- webhook deliveries ---------------------------------------------------------------
 
 
 def delivery_attempt(*, succeeded: bool) -> Update:
     """UPDATE of a delivery's row after an attempt (a success, or a failure whose first
-    failure time is kept)."""
+    failure time is kept). A failure on a delivery no longer pending (a late POST, ADR
+    0019) keeps its status and next attempt, as `WebhookDelivery.AttemptMade` does."""
     d = webhook_deliveries.c
     values: dict[str, Any] = {
         "attempts": bindparam("attempts"),
@@ -39,18 +55,47 @@ def delivery_attempt(*, succeeded: bool) -> Update:
         values["succeeded_at"] = bindparam("at")
     else:
         values["first_failure_at"] = func.coalesce(d.first_failure_at, bindparam("at"))
+        # Typed binds: in a CASE they take no type from the column they are assigned to.
+        still_pending = d.status == DELIVERY_PENDING
+        values["status"] = case(
+            (still_pending, bindparam("status", type_=d.status.type)), else_=d.status
+        )
+        values["next_attempt_at"] = case(
+            (still_pending, bindparam("next_at", type_=d.next_attempt_at.type)),
+            else_=d.next_attempt_at,
+        )
     return update(webhook_deliveries).where(d.delivery_id == bindparam("did")).values(values)
 
 
-# Built once: a fan-out writes a delivery per endpoint, and each attempt updates one.
-INSERT_DELIVERY = insert(webhook_deliveries)
-DELIVERY_SUCCEEDED_UPDATE = delivery_attempt(succeeded=True)
-DELIVERY_FAILED_UPDATE = delivery_attempt(succeeded=False)
+# Compiled once: a fan-out writes a delivery per endpoint, each attempt updates one, and
+# a rebuild runs them for every event, held and run together (ReadModels.rebuild).
+DELIVERY_COLUMNS = (
+    "delivery_id",
+    "endpoint_id",
+    "team_id",
+    "user_id",
+    "event_type",
+    "message_id",
+    "source_id",
+    "source_version",
+    "source_timestamp",
+    "day",
+    "log_position",
+    "status",
+    "attempts",
+    "next_attempt_at",
+    "created_at",
+    "version",
+)
+INSERT_DELIVERY = CompiledStatement(insert_of(webhook_deliveries, DELIVERY_COLUMNS))
+DELIVERY_SUCCEEDED_UPDATE = CompiledStatement(delivery_attempt(succeeded=True))
+DELIVERY_FAILED_UPDATE = CompiledStatement(delivery_attempt(succeeded=False))
+UPDATE_DELIVERY = UpdatesByKey(webhook_deliveries, "delivery_id")
 
 
 def delivery_created(conn: Connection, e: WebhookDelivery.Created) -> None:
-    conn.execute(
-        INSERT_DELIVERY,
+    INSERT_DELIVERY.execute(
+        conn,
         {
             "delivery_id": e.originator_id,
             "endpoint_id": e.endpoint_id,
@@ -73,11 +118,7 @@ def delivery_created(conn: Connection, e: WebhookDelivery.Created) -> None:
 
 
 def update_delivery(conn: Connection, e: Any, **values: Any) -> None:
-    conn.execute(
-        update(webhook_deliveries)
-        .where(webhook_deliveries.c.delivery_id == e.originator_id)
-        .values(version=e.originator_version, **values)
-    )
+    UPDATE_DELIVERY.execute(conn, e.originator_id, {"version": e.originator_version, **values})
 
 
 def delivery_attempted(conn: Connection, e: WebhookDelivery.AttemptMade) -> None:
@@ -86,8 +127,8 @@ def delivery_attempted(conn: Connection, e: WebhookDelivery.AttemptMade) -> None
         status = DELIVERY_SUCCEEDED
     else:
         status = DELIVERY_PENDING if e.next_attempt_at is not None else DELIVERY_FAILED
-    conn.execute(
-        DELIVERY_SUCCEEDED_UPDATE if success else DELIVERY_FAILED_UPDATE,
+    (DELIVERY_SUCCEEDED_UPDATE if success else DELIVERY_FAILED_UPDATE).execute(
+        conn,
         {
             "did": e.originator_id,
             "attempts": e.attempt,

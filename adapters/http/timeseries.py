@@ -1,0 +1,233 @@
+"""The timeseries getters (docs/data.md): `GET /v2/timeseries/{user_id}/{resource}`, a
+list of samples `{timestamp, value, unit, type?}` (interval resources also `start` and
+`end`; blood pressure `systolic` and `diastolic`), and `.../grouped`, the samples grouped
+by provider with their source (`{groups: {provider: [{source, data}]}, next,
+next_cursor}`), as the official client's `vitals.*` methods read them.
+
+Samples are stored as the client reads them, one day of one provider per sealed row, in
+canonical JSON. A read of whole days from one provider passes each day's opened JSON on
+without parsing it: the answer is the days' lists joined. Reads that name a time of day,
+or span several providers (merged in time order), parse the samples.
+"""
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal, get_args
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Path, Query, Response
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.cursors import InvalidCursor
+from healthledger.adapters.http.date_ranges import DateRange, EndDate, StartDate, date_range
+from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
+from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.summaries import ProviderFilter, SummarySource
+from healthledger.adapters.reference import Resource
+from healthledger.adapters.summaries import SUMMARY_OBJECTS, json_default
+from healthledger.domain.connections.health_data import StoredDay
+from healthledger.domain.errors import InvalidRequest
+from pydantic import BaseModel, ConfigDict, Field
+
+# Resources of the catalog that are not timeseries: summaries, their per-session streams
+# (read through their sleep or workout), and what is not health data.
+_NOT_TIMESERIES = SUMMARY_OBJECTS | {
+    "sleep_stream",
+    "workout_stream",
+    "connection",
+    "order",
+    "result",
+    "match_review",
+    "appointment",
+    "device",
+    "device_legacy",
+}
+TIMESERIES_RESOURCES = tuple(r for r in get_args(Resource) if r not in _NOT_TIMESERIES)
+# The official client's names of two of them in its paths.
+ALIASES = {"body_weight": "weight", "body_fat": "fat"}
+PATH_NAMES = tuple(sorted({*TIMESERIES_RESOURCES, *ALIASES}))
+
+
+class TimeseriesSample(BaseModel):
+    """One sample, as the provider's device recorded it."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {"timestamp": "2026-03-01T07:42:00+00:00", "value": 64, "unit": "bpm"},
+                {
+                    "timestamp": "2026-03-01T08:00:00+00:00",
+                    "start": "2026-03-01T08:00:00+00:00",
+                    "end": "2026-03-01T09:00:00+00:00",
+                    "value": 812,
+                    "unit": "count",
+                },
+            ]
+        },
+    )
+    timestamp: datetime
+    value: float | None = Field(default=None, description="Absent for blood pressure only.")
+    unit: str
+    type: str | None = Field(default=None, description="The sample's kind, where it has one.")
+    start: datetime | None = Field(default=None, description="Interval resources: its start.")
+    end: datetime | None = Field(default=None, description="Interval resources: its end.")
+    systolic: float | None = Field(default=None, description="Blood pressure only.")
+    diastolic: float | None = Field(default=None, description="Blood pressure only.")
+
+
+class SourceSamples(BaseModel):
+    source: SummarySource
+    data: list[TimeseriesSample]
+
+
+class GroupedSamples(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "groups": {
+                        "oura": [
+                            {
+                                "source": {"provider": "oura", "type": "ring", "app_id": None},
+                                "data": [
+                                    {
+                                        "timestamp": "2026-03-01T07:42:00+00:00",
+                                        "value": 64,
+                                        "unit": "bpm",
+                                    }
+                                ],
+                            }
+                        ]
+                    },
+                    "next": None,
+                    "next_cursor": None,
+                }
+            ]
+        }
+    )
+    groups: dict[str, list[SourceSamples]] = Field(description="provider slug -> its samples.")
+    next: str | None = Field(description="Always null: one page holds the whole range.")
+    next_cursor: str | None = Field(description="Always null: one page holds the whole range.")
+
+
+UserId = Annotated[UUID, Path(description="The user's id.")]
+# The Literal is built from the catalog at import (one list, not two), which pydantic reads
+# at run time and a static checker cannot.
+ResourceName = Annotated[
+    Literal[PATH_NAMES],  # type: ignore[valid-type]
+    Path(description="A timeseries resource of the catalog (body_weight and body_fat too)."),
+]
+CursorParameter = Annotated[
+    str | None,
+    Query(max_length=512, description="Never issued: every page is the last."),
+]
+
+
+def timeseries_router(service: Service) -> APIRouter:
+    router = APIRouter(tags=["timeseries"], route_class=LedgerRoute)
+    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    queries = service.health_data_queries
+    responses = error_responses(401, 404, 422, described=USER_NOT_FOUND)
+
+    def stored(
+        caller: TeamCaller, user_id: UUID, resource: str, days: DateRange, provider: str | None
+    ) -> list[StoredDay]:
+        if provider is not None and provider not in service.catalog:
+            raise InvalidRequest("Unknown provider slug.", "provider", "query")
+        return queries.stored_days(
+            caller.team_id,
+            user_id,
+            ALIASES.get(resource, resource),
+            days.first_day,
+            days.last_day,
+            provider,
+        )
+
+    @router.get(
+        "/v2/timeseries/{user_id}/{resource}",
+        response_model=list[TimeseriesSample],
+        responses=responses,
+    )
+    def get_timeseries(
+        user_id: UserId,
+        resource: ResourceName,
+        caller: Caller,
+        start_date: StartDate,
+        end_date: EndDate = None,
+        provider: ProviderFilter = None,
+    ) -> Any:
+        """The user's samples of the resource from start_date to end_date, in time order,
+        of every provider (or of one: `grouped` tells them apart)."""
+        days = date_range(start_date, end_date)
+        found = stored(caller, user_id, resource, days, provider)
+        if len({d.provider for d in found}) > 1:
+            merged = sorted(
+                (s for d in found for s in _samples(d, days)), key=lambda s: _instant(s)
+            )
+            return _answer(json.dumps(merged, separators=(",", ":")).encode())
+        return _answer(_joined(found, days))
+
+    @router.get(
+        "/v2/timeseries/{user_id}/{resource}/grouped",
+        response_model=GroupedSamples,
+        responses=error_responses(400, 401, 404, 422, described=USER_NOT_FOUND),
+    )
+    def get_grouped_timeseries(
+        user_id: UserId,
+        resource: ResourceName,
+        caller: Caller,
+        start_date: StartDate,
+        end_date: EndDate = None,
+        provider: ProviderFilter = None,
+        next_cursor: CursorParameter = None,
+        cursor: CursorParameter = None,
+    ) -> Any:
+        """The user's samples of the resource from start_date to end_date, per provider
+        with its source context (as of now, spec 2.13), each in time order."""
+        if next_cursor or cursor:
+            raise InvalidCursor()  # none is ever issued: the whole range is one page
+        days = date_range(start_date, end_date)
+        found = stored(caller, user_id, resource, days, provider)
+        by_provider: dict[str, list[StoredDay]] = {}
+        for day in found:
+            by_provider.setdefault(day.provider, []).append(day)
+        sources = queries.sources(by_provider)
+        groups = b",".join(
+            json.dumps(slug).encode()
+            + b':[{"source":'
+            + json.dumps(sources[slug], separators=(",", ":"), default=json_default).encode()
+            + b',"data":'
+            + _joined(of_provider, days)
+            + b"}]"
+            for slug, of_provider in sorted(by_provider.items())
+        )
+        return _answer(b'{"groups":{' + groups + b'},"next":null,"next_cursor":null}')
+
+    return router
+
+
+def _joined(days: list[StoredDay], within: DateRange) -> bytes:
+    """One provider's samples of `days` (in day order) as one JSON list: each day's stored
+    list passed on as it is, unless the range cuts through a day."""
+    if not within.whole_days or any(not d.plaintext.startswith(b"[") for d in days):
+        samples = [s for d in days for s in _samples(d, within)]
+        return json.dumps(samples, separators=(",", ":")).encode()
+    parts = [d.plaintext[1:-1] for d in days if len(d.plaintext) > 2]
+    return b"[" + b",".join(parts) + b"]"
+
+
+def _samples(day: StoredDay, within: DateRange) -> list[dict[str, Any]]:
+    value = day.value
+    samples = value if isinstance(value, list) else []
+    if within.whole_days:
+        return samples
+    return [s for s in samples if within.holds(_instant(s))]
+
+
+def _instant(sample: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(sample["timestamp"])
+
+
+def _answer(body: bytes) -> Response:
+    return Response(body, media_type="application/json")

@@ -1,0 +1,235 @@
+"""PostgreSQL specifics: the engine, reads without a transaction, a ping only for idle
+connections, and the batched write transaction a command records its events in.
+
+On PostgreSQL a command's cost is its statements: each one psycopg sends is a message,
+a wake-up of the server, a wait for its answer and psycopg's own work around it (about
+35 µs of this process's CPU on this machine, more than the statement's work), and
+psycopg begins a transaction with a BEGIN of its own (ADR 0020). So:
+
+- **Reads** (`Database.read()`) run in the driver's autocommit: one statement each, no
+  BEGIN and ROLLBACK around it. Under READ COMMITTED, PostgreSQL's default and the
+  service's, every statement of a read transaction takes its own snapshot anyway; row
+  locks (`FOR UPDATE`, `FOR SHARE`) are taken in writes only.
+- **The pool pings** a connection at checkout only when it has been idle for
+  `PING_AFTER_IDLE` seconds (SQLAlchemy's pessimistic-disconnect recipe: a
+  `DisconnectionError` raised at checkout makes the pool connect anew), instead of
+  `pool_pre_ping`'s round trip at every checkout. A connection lost while in use fails
+  its statement, and SQLAlchemy then invalidates the pool's older connections.
+- **A batched write** (the `BATCHED` execution option: `Database.batched_write()`)
+  sends its statements together: the ones that need no answer now (BEGIN, the LOCK, the
+  read-model writes compiled once, the COMMIT) wait in a `StatementBatch` and go, in
+  order, as one message with the next statement whose answer is read, each bound on
+  the client (psycopg's `ClientCursor.mogrify`, its quoting of every value). A
+  command's transaction is then three messages. It stays SQLAlchemy's transaction: the
+  connection is in the driver's autocommit, so psycopg sends no BEGIN of its own, and
+  the `begin` event queues one (as `sqlite.py`'s begin event emits SQLite's); the
+  `commit` event sends what waits with a COMMIT (an error of any of them is raised as
+  SQLAlchemy's, and nothing is committed: PostgreSQL runs no statement of a message
+  after one that failed); the `rollback` event drops what waits, unsent. A statement
+  SQLAlchemy executes there (Core) sends what waits before it, so it runs after them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+from healthledger.adapters.persistence.statements import BATCH
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import ConnectionPoolEntry
+
+# Execution option of a connection whose write transaction is batched.
+BATCHED = "healthledger_batched"
+# A connection idle this long is pinged before it is handed out.
+PING_AFTER_IDLE = 5.0
+_CHECKED_IN_AT = "healthledger_checked_in_at"
+
+
+class Waiting:
+    """A statement of a batch, as the cursor its sender reads: its rows once the batch
+    is sent (`fetchall` sends it if it is not yet)."""
+
+    def __init__(self, batch: StatementBatch) -> None:
+        self.batch = batch
+        self.result: list[tuple[Any, ...]] | None = None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        if self.result is None:
+            self.batch.send()
+        assert self.result is not None, "a sent batch answers each of its statements"
+        return self.result
+
+    def close(self) -> None:
+        """Nothing to free: the batch's one cursor is closed with the batch."""
+
+
+class StatementBatch:
+    """The statements of a batched write waiting to be sent (see the module's doc)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        # Each waiting statement, bound, and what answers its sender.
+        self.waiting: list[tuple[str, Waiting]] = []
+        # Whether anything was sent yet (the BEGIN goes with the first message).
+        self.sent = False
+        # One cursor binds and sends the batch's statements (a cursor costs as much to
+        # make as a statement to bind).
+        self.cursor: psycopg.ClientCursor[Any] | None = None
+
+    def add(self, sql: str, params: Any, *, many: bool = False) -> Waiting:
+        """Queue `sql` (with `params`; with `many`, once per set of them)."""
+        waiting = Waiting(self)
+        if many:
+            for row in params:
+                self.waiting.append((self.bind(sql, row), waiting))
+        else:
+            self.waiting.append((sql if params is None else self.bind(sql, params), waiting))
+        return waiting
+
+    def client_cursor(self) -> psycopg.ClientCursor[Any]:
+        """The batch's cursor, which binds on the client (psycopg's quoting of each
+        value)."""
+        cursor = self.cursor
+        if cursor is None:
+            driver = self.conn.connection.driver_connection
+            assert isinstance(driver, psycopg.Connection)
+            cursor = self.cursor = psycopg.ClientCursor(driver)
+        return cursor
+
+    def bind(self, sql: str, params: Any) -> str:
+        return self.client_cursor().mogrify(sql, params)
+
+    def send(self, then: str | None = None) -> None:
+        """Send every waiting statement (and `then`, a statement without parameters) as
+        one message; each sender's rows are then in its `Waiting`."""
+        waiting, self.waiting = self.waiting, []
+        self.sent = True
+        statements = [sql for sql, _ in waiting]
+        if then is not None:
+            statements.append(then)
+        if not statements:
+            return
+        message = ";\n".join(statements)
+        cursor = self.client_cursor()
+        error = self.conn.dialect.loaded_dbapi.Error
+        try:
+            cursor.execute(message)
+            answers: list[list[tuple[Any, ...]]] = []
+            while True:
+                answers.append(cursor.fetchall() if cursor.description is not None else [])
+                if not cursor.nextset():
+                    break
+        except error as exc:
+            raise sa_exc.DBAPIError.instance(message, None, exc, error) from exc
+        for (_, answer), rows in zip(waiting, answers, strict=False):
+            # A statement run once per set of parameters answers with its last run's rows.
+            answer.result = rows
+
+    def close(self) -> None:
+        if self.cursor is not None:
+            self.cursor.close()
+            self.cursor = None
+
+
+def statement_batch(conn: Connection) -> StatementBatch | None:
+    found: StatementBatch | None = conn.info.get(BATCH)
+    return found
+
+
+def postgres_engine(url: URL, *, pool_size: int) -> Engine:
+    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2)
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_CHECKED_IN_AT] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_conn: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        checked_in = record.info.get(_CHECKED_IN_AT)
+        if checked_in is None or time.monotonic() - checked_in < PING_AFTER_IDLE:
+            return  # new, or used moments ago
+        try:
+            alive = dialect.do_ping(dbapi_conn)
+        except dialect.loaded_dbapi.Error as exc:
+            raise sa_exc.DisconnectionError() from exc
+        if not alive:
+            raise sa_exc.DisconnectionError()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(BATCHED):
+            batch = conn.info[BATCH] = StatementBatch(conn)
+            batch.add("BEGIN", None)
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _send_waiting(conn: Connection, *_args: Any) -> None:
+        # A statement SQLAlchemy executes runs after the ones waiting.
+        batch = statement_batch(conn)
+        if batch is not None:
+            batch.send()
+
+    @event.listens_for(engine, "commit")
+    def _commit(conn: Connection) -> None:
+        batch: StatementBatch | None = conn.info.pop(BATCH, None)
+        if batch is None:
+            return
+        if not batch.sent and len(batch.waiting) == 1:
+            return  # only the BEGIN waits: an empty transaction, never begun
+        # psycopg's own commit, which SQLAlchemy calls next, then finds no transaction to
+        # end.
+        try:
+            batch.send(then="COMMIT")
+        finally:
+            batch.close()
+
+    @event.listens_for(engine, "rollback")
+    def _rollback(conn: Connection) -> None:
+        # What waits is dropped unsent; SQLAlchemy's ROLLBACK follows (psycopg sends it
+        # only if the BEGIN went).
+        batch: StatementBatch | None = conn.info.pop(BATCH, None)
+        if batch is not None:
+            batch.close()
+
+    return engine
+
+
+class KnownHead:
+    """What this process knows of one event table's log on PostgreSQL, for the
+    aggregates known current (ADR 0011, ADR 0020): the head of the chain (its position)
+    up to which every row is known to this process, and an epoch that moves whenever a
+    row this process did not write is found.
+
+    An epoch stays while the log grows only by this process's own commits: each writes
+    onto the head it knew (`wrote`, with the head it read under the table lock). A unit
+    of work reads the head once (`reading`): the same position means nothing else was
+    committed, and the epoch it answers vouches for every aggregate kept in it. Any other
+    position, or a write onto a head it did not know, starts a new epoch, and nothing
+    kept before counts. Threads of the process report in any order: a report out of
+    order starts a new epoch, which is only more cautious."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.epoch = 0
+        self.head: int | None = None
+
+    def reading(self, position: int) -> int:
+        """The epoch for a unit of work that read the head at `position`."""
+        with self.lock:
+            if position != self.head:
+                self.epoch += 1
+                self.head = position
+            return self.epoch
+
+    def wrote(self, before: int, after: int) -> int:
+        """A commit of this process wrote rows onto the head at `before`, up to `after`:
+        the epoch its saved aggregates are current in."""
+        with self.lock:
+            if before != self.head:
+                self.epoch += 1
+            self.head = after
+            return self.epoch

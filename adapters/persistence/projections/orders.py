@@ -1,0 +1,165 @@
+"""The labs context's read model of orders: one row per lab test order (`orders`).
+
+The row keeps the order's statuses (`events`: one line per status, `<instant>\\t<status>`,
+each appended by SQL, so a step is one UPDATE and no read), what its answers render, and
+`due_at`, when the simulated lab takes a sandbox order's next step. Sealed values are kept
+sealed, but for the results' interpretation, which the projection opens with the user's
+key so that listings can filter on it (the row goes with the user's erasure; a rebuild
+that meets a destroyed key leaves it null).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections.users import OpenSealed
+from healthledger.adapters.persistence.schema import orders
+from healthledger.adapters.persistence.statements import (
+    CompiledStatement,
+    UpdatesByKey,
+    insert_of,
+)
+from healthledger.domain.labs.orders import INTERPRETATIONS, Order, top_level
+from sqlalchemy import Connection, bindparam, select
+
+# Compiled once (per set of columns an update sets): a rebuild runs them for every event.
+_o = orders.c
+INSERT_ORDER = CompiledStatement(
+    insert_of(
+        orders,
+        (
+            "order_id",
+            "team_id",
+            "user_id",
+            "environment",
+            "lab_test_id",
+            "lab_test_name",
+            "lab_id",
+            "collection_method",
+            "marker_ids",
+            "status",
+            "detailed_status",
+            "sealed_patient_details",
+            "sealed_patient_address",
+            "events",
+            "due_at",
+            "created_at",
+            "updated_at",
+            "version",
+        ),
+    )
+)
+# A status appends its line to the row's statuses.
+UPDATE_ORDER = UpdatesByKey(orders, "order_id", {"events": lambda line: _o.events + line})
+OWNER = CompiledStatement(
+    select(_o.user_id).where(_o.order_id == bindparam("order_id", type_=_o.order_id.type))
+)
+
+
+def status_line(status: str, at: datetime) -> str:
+    """One status of the row's `events`."""
+    return f"{at.isoformat()}\t{status}\n"
+
+
+def statuses_of(events: str) -> list[dict[str, Any]]:
+    """The row's statuses, oldest first: [{status, created_at}]."""
+    found = []
+    for line in events.splitlines():
+        at, status = line.split("\t", 1)
+        found.append({"status": status, "created_at": at})
+    return found
+
+
+def order_created(conn: Connection, e: Order.Created) -> None:
+    INSERT_ORDER.execute(
+        conn,
+        {
+            "order_id": e.originator_id,
+            "team_id": e.team_id,
+            "user_id": e.user_id,
+            "environment": e.environment,
+            "lab_test_id": e.lab_test_id,
+            "lab_test_name": e.lab_test_name,
+            "lab_id": e.lab_id,
+            "collection_method": e.collection_method,
+            "marker_ids": list(e.marker_ids),
+            "status": top_level(e.status),
+            "detailed_status": e.status,
+            "sealed_patient_details": e.sealed_patient_details,
+            "sealed_patient_address": e.sealed_patient_address,
+            "events": status_line(e.status, e.timestamp),
+            "due_at": e.next_step_at,
+            "created_at": e.timestamp,
+            "updated_at": e.timestamp,
+            "version": e.originator_version,
+        },
+    )
+
+
+def _moved(conn: Connection, e: Any, **values: Any) -> None:
+    """A new status: appended to the row's statuses, with what else it changes."""
+    UPDATE_ORDER.execute(
+        conn,
+        e.originator_id,
+        {
+            "status": top_level(e.status),
+            "detailed_status": e.status,
+            "events": status_line(e.status, e.timestamp),
+            "updated_at": e.timestamp,
+            "version": e.originator_version,
+            **values,
+        },
+    )
+
+
+def status_changed(conn: Connection, e: Order.StatusChanged) -> None:
+    if e.sample_id is None:
+        _moved(conn, e, due_at=e.next_step_at)
+    else:
+        _moved(conn, e, due_at=e.next_step_at, sample_id=e.sample_id)
+
+
+def ended(conn: Connection, e: Any) -> None:
+    """Cancelled or failed: no step follows."""
+    _moved(conn, e, due_at=None)
+
+
+def _no_key_store(conn: Connection, user_id: Any, sealed: str) -> Any:
+    raise RuntimeError("projecting an order's results needs the key store (ReadModels)")
+
+
+def completed(
+    conn: Connection, e: Order.Completed, open_sealed: OpenSealed = _no_key_store
+) -> None:
+    ((user_id,),) = OWNER.rows(conn, {"order_id": e.originator_id})
+    opened = open_sealed(conn, user_id, e.sealed_interpretation)
+    _moved(
+        conn,
+        e,
+        due_at=None,
+        sealed_results=e.sealed_results,
+        # Null where the key is gone, or where it is not opened (a replay for debugging
+        # shows the placeholder of a sealed value, which is no interpretation).
+        interpretation=opened if opened in INTERPRETATIONS else None,
+    )
+
+
+HANDLERS: Handlers = {
+    Order.Created: order_created,
+    Order.StatusChanged: status_changed,
+    Order.Completed: completed,
+    Order.Cancelled: ended,
+    Order.Failed: ended,
+}
+
+
+def opening_handlers(open_sealed: OpenSealed) -> dict[type, Callable[[Connection, Any], None]]:
+    """The handlers that open a sealed value as they project it, bound to the key store."""
+
+    def completed_opening(conn: Connection, e: Order.Completed) -> None:
+        completed(conn, e, open_sealed)
+
+    return {Order.Completed: completed_opening}

@@ -1,0 +1,1 @@
+"""Lab testing: the catalogs (labs, markers), the team's lab tests, orders and results."""

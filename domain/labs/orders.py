@@ -1,0 +1,371 @@
+"""Lab test orders: one stream per order, about one user of one team.
+
+An order moves through the statuses of its collection method (`sandbox.STEPS`), each a
+`<top level>.<method>.<low level>` status as the official client names them:
+
+    received.<m>.ordered -> received.<m>.requisition_created -> collecting_sample.<m>.<...>
+        -> sample_with_lab.<m>.<...> -> completed.<m>.completed   (results reported)
+
+and, from any status before completed, to `cancelled.<m>.cancelled` (the team, the
+user's deletion, or the lab) or `failed.<m>.<...>` (the lab). Completed, cancelled and
+failed are final.
+
+Personal data is sealed with the user's key (`PERSONAL_FIELDS`): the patient's details
+and address (the requisition data), the request's fingerprint for idempotency, the results
+and their interpretation. Statuses, times and ids stay in clear, so the audit keeps that
+an order was placed, moved, cancelled or completed after the user's erasure destroyed
+what it was about.
+
+Event bodies only apply state; the rules (which step is next, when it is due, whether a
+cancel is allowed) are in the command methods and in `sandbox.py`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import LedgerError
+
+# Top-level statuses (the official client's OrderTopLevelStatus).
+RECEIVED = "received"
+COLLECTING_SAMPLE = "collecting_sample"
+SAMPLE_WITH_LAB = "sample_with_lab"
+COMPLETED = "completed"
+CANCELLED = "cancelled"
+FAILED = "failed"
+TOP_LEVEL_STATUSES = (RECEIVED, COLLECTING_SAMPLE, SAMPLE_WITH_LAB, COMPLETED, CANCELLED, FAILED)
+FINAL_STATUSES = frozenset({COMPLETED, CANCELLED, FAILED})
+
+# Result interpretations, from best to worst (an order's is its worst result's).
+NORMAL = "normal"
+ABNORMAL = "abnormal"
+CRITICAL = "critical"
+INTERPRETATIONS = (NORMAL, ABNORMAL, CRITICAL)
+
+# Why an order was cancelled.
+BY_TEAM = "team_request"
+BY_USER_DELETION = "user_deleted"
+BY_LAB = "lab_cancelled"
+
+# Who moves a sandbox order on its own: the simulated lab, run by the scheduler.
+SANDBOX_LAB = "system:sandbox_lab"
+
+# Orders placed with an idempotency key have an id derived from the team and the key, so
+# that two requests with the same key compete for one stream (the event store lets one
+# of them found it).
+_IDEMPOTENCY_NAMESPACE = uuid.UUID("6f1d3c2a-9b8e-5d47-a1c0-3e5f7a9b2d14")
+
+
+def status_of(top: str, method: str, low: str) -> str:
+    return f"{top}.{method}.{low}"
+
+
+def top_level(status: str) -> str:
+    return status.split(".", 1)[0]
+
+
+def low_level(status: str) -> str:
+    return status.rsplit(".", 1)[-1]
+
+
+class OrderNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("Order not found.")
+
+
+class OrderNotCancellable(LedgerError):
+    def __init__(self, status: str) -> None:
+        super().__init__(f"The order is {top_level(status)}: only an open order can be cancelled.")
+
+
+class OrderNotAdvanceable(LedgerError):
+    """`POST /v3/order/{id}/test` on an order that cannot move: final, or not a sandbox
+    order (only the simulated lab moves orders here)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+
+
+class IdempotencyKeyReused(LedgerError):
+    def __init__(self) -> None:
+        super().__init__(
+            "This X-Idempotency-Key was used for another request body: use a new key for a "
+            "new order."
+        )
+
+
+class ResultsNotReady(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("The order has no results yet: they come when it is completed.")
+
+
+class Order(Aggregate):
+    TOPIC = "healthledger:Order"
+
+    class Event(Aggregate.Event):
+        actor: str
+        request_id: str
+
+    class Created(Event, Aggregate.Created):
+        """The order placed. `sealed_request_digest` (orders placed with an idempotency
+        key) is the SHA-256 of the request as sent, sealed: a replay of the key with
+        another body is told apart without the body in clear anywhere."""
+
+        TOPIC = "healthledger:Order.Created.v1"
+        PERSONAL_FIELDS = (
+            "sealed_patient_details",
+            "sealed_patient_address",
+            "sealed_request_digest",
+        )
+        user_id: UUID
+        team_id: UUID
+        # The environment of the key that placed it: only sandbox orders move by themselves.
+        environment: str
+        lab_test_id: UUID
+        lab_test_name: str
+        lab_id: int
+        collection_method: str
+        marker_ids: list[int]
+        sealed_patient_details: str
+        sealed_patient_address: str
+        sealed_request_digest: str | None
+        status: str
+        # When the simulated lab takes the next step (None: it never does by itself).
+        next_step_at: datetime | None
+
+    class StatusChanged(Event):
+        """One step forward (not to a final status). The requisition step assigns the
+        sample id."""
+
+        TOPIC = "healthledger:Order.StatusChanged.v1"
+        status: str
+        sample_id: str | None
+        next_step_at: datetime | None
+
+        def apply(self, order: Order) -> None:
+            _moved(order, self.status, self.timestamp, self.next_step_at)
+            if self.sample_id is not None:
+                order.sample_id = self.sample_id
+
+    class Completed(Event):
+        """The results, reported: one value per expected result of the order's markers,
+        and the order's interpretation (its worst result's), both sealed."""
+
+        TOPIC = "healthledger:Order.Completed.v1"
+        PERSONAL_FIELDS = ("sealed_results", "sealed_interpretation")
+        status: str
+        sealed_results: str
+        sealed_interpretation: str
+
+        def apply(self, order: Order) -> None:
+            _moved(order, self.status, self.timestamp, None)
+            order.sealed_results = self.sealed_results
+            order.sealed_interpretation = self.sealed_interpretation
+            order.results_at = self.timestamp
+
+    class Cancelled(Event):
+        """By the team (`team_request`), by the user's deletion (`user_deleted`) or by the
+        lab (`lab_cancelled`)."""
+
+        TOPIC = "healthledger:Order.Cancelled.v1"
+        status: str
+        reason: str
+
+        def apply(self, order: Order) -> None:
+            _moved(order, self.status, self.timestamp, None)
+            order.cancel_reason = self.reason
+
+    class Failed(Event):
+        """The lab could not produce results (a sample error, a kit lost)."""
+
+        TOPIC = "healthledger:Order.Failed.v1"
+        status: str
+        reason: str
+
+        def apply(self, order: Order) -> None:
+            _moved(order, self.status, self.timestamp, None)
+            order.failure_reason = self.reason
+
+    def __init__(
+        self,
+        *,
+        id: UUID,
+        timestamp: datetime,
+        actor: str,
+        request_id: str,
+        user_id: UUID,
+        team_id: UUID,
+        environment: str,
+        lab_test_id: UUID,
+        lab_test_name: str,
+        lab_id: int,
+        collection_method: str,
+        marker_ids: list[int],
+        sealed_patient_details: str,
+        sealed_patient_address: str,
+        sealed_request_digest: str | None,
+        status: str,
+        next_step_at: datetime | None,
+    ) -> None:
+        """From the Created event's fields, at `place` and on every replay."""
+        self.user_id: UUID = user_id
+        self.team_id: UUID = team_id
+        self.environment: str = environment
+        self.lab_test_id: UUID = lab_test_id
+        self.lab_test_name: str = lab_test_name
+        self.lab_id: int = lab_id
+        self.collection_method: str = collection_method
+        self.marker_ids: list[int] = list(marker_ids)
+        self.sealed_patient_details: str = sealed_patient_details
+        self.sealed_patient_address: str = sealed_patient_address
+        self.sealed_request_digest: str | None = sealed_request_digest
+        self.sample_id: str | None = None
+        self.sealed_results: str | None = None
+        self.sealed_interpretation: str | None = None
+        self.results_at: datetime | None = None
+        self.cancel_reason: str | None = None
+        self.failure_reason: str | None = None
+        # Every status the order had, with when: the `events` of the order's answer.
+        self.history: list[tuple[str, datetime]] = []
+        self.status: str
+        self.next_step_at: datetime | None
+        _moved(self, status, timestamp, next_step_at)
+
+    @staticmethod
+    def id_for_idempotency_key(team_id: UUID, key: str) -> UUID:
+        return uuid.uuid5(_IDEMPOTENCY_NAMESPACE, f"{team_id}\x1f{key}")
+
+    @classmethod
+    def place(
+        cls,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        order_id: UUID,
+        user_id: UUID,
+        team_id: UUID,
+        environment: str,
+        lab_test_id: UUID,
+        lab_test_name: str,
+        lab_id: int,
+        collection_method: str,
+        marker_ids: list[int],
+        sealed_patient_details: str,
+        sealed_patient_address: str,
+        sealed_request_digest: str | None,
+        status: str,
+        next_step_at: datetime | None,
+    ) -> Order:
+        return cls(
+            id=order_id,
+            timestamp=now,
+            actor=ctx.actor,
+            request_id=ctx.request_id,
+            user_id=user_id,
+            team_id=team_id,
+            environment=environment,
+            lab_test_id=lab_test_id,
+            lab_test_name=lab_test_name,
+            lab_id=lab_id,
+            collection_method=collection_method,
+            marker_ids=marker_ids,
+            sealed_patient_details=sealed_patient_details,
+            sealed_patient_address=sealed_patient_address,
+            sealed_request_digest=sealed_request_digest,
+            status=status,
+            next_step_at=next_step_at,
+        )
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def top_level_status(self) -> str:
+        return top_level(self.status)
+
+    @property
+    def is_open(self) -> bool:
+        return self.top_level_status not in FINAL_STATUSES
+
+    # -- commands ---------------------------------------------------------------------
+
+    def move_to(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        status: str,
+        *,
+        next_step_at: datetime | None,
+        sample_id: str | None = None,
+    ) -> None:
+        """One step forward, to a status that is not final."""
+        self._require_open()
+        if top_level(status) in FINAL_STATUSES:
+            raise ValueError(f"{status} is final: complete, cancel or fail the order")
+        self._trigger(
+            ctx,
+            now,
+            self.StatusChanged,
+            status=status,
+            sample_id=sample_id,
+            next_step_at=next_step_at,
+        )
+
+    def complete(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        sealed_results: str,
+        sealed_interpretation: str,
+    ) -> None:
+        self._require_open()
+        self._trigger(
+            ctx,
+            now,
+            self.Completed,
+            status=status_of(COMPLETED, self.collection_method, "completed"),
+            sealed_results=sealed_results,
+            sealed_interpretation=sealed_interpretation,
+        )
+
+    def cancel(self, ctx: CommandContext, now: datetime, reason: str) -> None:
+        if not self.is_open:
+            raise OrderNotCancellable(self.status)
+        self._trigger(
+            ctx,
+            now,
+            self.Cancelled,
+            status=status_of(CANCELLED, self.collection_method, "cancelled"),
+            reason=reason,
+        )
+
+    def fail(self, ctx: CommandContext, now: datetime, low: str, reason: str) -> None:
+        self._require_open()
+        self._trigger(
+            ctx,
+            now,
+            self.Failed,
+            status=status_of(FAILED, self.collection_method, low),
+            reason=reason,
+        )
+
+    def _require_open(self) -> None:
+        if not self.is_open:
+            raise OrderNotAdvanceable(
+                f"The order is {self.top_level_status}: it takes no further step."
+            )
+
+    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: object) -> None:
+        self.trigger_event(
+            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
+        )
+
+
+def _moved(order: Order, status: str, at: datetime, next_step_at: datetime | None) -> None:
+    order.status = status
+    order.next_step_at = next_step_at
+    order.history.append((status, at))

@@ -1,0 +1,193 @@
+"""Webhook deliveries are claimed before they are sent (ADR 0019): two senders on one
+database post each delivery once; a dead sender's lease is taken over once it expires,
+never before; every POST made is recorded, also one that came after another sender had
+recorded the outcome; and the read model agrees with the log (a rebuild changes nothing).
+On both databases, with a real local receiver."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.schema import teams, webhook_deliveries
+from healthledger.adapters.settings import Settings
+from healthledger.adapters.webhooks.dispatcher import Dispatcher, PostResult, attempt_recorder
+from healthledger.domain.context import CommandContext
+from healthledger.domain.webhooks.deliveries import WebhookDelivery
+from sqlalchemy import select
+
+from tests.receivers import Receiver, http_receiver
+
+T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+CTX = CommandContext(actor="test:actor", request_id="req-leases")
+LEASE = timedelta(seconds=30)
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(T0)
+
+
+@pytest.fixture
+def lease_settings(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={"webhook_lease": LEASE, "webhook_timeout": timedelta(seconds=5)}
+    )
+
+
+@pytest.fixture
+def svc(lease_settings: Settings, clock: Clock) -> Iterator[Service]:
+    built = build_service(lease_settings, clock=clock)
+    built.bootstrap()
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def other(lease_settings: Settings, clock: Clock, svc: Service) -> Iterator[Service]:
+    """A second process's service on the same database (its own dispatcher and holder)."""
+    built = build_service(lease_settings, clock=clock)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with http_receiver() as running:
+        running.slow_seconds = 0.05
+        yield running
+
+
+def queue_deliveries(svc: Service, receiver: Receiver, users: int, path: str = "ok") -> UUID:
+    """An endpoint, `users` users with a demo device each, their deliveries recorded (not
+    sent); the endpoint's id."""
+    with svc.db.read() as conn:
+        team = conn.execute(select(teams.c.team_id)).scalar_one()
+    endpoint = svc.webhooks.create(CTX, team, "sandbox", url=receiver.url(path))
+    for number in range(users):
+        user = svc.users.create_user(CTX, team, client_user_id=f"lease-{number}")
+        entry = svc.catalog["freestyle_libre"]
+        svc.connections.connect_demo(CTX, team, user.id, entry.slug, entry.supported_resources)
+    svc.jobs.run_due_pulls()
+    while svc.dispatcher.follow():
+        pass
+    return endpoint.id
+
+
+def delivery_rows(svc: Service) -> list[Any]:
+    with svc.db.read() as conn:
+        return conn.execute(
+            select(webhook_deliveries).order_by(webhook_deliveries.c.delivery_id)
+        ).all()
+
+
+def posts_by_message(receiver: Receiver) -> Counter[str]:
+    return Counter(r.headers["webhook-id"] for r in receiver.received)
+
+
+def test_two_senders_at_once_post_each_delivery_once(
+    svc: Service, other: Service, receiver: Receiver
+) -> None:
+    queue_deliveries(svc, receiver, users=6, path="slow")
+    queued = len(delivery_rows(svc))
+    assert queued == 12  # a connection created and a glucose pull per user
+    barrier = threading.Barrier(2)
+    sent: list[int] = []
+
+    def send(dispatcher: Dispatcher) -> None:
+        barrier.wait()
+        # Small batches, so that the two senders take turns at claiming.
+        while attempted := dispatcher.send_due(limit=3):
+            sent.append(attempted)
+
+    threads = [threading.Thread(target=send, args=(s.dispatcher,)) for s in (svc, other)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    posts = posts_by_message(receiver)
+    assert len(posts) == queued and set(posts.values()) == {1}
+    assert sum(sent) == queued
+    assert {(r.status, r.attempts) for r in delivery_rows(svc)} == {("succeeded", 1)}
+    # Each lease ended with its delivery's record.
+    assert svc.dispatcher.leases.held() == []
+
+
+def test_a_dead_senders_lease_is_taken_over_after_it_expires_not_before(
+    svc: Service, other: Service, receiver: Receiver, clock: Clock
+) -> None:
+    queue_deliveries(svc, receiver, users=2)
+    # A sender claims everything, then dies before posting (its leases stay).
+    claimed = svc.dispatcher.leases.claim_due(T0, T0 + LEASE, "dead-sender", limit=100)
+    assert len(claimed) == 4
+    assert other.dispatcher.send_due() == 0
+    clock.now = T0 + LEASE - timedelta(seconds=1)
+    assert other.dispatcher.send_due() == 0
+    assert receiver.received == []
+    clock.now = T0 + LEASE
+    assert other.dispatcher.send_due() == 4
+    assert set(posts_by_message(receiver).values()) == {1}
+    assert {r.status for r in delivery_rows(svc)} == {"succeeded"}
+    # The survivor's records name it: the request id carries the sender's holder name.
+    attempt = list(svc.ledger.events.get(claimed[0].delivery_id))[-1]
+    assert isinstance(attempt, WebhookDelivery.AttemptMade)
+    assert attempt.request_id.startswith(f"send-{other.dispatcher.holder}-")
+    assert svc.dispatcher.leases.held() == []
+
+
+def test_a_late_post_is_recorded_and_the_outcome_recorded_first_stands(
+    svc: Service, receiver: Receiver, clock: Clock
+) -> None:
+    queue_deliveries(svc, receiver, users=1)
+    (first, second) = delivery_rows(svc)
+    assert svc.dispatcher.send_due() == 2
+    # A sender whose lease ran out posted both too; one answer failed, one succeeded.
+    ctx = CommandContext.system("system:scheduler", "send-late")
+    failed = PostResult(500, 3.0, "http_500")
+    succeeded = PostResult(200, 2.0, None)
+    svc.dispatcher.record(
+        [
+            (first, attempt_recorder(ctx, clock(), failed)),
+            (second, attempt_recorder(ctx, clock(), succeeded)),
+        ]
+    )
+    rows = {r.delivery_id: r for r in delivery_rows(svc)}
+    for row, code in ((first, 500), (second, 200)):
+        delivery = svc.ledger.find(row.delivery_id)
+        assert isinstance(delivery, WebhookDelivery)
+        # Both posts are in the history; the success recorded first stands.
+        assert (delivery.status, delivery.attempts, delivery.last_status_code) == (
+            "succeeded",
+            2,
+            code,
+        )
+        view = rows[row.delivery_id]
+        assert (view.status, view.attempts, view.next_attempt_at) == ("succeeded", 2, None)
+    # Nothing is due again, and the read model is what the log rebuilds.
+    assert svc.dispatcher.send_due() == 0
+    before = delivery_rows(svc)
+    svc.read_models.rebuild(svc.recorder, svc.ledger.mapper)
+    assert delivery_rows(svc) == before
+
+
+def test_a_lease_shorter_than_four_timeouts_is_refused(lease_settings: Settings) -> None:
+    with pytest.raises(ValueError, match="at least 4 times"):
+        Settings(
+            database_url=lease_settings.database_url,
+            webhook_timeout=timedelta(seconds=15),
+            webhook_lease=timedelta(seconds=59),
+        )

@@ -1,0 +1,261 @@
+"""The command path's statements (ADR 0020): a command's write batched (on PostgreSQL its
+statements that need no answer yet wait and go together), reads without a transaction
+of their own, a ping only for idle connections, and the aggregates known current on
+PostgreSQL by the chain's head."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence import postgres
+from healthledger.adapters.persistence.schema import pending_erasures
+from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
+from healthledger.adapters.settings import Settings
+from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import UserScheduledForDeletion
+from healthledger.domain.users.user import PENDING_ERASURE, User
+from psycopg import pq
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import func, select
+
+from tests.conftest import Team
+
+INSERT_PENDING = CompiledStatement(insert_of(pending_erasures, ("user_id", "due_at")))
+
+
+def _postgres_only(service: Service) -> None:
+    if service.db.is_sqlite:
+        pytest.skip("PostgreSQL's statements and connections")
+
+
+def _pending(service: Service) -> int:
+    with service.db.read() as conn:
+        return int(conn.execute(select(func.count()).select_from(pending_erasures)).scalar_one())
+
+
+@contextmanager
+def messages(service: Service, directory: Path) -> Iterator[list[list[str]]]:
+    """The messages the service sends meanwhile, on every connection it checks out: each
+    a list of the statements in it (libpq's protocol trace: a simple query's text, or an
+    extended one's statement, prepared or not)."""
+    traced: list[tuple[Any, int, Path]] = []
+
+    def checkout(dbapi_conn: Any, *_args: Any) -> None:
+        if any(conn is dbapi_conn for conn, _, _ in traced):
+            return
+        path = directory / f"trace-{uuid.uuid4().hex}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        dbapi_conn.pgconn.trace(fd)
+        dbapi_conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        traced.append((dbapi_conn, fd, path))
+
+    engines = {service.db.writer, service.db.reader}
+    for engine in engines:
+        sa.event.listen(engine, "checkout", checkout)
+    sent: list[list[str]] = []
+    try:
+        yield sent
+    finally:
+        for engine in engines:
+            sa.event.remove(engine, "checkout", checkout)
+        for conn, fd, path in traced:
+            conn.pgconn.untrace()  # flushes the trace
+            os.close(fd)
+            message: list[str] = []
+            # A record starts with its direction; a statement's text may hold newlines.
+            records: list[str] = []
+            for line in path.read_text().splitlines():
+                if line[:2] in ("F\t", "B\t") or not records:
+                    records.append(line)
+                else:
+                    records[-1] += "\n" + line
+            for record in records:
+                fields = record.split("\t")
+                if fields[0] == "F" and fields[2] in ("Query", "Bind", "Parse"):
+                    if fields[2] != "Bind" or not message or not message[-1].startswith("P:"):
+                        message.append(f"{fields[2][0]}:{fields[3].strip()}")
+                elif fields[0] == "B" and message:
+                    sent.append(message)
+                    message = []
+
+
+def test_a_create_is_two_messages_and_a_read_one(
+    service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+) -> None:
+    _postgres_only(service)
+    service.users.create_user(ctx, team.team_id, client_user_id="warm")
+    with messages(service, tmp_path) as sent:
+        user = service.users.create_user(ctx, team.team_id, client_user_id="counted")
+    # BEGIN, the lock, the chain's head, the events linked onto the head this process
+    # left, and the key (whose answers are read before the COMMIT); then the read models
+    # and the COMMIT.
+    assert len(sent) == 2, sent
+    first, last = ("\n".join(message) for message in sent)
+    assert first.startswith('Q:"BEGIN;') and "LOCK TABLE" in first, first
+    assert "INSERT INTO stored_events" in first and "user_data_keys" in first, first
+    assert first.index("chain_position DESC") < first.index("INSERT INTO stored_events")
+    assert "INSERT INTO users" in last and last.endswith('COMMIT"'), last
+    with messages(service, tmp_path) as sent:
+        found = service.user_queries.resolved_user(team.team_id, user.id)
+    assert found is not None
+    # A read is its statements alone: no BEGIN, no ROLLBACK.
+    assert sent and all("BEGIN" not in s and "ROLLBACK" not in s for m in sent for s in m)
+
+
+def test_a_delete_of_a_user_this_process_saved_reads_the_head_not_its_events(
+    service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+) -> None:
+    _postgres_only(service)
+    user = service.users.create_user(ctx, team.team_id, client_user_id="known")
+    with messages(service, tmp_path) as sent:
+        deleted = service.users.delete_user(ctx, team.team_id, user.id)
+    assert deleted.status == PENDING_ERASURE
+    statements = "\n".join(s for m in sent for s in m)
+    # The user and its claim are known current: no read of their streams (the chain's
+    # head is read once, for the unit of work).
+    assert "stored_events.originator_version, stored_events.topic" not in statements
+    assert statements.count("chain_position DESC") == 2  # the unit's mark, the write's
+
+
+def test_another_process_commit_makes_the_next_command_read_the_log(
+    settings: Settings, service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+) -> None:
+    _postgres_only(service)
+    user = service.users.create_user(ctx, team.team_id, client_user_id="elsewhere")
+    other = build_service(settings)  # a second process on the same database
+    try:
+        # It writes nothing about this user, but links rows onto the chain: this
+        # process no longer knows every row, and reads the user's stream again.
+        other.users.create_user(ctx, team.team_id, client_user_id="unrelated")
+        with messages(service, tmp_path) as sent:
+            service.users.update_user(
+                ctx, team.team_id, user.id, {"fallback_time_zone": "Europe/Paris"}
+            )
+        statements = "\n".join(s for m in sent for s in m)
+        assert "stored_events.originator_version, stored_events.topic" in statements
+        other.users.delete_user(ctx, team.team_id, user.id)
+    finally:
+        other.close()
+    with pytest.raises(UserScheduledForDeletion):
+        service.users.delete_user(ctx, team.team_id, user.id)
+
+
+def test_an_error_of_a_waiting_statement_fails_the_commit_and_stores_nothing(
+    service: Service,
+) -> None:
+    user_id = uuid.uuid4()
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    with pytest.raises(sa_exc.IntegrityError), service.db.batched_write() as conn:
+        INSERT_PENDING.execute(conn, {"user_id": user_id, "due_at": due})
+        # The same key again: on PostgreSQL it waits, and fails at the COMMIT.
+        INSERT_PENDING.execute(conn, {"user_id": user_id, "due_at": due})
+        INSERT_PENDING.execute(conn, {"user_id": uuid.uuid4(), "due_at": due})
+    assert _pending(service) == 0
+    # The connection is usable again, and an empty batched write stores nothing either.
+    with service.db.batched_write():
+        pass
+    with service.db.batched_write() as conn:
+        INSERT_PENDING.execute(conn, {"user_id": user_id, "due_at": due})
+    assert _pending(service) == 1
+
+
+def test_a_statement_sqlalchemy_runs_in_a_batched_write_sees_the_writes_before_it(
+    service: Service,
+) -> None:
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    with service.db.batched_write() as conn:
+        for _ in range(3):
+            INSERT_PENDING.execute(conn, {"user_id": uuid.uuid4(), "due_at": due})
+        seen = conn.execute(select(func.count()).select_from(pending_erasures)).scalar_one()
+        INSERT_PENDING.execute(conn, {"user_id": uuid.uuid4(), "due_at": due})
+    assert seen == 3
+    assert _pending(service) == 4
+
+
+def test_a_connection_closed_by_the_server_while_idle_is_replaced_at_checkout(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _postgres_only(service)
+    with service.db.reader.connect() as conn:
+        pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    admin = sa.create_engine(service.settings.database_url, poolclass=sa.NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+    finally:
+        admin.dispose()
+    # Idle longer than the threshold: pinged at checkout, found closed, replaced.
+    monkeypatch.setattr(postgres, "PING_AFTER_IDLE", 0.0)
+    with service.db.reader.connect() as conn:
+        assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() != pid
+
+
+def test_the_chain_stays_whole_when_another_writer_links_rows_between_commands(
+    settings: Settings, service: Service, team: Team, ctx: CommandContext
+) -> None:
+    # This process links each write onto the head it left (SQLite: while the writer's
+    # change counter says no other connection committed); another process's rows in
+    # between must make it read the head again, or the chain would fork.
+    other = build_service(settings)
+    try:
+        for round_ in range(3):
+            service.users.create_user(ctx, team.team_id, client_user_id=f"here-{round_}")
+            service.users.create_user(ctx, team.team_id, client_user_id=f"again-{round_}")
+            other.users.create_user(ctx, team.team_id, client_user_id=f"there-{round_}")
+        user = service.users.create_user(ctx, team.team_id, client_user_id="last")
+        service.users.delete_user(ctx, team.team_id, user.id)
+    finally:
+        other.close()
+    if not service.db.is_sqlite:
+        # PostgreSQL: a write linked onto the head this process left was done again
+        # with the head read, and the next ones read it first.
+        assert service.recorder.unguessed > 0
+    verified = service.chain.verify()
+    assert verified.ok, verified.problem
+    # Every row of the log is on the chain, once.
+    assert verified.records_checked == verified.last_position
+    with service.db.read() as conn:
+        rows = conn.exec_driver_sql("SELECT count(*) FROM stored_events").scalar_one()
+    assert verified.records_checked == rows
+
+
+def test_commands_of_several_threads_at_once_stay_consistent(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    # On PostgreSQL units of work run side by side: their kept aggregates, their marks,
+    # the head each thread's write links onto. Each thread deletes and brings back its own
+    # users; every command must land, and the log, the chain and the read model agree.
+    users = [
+        service.users.create_user(ctx, team.team_id, client_user_id=f"threaded-{i}").id
+        for i in range(12)
+    ]
+
+    def work(mine: list[uuid.UUID]) -> list[int]:
+        versions = []
+        for user_id in mine:
+            service.users.delete_user(ctx, team.team_id, user_id)
+            service.users.undo_deletion(ctx, team.team_id, user_id)
+            deleted = service.users.delete_user(ctx, team.team_id, user_id)
+            versions.append(deleted.version)
+        return versions
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(work, [users[i::4] for i in range(4)]))
+    assert all(version == 4 for versions in results for version in versions)
+    for user_id in users:
+        with service.db.unit_of_work():
+            user = service.ledger.find(user_id)
+        assert isinstance(user, User) and user.status == PENDING_ERASURE and user.version == 4
+        assert service.user_queries.status(user_id) == PENDING_ERASURE
+    verified = service.chain.verify()
+    assert verified.ok, verified.problem

@@ -1,0 +1,188 @@
+"""`healthledger rebuild` (ADR 0021): the read models projected again from the log in
+pages, beside the live ones, and swapped in; the same tables as the projection made them
+as the log was written; resumable where it stopped after an interruption or a crash."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.projections import rebuild
+from healthledger.adapters.persistence.projections.rebuild import (
+    rebuild_read_models,
+    unfinished_rebuild,
+)
+from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, stored_events
+from healthledger.domain.context import CommandContext
+from sqlalchemy import func, select
+
+from tests.conftest import Team
+from tests.integration.test_erasure import make_user_with_everything
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def read_models(service: Service) -> dict[str, list[tuple[Any, ...]]]:
+    """Every read model's rows, in a stable order."""
+    found = {}
+    with service.db.read() as conn:
+        for table in READ_MODEL_TABLES:
+            rows = [tuple(row) for row in conn.execute(select(table))]
+            found[table.name] = sorted(rows, key=repr)
+    return found
+
+
+def events_after(service: Service, position: int = 0) -> int:
+    """The events the log holds after `position` (notification ids may skip numbers: a
+    transaction rolled back on PostgreSQL still took its ids)."""
+    e = stored_events.c
+    with service.db.read() as conn:
+        found = conn.execute(select(func.count()).where(e.notification_id > position))
+        return int(found.scalar_one())
+
+
+def write_a_log(service: Service, team: Team, other_team: Team, ctx: CommandContext) -> None:
+    """A log that touches every read model, with what a page boundary must not break: a
+    released client_user_id taken by another user, an undone deletion, a changed
+    client_user_id, an erasure, team settings and features."""
+    teams = service.teams
+    with freeze_time(T0):
+        service.webhooks.create(ctx, team.team_id, "sandbox", url="https://hooks.example/in")
+        teams.set_feature(ctx, team.team_id, "demographics", True)
+        make_user_with_everything(service, team, ctx, "everything")
+        gone = make_user_with_everything(service, team, ctx, "erase-me")
+        users = service.users
+        first = users.create_user(ctx, team.team_id, client_user_id="reused")
+        users.delete_user(ctx, team.team_id, first.id)
+        users.create_user(ctx, team.team_id, client_user_id="reused", fallback_time_zone="UTC")
+        undone = users.create_user(ctx, team.team_id, client_user_id="undone")
+        users.delete_user(ctx, team.team_id, undone.id)
+        users.undo_deletion(ctx, team.team_id, undone.id)
+        moved = users.create_user(
+            ctx, team.team_id, client_user_id="before", fallback_birth_date=date(1980, 5, 6)
+        )
+        users.update_user(
+            ctx, team.team_id, moved.id, {"client_user_id": "after", "fallback_time_zone": "UTC"}
+        )
+        users.create_user(ctx, other_team.team_id, client_user_id="elsewhere")
+        users.delete_user(ctx, team.team_id, gone.id)
+        service.dispatcher.follow()
+    with freeze_time(T0 + timedelta(days=8)):
+        assert service.jobs.sweep_erasures() == 2  # `gone` and the first `reused`
+        teams.set_feature(ctx, team.team_id, "demographics", False)
+        service.dispatcher.follow()
+
+
+def test_a_rebuild_makes_the_read_models_the_log_made(
+    service: Service, team: Team, other_team: Team, ctx: CommandContext
+) -> None:
+    write_a_log(service, team, other_team, ctx)
+    before = read_models(service)
+    # The log filled these (the test would prove little otherwise).
+    filled = {name for name, rows in before.items() if rows}
+    assert filled >= {
+        "users",
+        "connections",
+        "resource_feeds",
+        "organizations",
+        "teams",
+        "team_api_keys",
+        "management_keys",
+        "link_tokens",
+        "webhook_endpoints",
+        "webhook_deliveries",
+        "stream_owners",
+    }
+    events = events_after(service)
+    # Pages of 7 events: every kind of event meets a page boundary somewhere.
+    rebuilt = rebuild_read_models(
+        service.read_models, service.recorder, service.ledger.mapper, batch_events=7
+    )
+    assert (rebuilt.events, rebuilt.resumed_from) == (events, 0)
+    assert read_models(service) == before
+    # In one page, through the read models' own entry point.
+    assert service.read_models.rebuild(service.recorder, service.ledger.mapper) == events
+    assert read_models(service) == before
+    assert unfinished_rebuild(service.db) is None
+
+
+def test_an_interrupted_rebuild_resumes_where_it_stopped(
+    service: Service, team: Team, other_team: Team, ctx: CommandContext
+) -> None:
+    write_a_log(service, team, other_team, ctx)
+    before = read_models(service)
+    pages = {"done": 0}
+
+    def interrupted_after_three_pages(count: int) -> None:
+        pages["done"] += 1
+        if pages["done"] == 3:
+            raise KeyboardInterrupt  # Ctrl-C once the third page committed
+
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_read_models(
+            service.read_models,
+            service.recorder,
+            service.ledger.mapper,
+            batch_events=10,
+            progress=interrupted_after_three_pages,
+        )
+    stopped_at = unfinished_rebuild(service.db)
+    assert stopped_at is not None and stopped_at >= 30
+    # The live read models were never touched, and keep following the log.
+    assert read_models(service) == before
+    with freeze_time(T0 + timedelta(days=9)):
+        service.users.create_user(ctx, team.team_id, client_user_id="written-meanwhile")
+    moved_on = read_models(service)
+
+    # A crash in the middle of the next page: that page's transaction is rolled back.
+    real_project = rebuild.PageProjector.project
+
+    def crashing(self: Any, conn: Any, page: Any) -> None:
+        real_project(self, conn, page)
+        raise RuntimeError("killed mid-page")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(rebuild.PageProjector, "project", crashing)
+        with pytest.raises(RuntimeError):
+            rebuild_read_models(
+                service.read_models, service.recorder, service.ledger.mapper, batch_events=10
+            )
+    assert unfinished_rebuild(service.db) == stopped_at
+    assert read_models(service) == moved_on
+
+    resumed = rebuild_read_models(
+        service.read_models, service.recorder, service.ledger.mapper, batch_events=10
+    )
+    assert resumed.resumed_from == stopped_at
+    assert resumed.events == events_after(service, stopped_at)
+    assert read_models(service) == moved_on
+    assert unfinished_rebuild(service.db) is None
+
+
+def test_restart_drops_an_unfinished_rebuild_and_starts_over(
+    service: Service, team: Team, other_team: Team, ctx: CommandContext
+) -> None:
+    write_a_log(service, team, other_team, ctx)
+    before = read_models(service)
+
+    def stop(count: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_read_models(
+            service.read_models,
+            service.recorder,
+            service.ledger.mapper,
+            batch_events=10,
+            progress=stop,
+        )
+    assert unfinished_rebuild(service.db) is not None
+    rebuilt = rebuild_read_models(
+        service.read_models, service.recorder, service.ledger.mapper, restart=True
+    )
+    assert (rebuilt.events, rebuilt.resumed_from) == (events_after(service), 0)
+    assert read_models(service) == before
+    assert unfinished_rebuild(service.db) is None
