@@ -70,8 +70,9 @@ def all_rows(service: Service, table: Any) -> list[Any]:
 
 
 def raw_states(service: Service, *originator_ids: UUID) -> list[bytes]:
-    """The stored bytes of every event row of these streams (all rows when none named)."""
-    query = select(stored_events.c.state)
+    """The stored bytes of every event row of these streams (all rows when none named), in
+    the log's order."""
+    query = select(stored_events.c.state).order_by(stored_events.c.notification_id)
     if originator_ids:
         query = query.where(stored_events.c.originator_id.in_(originator_ids))
     with service.db.read() as conn:
