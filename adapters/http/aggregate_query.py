@@ -13,16 +13,16 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Header
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from healthledger.adapters.composition import Service
 from healthledger.adapters.health_queries import (
     PARQUET_MEDIA_TYPE,
     HealthQueries,
     json_body,
     parquet_tarball,
 )
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.http.user_operations import require_feature
 from healthledger.adapters.persistence.health_data_batches import HealthDataBatches
 from healthledger.domain.health_queries.query import AggregateQueryRequest, InvalidQuery
@@ -103,14 +103,18 @@ def negotiated(accept: str | None) -> str:
     return best[2]
 
 
-def aggregate_query_router(service: Service) -> APIRouter:
-    router = APIRouter(tags=["aggregate"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    queries = HealthQueries(
+def health_queries(service: CurrentService) -> HealthQueries:
+    """The query engine over the service's health data (a few references: made per query)."""
+    return HealthQueries(
         HealthDataBatches(service.db, service.key_store), list(service.catalog), service.clock
     )
 
-    def beta_caller(caller: Caller) -> TeamCaller:
+
+def aggregate_query_router() -> APIRouter:
+    router = APIRouter(tags=["aggregate"], route_class=LedgerRoute)
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
+
+    def beta_caller(service: CurrentService, caller: Caller) -> TeamCaller:
         # A dependency, so that a team without the switch is told so before its body is
         # read: a 403 whatever it sent.
         require_feature(service, caller.team_id, AGGREGATE_QUERY)
@@ -144,6 +148,7 @@ def aggregate_query_router(service: Service) -> APIRouter:
     )
     def aggregate_query(
         caller: Annotated[TeamCaller, Depends(beta_caller)],
+        queries: Annotated[HealthQueries, Depends(health_queries)],
         user_id: UUID,
         body: AggregateQueryRequest,
         accept: Annotated[

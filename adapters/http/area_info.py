@@ -9,10 +9,10 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
-from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.reference.labs.areas import ZIP_CODE, UnknownZipCode, render_area
 from healthledger.domain.errors import InvalidRequest
 from pydantic import BaseModel, ConfigDict, Field
@@ -98,15 +98,9 @@ class AreaInfo(BaseModel):
     central_labs: dict[str, CentralLabArea] = Field(description="By central lab slug.")
 
 
-def area_info_router(service: Service) -> APIRouter:
+def area_info_router() -> APIRouter:
     router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    catalog = service.lab_catalog
-    areas = service.area_info
-    # The zip codes are read now, when the app is made, not at the first question.
-    areas.warm()
-    details = {lab.id: catalog.details(lab.id) for lab in catalog.labs()}
-    central = catalog.central_labs()
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     # `async`: the answer is computed from memory in a fraction of a millisecond, so it
     # runs on the event loop instead of a worker thread.
@@ -123,6 +117,7 @@ def area_info_router(service: Service) -> APIRouter:
         ),
     )
     async def area_info(
+        service: CurrentService,
         caller: Caller,
         zip_code: Annotated[
             str,
@@ -151,6 +146,8 @@ def area_info_router(service: Service) -> APIRouter:
         many patient service centers lie within the radius of the zip's centroid
         (great-circle miles). `lab` is deprecated: it is answered, with a `Deprecation`
         header, and joins `labs`."""
+        catalog = service.lab_catalog
+        central = catalog.central_labs()
         wanted = list(dict.fromkeys([*(labs or ()), *([lab] if lab else [])]))
         unknown = [slug for slug in wanted if catalog.lab_by_slug(slug) is None]
         if unknown:
@@ -175,13 +172,14 @@ def area_info_router(service: Service) -> APIRouter:
             lab_ids = [i for i in lab_ids if i in account.lab_ids]
         miles = int(radius)
         try:
-            found = areas.area(zip_code, miles, lab_ids)
+            found = service.area_info.area(zip_code, miles, lab_ids)
         except UnknownZipCode:
             raise InvalidRequest(
                 "zip_code is well-formed but is not an existing US zip code.",
                 "zip_code",
                 "query",
             ) from None
+        details = {lab.id: catalog.details(lab.id) for lab in catalog.labs()}
         body = json.dumps(
             render_area(found, miles, details), ensure_ascii=False, separators=(",", ":")
         ).encode()

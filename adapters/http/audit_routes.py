@@ -12,12 +12,12 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.audit import USER_EVENT_TYPES, user_audit, user_team
-from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import Instant
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
-from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
+from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService, Cursors
 from healthledger.domain.errors import InvalidRequest, UserNotFound
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,9 +83,9 @@ class UserAuditPage(BaseModel):
     next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
 
 
-def audit_router(service: Service, cursors: CursorCodec) -> APIRouter:
+def audit_router() -> APIRouter:
     router = APIRouter(tags=["audit"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     @router.get(
         "/v2/audit/user/{user_id:uuid}",
@@ -95,6 +95,8 @@ def audit_router(service: Service, cursors: CursorCodec) -> APIRouter:
         ),
     )
     def audit_user(
+        service: CurrentService,
+        cursors: Cursors,
         user_id: UUID,
         caller: Caller,
         start: Annotated[

@@ -1,12 +1,11 @@
 """Team API authentication: the `x-service-api-key` header, checked against a hash."""
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
 
 from fastapi import HTTPException, Request, Security
 from fastapi.security import APIKeyHeader
-from healthledger.adapters.persistence.queries import TeamQueries
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.context import CommandContext, team_api_key_actor
 from healthledger.domain.keys import MANAGEMENT_KEY, key_matches, parse_key, team_api_key_id
 from healthledger.domain.teams.management_keys import ORG_ADMIN
@@ -37,43 +36,40 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail)
 
 
-def team_caller_dependency(
-    team_queries: TeamQueries,
-) -> Callable[[Request, str | None], TeamCaller]:
-    def team_caller(
-        request: Request, api_key: str | None = Security(team_api_key_scheme)
-    ) -> TeamCaller:
-        if not api_key:
-            raise _unauthorized(
-                f"Missing API key: send the team API key in the {TEAM_API_KEY_HEADER} header."
-            )
-        parsed = parse_key(api_key)
-        if parsed is not None and parsed[0] == MANAGEMENT_KEY:
-            raise _unauthorized(
-                "This is a management key: the team API expects a team API key in the "
-                f"{TEAM_API_KEY_HEADER} header."
-            )
-        key_id = team_api_key_id(api_key)
-        if key_id is None:
-            raise _unauthorized("Invalid API key: the team API expects a team API key.")
-        record = team_queries.api_key(key_id)
-        # Unknown, revoked and wrong-secret keys get the same answer.
-        if record is None or record.revoked or not key_matches(api_key, record.key_hash):
-            raise _unauthorized("Invalid API key.")
-        ctx = CommandContext(
-            actor=team_api_key_actor(record.key_id),
-            request_id=request.state.request_id,
-            environment=record.environment,
+def team_caller(
+    request: Request,
+    service: CurrentService,
+    api_key: str | None = Security(team_api_key_scheme),
+) -> TeamCaller:
+    if not api_key:
+        raise _unauthorized(
+            f"Missing API key: send the team API key in the {TEAM_API_KEY_HEADER} header."
         )
-        return TeamCaller(
-            team_id=record.team_id,
-            key_id=record.key_id,
-            ctx=ctx,
-            environment=record.environment,
-            region=record.region,
+    parsed = parse_key(api_key)
+    if parsed is not None and parsed[0] == MANAGEMENT_KEY:
+        raise _unauthorized(
+            "This is a management key: the team API expects a team API key in the "
+            f"{TEAM_API_KEY_HEADER} header."
         )
-
-    return team_caller
+    key_id = team_api_key_id(api_key)
+    if key_id is None:
+        raise _unauthorized("Invalid API key: the team API expects a team API key.")
+    record = service.team_queries.api_key(key_id)
+    # Unknown, revoked and wrong-secret keys get the same answer.
+    if record is None or record.revoked or not key_matches(api_key, record.key_hash):
+        raise _unauthorized("Invalid API key.")
+    ctx = CommandContext(
+        actor=team_api_key_actor(record.key_id),
+        request_id=request.state.request_id,
+        environment=record.environment,
+    )
+    return TeamCaller(
+        team_id=record.team_id,
+        key_id=record.key_id,
+        ctx=ctx,
+        environment=record.environment,
+        region=record.region,
+    )
 
 
 # -- the management API -------------------------------------------------------------------
@@ -126,31 +122,27 @@ class ManagementCaller:
             raise HTTPException(status_code=404, detail="Team not found.")
 
 
-def management_caller_dependency(
-    team_queries: TeamQueries,
-) -> Callable[[Request, str | None, str | None], ManagementCaller]:
-    def management_caller(
-        request: Request,
-        key: str | None = Security(management_key_scheme),
-        legacy_key: str | None = Security(legacy_management_key_scheme),
-    ) -> ManagementCaller:
-        plain = key or legacy_key
-        if not plain:
-            raise _unauthorized(
-                f"Missing management key: send it in the {MANAGEMENT_KEY_HEADER} header."
-            )
-        parsed = parse_key(plain)
-        if parsed is not None and parsed[0] != MANAGEMENT_KEY:
-            raise _unauthorized(
-                "This is a team API key: the management API expects a management key in "
-                f"the {MANAGEMENT_KEY_HEADER} header."
-            )
-        record = team_queries.management_key(parsed[1]) if parsed else None
-        if record is None or record.revoked or not key_matches(plain, record.key_hash):
-            raise _unauthorized("Invalid management key.")
-        ctx = CommandContext(
-            actor=f"management_key:{record.key_id}", request_id=request.state.request_id
+def management_caller(
+    request: Request,
+    service: CurrentService,
+    key: str | None = Security(management_key_scheme),
+    legacy_key: str | None = Security(legacy_management_key_scheme),
+) -> ManagementCaller:
+    plain = key or legacy_key
+    if not plain:
+        raise _unauthorized(
+            f"Missing management key: send it in the {MANAGEMENT_KEY_HEADER} header."
         )
-        return ManagementCaller(record.key_id, record.org_id, record.role, record.team_ids, ctx)
-
-    return management_caller
+    parsed = parse_key(plain)
+    if parsed is not None and parsed[0] != MANAGEMENT_KEY:
+        raise _unauthorized(
+            "This is a team API key: the management API expects a management key in "
+            f"the {MANAGEMENT_KEY_HEADER} header."
+        )
+    record = service.team_queries.management_key(parsed[1]) if parsed else None
+    if record is None or record.revoked or not key_matches(plain, record.key_hash):
+        raise _unauthorized("Invalid management key.")
+    ctx = CommandContext(
+        actor=f"management_key:{record.key_id}", request_id=request.state.request_id
+    )
+    return ManagementCaller(record.key_id, record.org_id, record.role, record.team_ids, ctx)

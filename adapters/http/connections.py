@@ -5,13 +5,13 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends
-from healthledger.adapters.composition import Service
 from healthledger.adapters.http import user_operations as operations
 from healthledger.adapters.http.as_of import AsOf
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.schemas import DemoConnected, Success, UserProviders
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
     NON_RETRIABLE,
@@ -44,18 +44,18 @@ class DemoConnectRequest(BaseModel):
     demo_failures: Annotated[dict[str, DemoFailure], Field(max_length=100)] | None = None
 
 
-def connections_router(service: Service) -> APIRouter:
+def connections_router() -> APIRouter:
     # Each route declares its answer's model, so that the OpenAPI document describes it
     # (the official client's models are checked against it: test_official_client.py).
     router = APIRouter(tags=["connections"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     @router.post(
         "/v2/link/connect/demo",
         response_model=DemoConnected,
         responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
     )
-    def connect_demo(body: DemoConnectRequest, caller: Caller) -> Any:
+    def connect_demo(service: CurrentService, body: DemoConnectRequest, caller: Caller) -> Any:
         """Connect a simulated device that yields realistic, deterministic data (ours)."""
         # The rules (a known demo provider, failures of resources it offers) are in
         # user_operations.py, shared with the embedded facade.
@@ -68,7 +68,9 @@ def connections_router(service: Service) -> APIRouter:
         response_model=UserProviders,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
-    def user_providers(user_id: UUID, caller: Caller, as_of: AsOf = None) -> Any:
+    def user_providers(
+        service: CurrentService, user_id: UUID, caller: Caller, as_of: AsOf = None
+    ) -> Any:
         """Spec 2.2: the user's connections (deregistered ones are not listed)."""
         return operations.user_providers(service, caller.team_id, user_id, as_of=as_of)
 
@@ -77,7 +79,7 @@ def connections_router(service: Service) -> APIRouter:
         response_model=Success,
         responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
     )
-    def deregister(user_id: UUID, provider: str, caller: Caller) -> Any:
+    def deregister(service: CurrentService, user_id: UUID, provider: str, caller: Caller) -> Any:
         return operations.deregister(service, caller.ctx, caller.team_id, user_id, provider)
 
     return router

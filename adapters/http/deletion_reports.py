@@ -8,11 +8,11 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from healthledger.adapters.composition import Service
 from healthledger.adapters.deletion_report import deletion_report
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.report_rendering import render_html
 
 _REPORT_DESCRIPTION = (
@@ -21,9 +21,9 @@ _REPORT_DESCRIPTION = (
 )
 
 
-def deletion_reports_router(service: Service) -> APIRouter:
+def deletion_reports_router() -> APIRouter:
     router = APIRouter(tags=["audit"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     @router.get(
         "/v2/audit/user/{user_id}/deletion_report",
@@ -40,6 +40,7 @@ def deletion_reports_router(service: Service) -> APIRouter:
         },
     )
     def user_deletion_report(
+        service: CurrentService,
         caller: Caller,
         user_id: UUID,
         format: Annotated[

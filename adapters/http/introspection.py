@@ -10,11 +10,12 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import AsOf
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.schemas import HistoricalPullsPage, UserResourcesPage
+from healthledger.adapters.http.service_dependency import CurrentService, Cursors
 from healthledger.adapters.time_travel import reads_as_of
 from healthledger.domain.connections.connection import CONNECTED
 from healthledger.domain.errors import InvalidRequest
@@ -63,14 +64,14 @@ class LiveReads:
 _FEED_STATUS = {CONNECTED: "active"}
 
 
-def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
+def introspection_router() -> APIRouter:
     router = APIRouter(tags=["introspection"], route_class=LedgerRoute)
     responses = error_responses(400, 401, 404, 422, described=USER_NOT_FOUND)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    queries = service.pull_queries
-    live = LiveReads(service)
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     def page(
+        service: Service,
+        cursors: CursorCodec,
         listing: str,
         caller: TeamCaller,
         reads: IntrospectionReads,
@@ -103,6 +104,8 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
         "/v2/introspect/historical_pull", response_model=HistoricalPullsPage, responses=responses
     )
     def historical_pull(
+        service: CurrentService,
+        cursors: Cursors,
         caller: Caller,
         user_id: UUID | None = None,
         provider: str | None = None,
@@ -112,7 +115,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
         as_of: AsOf = None,
     ) -> Any:
         """Each live connection's historical pulls, one per resource (gaps.md shape)."""
-        reads = live if as_of is None else reads_as_of(service, as_of)
+        reads = LiveReads(service) if as_of is None else reads_as_of(service, as_of)
 
         def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
             pulled: dict[tuple[UUID, str], dict[str, Any]] = {}
@@ -144,6 +147,8 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
         return page(
+            service,
+            cursors,
             "historical_pull",
             caller,
             reads,
@@ -156,6 +161,8 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     @router.get("/v2/introspect/resources", response_model=UserResourcesPage, responses=responses)
     def resources(
+        service: CurrentService,
+        cursors: Cursors,
         caller: Caller,
         user_id: UUID | None = None,
         provider: str | None = None,
@@ -169,7 +176,7 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
         def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
             by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
-            for f in queries.feeds_of(user_ids, provider):
+            for f in service.pull_queries.feeds_of(user_ids, provider):
                 resources = by_user[f.user_id].setdefault(f.provider, {})
                 resources[f.resource] = {
                     "status": _FEED_STATUS.get(f.connection_status, f.connection_status),
@@ -185,7 +192,16 @@ def introspection_router(service: Service, cursors: CursorCodec) -> APIRouter:
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
         return page(
-            "resources", caller, live, user_id, provider, user_limit, next_cursor or cursor, render
+            service,
+            cursors,
+            "resources",
+            caller,
+            LiveReads(service),
+            user_id,
+            provider,
+            user_limit,
+            next_cursor or cursor,
+            render,
         )
 
     return router

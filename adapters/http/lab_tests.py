@@ -21,9 +21,10 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.persistence.lab_test_queries import LabTestRow
 from healthledger.adapters.reference.labs import PROVIDER_ID, slugify
 from healthledger.adapters.reference.labs.catalog import ReferenceLabCatalog, page_of
@@ -424,18 +425,23 @@ def catalog_rendering(catalog: ReferenceLabCatalog) -> CatalogRendering:
     return CatalogRendering(catalog)
 
 
-def lab_tests_router(service: Service) -> APIRouter:
+def current_rendering(service: CurrentService) -> CatalogRendering:
+    return catalog_rendering(service.lab_catalog)
+
+
+Rendering = Annotated[CatalogRendering, Depends(current_rendering)]
+
+
+def lab_tests_router() -> APIRouter:
     router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    catalog = service.lab_catalog
-    rendering = catalog_rendering(catalog)
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
     Page = Annotated[int, Query(ge=1, le=MAX_PAGE, description="1-based page number.")]
     Size = Annotated[int, Query(ge=1, le=MAX_SIZE, description="Markers per page.")]
 
     # The catalog's routes are `async`: they read only memory (a fraction of a
     # millisecond), so they run on the event loop instead of a worker thread.
     @router.get(LABS_PATH, response_model=list[LabResponse], responses=error_responses(401, 422))
-    async def list_labs(caller: Caller) -> Any:
+    async def list_labs(rendering: Rendering, caller: Caller) -> Any:
         """The labs (spec 2.9): central labs with patient service centers and at-home
         test-kit labs, by id."""
         return json_response(rendering.labs_json)
@@ -452,6 +458,8 @@ def lab_tests_router(service: Service) -> APIRouter:
         ),
     )
     async def list_markers(
+        rendering: Rendering,
+        service: CurrentService,
         caller: Caller,
         lab_id: Annotated[
             list[int] | None,
@@ -476,7 +484,7 @@ def lab_tests_router(service: Service) -> APIRouter:
         size: Size = DEFAULT_SIZE,
     ) -> Any:
         """The marker catalog (spec 2.7, endpoint 5), by id, one page at a time."""
-        markers = catalog.find_markers(
+        markers = service.lab_catalog.find_markers(
             lab_ids=lab_id,
             lab_slug=lab_slug,
             name=name,
@@ -499,7 +507,12 @@ def lab_tests_router(service: Service) -> APIRouter:
         ),
     )
     def list_order_set_markers(
-        body: OrderSetRequest, caller: Caller, page: Page = 1, size: Size = DEFAULT_SIZE
+        rendering: Rendering,
+        service: CurrentService,
+        body: OrderSetRequest,
+        caller: Caller,
+        page: Page = 1,
+        size: Size = DEFAULT_SIZE,
     ) -> Any:
         """The markers of an order set (endpoint 8): those of its lab tests, then its
         add-on's, each once, all of one lab."""
@@ -512,6 +525,8 @@ def lab_tests_router(service: Service) -> APIRouter:
         responses=error_responses(401, 422),
     )
     def list_lab_tests(
+        rendering: Rendering,
+        service: CurrentService,
         caller: Caller,
         generation_method: Annotated[
             Literal["auto", "manual", "all"],
@@ -543,7 +558,7 @@ def lab_tests_router(service: Service) -> APIRouter:
         if generation_method != "all":
             rows = [r for r in rows if r.auto_generated == (generation_method == "auto")]
         if lab_slug is not None:
-            lab = catalog.lab_by_slug(lab_slug)
+            lab = service.lab_catalog.lab_by_slug(lab_slug)
             rows = [] if lab is None else [r for r in rows if r.view.lab_id == lab.id]
         if collection_method is not None:
             rows = [r for r in rows if r.view.method == collection_method]
@@ -554,7 +569,7 @@ def lab_tests_router(service: Service) -> APIRouter:
             rows = [r for r in rows if wanted & set(r.view.marker_ids)]
         if provider_ids:
             codes = set(provider_ids)
-            rows = [r for r in rows if codes & _codes(catalog, r.view)]
+            rows = [r for r in rows if codes & _codes(service.lab_catalog, r.view)]
         if name is not None:
             needle = name.casefold()
             rows = [r for r in rows if needle in r.view.name.casefold()]
@@ -581,7 +596,9 @@ def lab_tests_router(service: Service) -> APIRouter:
             },
         ),
     )
-    def create_lab_test(body: LabTestRequest, caller: Caller) -> Any:
+    def create_lab_test(
+        rendering: Rendering, service: CurrentService, body: LabTestRequest, caller: Caller
+    ) -> Any:
         """A lab test of the team (event-sourced): its markers, all of one lab, which
         becomes the test's lab, and a collection method that lab offers."""
         test = service.lab_test_commands.create(
@@ -607,7 +624,9 @@ def lab_tests_router(service: Service) -> APIRouter:
         response_model=LabTestResponse,
         responses=error_responses(401, 404, 422, described={404: "Unknown lab test."}),
     )
-    def get_lab_test(lab_test_id: UUID, caller: Caller) -> Any:
+    def get_lab_test(
+        rendering: Rendering, service: CurrentService, lab_test_id: UUID, caller: Caller
+    ) -> Any:
         """One lab test: the team's own or a shared demo one (another team's is a 404)."""
         row = service.lab_tests.row(caller.team_id, lab_test_id)
         if row is None:
@@ -622,13 +641,18 @@ def lab_tests_router(service: Service) -> APIRouter:
         ),
     )
     def list_lab_test_markers(
-        lab_test_id: UUID, caller: Caller, page: Page = 1, size: Size = DEFAULT_SIZE
+        rendering: Rendering,
+        service: CurrentService,
+        lab_test_id: UUID,
+        caller: Caller,
+        page: Page = 1,
+        size: Size = DEFAULT_SIZE,
     ) -> Any:
         """A lab test's markers, paged like the catalog."""
         row = service.lab_tests.row(caller.team_id, lab_test_id)
         if row is None:
             raise UnknownLabTests([lab_test_id])
-        markers = [m for m in map(catalog.marker, row.view.marker_ids) if m is not None]
+        markers = [m for m in map(service.lab_catalog.marker, row.view.marker_ids) if m is not None]
         return json_response(rendering.markers_page(markers, page, size, "query"))
 
     return router

@@ -9,10 +9,10 @@ from urllib.parse import urlencode
 from uuid import UUID
 
 from fastapi import APIRouter, Depends
-from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.connections.link_tokens import INVALID_TOKEN
 from healthledger.domain.free_text import FreeText, WebUrl
 from pydantic import BaseModel, ConfigDict, Field
@@ -107,9 +107,9 @@ def link_web_url(link_url: str, token: str, environment: str, region: str) -> st
     return f"{link_url.rstrip('/')}/?{query}"
 
 
-def link_tokens_router(service: Service) -> APIRouter:
+def link_tokens_router() -> APIRouter:
     router = APIRouter(tags=["link"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     @router.post(
         "/v2/link/token",
@@ -121,7 +121,7 @@ def link_tokens_router(service: Service) -> APIRouter:
             described={**USER_NOT_FOUND, 422: "Invalid body or unknown provider slug."},
         ),
     )
-    def create_link_token(body: LinkTokenRequest, caller: Caller) -> Any:
+    def create_link_token(service: CurrentService, body: LinkTokenRequest, caller: Caller) -> Any:
         """A link token for one live user of the team: it lives 60 minutes and is
         consumed by the first successful connection. `link_web_url` opens the hosted
         link page with it (environment of the calling key, region of the team)."""
@@ -146,7 +146,7 @@ def link_tokens_router(service: Service) -> APIRouter:
     @router.post(
         "/v2/link/token/isValid", response_model=LinkTokenValidity, responses=error_responses(422)
     )
-    def check_link_token(body: LinkTokenCheck) -> Any:
+    def check_link_token(service: CurrentService, body: LinkTokenCheck) -> Any:
         """Whether a link token can still be used; it is not consumed by asking.
 
         No team API key is needed: the token is itself the credential (256 random bits,

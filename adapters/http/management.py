@@ -11,12 +11,12 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
-from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
-from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
+from healthledger.adapters.http.auth import ManagementCaller, management_caller
+from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.oauth_callback import oauth_redirect_uri
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService, Cursors
 from healthledger.adapters.persistence.queries import TeamQueries
 from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, TeamNotFound
 from healthledger.domain.free_text import FreeText
@@ -149,7 +149,7 @@ def reachable_team(
     return team
 
 
-def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
+def management_router() -> APIRouter:
     router = APIRouter(prefix="/v1/org/{org_id}", tags=["management"], route_class=LedgerRoute)
     # The errors each kind of operation answers: every one 401 (the key), 404 (another
     # organization, an unbound or missing team) and 422 (parameters, body); 403 where an
@@ -162,37 +162,34 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
     org_reads = error_responses(401, 403, 404, 422)
     org_changes = error_responses(401, 403, 404, 409, 422)
     org_patches = error_responses(400, 401, 403, 404, 409, 422)
-    Caller = Annotated[
-        ManagementCaller, Depends(management_caller_dependency(service.team_queries))
-    ]
-    queries = service.team_queries
-    directory = service.teams
-
-    def team_of(caller: ManagementCaller, org_id: UUID, team_id: UUID) -> dict[str, Any]:
-        return reachable_team(queries, caller, org_id, team_id)
+    Caller = Annotated[ManagementCaller, Depends(management_caller)]
 
     # -- the organization ---------------------------------------------------------------
 
     @router.get("", responses=org_reads)
-    def get_organization(org_id: UUID, caller: Caller) -> Any:
+    def get_organization(service: CurrentService, org_id: UUID, caller: Caller) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
-        org = queries.organization(org_id)
+        org = service.team_queries.organization(org_id)
         if org is None:
             raise OrganizationNotFound()
         return org
 
     @router.patch("", responses=org_changes)
-    def patch_organization(org_id: UUID, body: OrganizationPatch, caller: Caller) -> Any:
+    def patch_organization(
+        service: CurrentService, org_id: UUID, body: OrganizationPatch, caller: Caller
+    ) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
-        directory.rename_organization(caller.ctx, org_id, body.name)
-        return queries.organization(org_id)
+        service.teams.rename_organization(caller.ctx, org_id, body.name)
+        return service.team_queries.organization(org_id)
 
     # -- teams ----------------------------------------------------------------------------
 
     @router.get("/team", response_model=TeamPage, responses=listings)
     def list_teams(
+        service: CurrentService,
+        cursors: Cursors,
         org_id: UUID,
         caller: Caller,
         region: Annotated[list[Region] | None, Query()] = None,
@@ -214,7 +211,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
             except (KeyError, TypeError, ValueError):
                 raise InvalidCursor() from None
         only = None if caller.is_org_admin else caller.team_ids
-        teams, more = queries.teams_page(
+        teams, more = service.team_queries.teams_page(
             org_id, regions=regions, search=search_query, after=after, limit=limit, only=only
         )
         cursor = None
@@ -226,118 +223,150 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         return {"teams": teams, "next_cursor": cursor}
 
     @router.post("/team", response_model=Team, responses=org_changes)
-    def create_team(org_id: UUID, body: TeamCreate, caller: Caller) -> Any:
+    def create_team(service: CurrentService, org_id: UUID, body: TeamCreate, caller: Caller) -> Any:
         """Team names need not be unique (the spec is silent; the id is the identity)."""
         caller.require_org(org_id)
         caller.require_org_admin()
-        team_id = directory.create_team(caller.ctx, org_id, body.name, body.region, _settings(body))
-        return queries.team(team_id)
+        team_id = service.teams.create_team(
+            caller.ctx, org_id, body.name, body.region, _settings(body)
+        )
+        return service.team_queries.team(team_id)
 
     @router.get("/team/{team_id}", response_model=Team, responses=reads)
-    def get_team(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
-        return team_of(caller, org_id, team_id)
+    def get_team(service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller) -> Any:
+        return reachable_team(service.team_queries, caller, org_id, team_id)
 
     @router.patch("/team/{team_id}", response_model=Team, responses=patches)
-    def patch_team(org_id: UUID, team_id: UUID, body: TeamPatch, caller: Caller) -> Any:
-        team_of(caller, org_id, team_id)
+    def patch_team(
+        service: CurrentService, org_id: UUID, team_id: UUID, body: TeamPatch, caller: Caller
+    ) -> Any:
+        reachable_team(service.team_queries, caller, org_id, team_id)
         if not body.model_fields_set:
             raise NothingToUpdate()
-        directory.update_team(caller.ctx, org_id, team_id, name=body.name, settings=_settings(body))
-        return queries.team(team_id)
+        service.teams.update_team(
+            caller.ctx, org_id, team_id, name=body.name, settings=_settings(body)
+        )
+        return service.team_queries.team(team_id)
 
     @router.delete("/team/{team_id}", responses=org_changes)
-    def delete_team(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
+    def delete_team(service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller) -> Any:
         """Its users are deleted through their lifecycle (grace period, then erasure)."""
-        team_of(caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         caller.require_org_admin()
-        deleted = directory.delete_team(caller.ctx, org_id, team_id)
+        deleted = service.teams.delete_team(caller.ctx, org_id, team_id)
         return {"success": True, "deleted_users": deleted}
 
     # -- closed-beta switches -------------------------------------------------------------
 
     @router.get("/team/{team_id}/features", responses=reads)
-    def get_features(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
-        team = team_of(caller, org_id, team_id)
+    def get_features(service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller) -> Any:
+        team = reachable_team(service.team_queries, caller, org_id, team_id)
         return {"enabled": team["features"], "available": list(CLOSED_BETA_FEATURES)}
 
     @router.put("/team/{team_id}/features/{feature}", responses=org_changes)
-    def enable_feature(org_id: UUID, team_id: UUID, feature: Feature, caller: Caller) -> Any:
-        team_of(caller, org_id, team_id)
+    def enable_feature(
+        service: CurrentService, org_id: UUID, team_id: UUID, feature: Feature, caller: Caller
+    ) -> Any:
+        reachable_team(service.team_queries, caller, org_id, team_id)
         caller.require_org_admin()
-        directory.set_feature(caller.ctx, team_id, feature, True, org_id)
-        return {"enabled": team_of(caller, org_id, team_id)["features"]}
+        service.teams.set_feature(caller.ctx, team_id, feature, True, org_id)
+        return {
+            "enabled": reachable_team(service.team_queries, caller, org_id, team_id)["features"]
+        }
 
     @router.delete("/team/{team_id}/features/{feature}", responses=org_changes)
-    def disable_feature(org_id: UUID, team_id: UUID, feature: Feature, caller: Caller) -> Any:
-        team_of(caller, org_id, team_id)
+    def disable_feature(
+        service: CurrentService, org_id: UUID, team_id: UUID, feature: Feature, caller: Caller
+    ) -> Any:
+        reachable_team(service.team_queries, caller, org_id, team_id)
         caller.require_org_admin()
-        directory.set_feature(caller.ctx, team_id, feature, False, org_id)
-        return {"enabled": team_of(caller, org_id, team_id)["features"]}
+        service.teams.set_feature(caller.ctx, team_id, feature, False, org_id)
+        return {
+            "enabled": reachable_team(service.team_queries, caller, org_id, team_id)["features"]
+        }
 
     # -- management keys ------------------------------------------------------------------
 
     @router.get("/management_key", responses=org_reads)
-    def list_management_keys(org_id: UUID, caller: Caller) -> Any:
+    def list_management_keys(service: CurrentService, org_id: UUID, caller: Caller) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
-        return {"management_keys": queries.management_keys(org_id)}
+        return {"management_keys": service.team_queries.management_keys(org_id)}
 
     @router.post("/management_key", responses=org_changes)
-    def create_management_key(org_id: UUID, body: ManagementKeyCreate, caller: Caller) -> Any:
+    def create_management_key(
+        service: CurrentService, org_id: UUID, body: ManagementKeyCreate, caller: Caller
+    ) -> Any:
         """The key text is in this response only; keep it, it is stored only as a hash."""
         caller.require_org(org_id)
         caller.require_org_admin()
-        issued = directory.issue_management_key(
+        issued = service.teams.issue_management_key(
             caller.ctx,
             org_id,
             role=body.role,
             team_ids=[b.team_id for b in body.team_role_bindings],
             label=body.label,
         )
-        return {**queries.management_key_view(issued.key_id), "key": issued.plain}
+        return {**service.team_queries.management_key_view(issued.key_id), "key": issued.plain}
 
     @router.patch("/management_key/{key_id}", responses=org_patches)
     def patch_management_key(
-        org_id: UUID, key_id: UUID, body: ManagementKeyPatch, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        key_id: UUID,
+        body: ManagementKeyPatch,
+        caller: Caller,
     ) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
         if not body.model_fields_set:
             raise NothingToUpdate()
         bindings = body.team_role_bindings
-        directory.update_management_key(
+        service.teams.update_management_key(
             caller.ctx,
             org_id,
             key_id,
             label=body.label,
             team_ids=None if bindings is None else [b.team_id for b in bindings],
         )
-        return queries.management_key_view(key_id)
+        return service.team_queries.management_key_view(key_id)
 
     @router.delete("/management_key/{key_id}", responses=org_changes)
-    def revoke_management_key(org_id: UUID, key_id: UUID, caller: Caller) -> Any:
+    def revoke_management_key(
+        service: CurrentService, org_id: UUID, key_id: UUID, caller: Caller
+    ) -> Any:
         caller.require_org(org_id)
         caller.require_org_admin()
-        directory.revoke_management_key(caller.ctx, org_id, key_id)
+        service.teams.revoke_management_key(caller.ctx, org_id, key_id)
         return {"success": True}
 
     # -- team API keys ----------------------------------------------------------------------
 
     @router.get("/team_api_keys/{env}/{region}", responses=reads)
     def list_team_api_keys(
-        org_id: UUID, env: Environment, region: Region, team_id: UUID, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        env: Environment,
+        region: Region,
+        team_id: UUID,
+        caller: Caller,
     ) -> Any:
-        team = team_of(caller, org_id, team_id)
-        keys = queries.team_api_keys(team_id, env) if team["region"] == region else []
+        team = reachable_team(service.team_queries, caller, org_id, team_id)
+        keys = service.team_queries.team_api_keys(team_id, env) if team["region"] == region else []
         return {"team_api_keys": keys}
 
     @router.post("/team_api_keys/{env}/{region}", responses=changes)
     def create_team_api_key(
-        org_id: UUID, env: Environment, region: Region, body: TeamApiKeyCreate, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        env: Environment,
+        region: Region,
+        body: TeamApiKeyCreate,
+        caller: Caller,
     ) -> Any:
         """The key text is in this response only; keep it, it is stored only as a hash."""
-        team_of(caller, org_id, body.team_id)
-        issued = directory.issue_team_api_key(caller.ctx, body.team_id, env, region, org_id)
+        reachable_team(service.team_queries, caller, org_id, body.team_id)
+        issued = service.teams.issue_team_api_key(caller.ctx, body.team_id, env, region, org_id)
         return {
             "id": issued.key_id,
             "team_id": body.team_id,
@@ -348,6 +377,7 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     @router.delete("/team_api_keys/{env}/{region}/{key_id}", responses=changes)
     def revoke_team_api_key(
+        service: CurrentService,
         org_id: UUID,
         env: Environment,
         region: Region,
@@ -355,21 +385,25 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
         team_id: UUID,
         caller: Caller,
     ) -> Any:
-        team_of(caller, org_id, team_id)
-        directory.revoke_team_api_key(caller.ctx, key_id, team_id, env, region)
+        reachable_team(service.team_queries, caller, org_id, team_id)
+        service.teams.revoke_team_api_key(caller.ctx, key_id, team_id, env, region)
         return {"success": True}
 
     # -- custom provider credentials ------------------------------------------------------
 
     @router.get("/team_custom_credentials/{team_id}", responses=reads)
-    def list_credentials(org_id: UUID, team_id: UUID, caller: Caller) -> Any:
-        team_of(caller, org_id, team_id)
-        return {"credentials": queries.credentials(team_id)}
+    def list_credentials(
+        service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller
+    ) -> Any:
+        reachable_team(service.team_queries, caller, org_id, team_id)
+        return {"credentials": service.team_queries.credentials(team_id)}
 
     @router.post("/team_custom_credentials/{team_id}/{provider}/prepare", responses=changes)
-    def prepare_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
-        team_of(caller, org_id, team_id)
-        creds = directory.prepare_credentials(caller.ctx, team_id, provider, org_id)
+    def prepare_credentials(
+        service: CurrentService, org_id: UUID, team_id: UUID, provider: str, caller: Caller
+    ) -> Any:
+        reachable_team(service.team_queries, caller, org_id, team_id)
+        creds = service.teams.prepare_credentials(caller.ctx, team_id, provider, org_id)
         return {
             "provider": provider,
             "status": creds.status,  # "set" stays set: preparing again changes nothing
@@ -379,20 +413,27 @@ def management_router(service: Service, cursors: CursorCodec) -> APIRouter:
 
     @router.put("/team_custom_credentials/{team_id}/{provider}", responses=changes)
     def set_credentials(
-        org_id: UUID, team_id: UUID, provider: str, body: CredentialsSet, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        team_id: UUID,
+        provider: str,
+        body: CredentialsSet,
+        caller: Caller,
     ) -> Any:
         """The client secret is write-only: stored sealed, never returned."""
-        team_of(caller, org_id, team_id)
-        directory.set_credentials(
+        reachable_team(service.team_queries, caller, org_id, team_id)
+        service.teams.set_credentials(
             caller.ctx, team_id, provider, body.client_id, body.client_secret, org_id
         )
-        listed = {c["provider"]: c for c in queries.credentials(team_id)}
+        listed = {c["provider"]: c for c in service.team_queries.credentials(team_id)}
         return listed[provider]
 
     @router.delete("/team_custom_credentials/{team_id}/{provider}", responses=changes)
-    def delete_credentials(org_id: UUID, team_id: UUID, provider: str, caller: Caller) -> Any:
-        team_of(caller, org_id, team_id)
-        directory.delete_credentials(caller.ctx, team_id, provider, org_id)
+    def delete_credentials(
+        service: CurrentService, org_id: UUID, team_id: UUID, provider: str, caller: Caller
+    ) -> Any:
+        reachable_team(service.team_queries, caller, org_id, team_id)
+        service.teams.delete_credentials(caller.ctx, team_id, provider, org_id)
         return {"success": True}
 
     assert set(ROLES) == {"org_admin", "team_admin"}

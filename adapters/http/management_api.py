@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import functools
+
+from fastapi import APIRouter, FastAPI
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.cursors import CursorCodec
 from healthledger.adapters.http.errors import install_error_handlers
 from healthledger.adapters.http.management import management_router
 from healthledger.adapters.http.requests import (
@@ -13,6 +14,16 @@ from healthledger.adapters.http.requests import (
     RequestIdMiddleware,
 )
 from healthledger.adapters.http.webhook_endpoints import webhook_router
+from starlette.routing import BaseRoute
+
+
+@functools.cache
+def management_routes() -> tuple[BaseRoute, ...]:
+    """Every route of the management API, built once per process (as `team_routes`)."""
+    routes = APIRouter()
+    routes.include_router(management_router())
+    routes.include_router(webhook_router())
+    return tuple(routes.routes)
 
 
 def create_management_api(service: Service) -> FastAPI:
@@ -24,10 +35,10 @@ def create_management_api(service: Service) -> FastAPI:
         "with the `X-Management-Key` header (`X-Service-Org-Key` is its deprecated name). "
         "Text fields refuse control characters (Unicode category C) with a 422; a webhook "
         "description and a brand's company_address may span lines.",
+        routes=list(management_routes()),
     )
+    app.state.service = service
     install_error_handlers(app)
-    app.include_router(management_router(service, CursorCodec(service.cursor_secret)))
-    app.include_router(webhook_router(service))
     app.add_middleware(DeprecatedHeaderMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)

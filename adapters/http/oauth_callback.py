@@ -45,6 +45,7 @@ from healthledger.adapters.http.oauth_browser import (
     oauth_redirect_uri,
     unbind_browser,
 )
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.connections.connection import AlreadyConnected
 from healthledger.domain.connections.link_tokens import LinkToken, LinkTokenRejected
 from healthledger.domain.connections.oauth_flows import (
@@ -83,11 +84,8 @@ _STATUS = {
 }
 
 
-def oauth_callback_router(service: Service) -> APIRouter:
+def oauth_callback_router() -> APIRouter:
     router = APIRouter()
-    catalog = service.catalog
-    link_tokens = service.link_tokens
-    settings = service.settings
 
     def failed(token: LinkToken | None, error_type: str, message: str) -> Response:
         """Back to the team's app when the link says where, else shown. Only the
@@ -102,11 +100,11 @@ def oauth_callback_router(service: Service) -> APIRouter:
         return page_response(status, "Not connected" if declined else "Link error", body, None)
 
     @router.get(CALLBACK_PATH, include_in_schema=False)
-    async def oauth_callback(request: Request) -> Response:
+    async def oauth_callback(service: CurrentService, request: Request) -> Response:
         # Parameters are read by hand: a malformed query must give this page, never the
         # API's JSON 422, to a person's browser.
         slug = request.path_params["provider"]
-        entry = catalog.get(slug)
+        entry = service.catalog.get(slug)
         if entry is None:
             return page_response(404, "Not here", "<p>Unknown provider.</p>", None)
         query = request.query_params
@@ -114,7 +112,7 @@ def oauth_callback_router(service: Service) -> APIRouter:
         if not state:
             return shown(400, InvalidOAuthState().message)
         try:
-            token, flow = await run_in_threadpool(link_tokens.find_oauth_flow, state, slug)
+            token, flow = await run_in_threadpool(service.link_tokens.find_oauth_flow, state, slug)
         except InvalidOAuthState as exc:
             return shown(400, exc.message)
         binding = binding_of(request, flow.id)
@@ -125,17 +123,23 @@ def oauth_callback_router(service: Service) -> APIRouter:
         assert binding is not None
         # From here the answer is for the browser that started the flow, which is used
         # once: whatever the outcome, its cookie goes.
-        response = await returned(request, slug, entry.name, token, flow, binding)
-        unbind_browser(response, settings, slug, flow.id)
+        response = await returned(service, request, slug, entry.name, token, flow, binding)
+        unbind_browser(response, service.settings, slug, flow.id)
         return response
 
     async def returned(
-        request: Request, slug: str, name: str, token: LinkToken, flow: OAuthFlow, binding: str
+        service: Service,
+        request: Request,
+        slug: str,
+        name: str,
+        token: LinkToken,
+        flow: OAuthFlow,
+        binding: str,
     ) -> Response:
         query = request.query_params
         request_id = request.state.request_id
         try:
-            await run_in_threadpool(link_tokens.claim_oauth_flow, token, flow, request_id)
+            await run_in_threadpool(service.link_tokens.claim_oauth_flow, token, flow, request_id)
         except LinkTokenRejected as exc:
             return failed(token, exc.error_type, exc.message)
         except (OAuthFlowUsed, OAuthFlowExpired) as exc:
@@ -151,14 +155,14 @@ def oauth_callback_router(service: Service) -> APIRouter:
             return failed(token, PROVIDER_CREDENTIAL_ERROR, _MISSING_CODE)
         try:
             await run_in_threadpool(
-                link_tokens.connect_oauth,
+                service.link_tokens.connect_oauth,
                 token,
                 flow,
                 code,
-                oauth_redirect_uri(settings.public_base_url, slug),
+                oauth_redirect_uri(service.settings.public_base_url, slug),
                 binding,
                 request_id,
-                catalog[slug].supported_resources,
+                service.catalog[slug].supported_resources,
             )
         except LinkTokenRejected as exc:
             return failed(token, exc.error_type, exc.message)

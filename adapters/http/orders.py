@@ -15,7 +15,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Header, Query
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import AsOf
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.order_schemas import (
     CollectionMethod,
@@ -28,6 +28,7 @@ from healthledger.adapters.http.order_schemas import (
     SimulationFlags,
 )
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.order_answers import OrderRow
 from healthledger.adapters.persistence.order_queries import OrderFilters
 from healthledger.adapters.time_travel import PlaceholderVault, aggregate_as_of, reads_as_of
@@ -102,20 +103,17 @@ def _statuses(values: Sequence[str] | None) -> list[str]:
     return found
 
 
-def orders_router(service: Service) -> APIRouter:
+def orders_router() -> APIRouter:
     router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    orders = service.lab_orders
-    queries = service.order_queries
-    answers = service.order_answers
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
-    def changed(order: Order, message: str) -> dict[str, Any]:
-        row = queries.order(order.team_id, order.id)
-        answer = answers.order(OrderRow.from_row(row))
+    def changed(service: Service, order: Order, message: str) -> dict[str, Any]:
+        row = service.order_queries.order(order.team_id, order.id)
+        answer = service.order_answers.order(OrderRow.from_row(row))
         return {**answer, "order": answer, "message": message}
 
-    def stored(caller: TeamCaller, order_id: UUID) -> OrderRow:
-        row = queries.order(caller.team_id, order_id)
+    def stored(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
+        row = service.order_queries.order(caller.team_id, order_id)
         if row is None:
             raise OrderNotFound()
         return OrderRow.from_row(row)
@@ -137,6 +135,7 @@ def orders_router(service: Service) -> APIRouter:
         ),
     )
     def place_order(
+        service: CurrentService,
         body: OrderCreate,
         caller: Caller,
         idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
@@ -149,24 +148,26 @@ def orders_router(service: Service) -> APIRouter:
             patient_details=body.patient_details,
             patient_address=body.patient_address,
         )
-        order = orders.place(caller.ctx, caller.team_id, request, idempotency_key)
-        return changed(order, "Order created.")
+        order = service.lab_orders.place(caller.ctx, caller.team_id, request, idempotency_key)
+        return changed(service, order, "Order created.")
 
     @router.get(
         "/v3/order/{order_id:uuid}",
         response_model=OrderAnswer,
         responses=error_responses(401, 404, 422, described=_ORDER_NOT_FOUND),
     )
-    def get_order(order_id: UUID, caller: Caller, as_of: AsOf = None) -> Any:
+    def get_order(
+        service: CurrentService, order_id: UUID, caller: Caller, as_of: AsOf = None
+    ) -> Any:
         """The order (with `as_of`: as it was at that instant, from the log)."""
         if as_of is None:
-            return answers.order(stored(caller, order_id))
+            return service.order_answers.order(stored(service, caller, order_id))
         reads_as_of(service, as_of)  # a future instant is refused
         order = aggregate_as_of(service, order_id, as_of)
         if not isinstance(order, Order) or order.team_id != caller.team_id:
             raise OrderNotFound()
         vault = PlaceholderVault(service.key_store)
-        return answers.with_vault(vault).order(OrderRow.of(order, vault))
+        return service.order_answers.with_vault(vault).order(OrderRow.of(order, vault))
 
     @router.get(
         "/v3/orders",
@@ -174,6 +175,7 @@ def orders_router(service: Service) -> APIRouter:
         responses=error_responses(401, 422),
     )
     def list_orders(
+        service: CurrentService,
         caller: Caller,
         user_id: UUID | None = None,
         status: Annotated[
@@ -202,9 +204,9 @@ def orders_router(service: Service) -> APIRouter:
             methods=list(order_type or ()),
             order_ids=list(order_ids or ()),
         )
-        found = queries.page(caller.team_id, filters, page, size)
+        found = service.order_queries.page(caller.team_id, filters, page, size)
         return {
-            "orders": [answers.order(OrderRow.from_row(row)) for row in found.rows],
+            "orders": [service.order_answers.order(OrderRow.from_row(row)) for row in found.rows],
             "total": found.total,
             "page": page,
             "size": size,
@@ -222,10 +224,10 @@ def orders_router(service: Service) -> APIRouter:
             described={**_ORDER_NOT_FOUND, 409: "The order is completed, failed or cancelled."},
         ),
     )
-    def cancel_order(order_id: UUID, caller: Caller) -> Any:
+    def cancel_order(service: CurrentService, order_id: UUID, caller: Caller) -> Any:
         """Cancel an open order."""
-        order = orders.cancel(caller.ctx, caller.team_id, order_id)
-        return changed(order, "Order cancelled.")
+        order = service.lab_orders.cancel(caller.ctx, caller.team_id, order_id)
+        return changed(service, order, "Order cancelled.")
 
     @router.post(
         "/v3/order/{order_id:uuid}/test",
@@ -243,6 +245,7 @@ def orders_router(service: Service) -> APIRouter:
         ),
     )
     def advance_order(
+        service: CurrentService,
         order_id: UUID,
         caller: Caller,
         body: Annotated[SimulationFlags | None, Body()] = None,
@@ -250,8 +253,8 @@ def orders_router(service: Service) -> APIRouter:
         """Sandbox only: take the order one step on now, as the simulated lab would; when
         the step reports the results, `interpretation` forces their outcome."""
         forced = None if body is None else body.interpretation
-        order = orders.advance(caller.ctx, caller.team_id, order_id, forced)
-        return changed(order, "Order moved one step.")
+        order = service.lab_orders.advance(caller.ctx, caller.team_id, order_id, forced)
+        return changed(service, order, "Order moved one step.")
 
     @router.get(
         "/v3/order/{order_id:uuid}/result",
@@ -264,9 +267,9 @@ def orders_router(service: Service) -> APIRouter:
             described={**_ORDER_NOT_FOUND, 409: "The order has no results yet."},
         ),
     )
-    def order_results(order_id: UUID, caller: Caller) -> Any:
+    def order_results(service: CurrentService, order_id: UUID, caller: Caller) -> Any:
         """The results: one value per expected result of the order's markers, each with
         its unit, reference range and interpretation."""
-        return answers.results(stored(caller, order_id))
+        return service.order_answers.results(stored(service, caller, order_id))
 
     return router

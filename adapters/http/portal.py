@@ -13,12 +13,12 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends
-from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.portal_page import PORTAL_URL_FEATURE, portal_url
 from healthledger.adapters.http.portal_tokens import PortalTokens
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.http.user_operations import require_feature
 from healthledger.domain.labs.portal import PortalContext
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,10 +61,9 @@ class PortalUrl(BaseModel):
     expires_in: int = Field(description="Seconds until the URL stops working.")
 
 
-def portal_router(service: Service) -> APIRouter:
+def portal_router() -> APIRouter:
     router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    tokens = PortalTokens(service.cursor_secret)
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     @router.post(
         "/v2/user/{user_id:uuid}/create_portal_url",
@@ -82,14 +81,20 @@ def portal_router(service: Service) -> APIRouter:
             },
         ),
     )
-    def create_portal_url(user_id: UUID, body: PortalUrlRequest, caller: Caller) -> Any:
+    def create_portal_url(
+        service: CurrentService, user_id: UUID, body: PortalUrlRequest, caller: Caller
+    ) -> Any:
         """Closed beta. A URL of the hosted portal, where the user sees their lab test
         orders, statuses and results; it stops working when it expires (`expires_in`
         seconds: launch 10 minutes, communications 28 days, both settings) or when the
         user is deleted."""
         require_feature(service, caller.team_id, PORTAL_URL_FEATURE)
         grant = service.portal.issue(caller.team_id, user_id, body.context, body.order_id)
-        url = portal_url(service.settings.link_url, tokens.sign(grant), body.order_id)
+        url = portal_url(
+            service.settings.link_url,
+            PortalTokens(service.cursor_secret).sign(grant),
+            body.order_id,
+        )
         return {"url": url, "expires_in": grant.expires_in}
 
     return router

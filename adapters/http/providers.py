@@ -6,8 +6,7 @@ Provider catalog)."""
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
-from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.reference import SourceType, provider_catalog
@@ -50,9 +49,9 @@ class ProviderCatalogEntry(BaseModel):
     )
 
 
-def providers_router(service: Service) -> APIRouter:
+def providers_router() -> APIRouter:
     router = APIRouter(tags=["providers"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     # Only the spec fields are emitted: `source_type` and `demo` stay internal. Sorted
     # case-insensitively (names such as "iHealth" and "WHOOP" mix cases), slug breaking

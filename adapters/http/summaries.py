@@ -17,7 +17,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.date_ranges import (
     EndDate,
     OptionalStartDate,
@@ -26,6 +26,7 @@ from healthledger.adapters.http.date_ranges import (
 )
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.summaries import DayData, json_default, summary_objects
 from healthledger.domain.connections.providers import PullTarget
@@ -278,26 +279,26 @@ LISTS: dict[str, tuple[str, type[BaseModel]]] = {
 UserId = Annotated[UUID, Path(description="The user's id.")]
 
 
-def summaries_router(service: Service) -> APIRouter:
+def summaries_router() -> APIRouter:
     router = APIRouter(tags=["summaries"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    queries = service.health_data_queries
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
-    def check_provider(provider: str | None) -> None:
+    def check_provider(service: Service, provider: str | None) -> None:
         if provider is not None and provider not in service.catalog:
             raise InvalidRequest("Unknown provider slug.", "provider", "query")
 
     def add_list_route(resource: str, key: str, model: type[BaseModel]) -> None:
         def get_summaries(
+            service: CurrentService,
             user_id: UserId,
             caller: Caller,
             start_date: StartDate,
             end_date: EndDate = None,
             provider: ProviderFilter = None,
         ) -> Any:
-            check_provider(provider)
+            check_provider(service, provider)
             days = date_range(start_date, end_date)
-            found = queries.summaries(
+            found = service.health_data_queries.summaries(
                 caller.team_id, user_id, resource, days.first_day, days.last_day, provider
             )
             return _json({key: found})
@@ -329,6 +330,7 @@ def summaries_router(service: Service) -> APIRouter:
         ),
     )
     def get_profile(
+        service: CurrentService,
         user_id: UserId,
         caller: Caller,
         provider: ProviderFilter = None,
@@ -337,7 +339,7 @@ def summaries_router(service: Service) -> APIRouter:
     ) -> Any:
         """The user's newest profile (in start_date..end_date when given), as the
         official client's `profile.get` reads it: one object."""
-        check_provider(provider)
+        check_provider(service, provider)
         if start_date is None:
             if end_date is not None:
                 raise InvalidRequest("end_date needs a start_date.", "end_date", "query")
@@ -346,7 +348,9 @@ def summaries_router(service: Service) -> APIRouter:
         else:
             days = date_range(start_date, end_date)
             first, last = days.first_day, days.last_day
-        found = queries.summaries(caller.team_id, user_id, "profile", first, last, provider)
+        found = service.health_data_queries.summaries(
+            caller.team_id, user_id, "profile", first, last, provider
+        )
         if not found:
             raise SummaryNotFound("No profile stored for this user.")
         return _json(max(found, key=lambda p: (p["calendar_date"], p["updated_at"])))

@@ -1,14 +1,18 @@
-"""The team API application ({base_url}): FastAPI, with OpenAPI at /openapi.json."""
+"""The team API application ({base_url}): FastAPI, with OpenAPI at /openapi.json.
+
+Its routes are built once per process and shared by every app made from them (see
+`service_dependency`); an app holds its service and its middleware."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import functools
+
+from fastapi import APIRouter, FastAPI
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.aggregate_query import aggregate_query_router
 from healthledger.adapters.http.area_info import area_info_router
 from healthledger.adapters.http.audit_routes import audit_router
 from healthledger.adapters.http.connections import connections_router
-from healthledger.adapters.http.cursors import CursorCodec
 from healthledger.adapters.http.deletion_reports import deletion_reports_router
 from healthledger.adapters.http.errors import install_error_handlers
 from healthledger.adapters.http.introspection import introspection_router
@@ -22,6 +26,30 @@ from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMi
 from healthledger.adapters.http.summaries import summaries_router
 from healthledger.adapters.http.timeseries import timeseries_router
 from healthledger.adapters.http.users import users_router
+from starlette.routing import BaseRoute
+
+
+@functools.cache
+def team_routes() -> tuple[BaseRoute, ...]:
+    """Every route of the team API, built once per process."""
+    routes = APIRouter()
+    routes.include_router(users_router())
+    routes.include_router(connections_router())
+    routes.include_router(link_tokens_router())
+    # A page for browsers the makers send back (the custom credentials' redirect_uri).
+    routes.include_router(oauth_callback_router())
+    routes.include_router(providers_router())
+    routes.include_router(lab_tests_router())
+    routes.include_router(area_info_router())
+    routes.include_router(introspection_router())
+    routes.include_router(audit_router())
+    routes.include_router(deletion_reports_router())
+    routes.include_router(aggregate_query_router())
+    routes.include_router(summaries_router())
+    routes.include_router(timeseries_router())
+    routes.include_router(orders_router())
+    routes.include_router(portal_router())
+    return tuple(routes.routes)
 
 
 def create_team_api(service: Service) -> FastAPI:
@@ -31,24 +59,14 @@ def create_team_api(service: Service) -> FastAPI:
         description="Users, their lifecycle and their data. Authenticate with the "
         "`x-service-api-key` header. Text fields refuse control characters (Unicode "
         "category C) with a 422; any malformed JSON body is a 422 `json_invalid`.",
+        # Starlette's `routes`: the shared route objects themselves, where include_router
+        # would build each of them again.
+        routes=list(team_routes()),
     )
+    app.state.service = service
+    # The zip codes are read now, when the app is made, not at the first question.
+    service.area_info.warm()
     install_error_handlers(app)
-    app.include_router(users_router(service))
-    app.include_router(connections_router(service))
-    app.include_router(link_tokens_router(service))
-    # A page for browsers the makers send back (the custom credentials' redirect_uri).
-    app.include_router(oauth_callback_router(service))
-    app.include_router(providers_router(service))
-    app.include_router(lab_tests_router(service))
-    app.include_router(area_info_router(service))
-    app.include_router(introspection_router(service, CursorCodec(service.cursor_secret)))
-    app.include_router(audit_router(service, CursorCodec(service.cursor_secret)))
-    app.include_router(deletion_reports_router(service))
-    app.include_router(aggregate_query_router(service))
-    app.include_router(summaries_router(service))
-    app.include_router(timeseries_router(service))
-    app.include_router(orders_router(service))
-    app.include_router(portal_router(service))
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -17,11 +17,12 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.date_ranges import DateRange, EndDate, StartDate, date_range
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.http.summaries import ProviderFilter, SummarySource
 from healthledger.adapters.reference import Resource
 from healthledger.adapters.summaries import SUMMARY_OBJECTS, json_default
@@ -124,18 +125,22 @@ CursorParameter = Annotated[
 ]
 
 
-def timeseries_router(service: Service) -> APIRouter:
+def timeseries_router() -> APIRouter:
     router = APIRouter(tags=["timeseries"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
-    queries = service.health_data_queries
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
     responses = error_responses(401, 404, 422, described=USER_NOT_FOUND)
 
     def stored(
-        caller: TeamCaller, user_id: UUID, resource: str, days: DateRange, provider: str | None
+        service: Service,
+        caller: TeamCaller,
+        user_id: UUID,
+        resource: str,
+        days: DateRange,
+        provider: str | None,
     ) -> list[StoredDay]:
         if provider is not None and provider not in service.catalog:
             raise InvalidRequest("Unknown provider slug.", "provider", "query")
-        return queries.stored_days(
+        return service.health_data_queries.stored_days(
             caller.team_id,
             user_id,
             ALIASES.get(resource, resource),
@@ -150,6 +155,7 @@ def timeseries_router(service: Service) -> APIRouter:
         responses=responses,
     )
     def get_timeseries(
+        service: CurrentService,
         user_id: UserId,
         resource: ResourceName,
         caller: Caller,
@@ -160,7 +166,7 @@ def timeseries_router(service: Service) -> APIRouter:
         """The user's samples of the resource from start_date to end_date, in time order,
         of every provider (or of one: `grouped` tells them apart)."""
         days = date_range(start_date, end_date)
-        found = stored(caller, user_id, resource, days, provider)
+        found = stored(service, caller, user_id, resource, days, provider)
         if len({d.provider for d in found}) > 1:
             merged = sorted(
                 (s for d in found for s in _samples(d, days)), key=lambda s: _instant(s)
@@ -174,6 +180,7 @@ def timeseries_router(service: Service) -> APIRouter:
         responses=error_responses(400, 401, 404, 422, described=USER_NOT_FOUND),
     )
     def get_grouped_timeseries(
+        service: CurrentService,
         user_id: UserId,
         resource: ResourceName,
         caller: Caller,
@@ -188,11 +195,11 @@ def timeseries_router(service: Service) -> APIRouter:
         if next_cursor or cursor:
             raise InvalidCursor()  # none is ever issued: the whole range is one page
         days = date_range(start_date, end_date)
-        found = stored(caller, user_id, resource, days, provider)
+        found = stored(service, caller, user_id, resource, days, provider)
         by_provider: dict[str, list[StoredDay]] = {}
         for day in found:
             by_provider.setdefault(day.provider, []).append(day)
-        sources = queries.sources(by_provider)
+        sources = service.health_data_queries.sources(by_provider)
         groups = b",".join(
             json.dumps(slug).encode()
             + b':[{"source":'

@@ -6,10 +6,9 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from healthledger.adapters.composition import Service
 from healthledger.adapters.http import user_operations as operations
 from healthledger.adapters.http.as_of import AsOf
-from healthledger.adapters.http.auth import TeamCaller, team_caller_dependency
+from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.schemas import (
@@ -21,6 +20,7 @@ from healthledger.adapters.http.schemas import (
     UpdateUserRequest,
     UserList,
 )
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.personal_data import demographics_answer
 from pydantic import ValidationError
 
@@ -28,19 +28,20 @@ from pydantic import ValidationError
 # too); these routes add HTTP: auth, parameters, status codes.
 
 
-def users_router(service: Service) -> APIRouter:
+def users_router() -> APIRouter:
     router = APIRouter(tags=["users"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller_dependency(service.team_queries))]
+    Caller = Annotated[TeamCaller, Depends(team_caller)]
 
     @router.post(
         "/v2/user", response_model=ResolvedUser, responses=error_responses(400, 401, 409, 422)
     )
-    def create_user(body: CreateUserRequest, caller: Caller) -> Any:
+    def create_user(service: CurrentService, body: CreateUserRequest, caller: Caller) -> Any:
         """Create a user. A client_user_id already held is a 400 carrying the holder's id."""
         return operations.create_user(service, caller.ctx, caller.team_id, body)
 
     @router.get("/v2/user", response_model=UserList, responses=error_responses(401, 422))
     def list_users(
+        service: CurrentService,
         caller: Caller,
         offset: Annotated[int, Query(ge=0, le=operations.MAX_USER_OFFSET)] = 0,
         limit: Annotated[int, Query(ge=1, le=operations.MAX_USER_LIMIT)] = 100,
@@ -53,7 +54,7 @@ def users_router(service: Service) -> APIRouter:
         response_model=ResolvedUser,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
-    def resolve_user(client_user_id: str, caller: Caller) -> Any:
+    def resolve_user(service: CurrentService, client_user_id: str, caller: Caller) -> Any:
         return operations.resolved_by_client_user_id(service, caller.team_id, client_user_id)
 
     @router.post(
@@ -62,6 +63,7 @@ def users_router(service: Service) -> APIRouter:
         responses=error_responses(400, 401, 404, 409, 422, described=USER_NOT_FOUND),
     )
     def undo_delete(
+        service: CurrentService,
         caller: Caller,
         user_id: UUID | None = None,
         client_user_id: Annotated[str | None, Query(max_length=255)] = None,
@@ -74,7 +76,7 @@ def users_router(service: Service) -> APIRouter:
         response_model=ResolvedUser,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
-    def get_user(user_id: UUID, caller: Caller, as_of: AsOf = None) -> Any:
+    def get_user(service: CurrentService, user_id: UUID, caller: Caller, as_of: AsOf = None) -> Any:
         return operations.resolved_user(service, caller.team_id, user_id, as_of=as_of)
 
     @router.patch(
@@ -82,7 +84,9 @@ def users_router(service: Service) -> APIRouter:
         status_code=204,
         responses=error_responses(400, 401, 404, 409, 422, described=USER_NOT_FOUND),
     )
-    def update_user(user_id: UUID, body: UpdateUserRequest, caller: Caller) -> Response:
+    def update_user(
+        service: CurrentService, user_id: UUID, body: UpdateUserRequest, caller: Caller
+    ) -> Response:
         operations.update_user(service, caller.ctx, caller.team_id, user_id, body)
         return Response(status_code=204)
 
@@ -91,7 +95,7 @@ def users_router(service: Service) -> APIRouter:
         response_model=Success,
         responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
     )
-    def delete_user(user_id: UUID, caller: Caller) -> Any:
+    def delete_user(service: CurrentService, user_id: UUID, caller: Caller) -> Any:
         """Start the grace period: the user is erased when it ends unless undone."""
         return operations.delete_user(service, caller.ctx, caller.team_id, user_id)
 
@@ -100,7 +104,9 @@ def users_router(service: Service) -> APIRouter:
         response_model=DemographicsAnswer,
         responses=error_responses(400, 401, 403, 404, 409, 422, described=USER_NOT_FOUND),
     )
-    def patch_demographics(user_id: UUID, body: DemographicsPatch, caller: Caller) -> Any:
+    def patch_demographics(
+        service: CurrentService, user_id: UUID, body: DemographicsPatch, caller: Caller
+    ) -> Any:
         """Closed beta. Set demographics (spec 2.1), merged into what is recorded."""
         try:
             merged = operations.record_demographics(
@@ -120,7 +126,7 @@ def users_router(service: Service) -> APIRouter:
         response_model=DemographicsAnswer,
         responses=error_responses(401, 403, 404, 422, described=USER_NOT_FOUND),
     )
-    def latest_demographics(user_id: UUID, caller: Caller) -> Any:
+    def latest_demographics(service: CurrentService, user_id: UUID, caller: Caller) -> Any:
         """Closed beta. The user's demographics (spec 2.1)."""
         # As recorded (checked against the model when it was): answered without checking
         # it again, so that values recorded before a rule was added (control characters

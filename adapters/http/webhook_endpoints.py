@@ -12,10 +12,11 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import ManagementCaller, management_caller_dependency
+from healthledger.adapters.http.auth import ManagementCaller, management_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.management import Environment, reachable_team
 from healthledger.adapters.http.requests import LedgerRoute
+from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.errors import NothingToUpdate, WebhookEndpointNotFound
 from healthledger.domain.free_text import FreeText, MultilineText
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
@@ -126,7 +127,7 @@ class SigningSecret(BaseModel):
     previous_secret_expires_at: datetime | None
 
 
-def webhook_router(service: Service) -> APIRouter:
+def webhook_router() -> APIRouter:
     router = APIRouter(
         prefix="/v1/org/{org_id}/team/{team_id}/{env}/webhook",
         tags=["webhooks"],
@@ -137,29 +138,29 @@ def webhook_router(service: Service) -> APIRouter:
     reads = error_responses(401, 404, 422)
     changes = error_responses(401, 404, 409, 422)
     patches = error_responses(400, 401, 404, 409, 422)
-    Caller = Annotated[
-        ManagementCaller, Depends(management_caller_dependency(service.team_queries))
-    ]
-    webhooks = service.webhooks
-    queries = service.webhook_queries
-    redeliveries = service.redeliveries
+    Caller = Annotated[ManagementCaller, Depends(management_caller)]
 
-    def reach(caller: ManagementCaller, org_id: UUID, team_id: UUID) -> None:
+    def reach(service: Service, caller: ManagementCaller, org_id: UUID, team_id: UUID) -> None:
         reachable_team(service.team_queries, caller, org_id, team_id)
 
-    def view(endpoint_id: UUID) -> dict[str, Any]:
-        found = queries.endpoint(endpoint_id)
+    def view(service: Service, endpoint_id: UUID) -> dict[str, Any]:
+        found = service.webhook_queries.endpoint(endpoint_id)
         if found is None:
             raise WebhookEndpointNotFound()
         return found
 
     @router.post("", response_model=WebhookEndpointView, responses=changes)
     def create_endpoint(
-        org_id: UUID, team_id: UUID, env: Environment, body: WebhookEndpointCreate, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        team_id: UUID,
+        env: Environment,
+        body: WebhookEndpointCreate,
+        caller: Caller,
     ) -> Any:
         """A new endpoint with a fresh signing secret (read it from `.../secret`)."""
-        reach(caller, org_id, team_id)
-        endpoint = webhooks.create(
+        reach(service, caller, org_id, team_id)
+        endpoint = service.webhooks.create(
             caller.ctx,
             team_id,
             env,
@@ -169,23 +170,31 @@ def webhook_router(service: Service) -> APIRouter:
             disabled=body.disabled,
             org_id=org_id,
         )
-        return view(endpoint.id)
+        return view(service, endpoint.id)
 
     @router.get("", response_model=WebhookEndpointList, responses=reads)
-    def list_endpoints(org_id: UUID, team_id: UUID, env: Environment, caller: Caller) -> Any:
-        reach(caller, org_id, team_id)
-        return {"webhook_endpoints": queries.endpoints(team_id, env)}
+    def list_endpoints(
+        service: CurrentService, org_id: UUID, team_id: UUID, env: Environment, caller: Caller
+    ) -> Any:
+        reach(service, caller, org_id, team_id)
+        return {"webhook_endpoints": service.webhook_queries.endpoints(team_id, env)}
 
     @router.get("/{endpoint_id}", response_model=WebhookEndpointView, responses=reads)
     def get_endpoint(
-        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        team_id: UUID,
+        env: Environment,
+        endpoint_id: UUID,
+        caller: Caller,
     ) -> Any:
-        reach(caller, org_id, team_id)
-        webhooks.endpoint(team_id, env, endpoint_id, org_id)
-        return view(endpoint_id)
+        reach(service, caller, org_id, team_id)
+        service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
+        return view(service, endpoint_id)
 
     @router.patch("/{endpoint_id}", response_model=WebhookEndpointView, responses=patches)
     def patch_endpoint(
+        service: CurrentService,
         org_id: UUID,
         team_id: UUID,
         env: Environment,
@@ -193,27 +202,37 @@ def webhook_router(service: Service) -> APIRouter:
         body: WebhookEndpointPatch,
         caller: Caller,
     ) -> Any:
-        reach(caller, org_id, team_id)
+        reach(service, caller, org_id, team_id)
         if not body.model_fields_set:
             raise NothingToUpdate()
-        webhooks.update(caller.ctx, team_id, env, endpoint_id, body.changes(), org_id)
-        return view(endpoint_id)
+        service.webhooks.update(caller.ctx, team_id, env, endpoint_id, body.changes(), org_id)
+        return view(service, endpoint_id)
 
     @router.delete("/{endpoint_id}", responses=changes)
     def delete_endpoint(
-        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        team_id: UUID,
+        env: Environment,
+        endpoint_id: UUID,
+        caller: Caller,
     ) -> Any:
-        reach(caller, org_id, team_id)
-        webhooks.delete(caller.ctx, team_id, env, endpoint_id, org_id)
+        reach(service, caller, org_id, team_id)
+        service.webhooks.delete(caller.ctx, team_id, env, endpoint_id, org_id)
         return {"success": True}
 
     @router.get("/{endpoint_id}/secret", response_model=SigningSecret, responses=reads)
     def get_secret(
-        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        team_id: UUID,
+        env: Environment,
+        endpoint_id: UUID,
+        caller: Caller,
     ) -> Any:
         """The current signing secret (a credential: keep it like one)."""
-        reach(caller, org_id, team_id)
-        secrets = webhooks.secrets(team_id, env, endpoint_id, org_id)
+        reach(service, caller, org_id, team_id)
+        secrets = service.webhooks.secrets(team_id, env, endpoint_id, org_id)
         return {
             "secret": secrets.current,
             "previous_secret_expires_at": secrets.previous_expires_at,
@@ -221,11 +240,16 @@ def webhook_router(service: Service) -> APIRouter:
 
     @router.post("/{endpoint_id}/secret/rotate", response_model=SigningSecret, responses=changes)
     def rotate_secret(
-        org_id: UUID, team_id: UUID, env: Environment, endpoint_id: UUID, caller: Caller
+        service: CurrentService,
+        org_id: UUID,
+        team_id: UUID,
+        env: Environment,
+        endpoint_id: UUID,
+        caller: Caller,
     ) -> Any:
         """A new secret; the previous one keeps signing beside it for 24 hours."""
-        reach(caller, org_id, team_id)
-        secrets = webhooks.rotate_secret(caller.ctx, team_id, env, endpoint_id, org_id)
+        reach(service, caller, org_id, team_id)
+        secrets = service.webhooks.rotate_secret(caller.ctx, team_id, env, endpoint_id, org_id)
         return {
             "secret": secrets.current,
             "previous_secret_expires_at": secrets.previous_expires_at,
@@ -233,6 +257,7 @@ def webhook_router(service: Service) -> APIRouter:
 
     @router.post("/{endpoint_id}/replay", response_model=ReplayAnswer, responses=reads)
     def replay(
+        service: CurrentService,
         org_id: UUID,
         team_id: UUID,
         env: Environment,
@@ -242,8 +267,8 @@ def webhook_router(service: Service) -> APIRouter:
     ) -> Any:
         """Send the endpoint everything announced to it since `since` again, with the
         original message ids (receivers deduplicate by them)."""
-        reach(caller, org_id, team_id)
-        webhooks.endpoint(team_id, env, endpoint_id, org_id)
-        return {"replayed": redeliveries.replay(caller.ctx, endpoint_id, body.since)}
+        reach(service, caller, org_id, team_id)
+        service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
+        return {"replayed": service.redeliveries.replay(caller.ctx, endpoint_id, body.since)}
 
     return router

@@ -5,6 +5,7 @@ and starts and stops its scheduler."""
 from __future__ import annotations
 
 import re
+import shutil
 import time
 import uuid
 import warnings
@@ -14,10 +15,13 @@ from typing import Any
 
 import pytest
 from healthledger.adapters.audit import history
+from healthledger.adapters.composition import build_service
 from healthledger.adapters.embedded import EMBEDDED, FeatureNotEnabled, HealthLedger
+from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.schemas import ResolvedUser, Success, UserList
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.http.user_operations import UndoParametersError
+from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdTaken,
@@ -236,3 +240,46 @@ def test_the_scheduler_runs_with_the_ledger_and_erases_what_is_due(
             ledger.undo_delete(user.user_id)
         assert ledger.sweep_erasures() == 0  # nothing left to do
     assert not scheduler.running
+
+
+def test_apps_of_two_services_in_one_process_each_answer_from_their_own(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """Both APIs' routes are built once per process and shared by every app made from
+    them (adapters/http/service_dependency.py): an app must still answer from the service
+    it was made for, as a backend embedding one service per tenant expects."""
+    services = []
+    for name in ("a", "b"):
+        path = tmp_path / name / "database" / "ledger.db"
+        path.parent.mkdir(parents=True)
+        shutil.copyfile(sqlite_template, path)
+        settings = Settings(database_url=f"sqlite:///{path}", master_key_file=tmp_path / name / "k")
+        services.append(build_service(settings))
+    try:
+        booted = [service.bootstrap() for service in services]
+        assert booted[0] is not None and booted[1] is not None
+        team = [{"x-service-api-key": b.team_api_key.plain} for b in booted]
+        management = [{"X-Management-Key": b.management_key.plain} for b in booted]
+        with (
+            TestClient(create_team_api(services[0])) as a,
+            TestClient(create_team_api(services[1])) as b,
+            TestClient(create_management_api(services[0])) as a_management,
+            TestClient(create_management_api(services[1])) as b_management,
+        ):
+            made = a.post("/v2/user", json={"client_user_id": "only-in-a"}, headers=team[0])
+            assert made.status_code == 200, made.text
+            user_id = made.json()["user_id"]
+            assert a.get(f"/v2/user/{user_id}", headers=team[0]).status_code == 200
+            assert b.get(f"/v2/user/{user_id}", headers=team[1]).status_code == 404
+            assert b.get("/v2/user", headers=team[0]).status_code == 401
+            assert [u["user_id"] for u in a.get("/v2/user", headers=team[0]).json()["users"]] == [
+                user_id
+            ]
+            assert b.get("/v2/user", headers=team[1]).json()["users"] == []
+            org = f"/v1/org/{booted[1].org_id}"
+            assert b_management.get(org, headers=management[1]).status_code == 200
+            assert b_management.get(org, headers=management[0]).status_code == 401
+            assert a_management.get(org, headers=management[1]).status_code == 401
+    finally:
+        for service in services:
+            service.close()

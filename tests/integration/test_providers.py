@@ -75,8 +75,9 @@ USED_SOURCE_TYPES = sorted({entry.source_type for entry in provider_catalog()})
 def providers_client(service: Service) -> Iterator[TestClient]:
     """Only this router, wired as the team API wires its routers."""
     app = FastAPI()
+    app.state.service = service
     install_error_handlers(app)
-    app.include_router(providers_router(service))
+    app.include_router(providers_router())
     app.add_middleware(RequestIdMiddleware)
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
