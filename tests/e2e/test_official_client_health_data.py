@@ -90,8 +90,10 @@ def test_every_summary_getter_through_the_client(
             assert (model.id, model.user_id) == (ours["id"], connected), resource
             assert model.source.provider == ours["provider"] in DEVICES
             assert model.source.name is None  # no name, logo, slug since 2024-07-31
-    sleep = api.sleep.get(connected, start_date=end, provider="oura").sleep
-    assert sleep and sleep[0].duration == sleep[0].total + sleep[0].awake
+    # Two days, not today alone: just after midnight (UTC) today's night has not ended.
+    two_days = str(today - timedelta(days=2))
+    sleep = api.sleep.get(connected, start_date=two_days, end_date=end, provider="oura").sleep
+    assert sleep and all(s.duration == s.total + s.awake for s in sleep)
     profile = api.profile.get(connected, provider="withings")
     assert profile.user_id == connected and profile.height and profile.source.provider == "withings"
 
@@ -125,8 +127,12 @@ def test_every_vitals_method_of_a_demo_resource_through_the_client(
                 datetime.fromisoformat(s["timestamp"]) for s in plain
             ]
             with_data |= {resource} if parsed else set()
-    # The demo devices' resolution, as the client reads it.
-    beats = api.vitals.heartrate(connected, start_date=end, provider="oura")
+    # The demo devices' resolution, as the client reads it: a whole day (yesterday; today
+    # has barely begun just after midnight) holds at most one beat a minute.
+    yesterday = str(today - timedelta(days=1))
+    beats = api.vitals.heartrate(
+        connected, start_date=yesterday, end_date=yesterday, provider="oura"
+    )
     assert 0 < len(beats) <= 1440 and beats[0].unit == "bpm"
     assert {"heartrate", "glucose", "steps", "body_weight", "hrv"} <= with_data
 
