@@ -123,12 +123,15 @@ class PullQueries:
             return list(conn.execute(query).all())
 
     def live_providers_of(self, user_ids: Sequence[UUID], provider: str | None) -> list[Any]:
-        """(user_id, provider, resource_availability) of each live connection."""
+        """(user_id, provider, resource_availability) of each live connection, by user and
+        provider (the order of each user's `provider` object in the answer)."""
         if not user_ids:
             return []
         c = connections.c
-        query = select(c.user_id, c.provider, c.resource_availability).where(
-            c.user_id.in_(list(user_ids)), c.status != DEREGISTERED
+        query = (
+            select(c.user_id, c.provider, c.resource_availability)
+            .where(c.user_id.in_(list(user_ids)), c.status != DEREGISTERED)
+            .order_by(c.user_id, c.provider)
         )
         if provider is not None:
             query = query.where(c.provider == provider)

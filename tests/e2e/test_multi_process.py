@@ -319,8 +319,11 @@ def outstanding(service: Service) -> str:
         pulls = conn.execute(
             select(func.count()).where(feeds.status.in_(("scheduled", "in_progress", "retrying")))
         ).scalar()
+        # The follower's position is its highest row (as `max_tracking_id` reads it): two
+        # processes' rounds committed at once may each leave theirs, in no given order.
+        t = tracking.c
         position = conn.execute(
-            select(tracking.c.notification_id).where(tracking.c.application_name == TRACKING_NAME)
+            select(func.max(t.notification_id)).where(t.application_name == TRACKING_NAME)
         ).scalar()
         last = conn.execute(select(func.max(stored_events.c.notification_id))).scalar()
         pending = conn.execute(

@@ -457,6 +457,12 @@ def test_introspection_pages_by_user_with_cursors_bound_to_the_filters(
         answer = client.get(path, params=params, headers=team.headers)
         assert answer.status_code == 400, (params, path)
         assert answer.json()["detail"]["error_type"] == "INVALID_CURSOR"
+    # A user's providers come in slug order, whatever order they were connected in.
+    both = create_user(client, team, "both")["user_id"]
+    connect(client, team, both, "oura")
+    connect(client, team, both, "freestyle_libre")
+    (item,) = client.get(url, params={"user_id": both}, headers=team.headers).json()["data"]
+    assert list(item["provider"]) == ["freestyle_libre", "oura"]
 
 
 def test_introspection_refuses_bad_filters_and_hides_other_teams(
