@@ -30,14 +30,6 @@ Sections:
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/audit.py` puts bench/ first on sys.path, where bench/http_api.py would
-# shadow the standard library's `http` package. Drop it before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import gc
 import hashlib
@@ -49,6 +41,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from eventsourcing.application import project_aggregate

@@ -20,23 +20,17 @@ It prints ms per create, write commits per create, and each side's ratio to `cre
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/client_user_ids.py` puts bench/ first on sys.path, where bench/http_api.py
-# would shadow the standard library's `http` package: drop it before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import copy
 import gc
 import sqlite3
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 

@@ -12,25 +12,17 @@ least 65% of the raw figure. It prints a report; `--check` makes a missed target
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/embedded.py` puts bench/ first on sys.path, where bench/http_api.py would
-# shadow the standard library's `http` package for any library that imports it (urllib,
-# httpx, starlette...). Drop it before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import gc
 import os
 import sqlite3
+import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -40,6 +32,7 @@ from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.client_user_ids import client_user_id_digest
 from healthledger.domain.users.user import ClientUserIdClaim, User
+from support import Clocks
 
 TARGET = 0.65
 KINDS = ("create", "delete", "undo")
@@ -150,22 +143,6 @@ def _new_service(directory: Path, name: str) -> tuple[Service, uuid.UUID]:
     boot = service.bootstrap()
     assert boot is not None, "a fresh database bootstraps"
     return service, boot.team_id
-
-
-@dataclass
-class Clocks:
-    """Wall and CPU time spent by one side, summed over its timed blocks."""
-
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-
-    def time(self, run: Callable[[int], None], indexes: range) -> None:
-        cpu_start = time.process_time()
-        start = time.perf_counter()
-        for i in indexes:
-            run(i)
-        self.seconds += time.perf_counter() - start
-        self.cpu_seconds += time.process_time() - cpu_start
 
 
 @dataclass

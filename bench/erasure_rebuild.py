@@ -30,24 +30,18 @@ each run gets a schema of its own, dropped afterwards.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/erasure_rebuild.py` puts bench/ first on sys.path, where bench/http_api.py
-# would shadow the standard library's `http` package. Drop it before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 

@@ -11,19 +11,14 @@ and for create the floor's, as `bench/embedded.py` defines them). About a minute
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# See bench/embedded.py: bench/ first on sys.path would shadow the standard library.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 WARMUP = 50
 SIDES = ("service", "floor")
@@ -31,7 +26,6 @@ SIDES = ("service", "floor")
 
 def run_commands(kind: str, side: str, setup: int, n: int) -> None:
     """The measured program: a side set up for `setup` commands, then `n` of them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import embedded
 
     directory = Path(tempfile.mkdtemp(prefix="healthledger-instructions-"))

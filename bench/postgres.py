@@ -27,27 +27,19 @@ written to schemas made for the run and dropped at its end.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/postgres.py` puts bench/ first on sys.path, where bench/http_api.py would
-# shadow the standard library's `http` package. Drop it before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import contextlib
 import gc
 import importlib.util
 import os
+import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import sqlalchemy as sa
@@ -55,6 +47,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from psycopg import pq
+from support import Clocks, fresh_schema, libpq_url
 
 BENCH = Path(__file__).resolve().parent
 TARGET = 0.50
@@ -88,28 +81,6 @@ RAW_ROWS = 3
 
 
 # -- schemas -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def fresh_schema(url: str, prefix: str) -> Iterator[str]:
-    """A new schema in `url`'s database; `url` with that schema first on the search path.
-    Dropped afterwards."""
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        separator = "&" if "?" in url else "?"
-        yield f"{url}{separator}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
-
-
-def libpq_url(url: str) -> str:
-    """A SQLAlchemy URL as psycopg's connection string."""
-    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 # -- counting round trips ------------------------------------------------------------------
@@ -240,22 +211,6 @@ class Traffic:
 
 
 # -- the sides ---------------------------------------------------------------------------
-
-
-@dataclass
-class Clocks:
-    """Wall and CPU time spent by one side, summed over its timed blocks."""
-
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-
-    def time(self, run: Callable[[int], None], indexes: range) -> None:
-        cpu_start = time.process_time()
-        start = time.perf_counter()
-        for i in indexes:
-            run(i)
-        self.seconds += time.perf_counter() - start
-        self.cpu_seconds += time.process_time() - cpu_start
 
 
 @dataclass

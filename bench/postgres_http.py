@@ -25,14 +25,6 @@ both servers are stopped and both schemas dropped before the script exits.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/postgres_http.py` puts bench/ first on sys.path (see bench/embedded.py):
-# drop it before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import asyncio
 import contextlib
@@ -41,18 +33,18 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import psycopg
-import sqlalchemy as sa
 import uvicorn
 from fastapi import FastAPI
 from healthledger.adapters.server import (
@@ -63,6 +55,7 @@ from healthledger.adapters.server import (
 )
 from healthledger.adapters.settings import Settings
 from pydantic import BaseModel
+from support import fresh_schema, libpq_url
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 URL_VARIABLE = "HEALTHLEDGER_BENCH_POSTGRES_URL"
@@ -95,28 +88,6 @@ def http_api() -> Any:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def libpq_url(url: str) -> str:
-    """A SQLAlchemy URL as psycopg's connection string."""
-    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@contextlib.contextmanager
-def fresh_schema(url: str, prefix: str) -> Iterator[str]:
-    """A new schema in `url`'s database; `url` with that schema first on the search path.
-    Dropped afterwards."""
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        separator = "&" if "?" in url else "?"
-        yield f"{url}{separator}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
 
 
 # -- the bare app (its worker processes run `run_bare_worker`) -----------------------------

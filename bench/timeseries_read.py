@@ -28,13 +28,11 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import uvicorn
@@ -43,7 +41,7 @@ from healthledger.adapters.composition import build_service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
-from sqlalchemy import create_engine
+from support import fresh_schema
 
 TARGET = 0.50
 DAY = date(2026, 3, 1)
@@ -89,17 +87,8 @@ def database(url: str | None, workdir: Path) -> Iterator[str]:
     if url is None or not url.startswith("postgresql"):
         yield url or f"sqlite:///{workdir / 'ledger.db'}"
         return
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        separator = "&" if "?" in url else "?"
-        yield f"{url}{separator}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
+    with fresh_schema(url, "bench") as schema_url:
+        yield schema_url
 
 
 @contextmanager

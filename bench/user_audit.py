@@ -15,19 +15,13 @@ the same run times one read of the whole log.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/user_audit.py` puts bench/ first on sys.path, where bench/http_api.py would
-# shadow the standard library's `http` package. Drop it before any other import.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from datetime import date, timedelta
+from pathlib import Path
 from uuid import UUID
 
 from healthledger.adapters.audit import user_audit
