@@ -37,6 +37,10 @@ vital_types = pytest.importorskip("vital.types", reason="the official client is 
 # A Sunday: the next day's sync holds the demo devices' weekly (Monday) profile.
 T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
 CTX = CommandContext(actor="test:actor", request_id="req-official-client")
+# The summary kinds whose daily events the demo devices must produce within this many
+# days of syncs.
+DAILY_SUMMARIES = ("sleep", "sleep_cycle", "activity", "workouts", "body", "profile", "meal")
+MAX_SYNC_DAYS = 6
 # The provider whose grant breaks during its pulls, and the resource that breaks it.
 BROKEN = ("fitbit", "sleep", "token_refresh_failed")
 
@@ -148,12 +152,19 @@ def test_every_webhook_body_validates_against_the_official_client(
         )
         users[user.id] = (slug, client_user_id)
     svc.jobs.run_due_pulls()
-    # Two days of syncs: daily events are announced by syncs (a pull announces its history
-    # once), created for the new day and updated for the day that was still running.
-    for _ in range(2):
+    # Days of syncs: daily events are announced by syncs (a pull announces its history
+    # once), created for the new day and updated for the day that was still running. Two
+    # days at least (the Monday profile); more while a summary kind has no daily event
+    # yet: the demo devices weigh on about half the days, so two days of three devices
+    # miss `body` in one run of 64.
+    for day in range(1, MAX_SYNC_DAYS + 1):
         clock.now += timedelta(days=1)
         svc.pulls.sync_due()
-    svc.jobs.dispatch_webhooks()
+        svc.jobs.dispatch_webhooks()
+        types = (json.loads(r.body)["event_type"] for r in receiver.on("ok"))
+        daily = {resource_of(t) for t in types if t.startswith("daily.")}
+        if day >= 2 and set(DAILY_SUMMARIES) <= daily:
+            break
     assert set(svc.webhook_queries.delivery_counts()) == {"succeeded"}
     # Our lifecycle types, once the data is delivered: a deletion undone, and a deletion
     # followed by the erasure after the grace period.
@@ -227,7 +238,7 @@ def test_every_webhook_body_validates_against_the_official_client(
             continue
         assert f"historical.data.{resource}.created" in seen, resource
     daily = {resource_of(t) for t in seen if t.startswith("daily.")}
-    for resource in ("sleep", "sleep_cycle", "activity", "workouts", "body", "profile", "meal"):
+    for resource in DAILY_SUMMARIES:
         assert resource in daily, resource
     assert any(t.endswith(".updated") for t in seen)
     assert {t: seen[t] for t in OURS} == {
