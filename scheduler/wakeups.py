@@ -61,7 +61,10 @@ class WakeableJob:
             self._threads = [t for t in self._threads if t.is_alive()]
             thread = threading.Thread(target=self._run_logged, name=self.name, daemon=True)
             self._threads.append(thread)
-        thread.start()
+            # Started under the lock: a `close` that copies the list meanwhile would join a
+            # thread not yet started, which raises. (`start` returns once the thread runs;
+            # its run waits for the lock.)
+            thread.start()
 
     def close(self, timeout: float = 60) -> None:
         """No more wake-ups; wait for the runs they started."""

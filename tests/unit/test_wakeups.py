@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
+import pytest
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.scheduler.pulls import makes_a_pull_due
@@ -59,6 +60,36 @@ def test_after_close_no_wake_up_starts_a_run() -> None:
     job.wake()
     time.sleep(0.05)
     assert rounds == []
+
+
+def test_a_close_during_a_wake_up_waits_for_its_thread_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A close while a wake-up is starting its thread joins it once started (a join of a
+    thread not yet started raises: the scheduler's shutdown once failed so)."""
+    job = WakeableJob("test", lambda: 0)
+    closing: list[threading.Thread] = []
+    failures: list[BaseException] = []
+    start = threading.Thread.start
+
+    def close() -> None:
+        try:
+            job.close()
+        except BaseException as exc:  # what the closing thread met, for the assertion
+            failures.append(exc)
+
+    def start_late(thread: threading.Thread) -> None:
+        # The woken thread's start, held back while a close runs in between.
+        if thread.name == "test" and not closing:
+            closing.append(threading.Thread(target=close, name="closer"))
+            start(closing[0])
+            closing[0].join(0.3)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_late)
+    job.wake()
+    closing[0].join(5)
+    assert not closing[0].is_alive() and failures == []
 
 
 # -- which commits wake which worker (LedgerScheduler.committed) ---------------------------
