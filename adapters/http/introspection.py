@@ -64,41 +64,42 @@ class LiveReads:
 _FEED_STATUS = {CONNECTED: "active"}
 
 
+def _page(
+    service: Service,
+    cursors: CursorCodec,
+    listing: str,
+    caller: TeamCaller,
+    reads: IntrospectionReads,
+    user_id: UUID | None,
+    provider: str | None,
+    user_limit: int,
+    next_cursor: str | None,
+    render: Callable[[list[UUID]], list[dict[str, Any]]],
+) -> dict[str, Any]:
+    if provider is not None and provider not in service.catalog:
+        raise InvalidRequest("Unknown provider slug.", "provider", "query")
+    if user_id is not None:
+        reads.load_live(caller.team_id, user_id)  # another team's user: 404
+    scope = f"{listing}:{caller.team_id}:{user_id or ''}:{provider or ''}:{user_limit}"
+    after = None
+    if next_cursor:
+        try:
+            after = UUID(cursors.decode(next_cursor, scope)["u"])
+        except (KeyError, TypeError, ValueError):
+            raise InvalidCursor() from None
+    user_ids = reads.user_page(
+        caller.team_id, user_id=user_id, provider=provider, after=after, limit=user_limit + 1
+    )
+    more = len(user_ids) > user_limit
+    user_ids = user_ids[:user_limit]
+    cursor = cursors.encode({"u": str(user_ids[-1])}, scope) if more else None
+    return {"data": render(user_ids), "next_cursor": cursor}
+
+
 def introspection_router() -> APIRouter:
     router = APIRouter(tags=["introspection"], route_class=LedgerRoute)
     responses = error_responses(400, 401, 404, 422, described=USER_NOT_FOUND)
     Caller = Annotated[TeamCaller, Depends(team_caller)]
-
-    def page(
-        service: Service,
-        cursors: CursorCodec,
-        listing: str,
-        caller: TeamCaller,
-        reads: IntrospectionReads,
-        user_id: UUID | None,
-        provider: str | None,
-        user_limit: int,
-        next_cursor: str | None,
-        render: Callable[[list[UUID]], list[dict[str, Any]]],
-    ) -> dict[str, Any]:
-        if provider is not None and provider not in service.catalog:
-            raise InvalidRequest("Unknown provider slug.", "provider", "query")
-        if user_id is not None:
-            reads.load_live(caller.team_id, user_id)  # another team's user: 404
-        scope = f"{listing}:{caller.team_id}:{user_id or ''}:{provider or ''}:{user_limit}"
-        after = None
-        if next_cursor:
-            try:
-                after = UUID(cursors.decode(next_cursor, scope)["u"])
-            except (KeyError, TypeError, ValueError):
-                raise InvalidCursor() from None
-        user_ids = reads.user_page(
-            caller.team_id, user_id=user_id, provider=provider, after=after, limit=user_limit + 1
-        )
-        more = len(user_ids) > user_limit
-        user_ids = user_ids[:user_limit]
-        cursor = cursors.encode({"u": str(user_ids[-1])}, scope) if more else None
-        return {"data": render(user_ids), "next_cursor": cursor}
 
     @router.get(
         "/v2/introspect/historical_pull", response_model=HistoricalPullsPage, responses=responses
@@ -146,7 +147,7 @@ def introspection_router() -> APIRouter:
                 }
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
-        return page(
+        return _page(
             service,
             cursors,
             "historical_pull",
@@ -191,7 +192,7 @@ def introspection_router() -> APIRouter:
                 }
             return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
-        return page(
+        return _page(
             service,
             cursors,
             "resources",

@@ -103,20 +103,22 @@ def _statuses(values: Sequence[str] | None) -> list[str]:
     return found
 
 
+def _changed(service: Service, order: Order, message: str) -> dict[str, Any]:
+    row = service.order_queries.order(order.team_id, order.id)
+    answer = service.order_answers.order(OrderRow.from_row(row))
+    return {**answer, "order": answer, "message": message}
+
+
+def _stored(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
+    row = service.order_queries.order(caller.team_id, order_id)
+    if row is None:
+        raise OrderNotFound()
+    return OrderRow.from_row(row)
+
+
 def orders_router() -> APIRouter:
     router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
     Caller = Annotated[TeamCaller, Depends(team_caller)]
-
-    def changed(service: Service, order: Order, message: str) -> dict[str, Any]:
-        row = service.order_queries.order(order.team_id, order.id)
-        answer = service.order_answers.order(OrderRow.from_row(row))
-        return {**answer, "order": answer, "message": message}
-
-    def stored(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
-        row = service.order_queries.order(caller.team_id, order_id)
-        if row is None:
-            raise OrderNotFound()
-        return OrderRow.from_row(row)
 
     @router.post(
         "/v3/order",
@@ -149,7 +151,7 @@ def orders_router() -> APIRouter:
             patient_address=body.patient_address,
         )
         order = service.lab_orders.place(caller.ctx, caller.team_id, request, idempotency_key)
-        return changed(service, order, "Order created.")
+        return _changed(service, order, "Order created.")
 
     @router.get(
         "/v3/order/{order_id:uuid}",
@@ -161,7 +163,7 @@ def orders_router() -> APIRouter:
     ) -> Any:
         """The order (with `as_of`: as it was at that instant, from the log)."""
         if as_of is None:
-            return service.order_answers.order(stored(service, caller, order_id))
+            return service.order_answers.order(_stored(service, caller, order_id))
         reads_as_of(service, as_of)  # a future instant is refused
         order = aggregate_as_of(service, order_id, as_of)
         if not isinstance(order, Order) or order.team_id != caller.team_id:
@@ -227,7 +229,7 @@ def orders_router() -> APIRouter:
     def cancel_order(service: CurrentService, order_id: UUID, caller: Caller) -> Any:
         """Cancel an open order."""
         order = service.lab_orders.cancel(caller.ctx, caller.team_id, order_id)
-        return changed(service, order, "Order cancelled.")
+        return _changed(service, order, "Order cancelled.")
 
     @router.post(
         "/v3/order/{order_id:uuid}/test",
@@ -254,7 +256,7 @@ def orders_router() -> APIRouter:
         the step reports the results, `interpretation` forces their outcome."""
         forced = None if body is None else body.interpretation
         order = service.lab_orders.advance(caller.ctx, caller.team_id, order_id, forced)
-        return changed(service, order, "Order moved one step.")
+        return _changed(service, order, "Order moved one step.")
 
     @router.get(
         "/v3/order/{order_id:uuid}/result",
@@ -270,6 +272,6 @@ def orders_router() -> APIRouter:
     def order_results(service: CurrentService, order_id: UUID, caller: Caller) -> Any:
         """The results: one value per expected result of the order's markers, each with
         its unit, reference range and interpretation."""
-        return service.order_answers.results(stored(service, caller, order_id))
+        return service.order_answers.results(_stored(service, caller, order_id))
 
     return router

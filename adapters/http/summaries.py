@@ -279,13 +279,14 @@ LISTS: dict[str, tuple[str, type[BaseModel]]] = {
 UserId = Annotated[UUID, Path(description="The user's id.")]
 
 
+def _check_provider(service: Service, provider: str | None) -> None:
+    if provider is not None and provider not in service.catalog:
+        raise InvalidRequest("Unknown provider slug.", "provider", "query")
+
+
 def summaries_router() -> APIRouter:
     router = APIRouter(tags=["summaries"], route_class=LedgerRoute)
     Caller = Annotated[TeamCaller, Depends(team_caller)]
-
-    def check_provider(service: Service, provider: str | None) -> None:
-        if provider is not None and provider not in service.catalog:
-            raise InvalidRequest("Unknown provider slug.", "provider", "query")
 
     def add_list_route(resource: str, key: str, model: type[BaseModel]) -> None:
         def get_summaries(
@@ -296,7 +297,7 @@ def summaries_router() -> APIRouter:
             end_date: EndDate = None,
             provider: ProviderFilter = None,
         ) -> Any:
-            check_provider(service, provider)
+            _check_provider(service, provider)
             days = date_range(start_date, end_date)
             found = service.health_data_queries.summaries(
                 caller.team_id, user_id, resource, days.first_day, days.last_day, provider
@@ -339,7 +340,7 @@ def summaries_router() -> APIRouter:
     ) -> Any:
         """The user's newest profile (in start_date..end_date when given), as the
         official client's `profile.get` reads it: one object."""
-        check_provider(service, provider)
+        _check_provider(service, provider)
         if start_date is None:
             if end_date is not None:
                 raise InvalidRequest("end_date needs a start_date.", "end_date", "query")

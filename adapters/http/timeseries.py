@@ -125,29 +125,30 @@ CursorParameter = Annotated[
 ]
 
 
+def _stored(
+    service: Service,
+    caller: TeamCaller,
+    user_id: UUID,
+    resource: str,
+    days: DateRange,
+    provider: str | None,
+) -> list[StoredDay]:
+    if provider is not None and provider not in service.catalog:
+        raise InvalidRequest("Unknown provider slug.", "provider", "query")
+    return service.health_data_queries.stored_days(
+        caller.team_id,
+        user_id,
+        ALIASES.get(resource, resource),
+        days.first_day,
+        days.last_day,
+        provider,
+    )
+
+
 def timeseries_router() -> APIRouter:
     router = APIRouter(tags=["timeseries"], route_class=LedgerRoute)
     Caller = Annotated[TeamCaller, Depends(team_caller)]
     responses = error_responses(401, 404, 422, described=USER_NOT_FOUND)
-
-    def stored(
-        service: Service,
-        caller: TeamCaller,
-        user_id: UUID,
-        resource: str,
-        days: DateRange,
-        provider: str | None,
-    ) -> list[StoredDay]:
-        if provider is not None and provider not in service.catalog:
-            raise InvalidRequest("Unknown provider slug.", "provider", "query")
-        return service.health_data_queries.stored_days(
-            caller.team_id,
-            user_id,
-            ALIASES.get(resource, resource),
-            days.first_day,
-            days.last_day,
-            provider,
-        )
 
     @router.get(
         "/v2/timeseries/{user_id}/{resource}",
@@ -166,7 +167,7 @@ def timeseries_router() -> APIRouter:
         """The user's samples of the resource from start_date to end_date, in time order,
         of every provider (or of one: `grouped` tells them apart)."""
         days = date_range(start_date, end_date)
-        found = stored(service, caller, user_id, resource, days, provider)
+        found = _stored(service, caller, user_id, resource, days, provider)
         if len({d.provider for d in found}) > 1:
             merged = sorted(
                 (s for d in found for s in _samples(d, days)), key=lambda s: _instant(s)
@@ -195,7 +196,7 @@ def timeseries_router() -> APIRouter:
         if next_cursor or cursor:
             raise InvalidCursor()  # none is ever issued: the whole range is one page
         days = date_range(start_date, end_date)
-        found = stored(service, caller, user_id, resource, days, provider)
+        found = _stored(service, caller, user_id, resource, days, provider)
         by_provider: dict[str, list[StoredDay]] = {}
         for day in found:
             by_provider.setdefault(day.provider, []).append(day)

@@ -127,6 +127,13 @@ class SigningSecret(BaseModel):
     previous_secret_expires_at: datetime | None
 
 
+def _view(service: Service, endpoint_id: UUID) -> dict[str, Any]:
+    found = service.webhook_queries.endpoint(endpoint_id)
+    if found is None:
+        raise WebhookEndpointNotFound()
+    return found
+
+
 def webhook_router() -> APIRouter:
     router = APIRouter(
         prefix="/v1/org/{org_id}/team/{team_id}/{env}/webhook",
@@ -140,15 +147,6 @@ def webhook_router() -> APIRouter:
     patches = error_responses(400, 401, 404, 409, 422)
     Caller = Annotated[ManagementCaller, Depends(management_caller)]
 
-    def reach(service: Service, caller: ManagementCaller, org_id: UUID, team_id: UUID) -> None:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-
-    def view(service: Service, endpoint_id: UUID) -> dict[str, Any]:
-        found = service.webhook_queries.endpoint(endpoint_id)
-        if found is None:
-            raise WebhookEndpointNotFound()
-        return found
-
     @router.post("", response_model=WebhookEndpointView, responses=changes)
     def create_endpoint(
         service: CurrentService,
@@ -159,7 +157,7 @@ def webhook_router() -> APIRouter:
         caller: Caller,
     ) -> Any:
         """A new endpoint with a fresh signing secret (read it from `.../secret`)."""
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         endpoint = service.webhooks.create(
             caller.ctx,
             team_id,
@@ -170,13 +168,13 @@ def webhook_router() -> APIRouter:
             disabled=body.disabled,
             org_id=org_id,
         )
-        return view(service, endpoint.id)
+        return _view(service, endpoint.id)
 
     @router.get("", response_model=WebhookEndpointList, responses=reads)
     def list_endpoints(
         service: CurrentService, org_id: UUID, team_id: UUID, env: Environment, caller: Caller
     ) -> Any:
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         return {"webhook_endpoints": service.webhook_queries.endpoints(team_id, env)}
 
     @router.get("/{endpoint_id}", response_model=WebhookEndpointView, responses=reads)
@@ -188,9 +186,9 @@ def webhook_router() -> APIRouter:
         endpoint_id: UUID,
         caller: Caller,
     ) -> Any:
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
-        return view(service, endpoint_id)
+        return _view(service, endpoint_id)
 
     @router.patch("/{endpoint_id}", response_model=WebhookEndpointView, responses=patches)
     def patch_endpoint(
@@ -202,11 +200,11 @@ def webhook_router() -> APIRouter:
         body: WebhookEndpointPatch,
         caller: Caller,
     ) -> Any:
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         if not body.model_fields_set:
             raise NothingToUpdate()
         service.webhooks.update(caller.ctx, team_id, env, endpoint_id, body.changes(), org_id)
-        return view(service, endpoint_id)
+        return _view(service, endpoint_id)
 
     @router.delete("/{endpoint_id}", responses=changes)
     def delete_endpoint(
@@ -217,7 +215,7 @@ def webhook_router() -> APIRouter:
         endpoint_id: UUID,
         caller: Caller,
     ) -> Any:
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         service.webhooks.delete(caller.ctx, team_id, env, endpoint_id, org_id)
         return {"success": True}
 
@@ -231,7 +229,7 @@ def webhook_router() -> APIRouter:
         caller: Caller,
     ) -> Any:
         """The current signing secret (a credential: keep it like one)."""
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         secrets = service.webhooks.secrets(team_id, env, endpoint_id, org_id)
         return {
             "secret": secrets.current,
@@ -248,7 +246,7 @@ def webhook_router() -> APIRouter:
         caller: Caller,
     ) -> Any:
         """A new secret; the previous one keeps signing beside it for 24 hours."""
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         secrets = service.webhooks.rotate_secret(caller.ctx, team_id, env, endpoint_id, org_id)
         return {
             "secret": secrets.current,
@@ -267,7 +265,7 @@ def webhook_router() -> APIRouter:
     ) -> Any:
         """Send the endpoint everything announced to it since `since` again, with the
         original message ids (receivers deduplicate by them)."""
-        reach(service, caller, org_id, team_id)
+        reachable_team(service.team_queries, caller, org_id, team_id)
         service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
         return {"replayed": service.redeliveries.replay(caller.ctx, endpoint_id, body.since)}
 
