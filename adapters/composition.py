@@ -25,6 +25,7 @@ from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence import migrating
 from healthledger.adapters.persistence.connection_queries import ConnectionQueries
 from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.deletion_cascade import deletion_cascade
 from healthledger.adapters.persistence.erasure_claims import ErasureClaims
 from healthledger.adapters.persistence.health_data_queries import HealthDataQueries
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
@@ -278,8 +279,9 @@ def build_service(
         live_connection_ids=connection_queries.live_connection_ids,
         erasure_inventory=erasure_places.inventories,
         queued_deliveries=erasure_places.queued_deliveries,
-        # A deletion cancels the user's open lab test orders (issue 14).
-        open_order_ids=order_queries.open_order_ids,
+        # A deletion deregisters the user's connections and cancels its open lab test
+        # orders (issue 14).
+        deletion_cascade=partial(deletion_cascade, db),
     )
     user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
     health_data = SqlHealthDataStore(db, key_store, clock)

@@ -258,7 +258,11 @@ class ChainWriter:
         )
 
     def head(self, conn: Connection) -> tuple[int, bytes]:
-        rows = self.head_query.rows(conn, {})
+        return self.head_of(self.head_query.rows(conn, {}))
+
+    @staticmethod
+    def head_of(rows: Sequence[tuple[Any, ...]]) -> tuple[int, bytes]:
+        """The head in `head_query`'s rows (none: the genesis, before any row)."""
         if not rows:
             return 0, GENESIS
         position, chain_hash = rows[0]

@@ -26,9 +26,9 @@ from eventsourcing.persistence import (
     Subscription,
     Tracking,
 )
-from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, GENESIS, ChainWriter
+from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, ChainWriter
 from healthledger.adapters.eventstore.subscription import PollingSubscription
-from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.database import Database, LogHead
 from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
 from healthledger.adapters.persistence.statements import (
     CompiledStatement,
@@ -128,7 +128,10 @@ class LedgerRecorder(ProcessRecorder):
         events = tables.events
         chain = self.chain
         db.add_log_writer(
-            events.name, None if chain is None else (lambda conn: chain.head(conn)[0])
+            events.name,
+            None
+            if chain is None
+            else LogHead(chain.head_query, lambda rows: chain.head_of(rows)[0]),
         )
         # The ledger's log mark (ADR 0011) for this recorder's table.
         self.change_mark: Callable[..., Hashable | None] = functools.partial(
@@ -296,12 +299,11 @@ class LedgerRecorder(ProcessRecorder):
         """The chain's head read in the message that links rows onto `guess` (under the
         lock, before them): what raises `HeadMoved` unless it was `guess`."""
         assert self.chain is not None
-        answer = self.chain.head_query.rows_later(conn, {})
+        chain = self.chain
+        answer = chain.head_query.rows_later(conn, {})
 
         def check() -> None:
-            found = answer()
-            position, chain_hash = found[0] if found else (0, GENESIS)
-            if (int(position), bytes(chain_hash)) != guess:
+            if chain.head_of(answer()) != guess:
                 raise HeadMoved()
 
         return check

@@ -17,12 +17,11 @@ from sqlalchemy import bindparam, select
 # slug -> {"name", "slug", "logo"}: the provider object of events and summaries (2.13).
 DescribeProvider = Callable[[str], dict[str, Any]]
 
-# Every user deletion asks it: compiled once (ADR 0014).
-LIVE_CONNECTION_IDS = CompiledStatement(
-    select(connections.c.connection_id).where(
-        connections.c.user_id == bindparam("user_id"), connections.c.status != DEREGISTERED
-    )
+# The ids of a user's connections that are not deregistered (the parameter `user_id`).
+LIVE_CONNECTIONS_OF_USER = select(connections.c.connection_id).where(
+    connections.c.user_id == bindparam("user_id"), connections.c.status != DEREGISTERED
 )
+LIVE_CONNECTION_IDS = CompiledStatement(LIVE_CONNECTIONS_OF_USER)
 
 
 class ConnectionQueries:

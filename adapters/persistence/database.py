@@ -11,17 +11,25 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from healthledger.adapters.persistence.postgres import BATCHED, KnownHead, postgres_engine
+from healthledger.adapters.persistence.postgres import (
+    BATCHED,
+    KnownHead,
+    pipelined_read,
+    postgres_engine,
+)
 from healthledger.adapters.persistence.schema import metadata, user_data_keys
 from healthledger.adapters.persistence.sqlite import (
     WriterConnection,
     reader_engine,
     writer_engine,
 )
+from healthledger.adapters.persistence.statements import WITH_FIRST_READ, CompiledStatement
 from healthledger.adapters.persistence.unit_of_work import UnitOfWork
 from sqlalchemy import Connection, MetaData, select
 from sqlalchemy.engine import make_url
@@ -33,6 +41,15 @@ log = logging.getLogger("healthledger.database")
 CHECKPOINT_ATTEMPTS = 3
 CHECKPOINT_BUSY_SECONDS = 1.0
 CHECKPOINT_PAUSE_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class LogHead:
+    """How to read the head of an event table's chain: the query, and its position in
+    the query's rows."""
+
+    query: CompiledStatement
+    position: Callable[[Sequence[tuple[object, ...]]], int]
 
 
 class Database:
@@ -57,7 +74,7 @@ class Database:
         self.log_writers: dict[str, int] = {}
         # PostgreSQL: per chained event table, what reads its head's position and what
         # this process knows of it (`postgres_mark`).
-        self.log_heads: dict[str, tuple[Callable[[Connection], int], KnownHead]] = {}
+        self.log_heads: dict[str, tuple[LogHead, KnownHead]] = {}
 
     def write(self) -> AbstractContextManager[Connection]:
         """One write transaction (committed on success, rolled back on error)."""
@@ -114,9 +131,16 @@ class Database:
     def _read_on_unit(self) -> Iterator[Connection]:
         conn = self.unit_connection()
         self.units.in_use = True
+        pending = self._pending_mark()
+        if pending is not None:
+            # The unit's mark, not read yet, goes with its first compiled read.
+            conn.info[WITH_FIRST_READ] = lambda sql, params: self._read_with_mark(
+                conn, *pending, sql, params
+            )
         try:
             yield conn
         finally:
+            conn.info.pop(WITH_FIRST_READ, None)
             self.units.in_use = False
             if conn.in_transaction():
                 conn.rollback()  # SQLAlchemy's own (autobegun) one: nothing to send
@@ -187,7 +211,7 @@ class Database:
             return self.units.held()
         return self._postgres_unit()
 
-    def add_log_writer(self, table: str, head: Callable[[Connection], int] | None = None) -> None:
+    def add_log_writer(self, table: str, head: LogHead | None = None) -> None:
         """A recorder of this process writes events to `table` (see `change_mark`);
         `head` reads the position of its chain's head (on PostgreSQL, the change mark
         is the chain's: ADR 0020)."""
@@ -259,9 +283,32 @@ class Database:
         if mark is None and not existing:
             head, known = found
             with self.read() as conn:
-                position = head(conn)
+                conn.info.pop(WITH_FIRST_READ, None)  # this read is the head's own
+                position = head.position(head.query.rows(conn, {}))
             mark = self.units.mark = (table, known.reading(position))
         return mark
+
+    def _pending_mark(self) -> tuple[str, LogHead, KnownHead] | None:
+        """PostgreSQL, in a unit of work that took no mark yet: the one chained event
+        table whose head would be its mark (`postgres_mark`), if there is one."""
+        if self.units.mark is not None or len(self.log_heads) != 1:
+            return None
+        table, (head, known) = next(iter(self.log_heads.items()))
+        if self.log_writers.get(table) != 1:
+            return None
+        return table, head, known
+
+    def _read_with_mark(
+        self, conn: Connection, table: str, head: LogHead, known: KnownHead, sql: str, params: Any
+    ) -> Any:
+        """A unit's first compiled read (its cursor), with the chain's head read in the
+        same round trip, before it: the unit's mark (`postgres_mark`), taken before any
+        aggregate is loaded, as a load would take it (ADR 0025). A deletion reads what it
+        cascades to first, and so makes one round trip where it made two."""
+        query = head.query.compiled(conn.dialect)
+        rows, cursor = pipelined_read(conn, (query.sql, query.parameters({})), (sql, params))
+        self.units.mark = (table, known.reading(head.position(query.converted(rows))))
+        return cursor
 
     def create_schema(self, tables: MetaData = metadata) -> None:
         """Create the missing tables of `tables` (the service's, unless another set is

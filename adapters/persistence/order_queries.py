@@ -12,18 +12,16 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.database import Database
 from healthledger.adapters.persistence.schema import orders, users
-from healthledger.adapters.persistence.statements import CompiledStatement
 from healthledger.domain.labs.orders import FINAL_STATUSES
 from healthledger.domain.users.user import ACTIVE
 from sqlalchemy import ColumnElement, and_, bindparam, func, or_, select
 
-# A user's orders in no final status. One `!=` per status, not an IN list: an IN of
-# many values is rendered anew at each execution, and this statement is compiled once.
-OPEN_ORDER_IDS = CompiledStatement(
-    select(orders.c.order_id).where(
-        orders.c.user_id == bindparam("user_id"),
-        *(orders.c.status != status for status in sorted(FINAL_STATUSES)),
-    )
+# The ids of a user's orders in no final status (the parameter `user_id`; a deletion
+# cancels them). One `!=` per status, not an IN list: an IN of many values is rendered
+# anew at each execution, and the deletion's statement is compiled once.
+OPEN_ORDERS_OF_USER = select(orders.c.order_id).where(
+    orders.c.user_id == bindparam("user_id"),
+    *(orders.c.status != status for status in sorted(FINAL_STATUSES)),
 )
 
 
@@ -81,11 +79,6 @@ class OrderQueries:
                 for order_id in conn.execute(gone).scalars():
                     found.setdefault(order_id, True)
         return dict(list(found.items())[:limit])
-
-    def open_order_ids(self, user_id: UUID) -> list[UUID]:
-        # Every user deletion asks this: compiled once (ADR 0014, ADR 0020).
-        with self.db.read() as conn:
-            return [row[0] for row in OPEN_ORDER_IDS.rows(conn, {"user_id": user_id})]
 
     def pending_count(self) -> int:
         """Sandbox orders with a step still to come."""

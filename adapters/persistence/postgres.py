@@ -18,14 +18,16 @@ psycopg begins a transaction with a BEGIN of its own (ADR 0020). So:
 - **A batched write** (the `BATCHED` execution option: `Database.batched_write()`)
   sends its statements together: the ones that need no answer now (BEGIN, the LOCK, the
   read-model writes compiled once, the COMMIT) wait in a `StatementBatch` and go, in
-  order, as one message with the next statement whose answer is read, each bound on
-  the client (psycopg's `ClientCursor.mogrify`, its quoting of every value). A
-  command's transaction is then three messages. It stays SQLAlchemy's transaction: the
-  connection is in the driver's autocommit, so psycopg sends no BEGIN of its own, and
-  the `begin` event queues one (as `sqlite.py`'s begin event emits SQLite's); the
-  `commit` event sends what waits with a COMMIT (an error of any of them is raised as
-  SQLAlchemy's, and nothing is committed: PostgreSQL runs no statement of a message
-  after one that failed); the `rollback` event drops what waits, unsent. A statement
+  order, in one psycopg pipeline with the next statement whose answer is read (ADR
+  0025): each is parsed and bound on the server with its values as parameters (psycopg
+  prepares a statement once it has run a few times on a connection), and one Sync ends
+  them, so a command's transaction is still two or three round trips. It stays
+  SQLAlchemy's transaction: the connection is in the driver's autocommit, so psycopg
+  sends no BEGIN of its own, and the `begin` event queues one (as `sqlite.py`'s begin
+  event emits SQLite's); the `commit` event sends what waits with a COMMIT (an error of
+  any of them is raised as SQLAlchemy's, and nothing is committed: PostgreSQL skips the
+  rest of a pipeline after a statement that failed, up to its Sync, and the transaction
+  is rolled back); the `rollback` event drops what waits, unsent. A statement
   SQLAlchemy executes there (Core) sends what waits before it, so it runs after them.
 """
 
@@ -51,10 +53,12 @@ _CHECKED_IN_AT = "healthledger_checked_in_at"
 
 class Waiting:
     """A statement of a batch, as the cursor its sender reads: its rows once the batch
-    is sent (`fetchall` sends it if it is not yet)."""
+    is sent (`fetchall` sends it if it is not yet). A sender that closes it before the
+    batch is sent wants no answer: the statement then shares the batch's cursor."""
 
     def __init__(self, batch: StatementBatch) -> None:
         self.batch = batch
+        self.wanted = True
         self.result: list[tuple[Any, ...]] | None = None
 
     def fetchall(self) -> list[tuple[Any, ...]]:
@@ -64,7 +68,8 @@ class Waiting:
         return self.result
 
     def close(self) -> None:
-        """Nothing to free: the batch's one cursor is closed with the batch."""
+        if self.result is None:
+            self.wanted = False
 
 
 class StatementBatch:
@@ -72,67 +77,83 @@ class StatementBatch:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        # Each waiting statement, bound, and what answers its sender.
-        self.waiting: list[tuple[str, Waiting]] = []
+        # Each waiting statement: its SQL, its parameters (None: none), whether it runs
+        # once per set of them, and what answers its sender.
+        self.waiting: list[tuple[str, Any, bool, Waiting | None]] = []
         # Whether anything was sent yet (the BEGIN goes with the first message).
         self.sent = False
-        # One cursor binds and sends the batch's statements (a cursor costs as much to
-        # make as a statement to bind).
-        self.cursor: psycopg.ClientCursor[Any] | None = None
 
     def add(self, sql: str, params: Any, *, many: bool = False) -> Waiting:
         """Queue `sql` (with `params`; with `many`, once per set of them)."""
         waiting = Waiting(self)
-        if many:
-            for row in params:
-                self.waiting.append((self.bind(sql, row), waiting))
-        else:
-            self.waiting.append((sql if params is None else self.bind(sql, params), waiting))
+        self.waiting.append((sql, params, many, waiting))
         return waiting
 
-    def client_cursor(self) -> psycopg.ClientCursor[Any]:
-        """The batch's cursor, which binds on the client (psycopg's quoting of each
-        value)."""
-        cursor = self.cursor
-        if cursor is None:
-            driver = self.conn.connection.driver_connection
-            assert isinstance(driver, psycopg.Connection)
-            cursor = self.cursor = psycopg.ClientCursor(driver)
-        return cursor
-
-    def bind(self, sql: str, params: Any) -> str:
-        return self.client_cursor().mogrify(sql, params)
-
     def send(self, then: str | None = None) -> None:
-        """Send every waiting statement (and `then`, a statement without parameters) as
-        one message; each sender's rows are then in its `Waiting`."""
+        """Send every waiting statement (and `then`, a statement without parameters) in
+        one pipeline: psycopg sends them all, then one Sync, and reads their answers
+        back; each sender's rows are then in its `Waiting`."""
         waiting, self.waiting = self.waiting, []
         self.sent = True
-        statements = [sql for sql, _ in waiting]
         if then is not None:
-            statements.append(then)
-        if not statements:
+            waiting.append((then, None, False, None))
+        if not waiting:
             return
-        message = ";\n".join(statements)
-        cursor = self.client_cursor()
+        driver = self.conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
         error = self.conn.dialect.loaded_dbapi.Error
+        # A statement whose answer is wanted has a cursor of its own (a psycopg cursor
+        # keeps the result of its last statement only); the others share one.
+        shared = driver.cursor()
+        answered: list[tuple[psycopg.Cursor[Any], Waiting]] = []
         try:
-            cursor.execute(message)
-            answers: list[list[tuple[Any, ...]]] = []
-            while True:
-                answers.append(cursor.fetchall() if cursor.description is not None else [])
-                if not cursor.nextset():
-                    break
+            with driver.pipeline():
+                for sql, params, many, answer in waiting:
+                    cursor = shared
+                    if answer is not None:
+                        if answer.wanted:
+                            cursor = driver.cursor()
+                            answered.append((cursor, answer))
+                        else:
+                            answer.result = []
+                    if many:
+                        cursor.executemany(sql, params)
+                    else:
+                        cursor.execute(sql, params)
+            for cursor, answer in answered:
+                answer.result = cursor.fetchall() if cursor.description is not None else []
         except error as exc:
-            raise sa_exc.DBAPIError.instance(message, None, exc, error) from exc
-        for (_, answer), rows in zip(waiting, answers, strict=False):
-            # A statement run once per set of parameters answers with its last run's rows.
-            answer.result = rows
+            statements = ";\n".join(sql for sql, *_ in waiting)
+            raise sa_exc.DBAPIError.instance(statements, None, exc, error) from exc
+        finally:
+            shared.close()
+            for cursor, _ in answered:
+                cursor.close()
 
     def close(self) -> None:
-        if self.cursor is not None:
-            self.cursor.close()
-            self.cursor = None
+        """Nothing to free: each send closes its cursors."""
+
+
+def pipelined_read(
+    conn: Connection, first: tuple[str, Any], then: tuple[str, Any]
+) -> tuple[list[tuple[Any, ...]], psycopg.Cursor[Any]]:
+    """Two statements (SQL and parameters) in one round trip, in order, in the driver's
+    autocommit: the first's rows, and the second's cursor to read as its sender would."""
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    error = conn.dialect.loaded_dbapi.Error
+    head, cursor = driver.cursor(), driver.cursor()
+    try:
+        with driver.pipeline():
+            head.execute(*first)
+            cursor.execute(*then)
+        rows = head.fetchall()
+    except error as exc:
+        cursor.close()
+        raise sa_exc.DBAPIError.instance(f"{first[0]};\n{then[0]}", None, exc, error) from exc
+    finally:
+        head.close()
+    return rows, cursor
 
 
 def statement_batch(conn: Connection) -> StatementBatch | None:

@@ -188,6 +188,17 @@ class Compiled:
             ]
         )
 
+    def converted(self, fetched: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+        """The rows the driver fetched, each value converted as SQLAlchemy converts it."""
+        processors = self.result_processors
+        return [
+            tuple(
+                value if processor is None or value is None else processor(value)
+                for processor, value in zip(processors, row, strict=True)
+            )
+            for row in fetched
+        ]
+
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """What the driver binds for `values` (keyed by parameter name)."""
         if self.defaults:
@@ -279,7 +290,6 @@ class CompiledStatement:
         (`Database.batched_write`) the statement waits until then, and goes with
         whatever else waits, in one message."""
         compiled = self.compiled(conn.dialect)
-        processors = compiled.result_processors
         flush_held(conn)  # a read sees every write before it
         parameters = compiled.parameters(values)
         cursor = run(conn, compiled.sql, parameters)
@@ -293,13 +303,7 @@ class CompiledStatement:
                 raise sa_exc.DBAPIError.instance(compiled.sql, parameters, exc, error) from exc
             finally:
                 cursor.close()
-            return [
-                tuple(
-                    value if processor is None or value is None else processor(value)
-                    for processor, value in zip(processors, row, strict=True)
-                )
-                for row in fetched
-            ]
+            return compiled.converted(fetched)
 
         return answer
 
@@ -321,6 +325,9 @@ class CompiledStatement:
 # Where a connection keeps the statements of a batched write waiting to be sent
 # (PostgreSQL: `postgres.StatementBatch`), if it has one.
 BATCH = "healthledger_statement_batch"
+# Where a connection keeps what runs its next statement together with another read
+# (PostgreSQL: a unit of work's mark, `Database._read_with_mark`), once.
+WITH_FIRST_READ = "healthledger_with_first_read"
 
 
 def run(conn: Connection, sql: str, params: Any, *, many: bool = False) -> Any:
@@ -332,6 +339,10 @@ def run(conn: Connection, sql: str, params: Any, *, many: bool = False) -> Any:
     batch = conn.info.get(BATCH)
     if batch is not None:
         return batch.add(sql, params, many=many)
+    if not many:
+        with_read = conn.info.pop(WITH_FIRST_READ, None)
+        if with_read is not None:
+            return with_read(sql, params)
     return run_on_driver(conn, sql, params, many=many)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -75,6 +76,16 @@ UPDATABLE_FIELDS = (
 _CREATE_ATTEMPTS = 3
 
 
+@dataclass(frozen=True)
+class DeletionCascade:
+    """What a user's deletion ends with it, as the read models know it: the ids of its
+    connections that are not deregistered, and of its lab test orders that are not
+    completed, cancelled or failed."""
+
+    connection_ids: Sequence[UUID] = ()
+    order_ids: Sequence[UUID] = ()
+
+
 class UserLifecycle:
     def __init__(
         self,
@@ -87,7 +98,7 @@ class UserLifecycle:
         *,
         erasure_inventory: Callable[[Sequence[UUID]], Mapping[UUID, Mapping[str, int]]],
         queued_deliveries: Callable[[Sequence[UUID]], Mapping[UUID, Sequence[UUID]]],
-        open_order_ids: Callable[[UUID], list[UUID]] = lambda user_id: [],
+        deletion_cascade: Callable[[UUID], DeletionCascade] = lambda user_id: DeletionCascade(),
     ) -> None:
         self.ledger = ledger
         self.vault = vault
@@ -100,8 +111,8 @@ class UserLifecycle:
         self.clock = clock
         self.grace_period = grace_period
         self.live_connection_ids = live_connection_ids
-        # The ids of the user's lab test orders that are not completed, cancelled or failed.
-        self.open_order_ids = open_order_ids
+        # What a deletion ends with the user, in one read.
+        self.deletion_cascade = deletion_cascade
         # Per user of a batch: the rows each place of ERASURE_REMOVES but the queued
         # deliveries holds, and the ids of the webhook deliveries still queued about it
         # (each read in one query for the whole batch; a user with none is left out).
@@ -281,6 +292,10 @@ class UserLifecycle:
 
     @command
     def delete_user(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
+        # What the deletion ends, read first and at once: the command's first read, which
+        # the ledger's adapter may send with its reading of the log (one round trip on
+        # PostgreSQL, ADR 0025). Another team's user's is never used: the load refuses.
+        cascade = self.deletion_cascade(user_id)
         user = self.load_live(team_id, user_id)
         now = self.clock()
         claim = self._claim_of(user)
@@ -289,12 +304,12 @@ class UserLifecycle:
         claim.release(ctx, now, user.id)
         # Every provider connection is deregistered at once, in the same transaction;
         # an undo restores none of them.
-        connections = self._live_connections(user.id)
+        connections = self._live_connections(cascade.connection_ids)
         for connection in connections:
             connection.deregister(ctx, now, BY_USER_DELETION)
         # And every open lab test order is cancelled, in the same transaction too; an undo
         # restores none of them either.
-        orders = self._open_orders(user.id)
+        orders = self._open_orders(cascade.order_ids)
         for order in orders:
             order.cancel(ctx, now, ORDER_BY_USER_DELETION)
         self._save(
@@ -313,7 +328,7 @@ class UserLifecycle:
         user = self.ledger.find(user_id)
         if isinstance(user, User) and user.status == ACTIVE:
             return 0
-        connections = self._live_connections(user_id)
+        connections = self._live_connections(self.live_connection_ids(user_id))
         if not connections:
             return 0
         now = self.clock()
@@ -424,12 +439,12 @@ class UserLifecycle:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _live_connections(self, user_id: UUID) -> list[Connection]:
-        found = (self.ledger.find(cid) for cid in self.live_connection_ids(user_id))
+    def _live_connections(self, ids: Sequence[UUID]) -> list[Connection]:
+        found = (self.ledger.find(cid) for cid in ids)
         return [c for c in found if isinstance(c, Connection) and c.is_live]
 
-    def _open_orders(self, user_id: UUID) -> list[Order]:
-        found = (self.ledger.find(oid) for oid in self.open_order_ids(user_id))
+    def _open_orders(self, ids: Sequence[UUID]) -> list[Order]:
+        found = (self.ledger.find(oid) for oid in ids)
         return [o for o in found if isinstance(o, Order) and o.is_open]
 
     def _claim_of(self, user: User) -> ClientUserIdClaim:

@@ -101,10 +101,13 @@ def test_a_create_is_two_messages_and_a_read_one(
     # and the COMMIT.
     assert len(sent) == 2, sent
     first, last = ("\n".join(message) for message in sent)
-    assert first.startswith('Q:"BEGIN;') and "LOCK TABLE" in first, first
+    # Each statement parsed and bound on the server (psycopg's pipeline: no values
+    # quoted into the SQL text), prepared once it has run a few times.
+    assert first.splitlines()[0] == 'P:"" "BEGIN" 0', first
+    assert "LOCK TABLE" in first and "$1" in first, first
     assert "INSERT INTO stored_events" in first and "user_data_keys" in first, first
     assert first.index("chain_position DESC") < first.index("INSERT INTO stored_events")
-    assert "INSERT INTO users" in last and last.endswith('COMMIT"'), last
+    assert "INSERT INTO users" in last and last.splitlines()[-1] == 'P:"" "COMMIT" 0', last
     with messages(service, tmp_path) as sent:
         found = service.user_queries.resolved_user(team.team_id, user.id)
     assert found is not None
@@ -125,6 +128,12 @@ def test_a_delete_of_a_user_this_process_saved_reads_the_head_not_its_events(
     # head is read once, for the unit of work).
     assert "stored_events.originator_version, stored_events.topic" not in statements
     assert statements.count("chain_position DESC") == 2  # the unit's mark, the write's
+    # Three round trips: the unit's mark with what the deletion ends (its live
+    # connections and open orders, one statement), then the write's two.
+    assert len(sent) == 3, sent
+    first = "\n".join(sent[0])
+    assert first.index("chain_position DESC") < first.index("UNION ALL"), first
+    assert "FROM connections" in first and "FROM orders" in first, first
 
 
 def test_another_process_commit_makes_the_next_command_read_the_log(
