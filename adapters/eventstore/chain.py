@@ -45,7 +45,19 @@ from healthledger.adapters.persistence.schema import chain_heads, stored_events
 from healthledger.adapters.persistence.statements import CompiledStatement, run
 from healthledger.adapters.signing_key import load_signing_key
 from healthledger.domain.ledger import Clock
-from sqlalchemy import Connection, Integer, Table, bindparam, insert, select
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Table,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy import exc as sa_exc
 
 LINK_DOMAIN = b"hl-chain-v1"
@@ -53,6 +65,9 @@ HEAD_DOMAIN = b"hl-chain-head-v1"
 HASH_BYTES = 32
 # The hash "before" position 1.
 GENESIS = bytes(HASH_BYTES)
+# The failures of a write's checks on PostgreSQL (`ChainWriter.head_is`, `.in_order`).
+HEAD_MOVED = "the chain's head moved"
+OUT_OF_ORDER = "the event rows were numbered out of their order"
 # The two columns the chain adds to an event row, in the order the recorder binds them.
 CHAIN_COLUMNS = ("chain_position", "chain_hash")
 # Rows per page (one query each) while a verification walks the log.
@@ -255,6 +270,38 @@ class ChainWriter:
             .where(c.chain_position.is_not(None))
             .order_by(c.chain_position.desc())
             .limit(1)
+        )
+
+        # PostgreSQL: the checks of a write that links rows onto a head it did not read
+        # (the recorder's guess), run with its statements (`healthledger_check`, revision
+        # 0014: a failure aborts the transaction, its COMMIT too), so that the write needs
+        # no answer before its COMMIT (ADR 0025). That the head is `position`, `hash`
+        # (position 0: no row yet)...
+        guessed = bindparam("position", type_=c.chain_position.type)
+        # The highest position, read from the unique index's end (an EXISTS of a
+        # position above was planned as a scan of the whole table).
+        highest = func.coalesce(select(func.max(c.chain_position)).scalar_subquery(), 0)
+        at = exists().where(
+            c.chain_position == guessed,
+            c.chain_hash == bindparam("hash", type_=c.chain_hash.type),
+        )
+        self.head_is = CompiledStatement(
+            select(
+                func.healthledger_check(
+                    and_(highest == guessed, or_(guessed == 0, at)), literal(HEAD_MOVED)
+                )
+            )
+        )
+        # ... and that the rows from `first` to `last` were numbered in chain order.
+        a, b = table.alias("a"), table.alias("b")
+        out_of_order = exists().where(
+            b.c.chain_position == a.c.chain_position + 1,
+            a.c.chain_position >= bindparam("first", type_=c.chain_position.type),
+            a.c.chain_position < bindparam("last", type_=c.chain_position.type),
+            b.c.notification_id < a.c.notification_id,
+        )
+        self.in_order = CompiledStatement(
+            select(func.healthledger_check(~out_of_order, literal(OUT_OF_ORDER)))
         )
 
     def head(self, conn: Connection) -> tuple[int, bytes]:

@@ -26,9 +26,10 @@ from eventsourcing.persistence import (
     Subscription,
     Tracking,
 )
-from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, ChainWriter
+from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, HEAD_MOVED, ChainWriter
 from healthledger.adapters.eventstore.subscription import PollingSubscription
 from healthledger.adapters.persistence.database import Database, LogHead
+from healthledger.adapters.persistence.postgres import failed_check
 from healthledger.adapters.persistence.schema import snapshots, stored_events, tracking
 from healthledger.adapters.persistence.statements import (
     CompiledStatement,
@@ -213,15 +214,24 @@ class LedgerRecorder(ProcessRecorder):
         guess: tuple[int, bytes] | None,
     ) -> Inserted:
         """One write transaction: the events' rows, the tracking record, the effects.
-        Batched on PostgreSQL: two or three messages (ADR 0020)."""
-        with self.db.batched_write() as conn:
-            inserted = self.insert_rows(conn, stored, domain_events, guess)
-            if tracking is not None:
-                self.record_tracking(conn, tracking)
-            if self.on_record is not None and domain_events:
-                self.on_record(conn, domain_events)
-            # Before the COMMIT: the rows' numbering (and a guessed head) is checked.
-            inserted.ids = inserted.answer()
+        Batched on PostgreSQL: one round trip, or two when an answer is needed before
+        the COMMIT (ADR 0020, ADR 0025)."""
+        try:
+            with self.db.batched_write() as conn:
+                inserted = self.insert_rows(conn, stored, domain_events, guess)
+                if tracking is not None:
+                    self.record_tracking(conn, tracking)
+                if self.on_record is not None and domain_events:
+                    self.on_record(conn, domain_events)
+        except sa_exc.DBAPIError as exc:
+            failure = failed_check(exc)
+            if failure == HEAD_MOVED:
+                raise HeadMoved() from exc
+            if failure is not None:
+                raise RuntimeError(failure) from exc
+            raise
+        # The rows' numbers (on PostgreSQL, answered with the COMMIT).
+        inserted.ids = inserted.answer()
         return inserted
 
     def insert_rows(
@@ -243,7 +253,6 @@ class LedgerRecorder(ProcessRecorder):
             run(conn, self.lock_statement, None).close()
         rows: list[tuple[Any, ...]] = event_values(stored, domain_events)
         linked = head = None
-        check_head: Callable[[], None] = lambda: None  # noqa: E731
         if self.chain is not None:
             # SQLite: the head this recorder linked its last rows onto is still the head
             # while no other connection has committed since (ADR 0020).
@@ -251,8 +260,11 @@ class LedgerRecorder(ProcessRecorder):
             known = self.known_head
             onto = known[1] if known is not None and mark is not None and known[0] == mark else None
             if guess is not None:
+                # PostgreSQL: checked under the lock, before the rows, in the same round
+                # trip: a failure aborts the transaction (ADR 0025).
                 onto = guess
-                check_head = self.head_check(conn, guess)
+                position, chain_hash = guess
+                self.chain.head_is.execute(conn, {"position": position, "hash": chain_hash})
             links = self.chain.links(conn, rows, onto)
             rows = [(*row, *link) for row, link in zip(rows, links, strict=True)]
             linked = (links[0][0] - 1, links[-1][0])
@@ -279,34 +291,19 @@ class LedgerRecorder(ProcessRecorder):
                 for name, value in zip(self.columns, row, strict=True)
             }
             answers.append(self.insert_batch(conn, len(batch)).rows_later(conn, named))
+        if linked is not None and self.chain is not None:
+            # Chain order is notification order: rows numbered in another order than
+            # their places on the chain would break it. Checked with the statements, so
+            # a failure is rolled back, never stored (ADR 0025).
+            self.chain.in_order.execute(conn, {"first": linked[0] + 1, "last": linked[1]})
         # Each row by its stream and version, or by its place on the chain.
         keys = [(row[0], row[5] if self.chain is not None else row[1]) for row in rows]
 
         def notification_ids() -> list[int]:
             found = {(oid, key): nid for answer in answers for nid, oid, key in answer()}
-            check_head()
-            ids = [found[key] for key in keys]
-            if self.chain is not None and ids != sorted(ids):
-                # Chain order is notification order: rows numbered in another order
-                # than their places on the chain would break it. Rolled back, never
-                # stored (the COMMIT is not sent before this answer).
-                raise RuntimeError("the event rows were numbered out of their order")
-            return ids
+            return [found[key] for key in keys]
 
         return Inserted(notification_ids, linked, head)
-
-    def head_check(self, conn: Connection, guess: tuple[int, bytes]) -> Callable[[], None]:
-        """The chain's head read in the message that links rows onto `guess` (under the
-        lock, before them): what raises `HeadMoved` unless it was `guess`."""
-        assert self.chain is not None
-        chain = self.chain
-        answer = chain.head_query.rows_later(conn, {})
-
-        def check() -> None:
-            if chain.head_of(answer()) != guess:
-                raise HeadMoved()
-
-        return check
 
     def insert_batch(self, conn: Connection, count: int) -> CompiledStatement:
         """The INSERT of `count` event rows, binding their values row after row, each

@@ -156,6 +156,19 @@ def pipelined_read(
     return rows, cursor
 
 
+# The SQLSTATE of a failed `healthledger_check` (revision 0014).
+CHECK_FAILED = "HL001"
+
+
+def failed_check(exc: sa_exc.DBAPIError) -> str | None:
+    """The failure a `healthledger_check` raised, if that is what `exc` is."""
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) != CHECK_FAILED:
+        return None
+    diag = getattr(orig, "diag", None)
+    return getattr(diag, "message_primary", None) or str(orig)
+
+
 def statement_batch(conn: Connection) -> StatementBatch | None:
     found: StatementBatch | None = conn.info.get(BATCH)
     return found
@@ -205,6 +218,15 @@ def postgres_engine(url: URL, *, pool_size: int) -> Engine:
         # end.
         try:
             batch.send(then="COMMIT")
+        except BaseException:
+            # A statement failed, and the COMMIT was skipped with the rest of the
+            # pipeline: the transaction is aborted, and SQLAlchemy, whose commit failed,
+            # sends no ROLLBACK. psycopg's rollback ends it, so that the connection (a
+            # unit of work's, which may write again) is usable.
+            driver = conn.connection.driver_connection
+            if driver is not None:
+                driver.rollback()
+            raise
         finally:
             batch.close()
 

@@ -96,9 +96,9 @@ def test_a_create_is_two_messages_and_a_read_one(
     service.users.create_user(ctx, team.team_id, client_user_id="warm")
     with messages(service, tmp_path) as sent:
         user = service.users.create_user(ctx, team.team_id, client_user_id="counted")
-    # BEGIN, the lock, the chain's head, the events linked onto the head this process
-    # left, and the key (whose answers are read before the COMMIT); then the read models
-    # and the COMMIT.
+    # BEGIN, the lock, the check that the chain's head is the one this process left,
+    # the events linked onto it, their order's check, and the key (whose answer is read
+    # before the COMMIT); then the read models and the COMMIT.
     assert len(sent) == 2, sent
     first, last = ("\n".join(message) for message in sent)
     # Each statement parsed and bound on the server (psycopg's pipeline: no values
@@ -106,7 +106,9 @@ def test_a_create_is_two_messages_and_a_read_one(
     assert first.splitlines()[0] == 'P:"" "BEGIN" 0', first
     assert "LOCK TABLE" in first and "$1" in first, first
     assert "INSERT INTO stored_events" in first and "user_data_keys" in first, first
-    assert first.index("chain_position DESC") < first.index("INSERT INTO stored_events")
+    assert "chain_position DESC" not in first, first  # the head is checked, not read
+    assert first.index("healthledger_check") < first.index("INSERT INTO stored_events")
+    assert first.count("SELECT healthledger_check(") == 2, first
     assert "INSERT INTO users" in last and last.splitlines()[-1] == 'P:"" "COMMIT" 0', last
     with messages(service, tmp_path) as sent:
         found = service.user_queries.resolved_user(team.team_id, user.id)
@@ -127,13 +129,17 @@ def test_a_delete_of_a_user_this_process_saved_reads_the_head_not_its_events(
     # The user and its claim are known current: no read of their streams (the chain's
     # head is read once, for the unit of work).
     assert "stored_events.originator_version, stored_events.topic" not in statements
-    assert statements.count("chain_position DESC") == 2  # the unit's mark, the write's
-    # Three round trips: the unit's mark with what the deletion ends (its live
-    # connections and open orders, one statement), then the write's two.
-    assert len(sent) == 3, sent
-    first = "\n".join(sent[0])
+    assert statements.count("chain_position DESC") == 1  # the unit's mark
+    # Two round trips: the unit's mark with what the deletion ends (its live
+    # connections and open orders, one statement), then the whole write, its COMMIT
+    # included: its checks go with it (the head it links onto, the rows' order).
+    assert len(sent) == 2, sent
+    first, write = ("\n".join(message) for message in sent)
     assert first.index("chain_position DESC") < first.index("UNION ALL"), first
     assert "FROM connections" in first and "FROM orders" in first, first
+    assert write.count("SELECT healthledger_check(") == 2, write
+    assert write.splitlines()[0] == 'P:"" "BEGIN" 0', write
+    assert write.splitlines()[-1] == 'P:"" "COMMIT" 0', write
 
 
 def test_another_process_commit_makes_the_next_command_read_the_log(
