@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -106,20 +107,23 @@ class StatementBatch:
         # keeps the result of its last statement only); the others share one.
         shared = driver.cursor()
         answered: list[tuple[psycopg.Cursor[Any], Waiting]] = []
-        try:
-            with driver.pipeline():
-                for sql, params, many, answer in waiting:
-                    cursor = shared
-                    if answer is not None:
-                        if answer.wanted:
-                            cursor = driver.cursor()
-                            answered.append((cursor, answer))
-                        else:
-                            answer.result = []
-                    if many:
-                        cursor.executemany(sql, params)
+
+        def queue() -> None:
+            for sql, params, many, answer in waiting:
+                cursor = shared
+                if answer is not None:
+                    if answer.wanted:
+                        cursor = driver.cursor()
+                        answered.append((cursor, answer))
                     else:
-                        cursor.execute(sql, params)
+                        answer.result = []
+                if many:
+                    cursor.executemany(sql, params)
+                else:
+                    cursor.execute(sql, params)
+
+        try:
+            in_pipeline(driver, queue)
             for cursor, answer in answered:
                 answer.result = cursor.fetchall() if cursor.description is not None else []
         except error as exc:
@@ -134,6 +138,25 @@ class StatementBatch:
         """Nothing to free: each send closes its cursors."""
 
 
+def in_pipeline(driver: psycopg.Connection[Any], queue: Callable[[], None]) -> None:
+    """Run `queue` (statements executed on `driver`'s cursors) in one pipeline, and read
+    their answers. A failed statement is raised as its own error, once: psycopg may find
+    it while the statements are still being queued, and would then log the pipeline's
+    end (aborted) as an error it ignored, and raise that end instead if it were caught."""
+    failed: psycopg.Error | None = None
+    try:
+        with driver.pipeline():
+            try:
+                queue()
+            except psycopg.Error as exc:
+                failed = exc  # the pipeline's end then reports it aborted
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
+
+
 def pipelined_read(
     conn: Connection, first: tuple[str, Any], then: tuple[str, Any]
 ) -> tuple[list[tuple[Any, ...]], psycopg.Cursor[Any]]:
@@ -143,10 +166,13 @@ def pipelined_read(
     assert isinstance(driver, psycopg.Connection)
     error = conn.dialect.loaded_dbapi.Error
     head, cursor = driver.cursor(), driver.cursor()
+
+    def queue() -> None:
+        head.execute(*first)
+        cursor.execute(*then)
+
     try:
-        with driver.pipeline():
-            head.execute(*first)
-            cursor.execute(*then)
+        in_pipeline(driver, queue)
         rows = head.fetchall()
     except error as exc:
         cursor.close()
