@@ -191,14 +191,17 @@ def test_a_failure_found_while_a_long_batch_is_sent_is_raised_as_itself_and_logs
     _postgres_only(service)
     user_id = uuid.uuid4()
     due = datetime(2030, 1, 1, tzinfo=UTC)
-    with caplog.at_level(logging.WARNING, logger="psycopg"):
-        with pytest.raises(sa_exc.IntegrityError), service.db.batched_write() as conn:
-            INSERT_PENDING.execute(conn, {"user_id": user_id, "due_at": due})
-            INSERT_PENDING.execute(conn, {"user_id": user_id, "due_at": due})
-            # Enough after it that psycopg reads the failure while still sending them
-            # (the pipeline's end is then aborted, which psycopg would log).
-            for _ in range(3000):
-                INSERT_PENDING.execute(conn, {"user_id": uuid.uuid4(), "due_at": due})
+    with (
+        caplog.at_level(logging.WARNING, logger="psycopg"),
+        pytest.raises(sa_exc.IntegrityError),
+        service.db.batched_write() as conn,
+    ):
+        INSERT_PENDING.execute(conn, {"user_id": user_id, "due_at": due})
+        INSERT_PENDING.execute(conn, {"user_id": user_id, "due_at": due})
+        # Enough after it that psycopg reads the failure while still sending them (the
+        # pipeline's end is then aborted, which psycopg would log).
+        for _ in range(3000):
+            INSERT_PENDING.execute(conn, {"user_id": uuid.uuid4(), "due_at": due})
     assert [r.getMessage() for r in caplog.records] == []
     assert _pending(service) == 0
     with service.db.batched_write() as conn:
