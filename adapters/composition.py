@@ -29,7 +29,7 @@ from healthledger.adapters.persistence.deletion_cascade import deletion_cascade
 from healthledger.adapters.persistence.erasure_claims import ErasureClaims
 from healthledger.adapters.persistence.health_data_queries import HealthDataQueries
 from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
-from healthledger.adapters.persistence.key_store import KeyStore, open_master_key
+from healthledger.adapters.persistence.key_store import KEY_REFUSED, KeyStore, open_master_key
 from healthledger.adapters.persistence.lab_test_queries import LabTestQueries
 from healthledger.adapters.persistence.link_token_queries import LinkTokenQueries
 from healthledger.adapters.persistence.master_key import master_key_source
@@ -245,6 +245,8 @@ def build_service(
 
     recorder = LedgerRecorder(db, on_record, chained=chained)
     recorder.add_commit_listener(key_store.forget_stored_keys)
+    # PostgreSQL: a new user's key refused on the server fails the create's COMMIT.
+    recorder.on_failed_check(KEY_REFUSED, lambda: key_store.refused())
     ledger = Ledger(
         LedgerInfrastructure(recorder, SnapshotRecorder(db)),
         # Long-lived users replay from a snapshot; erasure deletes their snapshots.

@@ -126,6 +126,8 @@ class LedgerRecorder(ProcessRecorder):
         # replaced whole under the lock, so a commit reads it without one.
         self.listeners_lock = threading.Lock()
         self.listeners: tuple[CommitListener, ...] = ()
+        # PostgreSQL: the errors of failed checks, by failure (`on_failed_check`).
+        self.check_failures: dict[str, Callable[[], BaseException]] = {}
         events = tables.events
         chain = self.chain
         db.add_log_writer(
@@ -150,6 +152,12 @@ class LedgerRecorder(ProcessRecorder):
         # An exclusive table lock (readers still read) makes notification ids commit in
         # the order they are assigned, so a follower never skips a late id.
         self.lock_statement = f"LOCK TABLE {events.name} IN EXCLUSIVE MODE"
+
+    def on_failed_check(self, failure: str, error: Callable[[], BaseException]) -> None:
+        """PostgreSQL: what a write raises when a check that `on_record` sent with its
+        statements failed with `failure` (`healthledger_check`, ADR 0025); any other
+        failure is a `RuntimeError`."""
+        self.check_failures[failure] = error
 
     # -- writing ------------------------------------------------------------------------
 
@@ -225,11 +233,12 @@ class LedgerRecorder(ProcessRecorder):
                     self.on_record(conn, domain_events)
         except sa_exc.DBAPIError as exc:
             failure = failed_check(exc)
+            if failure is None:
+                raise
             if failure == HEAD_MOVED:
                 raise HeadMoved() from exc
-            if failure is not None:
-                raise RuntimeError(failure) from exc
-            raise
+            found = self.check_failures.get(failure)
+            raise (RuntimeError(failure) if found is None else found()) from exc
         # The rows' numbers (on PostgreSQL, answered with the COMMIT).
         inserted.ids = inserted.answer()
         return inserted

@@ -43,8 +43,10 @@ from sqlalchemy import (
     Uuid,
     bindparam,
     delete,
+    exists,
     func,
     insert,
+    literal,
     select,
     update,
 )
@@ -188,6 +190,11 @@ def open_master_key(
     return key
 
 
+# Why a new user's key was not stored with its events (another process rotated the master
+# key meanwhile): the create tries again, with the rotated master key.
+KEY_REFUSED = "the master key was rotated: store the new key again"
+
+
 class KeyStore:
     """Implements the domain's PersonalDataVault port with AES-GCM."""
 
@@ -213,6 +220,21 @@ class KeyStore:
         self.reload_lock = threading.Lock()
         # Every create runs it (a new user's key): compiled once (ADR 0014).
         self.insert_key = CompiledStatement(self.insert_key_statement(tables, db.is_sqlite))
+        # PostgreSQL: that the key was stored, checked on the server with the create's
+        # statements (revision 0014), so the create needs no answer before its COMMIT
+        # (ADR 0025); a refusal fails the COMMIT, and the recorder raises `refused()`.
+        keys = tables.keys
+        self.key_stored = CompiledStatement(
+            select(
+                func.healthledger_check(
+                    exists().where(
+                        keys.c.user_id == bindparam("uid", type_=keys.c.user_id.type),
+                        keys.c.wrapped_key == bindparam("wrapped", type_=keys.c.wrapped_key.type),
+                    ),
+                    literal(KEY_REFUSED),
+                )
+            )
+        )
         # The data keys of users being created (`new_key`), by user id: held here until
         # the transaction that records the user's first events stores them
         # (`store_new_keys`), and dropped once it commits (`forget_stored_keys`).
@@ -250,9 +272,17 @@ class KeyStore:
                 continue
             master = self.master
             values = self._insert_key(user_id, master.wrap(user_id, data_key), master)
-            if not self.insert_key.rows(conn, values):
-                self.reload_if_rotated()
-                raise IntegrityError("the master key was rotated: store the new key again")
+            if not self.db.is_sqlite:
+                self.insert_key.execute(conn, values)
+                self.key_stored.execute(conn, {"uid": user_id, "wrapped": values["wrapped"]})
+            elif not self.insert_key.rows(conn, values):
+                raise self.refused()
+
+    def refused(self) -> IntegrityError:
+        """What a new user's key refused by the master key's rotation raises (after the
+        rotated master key is taken): the command tries again."""
+        self.reload_if_rotated()
+        return IntegrityError(KEY_REFUSED)
 
     def forget_stored_keys(self, events: Sequence[Any]) -> None:
         """After a commit (a commit listener): the new keys it stored are the table's now."""

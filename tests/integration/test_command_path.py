@@ -90,27 +90,29 @@ def messages(service: Service, directory: Path) -> Iterator[list[list[str]]]:
                     message = []
 
 
-def test_a_create_is_two_messages_and_a_read_one(
+def test_a_create_is_one_round_trip_and_a_read_one(
     service: Service, team: Team, ctx: CommandContext, tmp_path: Path
 ) -> None:
     _postgres_only(service)
     service.users.create_user(ctx, team.team_id, client_user_id="warm")
     with messages(service, tmp_path) as sent:
         user = service.users.create_user(ctx, team.team_id, client_user_id="counted")
-    # BEGIN, the lock, the check that the chain's head is the one this process left,
-    # the events linked onto it, their order's check, and the key (whose answer is read
-    # before the COMMIT); then the read models and the COMMIT.
-    assert len(sent) == 2, sent
-    first, last = ("\n".join(message) for message in sent)
+    # BEGIN, the lock, the check that the chain's head is the one this process left, the
+    # events linked onto it, their order's check, the key and its check, the read models
+    # and the COMMIT: the checks run on the server, so no answer is needed before the
+    # COMMIT (ADR 0025).
+    assert len(sent) == 1, sent
+    write = "\n".join(sent[0])
     # Each statement parsed and bound on the server (psycopg's pipeline: no values
     # quoted into the SQL text), prepared once it has run a few times.
-    assert first.splitlines()[0] == 'P:"" "BEGIN" 0', first
-    assert "LOCK TABLE" in first and "$1" in first, first
-    assert "INSERT INTO stored_events" in first and "user_data_keys" in first, first
-    assert "chain_position DESC" not in first, first  # the head is checked, not read
-    assert first.index("healthledger_check") < first.index("INSERT INTO stored_events")
-    assert first.count("SELECT healthledger_check(") == 2, first
-    assert "INSERT INTO users" in last and last.splitlines()[-1] == 'P:"" "COMMIT" 0', last
+    assert write.splitlines()[0] == 'P:"" "BEGIN" 0', write
+    assert "LOCK TABLE" in write and "$1" in write, write
+    assert "chain_position DESC" not in write, write  # the head is checked, not read
+    assert write.index("SELECT healthledger_check(") < write.index("INSERT INTO stored_events")
+    key = write.index("INSERT INTO user_data_keys")
+    assert write.index("SELECT healthledger_check(", key) < write.index("INSERT INTO users")
+    assert write.count("SELECT healthledger_check(") == 3, write
+    assert write.splitlines()[-1] == 'P:"" "COMMIT" 0', write
     with messages(service, tmp_path) as sent:
         found = service.user_queries.resolved_user(team.team_id, user.id)
     assert found is not None

@@ -5,7 +5,8 @@ transaction on PostgreSQL goes with its statements and needs no answer before th
 `healthledger_check(ok, failure)` is true when `ok` is; otherwise it raises SQLSTATE
 HL001 with `failure` as the message, which aborts the transaction: PostgreSQL skips the
 rest of the pipeline, the COMMIT too. The recorder checks with it that the chain's head
-is the one it linked new rows onto, and that they were numbered in chain order. SQLite
+is the one it linked new rows onto, and that they were numbered in chain order; the key
+store, that a new user's key was stored (the master key not rotated meanwhile). SQLite
 has no such function, and needs none: its one writer reads its answers at once.
 Self-contained: no import of the application's schema.
 
