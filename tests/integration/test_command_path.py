@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.eventstore.chain import OUT_OF_ORDER
 from healthledger.adapters.persistence import postgres
 from healthledger.adapters.persistence.schema import pending_erasures
 from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
@@ -301,3 +302,70 @@ def test_commands_of_several_threads_at_once_stay_consistent(
         assert service.user_queries.status(user_id) == PENDING_ERASURE
     verified = service.chain.verify()
     assert verified.ok, verified.problem
+
+
+def test_a_head_changed_in_place_fails_the_guessed_write_which_reads_the_head_again(
+    service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+) -> None:
+    # The unique index on chain_position catches a head another process moved; only the
+    # server-side check catches a head whose hash is not the one this process left (a
+    # row changed in place, which only tampering does): the write is done again onto the
+    # head as stored, which it reads first.
+    _postgres_only(service)
+    service.users.create_user(ctx, team.team_id, client_user_id="before")
+    with service.db.write() as conn:
+        conn.exec_driver_sql(
+            "UPDATE stored_events SET chain_hash = decode(repeat('ab', 32), 'hex') "
+            "WHERE chain_position = (SELECT max(chain_position) FROM stored_events)"
+        )
+    with messages(service, tmp_path) as sent:
+        service.users.create_user(ctx, team.team_id, client_user_id="after")
+    statements = "\n".join(s for m in sent for s in m)
+    assert statements.count("SELECT healthledger_check(") >= 1
+    assert "chain_position DESC" in statements  # read again, after the check failed
+    with service.db.read() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT chain_position, chain_hash FROM stored_events "
+            "ORDER BY chain_position DESC LIMIT 3"
+        ).all()
+    chain = service.recorder.chain
+    assert chain is not None
+    tampered = (int(rows[2][0]), bytes(rows[2][1]))
+    assert tampered[1] == bytes.fromhex("ab" * 32)
+    # The new rows link onto the stored (tampered) hash, not onto the one remembered.
+    with service.db.read() as conn:
+        stored = conn.exec_driver_sql(
+            "SELECT originator_id, originator_version, topic, state, timestamp "
+            "FROM stored_events WHERE chain_position > %(p)s ORDER BY chain_position",
+            {"p": tampered[0]},
+        ).all()
+        links = chain.links(conn, [tuple(row) for row in stored], tampered)
+    assert [(int(p), bytes(h)) for p, h in reversed(rows[:2])] == links
+
+
+def test_a_write_check_of_the_rows_order_fails_rows_numbered_out_of_chain_order(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    _postgres_only(service)
+    for n in range(2):
+        service.users.create_user(ctx, team.team_id, client_user_id=f"ordered-{n}")
+    chain = service.recorder.chain
+    assert chain is not None
+    with service.db.read() as conn:
+        last = conn.exec_driver_sql("SELECT max(chain_position) FROM stored_events").scalar_one()
+    with service.db.batched_write() as conn:
+        chain.in_order.execute(conn, {"first": last - 3, "last": last})
+    # Two neighbours' numbers swapped: the check fails, and nothing of its write stays.
+    with pytest.raises(sa_exc.DBAPIError) as failed, service.db.batched_write() as conn:
+        conn.exec_driver_sql(
+            "UPDATE stored_events SET notification_id = -notification_id "
+            "WHERE chain_position IN (%(a)s, %(b)s)",
+            {"a": last - 1, "b": last},
+        )
+        chain.in_order.execute(conn, {"first": last - 3, "last": last})
+    assert postgres.failed_check(failed.value) == OUT_OF_ORDER
+    with service.db.read() as conn:
+        negative = conn.exec_driver_sql(
+            "SELECT count(*) FROM stored_events WHERE notification_id < 0"
+        ).scalar_one()
+    assert negative == 0
