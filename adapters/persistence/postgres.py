@@ -21,7 +21,9 @@ psycopg begins a transaction with a BEGIN of its own (ADR 0020). So:
   order, in one psycopg pipeline with the next statement whose answer is read (ADR
   0025): each is parsed and bound on the server with its values as parameters (psycopg
   prepares a statement once it has run a few times on a connection), and one Sync ends
-  them, so a command's transaction is still two or three round trips. It stays
+  them. A command's transaction is one round trip: its checks run on the server with
+  its statements (`healthledger_check`, revision 0014), and only a statement whose
+  answer is read before the COMMIT makes a second one. It stays
   SQLAlchemy's transaction: the connection is in the driver's autocommit, so psycopg
   sends no BEGIN of its own, and the `begin` event queues one (as `sqlite.py`'s begin
   event emits SQLite's); the `commit` event sends what waits with a COMMIT (an error of
@@ -133,9 +135,6 @@ class StatementBatch:
             shared.close()
             for cursor, _ in answered:
                 cursor.close()
-
-    def close(self) -> None:
-        """Nothing to free: each send closes its cursors."""
 
 
 def in_pipeline(driver: psycopg.Connection[Any], queue: Callable[[], None]) -> None:
@@ -253,16 +252,12 @@ def postgres_engine(url: URL, *, pool_size: int) -> Engine:
             if driver is not None:
                 driver.rollback()
             raise
-        finally:
-            batch.close()
 
     @event.listens_for(engine, "rollback")
     def _rollback(conn: Connection) -> None:
         # What waits is dropped unsent; SQLAlchemy's ROLLBACK follows (psycopg sends it
         # only if the BEGIN went).
-        batch: StatementBatch | None = conn.info.pop(BATCH, None)
-        if batch is not None:
-            batch.close()
+        conn.info.pop(BATCH, None)
 
     return engine
 
