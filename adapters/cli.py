@@ -145,7 +145,15 @@ def _parser() -> argparse.ArgumentParser:
         type=_position,
         default=None,
         metavar="N",
-        help="events projected per transaction (default 5000)",
+        help="events decoded and projected per page (default 5000)",
+    )
+    rebuild.add_argument(
+        "--commit-events",
+        type=_position,
+        default=None,
+        metavar="N",
+        help="events per transaction, in whole pages (default 20000): what a crash makes "
+        "the resumed rebuild project again",
     )
     replay_until = commands.add_parser(
         "replay",
@@ -402,7 +410,7 @@ def _run(args: argparse.Namespace, service: Any) -> int:
         return sign_command(service.chain, out)
 
     if args.command == "rebuild":
-        return _rebuild(service, args.restart, args.batch_events, out)
+        return _rebuild(service, args.restart, args.batch_events, args.commit_events, out)
 
     ctx = CommandContext.system(OPERATOR_CLI)
     if args.command == "keys" and args.keys_command == "rotate-master":
@@ -482,11 +490,14 @@ def _replay(service: Any, until: datetime, into: Path, force: bool) -> int:
     return 0
 
 
-def _rebuild(service: Any, restart: bool, batch_events: int | None, out: Any) -> int:
+def _rebuild(
+    service: Any, restart: bool, batch_events: int | None, commit_events: int | None, out: Any
+) -> int:
     """`rebuild`: the read models projected again into tables beside the live ones, then
     swapped in; an interrupted rebuild is resumed where it stopped (ADR 0021)."""
     from healthledger.adapters.persistence.projections.rebuild import (
         BATCH_EVENTS,
+        COMMIT_EVENTS,
         rebuild_read_models,
         unfinished_rebuild,
     )
@@ -501,6 +512,7 @@ def _rebuild(service: Any, restart: bool, batch_events: int | None, out: Any) ->
             service.ledger.mapper,
             progress=bar.update,
             batch_events=batch_events or BATCH_EVENTS,
+            commit_events=commit_events or COMMIT_EVENTS,
             restart=restart,
         )
     resumed = f", resumed after event {rebuilt.resumed_from}" if rebuilt.resumed_from else ""

@@ -40,7 +40,10 @@ def test_a_killed_rebuild_is_resumed_by_the_next_to_the_same_read_models(
         "HEALTHLEDGER_MASTER_KEY_FILE": str(settings.master_key_file),
     }
     rebuilding = subprocess.Popen(
-        [sys.executable, "-m", "healthledger.adapters.cli", "rebuild", "--batch-events", "1"],
+        [
+            *(sys.executable, "-m", "healthledger.adapters.cli", "rebuild"),
+            *("--batch-events", "1", "--commit-events", "1"),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -4,6 +4,7 @@ as the log was written; resumable where it stopped after an interruption or a cr
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -97,9 +98,14 @@ def test_a_rebuild_makes_the_read_models_the_log_made(
         "stream_owners",
     }
     events = events_after(service)
-    # Pages of 7 events: every kind of event meets a page boundary somewhere.
+    # Pages of 7 events, two a transaction: every kind of event meets a page boundary
+    # and a commit somewhere.
     rebuilt = rebuild_read_models(
-        service.read_models, service.recorder, service.ledger.mapper, batch_events=7
+        service.read_models,
+        service.recorder,
+        service.ledger.mapper,
+        batch_events=7,
+        commit_events=14,
     )
     assert (rebuilt.events, rebuilt.resumed_from) == (events, 0)
     assert read_models(service) == before
@@ -127,6 +133,7 @@ def test_an_interrupted_rebuild_resumes_where_it_stopped(
             service.recorder,
             service.ledger.mapper,
             batch_events=10,
+            commit_events=10,
             progress=interrupted_after_three_pages,
         )
     stopped_at = unfinished_rebuild(service.db)
@@ -148,7 +155,11 @@ def test_an_interrupted_rebuild_resumes_where_it_stopped(
         patched.setattr(rebuild.PageProjector, "project", crashing)
         with pytest.raises(RuntimeError):
             rebuild_read_models(
-                service.read_models, service.recorder, service.ledger.mapper, batch_events=10
+                service.read_models,
+                service.recorder,
+                service.ledger.mapper,
+                batch_events=10,
+                commit_events=10,
             )
     assert unfinished_rebuild(service.db) == stopped_at
     assert read_models(service) == moved_on
@@ -160,6 +171,83 @@ def test_an_interrupted_rebuild_resumes_where_it_stopped(
     assert resumed.events == events_after(service, stopped_at)
     assert read_models(service) == moved_on
     assert unfinished_rebuild(service.db) is None
+
+
+def test_a_crash_loses_only_the_pages_since_the_last_commit(
+    service: Service, team: Team, other_team: Team, ctx: CommandContext
+) -> None:
+    """Pages go several to a transaction: a crash in the fifth page of ten events, with
+    thirty events a transaction, leaves the shadow where the first transaction ended
+    (the fourth page rolled back with the fifth), and the resumed rebuild projects the
+    rest."""
+    write_a_log(service, team, other_team, ctx)
+    before = read_models(service)
+    e = stored_events.c
+    with service.db.read() as conn:
+        first_commit = conn.execute(
+            select(e.notification_id).order_by(e.notification_id).offset(29).limit(1)
+        ).scalar_one()
+    told: list[int] = []
+    real_project = rebuild.PageProjector.project
+    projected = {"pages": 0}
+
+    def crashing_in_the_fifth_page(self: Any, conn: Any, page: Any) -> None:
+        projected["pages"] += 1
+        real_project(self, conn, page)
+        if projected["pages"] == 5:
+            raise RuntimeError("killed mid-transaction")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(rebuild.PageProjector, "project", crashing_in_the_fifth_page)
+        with pytest.raises(RuntimeError):
+            rebuild_read_models(
+                service.read_models,
+                service.recorder,
+                service.ledger.mapper,
+                batch_events=10,
+                commit_events=30,
+                progress=told.append,
+            )
+    # Told of what was committed only: the first transaction's thirty events.
+    assert told == [30]
+    assert unfinished_rebuild(service.db) == first_commit
+    assert read_models(service) == before
+
+    resumed = rebuild_read_models(
+        service.read_models,
+        service.recorder,
+        service.ledger.mapper,
+        batch_events=10,
+        commit_events=30,
+    )
+    assert resumed.resumed_from == first_commit
+    assert resumed.events == events_after(service, first_commit)
+    assert read_models(service) == before
+    assert unfinished_rebuild(service.db) is None
+
+
+def test_the_heap_is_frozen_while_a_rebuild_runs_and_given_back_after() -> None:
+    """`frozen_heap` leaves what existed before out of the collector's passes, and gives
+    it back; a heap frozen already (this suite freezes its own) is left as it was."""
+    frozen_by_the_suite = gc.get_freeze_count()
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        with rebuild.frozen_heap():
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() == 0
+        with pytest.raises(RuntimeError), rebuild.frozen_heap():
+            raise RuntimeError("a rebuild that fails gives the heap back too")
+        assert gc.get_freeze_count() == 0
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        with rebuild.frozen_heap():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+        if frozen_by_the_suite:
+            gc.freeze()
 
 
 def test_restart_drops_an_unfinished_rebuild_and_starts_over(

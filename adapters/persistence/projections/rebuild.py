@@ -5,7 +5,8 @@ tables beside the live ones, in batches, then swapped in (ADR 0021).
   read model are skipped undecoded), its users' keys read in one query, and projected by
   the read models' own handlers with their writes held and run together
   (`statements.held_writes`: an `executemany` per run of one statement, a pipeline on
-  PostgreSQL). One transaction per page, which also records the position reached.
+  PostgreSQL). Pages go about `commit_events` at a time in one transaction, which also
+  records the position reached (ADR 0026).
 - The new tables are the *shadow*: on SQLite a file of its own beside the database
   (`<database>-rebuild`), opened with the database attached, so that an unqualified table
   name finds the shadow's read models first and the database's event log and key store
@@ -21,12 +22,16 @@ tables beside the live ones, in batches, then swapped in (ADR 0021).
   there (`restart` starts over). A shadow made for other table definitions (a migration
   since) is started over.
 
+While it runs, the objects the process had before it are left out of the garbage
+collector's passes (`frozen_heap`, ADR 0026).
+
 A rebuild never runs the erasure effects (it destroys no key); an erasure made while it
 runs reaches the shadow with the tail, before the swap.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 from abc import ABC, abstractmethod
@@ -66,8 +71,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("healthledger.rebuild")
 
-# Events per page, and so per transaction.
+# Events per page: what is decoded, and its writes held, at once.
 BATCH_EVENTS = 5_000
+# Events per transaction, in whole pages. A commit writes every database page that its
+# rows touched, and rows keyed by random ids touch most pages of the shadow's tables, so
+# each commit writes about the whole shadow again (SQLite: into its WAL, then the file):
+# four pages a commit wrote a third of what one did, in a rebuild 18% faster (ADR 0026).
+# A crash loses the pages since the last commit; the resumed rebuild projects them again.
+COMMIT_EVENTS = 20_000
 
 # The shadow's own record of how far it got (one row), in the shadow only: it goes with it.
 progress_metadata = MetaData()
@@ -107,45 +118,75 @@ def rebuild_read_models(
     *,
     progress: Callable[[int], None] = lambda n: None,
     batch_events: int = BATCH_EVENTS,
+    commit_events: int = COMMIT_EVENTS,
     restart: bool = False,
 ) -> Rebuilt:
-    """Rebuild every read model from the log of `recorder` (see the module's docstring)."""
+    """Rebuild every read model from the log of `recorder` (see the module's docstring).
+    `progress` is told the events of each transaction once it is committed."""
     shadow = shadow_of(read_models.db)
-    try:
-        if restart:
-            shadow.discard()
-        projector = PageProjector(read_models, recorder, mapper)
-        with shadow.engine().connect() as conn:
-            position = shadow.position(conn)
-            resumed = position or 0
-            if position is None:
-                shadow.create(conn)
-                position = 0
-            elif resumed:
-                log.info("resuming the rebuild after event %d", resumed)
-            replayed = 0
-            while True:
-                page = projector.read(position, batch_events)
-                if page is None:
-                    break
-                with conn.begin():
-                    projector.project(conn, page.events)
-                    conn.execute(update(rebuild_progress).values(position=page.last))
-                position = page.last
-                replayed += page.size
-                progress(page.size)
-            # The events written meanwhile, and the swap, under the log's write lock.
-            with shadow.swapping(conn, recorder):
-                while (page := projector.read(position, batch_events)) is not None:
-                    projector.project(conn, page.events)
-                    position = page.last
-                    replayed += page.size
-                    progress(page.size)
-                shadow.swap(conn)
-        shadow.remove()
-    finally:
-        shadow.dispose()
+    with frozen_heap():
+        try:
+            if restart:
+                shadow.discard()
+            projector = PageProjector(read_models, recorder, mapper)
+            with shadow.engine().connect() as conn:
+                position = shadow.position(conn)
+                resumed = position or 0
+                if position is None:
+                    shadow.create(conn)
+                    position = 0
+                elif resumed:
+                    log.info("resuming the rebuild after event %d", resumed)
+                replayed, done = 0, False
+                while not done:
+                    with conn.begin():
+                        taken = 0
+                        while taken < commit_events:
+                            page = projector.read(position, batch_events)
+                            if page is None:
+                                done = True
+                                break
+                            projector.project(conn, page.events)
+                            position = page.last
+                            taken += page.size
+                        if taken:
+                            conn.execute(update(rebuild_progress).values(position=position))
+                    replayed += taken
+                    if taken:
+                        progress(taken)
+                # The events written meanwhile, and the swap, under the log's write lock.
+                with shadow.swapping(conn, recorder):
+                    while (page := projector.read(position, batch_events)) is not None:
+                        projector.project(conn, page.events)
+                        position = page.last
+                        replayed += page.size
+                        progress(page.size)
+                    shadow.swap(conn)
+            shadow.remove()
+        finally:
+            shadow.dispose()
     return Rebuilt(replayed, resumed)
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """The objects that exist now left out of the garbage collector's passes while the
+    block runs (`gc.freeze`), then given back (`gc.unfreeze`).
+
+    A page's events and rows live until it is written, so the collector's young passes
+    keep promoting them, and its full passes follow: each walked the whole heap (the
+    service's modules, SQLAlchemy's and the application's objects) for garbage that is
+    only ever in the page. Frozen, that heap is skipped: a rebuild 10% faster (ADR 0026).
+    A process that froze its heap itself (a preforking server's parent, the test suite)
+    keeps its freeze as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass(frozen=True)
