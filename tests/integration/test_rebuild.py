@@ -77,6 +77,31 @@ def write_a_log(service: Service, team: Team, other_team: Team, ctx: CommandCont
         service.dispatcher.follow()
 
 
+def rebuild_of(service: Service, **options: Any) -> rebuild.Rebuilt:
+    """`rebuild_read_models` of the service's read models, log and mapper."""
+    return rebuild_read_models(
+        service.read_models, service.recorder, service.ledger.mapper, **options
+    )
+
+
+def rebuild_crashing_in_page(service: Service, crash_in: int, **options: Any) -> None:
+    """A rebuild (`rebuild_read_models` with `options`) killed once it has projected its
+    `crash_in`-th page, before that page's transaction commits."""
+    real_project = rebuild.PageProjector.project
+    projected = {"pages": 0}
+
+    def crashing(self: Any, conn: Any, page: Any) -> None:
+        projected["pages"] += 1
+        real_project(self, conn, page)
+        if projected["pages"] == crash_in:
+            raise RuntimeError("killed mid-transaction")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(rebuild.PageProjector, "project", crashing)
+        with pytest.raises(RuntimeError, match="killed mid-transaction"):
+            rebuild_of(service, **options)
+
+
 def test_a_rebuild_makes_the_read_models_the_log_made(
     service: Service, team: Team, other_team: Team, ctx: CommandContext
 ) -> None:
@@ -100,10 +125,8 @@ def test_a_rebuild_makes_the_read_models_the_log_made(
     events = events_after(service)
     # Pages of 7 events, two a transaction: every kind of event meets a page boundary
     # and a commit somewhere.
-    rebuilt = rebuild_read_models(
-        service.read_models,
-        service.recorder,
-        service.ledger.mapper,
+    rebuilt = rebuild_of(
+        service,
         batch_events=7,
         commit_events=14,
     )
@@ -128,10 +151,8 @@ def test_an_interrupted_rebuild_resumes_where_it_stopped(
             raise KeyboardInterrupt  # Ctrl-C once the third page committed
 
     with pytest.raises(KeyboardInterrupt):
-        rebuild_read_models(
-            service.read_models,
-            service.recorder,
-            service.ledger.mapper,
+        rebuild_of(
+            service,
             batch_events=10,
             commit_events=10,
             progress=interrupted_after_three_pages,
@@ -145,28 +166,11 @@ def test_an_interrupted_rebuild_resumes_where_it_stopped(
     moved_on = read_models(service)
 
     # A crash in the middle of the next page: that page's transaction is rolled back.
-    real_project = rebuild.PageProjector.project
-
-    def crashing(self: Any, conn: Any, page: Any) -> None:
-        real_project(self, conn, page)
-        raise RuntimeError("killed mid-page")
-
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(rebuild.PageProjector, "project", crashing)
-        with pytest.raises(RuntimeError):
-            rebuild_read_models(
-                service.read_models,
-                service.recorder,
-                service.ledger.mapper,
-                batch_events=10,
-                commit_events=10,
-            )
+    rebuild_crashing_in_page(service, 1, batch_events=10, commit_events=10)
     assert unfinished_rebuild(service.db) == stopped_at
     assert read_models(service) == moved_on
 
-    resumed = rebuild_read_models(
-        service.read_models, service.recorder, service.ledger.mapper, batch_events=10
-    )
+    resumed = rebuild_of(service, batch_events=10)
     assert resumed.resumed_from == stopped_at
     assert resumed.events == events_after(service, stopped_at)
     assert read_models(service) == moved_on
@@ -188,35 +192,14 @@ def test_a_crash_loses_only_the_pages_since_the_last_commit(
             select(e.notification_id).order_by(e.notification_id).offset(29).limit(1)
         ).scalar_one()
     told: list[int] = []
-    real_project = rebuild.PageProjector.project
-    projected = {"pages": 0}
-
-    def crashing_in_the_fifth_page(self: Any, conn: Any, page: Any) -> None:
-        projected["pages"] += 1
-        real_project(self, conn, page)
-        if projected["pages"] == 5:
-            raise RuntimeError("killed mid-transaction")
-
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(rebuild.PageProjector, "project", crashing_in_the_fifth_page)
-        with pytest.raises(RuntimeError):
-            rebuild_read_models(
-                service.read_models,
-                service.recorder,
-                service.ledger.mapper,
-                batch_events=10,
-                commit_events=30,
-                progress=told.append,
-            )
+    rebuild_crashing_in_page(service, 5, batch_events=10, commit_events=30, progress=told.append)
     # Told of what was committed only: the first transaction's thirty events.
     assert told == [30]
     assert unfinished_rebuild(service.db) == first_commit
     assert read_models(service) == before
 
-    resumed = rebuild_read_models(
-        service.read_models,
-        service.recorder,
-        service.ledger.mapper,
+    resumed = rebuild_of(
+        service,
         batch_events=10,
         commit_events=30,
     )
@@ -260,17 +243,13 @@ def test_restart_drops_an_unfinished_rebuild_and_starts_over(
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        rebuild_read_models(
-            service.read_models,
-            service.recorder,
-            service.ledger.mapper,
+        rebuild_of(
+            service,
             batch_events=10,
             progress=stop,
         )
     assert unfinished_rebuild(service.db) is not None
-    rebuilt = rebuild_read_models(
-        service.read_models, service.recorder, service.ledger.mapper, restart=True
-    )
+    rebuilt = rebuild_of(service, restart=True)
     assert (rebuilt.events, rebuilt.resumed_from) == (events_after(service), 0)
     assert read_models(service) == before
     assert unfinished_rebuild(service.db) is None
