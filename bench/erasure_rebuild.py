@@ -17,9 +17,9 @@ Sections:
 - `rebuild`: a log of about `--events` (200,000) events (users created, their settings
   changed, a third deleted, some with a demo connection and its pulls, webhook
   deliveries queued about them), rebuilt by `healthledger rebuild`'s code
-  (`rebuild_read_models`: pages, held writes, one transaction per page, shadow tables
-  swapped in). Baseline: reading and decoding the same log in the same pages without
-  projecting it. Targets: 50,000 events/s on SQLite, 25,000 on PostgreSQL.
+  (`rebuild_read_models`: pages, held writes, whole pages up to 20,000 events a
+  transaction, shadow tables swapped in). Baseline: reading and decoding the same log in
+  the same pages without projecting it. Targets: 50,000 events/s on SQLite, 25,000 on PostgreSQL.
   On SQLite it also prints the *floor* of this design (`sqlite_floor`): the baseline's
   reading and decoding, plus raw sqlite3 writing the read models' final rows into the
   rebuild's own shadow, committed as often, and its swap; no projection at all.

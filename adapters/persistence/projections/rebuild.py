@@ -137,23 +137,15 @@ def rebuild_read_models(
                     position = 0
                 elif resumed:
                     log.info("resuming the rebuild after event %d", resumed)
-                replayed, done = 0, False
-                while not done:
-                    with conn.begin():
-                        taken = 0
-                        while taken < commit_events:
-                            page = projector.read(position, batch_events)
-                            if page is None:
-                                done = True
-                                break
-                            projector.project(conn, page.events)
-                            position = page.last
-                            taken += page.size
-                        if taken:
-                            conn.execute(update(rebuild_progress).values(position=position))
+                replayed = 0
+                while True:
+                    position, taken = commit_pages(
+                        conn, projector, position, batch_events, commit_events
+                    )
+                    if not taken:
+                        break
                     replayed += taken
-                    if taken:
-                        progress(taken)
+                    progress(taken)
                 # The events written meanwhile, and the swap, under the log's write lock.
                 with shadow.swapping(conn, recorder):
                     while (page := projector.read(position, batch_events)) is not None:
@@ -166,6 +158,29 @@ def rebuild_read_models(
         finally:
             shadow.dispose()
     return Rebuilt(replayed, resumed)
+
+
+def commit_pages(
+    conn: Connection,
+    projector: PageProjector,
+    after: int,
+    batch_events: int,
+    commit_events: int,
+) -> tuple[int, int]:
+    """Project the pages after position `after` in one transaction on `conn`, until they
+    hold `commit_events` events or the log ends, and record the position reached with
+    them: that position, and the events projected (0: none left)."""
+    position, taken = after, 0
+    with conn.begin():
+        while taken < commit_events:
+            page = projector.read(position, batch_events)
+            if page is None:
+                break
+            projector.project(conn, page.events)
+            position, taken = page.last, taken + page.size
+        if taken:
+            conn.execute(update(rebuild_progress).values(position=position))
+    return position, taken
 
 
 @contextmanager
