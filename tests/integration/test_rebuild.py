@@ -125,11 +125,7 @@ def test_a_rebuild_makes_the_read_models_the_log_made(
     events = events_after(service)
     # Pages of 7 events, two a transaction: every kind of event meets a page boundary
     # and a commit somewhere.
-    rebuilt = rebuild_of(
-        service,
-        batch_events=7,
-        commit_events=14,
-    )
+    rebuilt = rebuild_of(service, batch_events=7, commit_events=14)
     assert (rebuilt.events, rebuilt.resumed_from) == (events, 0)
     assert read_models(service) == before
     # In one page, through the read models' own entry point.
@@ -198,11 +194,7 @@ def test_a_crash_loses_only_the_pages_since_the_last_commit(
     assert unfinished_rebuild(service.db) == first_commit
     assert read_models(service) == before
 
-    resumed = rebuild_of(
-        service,
-        batch_events=10,
-        commit_events=30,
-    )
+    resumed = rebuild_of(service, batch_events=10, commit_events=30)
     assert resumed.resumed_from == first_commit
     assert resumed.events == events_after(service, first_commit)
     assert read_models(service) == before
