@@ -1,0 +1,240 @@
+"""A database written by main at 1809f39 (tests/data/main_1809f39, on SQLite and on
+PostgreSQL) with this code: it has nothing to migrate (or migrates) to the metadata's
+schema, its hash chain and signed heads verify, every read the writing script recorded
+from the team and management APIs answers exactly as 1809f39 answered it
+(`expected.json`), and the service still writes on it: a user created, deleted and
+restored, and the user 1809f39 left pending erased after its grace period."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pyarrow.compute  # noqa: F401  (see below)
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from freezegun import freeze_time
+from healthledger.adapters.compliance.chain_commands import verify_command
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.management_api import create_management_api
+from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.persistence.engine.migrating import SERVICE, schema_state, upgrade
+from healthledger.adapters.persistence.engine.schema import metadata
+from healthledger.adapters.settings import Settings
+
+from tests.conftest import (
+    BACKENDS,
+    create_postgres_database,
+    drop_postgres_database,
+    postgres_database_url,
+)
+from tests.integration.test_migrations import load_dump, schema_differences
+
+# pyarrow.compute is imported before any clock is frozen: the aggregate query imports it
+# at its first use, and a compiled module imported under freezegun meets freezegun's
+# datetime classes in place of the real ones (a binary incompatibility warning).
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "main_1809f39"
+# The schema the PostgreSQL dump creates and fills.
+SCHEMA = "main_1809f39"
+# Each read sent with this request id, as the writing script sent it (the deletion
+# reports name the request that asked for them).
+REQUEST_ID = "req-expected"
+# The signed heads in the log: one after the lab order's course, one at the end.
+SIGNED_HEADS = 2
+
+
+@dataclass
+class Written:
+    """A copy of the database 1809f39 wrote, its keys and what 1809f39 answered on it."""
+
+    url: str
+    master_key_file: Path
+    signing_key_file: Path
+    expected: dict[str, Any]
+
+    @property
+    def now(self) -> datetime:
+        """The instant the script read its answers at (time stood still since)."""
+        return datetime.fromisoformat(self.expected["now"])
+
+    def settings(self) -> Settings:
+        return Settings(
+            database_url=self.url,
+            master_key_file=self.master_key_file,
+            signing_key_file=self.signing_key_file,
+            grace_period=timedelta(days=self.expected["grace_period_days"]),
+        )
+
+    def headers(self, api: str) -> dict[str, str]:
+        if api == "team":
+            key = {"x-service-api-key": self.expected["team_api_key"]}
+        else:
+            key = {"X-Management-Key": self.expected["management_key"]}
+        return {**key, "x-request-id": REQUEST_ID}
+
+    def user(self, client_user_id: str) -> str:
+        return str(self.expected["ids"][client_user_id])
+
+
+def private_copy(source: Path, target: Path) -> None:
+    """A key file as the service wants one: 0600, in a 0700 directory of its own."""
+    target.touch(mode=0o600)
+    shutil.copyfile(source, target)
+
+
+@pytest.fixture(params=BACKENDS)
+def written(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Written]:
+    backend = str(request.param)
+    expected: dict[str, Any] = json.loads((DATA / "expected.json").read_text())[backend]
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    master_key, signing_key = keys / "master.key", keys / "signing.key"
+    private_copy(DATA / f"{backend}-master.key", master_key)
+    private_copy(DATA / f"{backend}-signing.key", signing_key)
+    if backend == "sqlite":
+        path = tmp_path / "database" / "ledger.db"
+        path.parent.mkdir()
+        with gzip.open(DATA / "sqlite-ledger.db.gz") as packed, path.open("wb") as out:
+            shutil.copyfileobj(packed, out)
+        yield Written(f"sqlite:///{path}", master_key, signing_key, expected)
+        return
+    admin: sa.Engine = request.getfixturevalue("postgres_admin")
+    name = create_postgres_database(admin)
+    try:
+        # The dump creates the schema: in a database of its own, it meets no other test's.
+        load_dump(postgres_database_url(name), DATA / "postgres-dump.sql.gz")
+        url = sa.make_url(postgres_database_url(name)).update_query_dict(
+            {"options": f"-csearch_path={SCHEMA}"}
+        )
+        yield Written(url.render_as_string(hide_password=False), master_key, signing_key, expected)
+    finally:
+        drop_postgres_database(admin, name)
+
+
+@pytest.fixture
+def service(written: Written) -> Iterator[Service]:
+    with freeze_time(written.now):
+        built = build_service(written.settings())
+    yield built
+    built.close()
+
+
+def verified(service: Service, signed_heads: int) -> str:
+    """The chain's verification: the command's report, after checking the walk itself."""
+    result = service.chain.verify()
+    assert result.ok, result.problem
+    assert result.first_position == 1 and result.signed_heads_checked == signed_heads
+    out = io.StringIO()
+    assert verify_command(service.chain, None, out) == 0, out.getvalue()
+    return out.getvalue()
+
+
+def test_it_has_nothing_to_migrate_or_migrates_to_the_metadatas_schema(written: Written) -> None:
+    state = schema_state(written.url, SERVICE)
+    # Written under migrations: stamped, never taken for a database from before them.
+    assert state.current is not None and not state.before_migrations
+    if not state.up_to_date:
+        done = upgrade(written.url, SERVICE)
+        assert done.after == state.head
+    assert schema_state(written.url, SERVICE).up_to_date
+    assert schema_differences(written.url, SERVICE, metadata) == []
+
+
+def test_its_hash_chain_and_signed_heads_verify(written: Written, service: Service) -> None:
+    report = verified(service, SIGNED_HEADS)
+    assert report.startswith("ok: ") and f"{SIGNED_HEADS} signed head(s) checked" in report
+    with service.db.read() as conn:
+        events = conn.exec_driver_sql("SELECT count(*) FROM stored_events").scalar_one()
+    assert f"ok: {events} record(s) checked from position 1" in report
+
+
+def test_every_data_key_unwraps_and_every_sealed_row_opens(
+    written: Written, service: Service
+) -> None:
+    # Under the master key 1809f39 rotated to (the key file shipped with the database).
+    with service.db.read() as conn:
+        owners = [
+            UUID(str(row[0])) for row in conn.exec_driver_sql("SELECT user_id FROM user_data_keys")
+        ]
+        rows = conn.exec_driver_sql("SELECT user_id, sealed FROM health_data").all()
+    assert len(owners) >= 8 and len(rows) > 100
+    for owner in owners:
+        assert service.key_store.cipher(owner) is not None
+    for user_id, sealed in rows:
+        cipher = service.key_store.cipher(UUID(str(user_id)))
+        assert cipher is not None and cipher.open(sealed) is not None
+
+
+def test_every_read_answers_as_1809f39_answered(written: Written, service: Service) -> None:
+    answers: list[dict[str, Any]] = written.expected["answers"]
+    assert len(answers) > 30
+    with (
+        TestClient(create_team_api(service), raise_server_exceptions=False) as team,
+        TestClient(create_management_api(service), raise_server_exceptions=False) as management,
+        freeze_time(written.now),
+    ):
+        apis = {"team": team, "management": management}
+        for asked in answers:
+            response = apis[asked["api"]].request(
+                asked["method"],
+                asked["path"],
+                params=asked["params"],
+                json=asked["json"],
+                headers=written.headers(asked["api"]),
+            )
+            where = f"{asked['method']} {asked['path']} {asked['params'] or ''}"
+            assert response.status_code == asked["status"], (where, response.text)
+            assert response.json() == asked["body"], where
+
+
+def test_the_service_still_writes_on_it(written: Written, service: Service) -> None:
+    headers = written.headers("team")
+    with (
+        freeze_time(written.now) as frozen,
+        TestClient(create_team_api(service), raise_server_exceptions=False) as client,
+    ):
+        listed = client.get("/v2/user", params={"limit": 100}, headers=headers).json()
+        made = client.post("/v2/user", json={"client_user_id": "after-1809f39"}, headers=headers)
+        assert made.status_code == 200, made.text
+        user_id = made.json()["user_id"]
+        after = client.get("/v2/user", params={"limit": 100}, headers=headers).json()
+        assert after["total"] == listed["total"] + 1
+
+        frozen.tick(timedelta(minutes=1))
+        assert client.delete(f"/v2/user/{user_id}", headers=headers).status_code == 200
+        pending = client.get(f"/v2/user/{user_id}", headers=headers)
+        assert pending.status_code == 404 and "scheduled for deletion" in pending.text
+        undone = client.post("/v2/user/undo_delete", params={"user_id": user_id}, headers=headers)
+        assert undone.status_code == 200, undone.text
+        restored = client.get(f"/v2/user/{user_id}", headers=headers)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["client_user_id"] == "after-1809f39"
+
+        # The user 1809f39 deleted last is erased once its grace period is over; the one
+        # restored here is not.
+        left_pending = written.user("main-2")
+        still = client.get(f"/v2/user/{left_pending}", headers=headers)
+        assert still.status_code == 404 and "scheduled for deletion" in still.text
+        frozen.tick(timedelta(days=written.expected["grace_period_days"], hours=1))
+        assert service.jobs.sweep_erasures() == 1
+        erased = client.get(f"/v2/user/{left_pending}", headers=headers)
+        assert erased.status_code == 404 and "scheduled for deletion" not in erased.text
+        assert service.key_store.cipher(UUID(left_pending)) is None
+        assert client.get(f"/v2/user/{user_id}", headers=headers).status_code == 200
+        report = client.get(f"/v2/audit/user/{left_pending}/deletion_report", headers=headers)
+        assert report.status_code == 200, report.text
+        assert report.json()["erasure"] is not None
+
+        # The new events are chained onto 1809f39's, and a head signed over them.
+        service.chain.sign_head()
+        verified(service, SIGNED_HEADS + 1)
