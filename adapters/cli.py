@@ -24,7 +24,7 @@ def _uuid(value: str) -> UUID:
 
 
 def _instant(value: str) -> datetime:
-    from healthledger.adapters.time_travel import parse_instant
+    from healthledger.adapters.compliance.time_travel import parse_instant
 
     try:
         return parse_instant(value)
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "verify-report":
         # Offline: no settings, no database; only the report (and a pinned key).
-        from healthledger.adapters.report_verification import verify_report_file
+        from healthledger.adapters.compliance.report_verification import verify_report_file
 
         return verify_report_file(args.report_file, args.public_key, sys.stdout, sys.stderr)
     try:
@@ -246,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = "HEALTHLEDGER_" + "_".join(str(part) for part in error["loc"]).upper()
             print(f"healthledger: setting {name}: {error['msg']}", file=sys.stderr)
         return 2
-    from healthledger.adapters.persistence.master_key import MasterKeyError
-    from healthledger.adapters.persistence.migrating import MigrationError
+    from healthledger.adapters.persistence.engine.migrating import MigrationError
+    from healthledger.adapters.persistence.keys.master_key import MasterKeyError
 
     if args.command == "migrate":
         try:
@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.workers is not None and args.workers < 1:
             print("healthledger: --workers must be 1 or more", file=sys.stderr)
             return 2
-        from healthledger.adapters.signing_key import SigningKeyError
+        from healthledger.adapters.persistence.keys.signing_key import SigningKeyError
 
         try:
             serve(settings.model_copy(update=updates))
@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     from healthledger.adapters.composition import build_service
-    from healthledger.adapters.signing_key import SigningKeyError
+    from healthledger.adapters.persistence.keys.signing_key import SigningKeyError
 
     try:
         service = build_service(settings)
@@ -287,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _rotate_master_key(service: Any, new_key_file: Path | None) -> int:
-    from healthledger.adapters.persistence.master_key import HandedOverKey, MasterKeyError
+    from healthledger.adapters.persistence.keys.master_key import HandedOverKey, MasterKeyError
 
     source = service.key_store.source
     if isinstance(source, HandedOverKey):
@@ -330,7 +330,7 @@ def _schema_problem(exc: Exception) -> int:
 
 
 def _migrate(settings: Settings, status_only: bool) -> int:
-    from healthledger.adapters.persistence import migrating
+    from healthledger.adapters.persistence.engine import migrating
     from sqlalchemy.engine import make_url
 
     out = sys.stdout
@@ -367,8 +367,8 @@ def _run(args: argparse.Namespace, service: Any) -> int:
 
     out = sys.stdout
     if args.command == "audit":
-        from healthledger.adapters.audit import history
-        from healthledger.adapters.time_travel import state_as_of
+        from healthledger.adapters.compliance.audit import history
+        from healthledger.adapters.compliance.time_travel import state_as_of
 
         if args.as_of is not None:
             state = state_as_of(service, args.user_id, args.as_of)
@@ -382,7 +382,7 @@ def _run(args: argparse.Namespace, service: Any) -> int:
                     shown = value.isoformat() if isinstance(value, datetime) else value
                     print(f"{key:<20} {shown}", file=out)
             return 0
-        from healthledger.adapters.audit import stream_history
+        from healthledger.adapters.compliance.audit import stream_history
 
         # A user's audit takes in the streams it owns; any other stream's id, that stream.
         entries = history(service, args.user_id) or stream_history(service, args.user_id)
@@ -403,7 +403,7 @@ def _run(args: argparse.Namespace, service: Any) -> int:
         return _replay(service, args.until, args.into, args.force)
 
     if args.command in ("verify", "chain"):
-        from healthledger.adapters.chain_commands import sign_command, verify_command
+        from healthledger.adapters.compliance.chain_commands import sign_command, verify_command
 
         if args.command == "verify":
             return verify_command(service.chain, args.since, out)
@@ -473,7 +473,7 @@ def _run(args: argparse.Namespace, service: Any) -> int:
 
 
 def _replay(service: Any, until: datetime, into: Path, force: bool) -> int:
-    from healthledger.adapters.time_travel import ReplayRefused, replay_until
+    from healthledger.adapters.compliance.time_travel import ReplayRefused, replay_until
     from tqdm import tqdm
 
     total = 2 * (service.recorder.max_notification_id() or 0)  # at most: copied, projected
@@ -521,8 +521,12 @@ def _rebuild(
 
 
 def _deletion_report(service: Any, user_id: UUID, form: str, output: Path | None) -> int:
-    from healthledger.adapters.deletion_report import deletion_report
-    from healthledger.adapters.report_rendering import PdfUnavailable, render_html, render_pdf
+    from healthledger.adapters.compliance.deletion_report import deletion_report
+    from healthledger.adapters.compliance.report_rendering import (
+        PdfUnavailable,
+        render_html,
+        render_pdf,
+    )
     from healthledger.domain.context import OPERATOR_CLI, CommandContext
     from healthledger.domain.errors import UserNotFound
 

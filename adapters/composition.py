@@ -15,35 +15,35 @@ from uuid import UUID
 
 import httpx
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
-from healthledger.adapters.eventstore.chain import Chain, open_chain
-from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
-from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
-from healthledger.adapters.eventstore.repository import KnownCurrentRepository
-from healthledger.adapters.http.cursors import cursor_secret
-from healthledger.adapters.order_answers import OrderAnswers
+from healthledger.adapters.answers.orders import OrderAnswers
 from healthledger.adapters.outbound import tls_context
-from healthledger.adapters.persistence import migrating
-from healthledger.adapters.persistence.connection_queries import ConnectionQueries
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.deletion_cascade import deletion_cascade
-from healthledger.adapters.persistence.erasure_claims import ErasureClaims
-from healthledger.adapters.persistence.health_data_queries import HealthDataQueries
-from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
-from healthledger.adapters.persistence.key_store import KEY_REFUSED, KeyStore, open_master_key
-from healthledger.adapters.persistence.lab_test_queries import LabTestQueries
-from healthledger.adapters.persistence.link_token_queries import LinkTokenQueries
-from healthledger.adapters.persistence.master_key import master_key_source
-from healthledger.adapters.persistence.order_queries import OrderQueries
-from healthledger.adapters.persistence.portal_queries import PortalQueries
+from healthledger.adapters.persistence.engine import migrating
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.eventstore.chain import Chain, open_chain
+from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
+from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
+from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
+from healthledger.adapters.persistence.keys.key_store import KEY_REFUSED, KeyStore, open_master_key
+from healthledger.adapters.persistence.keys.master_key import master_key_source
+from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
+from healthledger.adapters.persistence.keys.signing_key import cursor_secret, signing_key_path
+from healthledger.adapters.persistence.leases.erasures import ErasureClaims
 from healthledger.adapters.persistence.projections.erasure import (
     ErasurePlaces,
     erasure_effects,
 )
 from healthledger.adapters.persistence.projections.read_models import ReadModels
-from healthledger.adapters.persistence.provider_tokens import SqlProviderTokenStore
-from healthledger.adapters.persistence.pull_queries import PullQueries
-from healthledger.adapters.persistence.queries import TeamQueries, UserQueries
-from healthledger.adapters.persistence.webhook_queries import WebhookQueries
+from healthledger.adapters.persistence.queries.connections import ConnectionQueries
+from healthledger.adapters.persistence.queries.deletion_cascade import deletion_cascade
+from healthledger.adapters.persistence.queries.directory import TeamQueries, UserQueries
+from healthledger.adapters.persistence.queries.health_data import HealthDataQueries
+from healthledger.adapters.persistence.queries.lab_tests import LabTestQueries
+from healthledger.adapters.persistence.queries.link_tokens import LinkTokenQueries
+from healthledger.adapters.persistence.queries.orders import OrderQueries
+from healthledger.adapters.persistence.queries.portal import PortalQueries
+from healthledger.adapters.persistence.queries.pulls import PullQueries
+from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.reference import (
@@ -58,7 +58,6 @@ from healthledger.adapters.reference.labs import lab_reference
 from healthledger.adapters.reference.labs.areas import AreaIndex
 from healthledger.adapters.reference.labs.catalog import ReferenceLabCatalog
 from healthledger.adapters.settings import Settings
-from healthledger.adapters.signing_key import signing_key_path
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.adapters.webhooks.payloads import Payloads
 from healthledger.domain.connections.connecting import Connections

@@ -9,10 +9,10 @@
 `healthledger serve` does: it migrates the database, bootstraps an empty one, picks the
 team, and starts the scheduler (erasure sweep, pulls, webhooks, deprecation cut-overs)
 unless told not to. Its methods are the team API's user and connection routes, through
-the same operations (`adapters/http/user_operations.py`): the same request models check
+the same operations (`adapters/operations/users.py`): the same request models check
 their input (pydantic's ValidationError where the API answers 422), the same domain errors
 come out (`healthledger.domain.errors`, each a `LedgerError`), and the answers are the
-API's response models (`healthledger.adapters.http.schemas`).
+API's response models (`healthledger.adapters.operations.schemas`).
 
 It lives in `healthledger.adapters` because the package-dir mapping installs only
 `healthledger.domain`, `.adapters` and `.scheduler`: `healthledger` itself is a namespace
@@ -32,12 +32,11 @@ from typing import Any, Self
 from uuid import UUID
 
 from healthledger.adapters.composition import Service, build_service, start_scheduler
-from healthledger.adapters.http import user_operations as operations
-from healthledger.adapters.http.connections import DemoConnectRequest
-from healthledger.adapters.http.errors import FeatureNotEnabled
-from healthledger.adapters.http.schemas import (
+from healthledger.adapters.operations import users as operations
+from healthledger.adapters.operations.schemas import (
     CreateUserRequest,
     DemoConnected,
+    DemoConnectRequest,
     DemographicsAnswer,
     DemographicsPatch,
     ResolvedUser,
@@ -48,7 +47,7 @@ from healthledger.adapters.http.schemas import (
 )
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import DEFAULT_ENVIRONMENT, CommandContext
-from healthledger.domain.errors import InvalidRequest, TeamNotFound
+from healthledger.domain.errors import FeatureNotEnabled, InvalidRequest, TeamNotFound
 from healthledger.domain.ledger import Clock, utc_now
 from healthledger.domain.personal_data import demographics_answer
 from healthledger.domain.teams.directory import DEFAULT_ORG_ID, Bootstrap

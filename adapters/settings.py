@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from healthledger.adapters.persistence.master_key import default_master_key_file
+from healthledger.adapters.persistence.keys.master_key import default_master_key_file
 from pydantic import (
     AfterValidator,
     BaseModel,

@@ -6,14 +6,14 @@ Sections:
 
 - `as_of`: a user with 10,000 events (a create, two demo connections, then settings
   changes), read as of instants spread over its history through the team API's operation
-  (`GET /v2/user/{user_id}?as_of=`, adapters/time_travel.py), against the plain current
+  (`GET /v2/user/{user_id}?as_of=`, adapters/compliance/time_travel.py), against the plain current
   read of the same user (the read models). Target: under 20 ms (median). For scale, one
   replay of the whole stream without a snapshot.
 
-- `deletion_report`: the JSON deletion report (adapters/deletion_report.py) of an erased
+- `deletion_report`: the JSON deletion report (adapters/compliance/deletion_report.py) of an erased
   user with a typical history (demographics, two demo connections and their pulls, a link
   token, webhook deliveries about it), made through the team API's operation, against
-  reading the same user's whole audit history (adapters/audit.py `history`). Target: under
+  reading the same user's whole audit history (compliance/audit.py `history`). Target: under
   100 ms (median).
 
 - `verify`: `healthledger verify` (the hash chain's walk, `Chain.verify`) over a log of
@@ -46,7 +46,7 @@ from typing import Any
 
 from eventsourcing.application import project_aggregate
 from healthledger.adapters.composition import build_service
-from healthledger.adapters.http import user_operations
+from healthledger.adapters.operations import users as user_operations
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 
@@ -137,8 +137,8 @@ REPORT_TARGET_MS = 100.0
 
 def deletion_report_section(args: argparse.Namespace, workdir: Path) -> bool:
     """The JSON deletion report of an erased user; True if under the target."""
-    from healthledger.adapters.audit import history
-    from healthledger.adapters.deletion_report import deletion_report
+    from healthledger.adapters.compliance.audit import history
+    from healthledger.adapters.compliance.deletion_report import deletion_report
 
     settings = Settings(
         database_url=f"sqlite:///{workdir}/report.db",
@@ -223,10 +223,14 @@ SYNTHETIC_TOPICS = (
 
 def verify_section(args: argparse.Namespace, workdir: Path) -> bool:
     """`Chain.verify` over `args.verify_events` events; True if at the target."""
-    from healthledger.adapters.eventstore.chain import CHAIN_COLUMNS, ChainWriter, log_rows
-    from healthledger.adapters.eventstore.recorder import EVENT_COLUMNS
-    from healthledger.adapters.persistence.schema import stored_events
-    from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
+    from healthledger.adapters.persistence.engine.schema import stored_events
+    from healthledger.adapters.persistence.engine.statements import CompiledStatement, insert_of
+    from healthledger.adapters.persistence.eventstore.chain import (
+        CHAIN_COLUMNS,
+        ChainWriter,
+        log_rows,
+    )
+    from healthledger.adapters.persistence.eventstore.recorder import EVENT_COLUMNS
 
     settings = Settings(
         database_url=f"sqlite:///{workdir}/verify.db",

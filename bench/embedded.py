@@ -27,7 +27,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.key_store import UserCipher
+from healthledger.adapters.persistence.keys.key_store import UserCipher
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.client_user_ids import client_user_id_digest

@@ -50,15 +50,15 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.persistence.engine.schema import (
+    READ_MODEL_TABLES,
+    pending_erasures,
+    stored_events,
+)
 from healthledger.adapters.persistence.projections.rebuild import (
     COMMIT_EVENTS,
     SqliteShadow,
     rebuild_read_models,
-)
-from healthledger.adapters.persistence.schema import (
-    READ_MODEL_TABLES,
-    pending_erasures,
-    stored_events,
 )
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext

@@ -106,9 +106,9 @@ def peak_rss_mb() -> float:
 def measure(database_url: str, keys: Path, team: str, user: str, days: int, repeat: int) -> dict:
     """In a fresh process: open and aggregate, the baseline, the peak RSS."""
     import duckdb
+    from healthledger.adapters.answers.health_queries import HealthQueries, json_body
     from healthledger.adapters.composition import build_service
-    from healthledger.adapters.health_queries import HealthQueries, json_body
-    from healthledger.adapters.persistence.health_data_batches import HealthDataBatches
+    from healthledger.adapters.persistence.health_data.batches import HealthDataBatches
     from healthledger.domain.health_queries.query import AggregateQueryRequest
 
     service = build_service(settings_for(database_url, keys))

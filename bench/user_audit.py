@@ -24,7 +24,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from uuid import UUID
 
-from healthledger.adapters.audit import user_audit
+from healthledger.adapters.compliance.audit import user_audit
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 from healthledger.adapters.composition import Service, build_service, start_scheduler
-from healthledger.adapters.persistence.schema import teams, webhook_deliveries
+from healthledger.adapters.persistence.engine.schema import teams, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.signing import signed_headers
 from healthledger.domain.context import CommandContext

@@ -126,3 +126,11 @@ class ErasureNotVerified(Exception):
         self.place = place
         self.expected = expected
         self.found = found
+
+
+class FeatureNotEnabled(Exception):
+    """A closed-beta feature the team has not had switched on. Not a `LedgerError`: its
+    answer names the feature in a body of its own (adapters/http/errors.py)."""
+
+    def __init__(self, feature: str) -> None:
+        self.feature = feature

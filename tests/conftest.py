@@ -31,7 +31,12 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.migrating import MIRROR, SERVICE, alembic_config, upgrade
+from healthledger.adapters.persistence.engine.migrating import (
+    MIRROR,
+    SERVICE,
+    alembic_config,
+    upgrade,
+)
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 

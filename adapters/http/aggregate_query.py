@@ -1,6 +1,6 @@
 """POST /aggregate/v1/user/{user_id}/query (spec endpoint 10, closed beta: the team's
 `aggregate_query` switch). The request language is `domain/health_queries/`, the engine
-`adapters/health_queries.py` (docs/data.md#aggregate-query).
+`adapters/answers/health_queries.py` (docs/data.md#aggregate-query).
 
 The answer is JSON `{results: [{table}]}` for `Accept` `*/*`, `application/json` or none,
 and a gzipped tarball of Parquet files for `application/vnd.service.tar+gzip+parquet`;
@@ -13,7 +13,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Header
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from healthledger.adapters.health_queries import (
+from healthledger.adapters.answers.health_queries import (
     PARQUET_MEDIA_TYPE,
     HealthQueries,
     json_body,
@@ -23,8 +23,8 @@ from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
-from healthledger.adapters.http.user_operations import require_feature
-from healthledger.adapters.persistence.health_data_batches import HealthDataBatches
+from healthledger.adapters.operations.users import require_feature
+from healthledger.adapters.persistence.health_data.batches import HealthDataBatches
 from healthledger.domain.health_queries.query import AggregateQueryRequest, InvalidQuery
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException

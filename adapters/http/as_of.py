@@ -1,5 +1,5 @@
 """The `as_of` query parameter of the team API's reads: answer as the same call answered
-at that instant, from the log (`adapters/time_travel.py`)."""
+at that instant, from the log (`adapters/compliance/time_travel.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Query
-from healthledger.adapters.time_travel import INSTANT_EXAMPLE, parse_instant
+from healthledger.adapters.compliance.time_travel import INSTANT_EXAMPLE, parse_instant
 from pydantic import BeforeValidator
 
 # Longer than any ISO 8601 instant (with microseconds and an offset).

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
-from healthledger.adapters.audit import USER_EVENT_TYPES, user_audit, user_team
+from healthledger.adapters.compliance.audit import USER_EVENT_TYPES, user_audit, user_team
 from healthledger.adapters.http.as_of import Instant
 from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.cursors import InvalidCursor

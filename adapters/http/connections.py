@@ -1,47 +1,22 @@
 """Team API routes for provider connections (spec 2.2, endpoint 2; gaps.md Provider
 connections) and the demo connection of ours (a simulated device, no outside world)."""
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends
-from healthledger.adapters.http import user_operations as operations
 from healthledger.adapters.http.as_of import AsOf
 from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
-from healthledger.adapters.http.schemas import DemoConnected, Success, UserProviders
 from healthledger.adapters.http.service_dependency import CurrentService
-from healthledger.domain.connections.providers import (
-    CONNECTION_ERROR_TYPES,
-    NON_RETRIABLE,
-    RETRIABLE_CODES,
-    UNEXPECTED,
+from healthledger.adapters.operations import users as operations
+from healthledger.adapters.operations.schemas import (
+    DemoConnected,
+    DemoConnectRequest,
+    Success,
+    UserProviders,
 )
-from pydantic import BaseModel, ConfigDict, Field
-
-# Codes a demo device can be asked to fail with: the pull error codes a provider can
-# cause (retry_quota_exhausted is an outcome, not a cause) and the connection error types.
-INJECTABLE_CODES = sorted(RETRIABLE_CODES | {NON_RETRIABLE, UNEXPECTED} | CONNECTION_ERROR_TYPES)
-
-
-class DemoFailure(BaseModel):
-    """Ours: fail the resource's pull with `code`, on the first `times` attempts (null:
-    on every attempt)."""
-
-    model_config = ConfigDict(extra="forbid")
-    # The Literal is built from the catalog's codes at import (one list, not two), which
-    # pydantic reads at run time and a static checker cannot.
-    code: Literal[tuple(INJECTABLE_CODES)]  # type: ignore[valid-type]
-    times: Annotated[int, Field(ge=1, le=100)] | None = None
-
-
-class DemoConnectRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    user_id: UUID
-    provider: str
-    # Ours: resource -> the failure its pulls should meet (see docs/connections.md).
-    demo_failures: Annotated[dict[str, DemoFailure], Field(max_length=100)] | None = None
 
 
 def connections_router() -> APIRouter:

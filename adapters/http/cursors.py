@@ -45,11 +45,3 @@ class CursorCodec:
     def _sign(self, body: bytes) -> str:
         digest = hmac.new(self._secret, body, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest[:18]).decode()
-
-
-def cursor_secret(signing_key: bytes) -> bytes:
-    """A key for cursors only, derived from the service's signing key (raw private
-    bytes), never the key itself. Not from the master key: that one is rotated (weekly by
-    default), and a cursor handed out before a rotation must still page after it, in this
-    process and in any other."""
-    return hmac.new(signing_key, b"healthledger paging cursors v1", hashlib.sha256).digest()

@@ -8,12 +8,12 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from healthledger.adapters.deletion_report import deletion_report
+from healthledger.adapters.compliance.deletion_report import deletion_report
+from healthledger.adapters.compliance.report_rendering import render_html
 from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
-from healthledger.adapters.report_rendering import render_html
 
 _REPORT_DESCRIPTION = (
     "The signed deletion report (docs/compliance-verify.md describes its fields and how "

@@ -59,11 +59,6 @@ _STATUS: dict[type[errors.LedgerError], int] = {
 }
 
 
-class FeatureNotEnabled(Exception):
-    def __init__(self, feature: str) -> None:
-        self.feature = feature
-
-
 # -- the error bodies, as the OpenAPI documents declare them ----------------------------
 
 
@@ -249,8 +244,8 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=_STATUS.get(type(exc), 400), content={"detail": exc.message}
         )
 
-    @app.exception_handler(FeatureNotEnabled)
-    async def _feature(request: Request, exc: FeatureNotEnabled) -> JSONResponse:
+    @app.exception_handler(errors.FeatureNotEnabled)
+    async def _feature(request: Request, exc: errors.FeatureNotEnabled) -> JSONResponse:
         return JSONResponse(
             status_code=403,
             content={

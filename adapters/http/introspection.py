@@ -8,15 +8,15 @@ from typing import Annotated, Any, Protocol
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
+from healthledger.adapters.compliance.time_travel import reads_as_of
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import AsOf
 from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
-from healthledger.adapters.http.schemas import HistoricalPullsPage, UserResourcesPage
 from healthledger.adapters.http.service_dependency import CurrentService, Cursors
-from healthledger.adapters.time_travel import reads_as_of
+from healthledger.adapters.operations.schemas import HistoricalPullsPage, UserResourcesPage
 from healthledger.domain.connections.connection import CONNECTED
 from healthledger.domain.errors import InvalidRequest
 

@@ -25,7 +25,7 @@ from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
-from healthledger.adapters.persistence.lab_test_queries import LabTestRow
+from healthledger.adapters.persistence.queries.lab_tests import LabTestRow
 from healthledger.adapters.reference.labs import PROVIDER_ID, slugify
 from healthledger.adapters.reference.labs.catalog import ReferenceLabCatalog, page_of
 from healthledger.domain.errors import InvalidRequest

@@ -39,7 +39,7 @@ from healthledger.adapters.http.branded_pages import NO_BRAND, Brand, branded_pa
 from healthledger.adapters.http.oauth_browser import bind_browser, oauth_redirect_uri
 from healthledger.adapters.http.portal_page import portal_routes
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
-from healthledger.adapters.persistence.link_token_queries import LinkTokenView
+from healthledger.adapters.persistence.queries.link_tokens import LinkTokenView
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import AlreadyConnected
 from healthledger.domain.connections.link_tokens import (

@@ -17,7 +17,7 @@ from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.oauth_callback import oauth_redirect_uri
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService, Cursors
-from healthledger.adapters.persistence.queries import TeamQueries
+from healthledger.adapters.persistence.queries.directory import TeamQueries
 from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, TeamNotFound
 from healthledger.domain.free_text import FreeText
 from healthledger.domain.teams.management_keys import ROLES

@@ -12,7 +12,7 @@ from datetime import date, datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from healthledger.adapters.http.schemas import ErasedValue
+from healthledger.adapters.operations.schemas import ErasedValue
 from healthledger.domain.labs.patients import PatientAddress, PatientDetails
 from pydantic import BaseModel, ConfigDict, Field
 

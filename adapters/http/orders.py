@@ -2,7 +2,7 @@
 of an instant), list, cancel, advance a sandbox order (`/test`), and read the results.
 
 Writes go through `LabOrders`; reads through the `orders` read model (`OrderQueries`), or
-the log for `as_of`; every answer is rendered by `OrderAnswers` (adapters/order_answers.py).
+the log for `as_of`; every answer is rendered by `OrderAnswers` (adapters/answers/orders.py).
 Another team's order is a 404, as is an order of a user erased since.
 """
 
@@ -13,6 +13,12 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Header, Query
+from healthledger.adapters.answers.orders import OrderRow
+from healthledger.adapters.compliance.time_travel import (
+    PlaceholderVault,
+    aggregate_as_of,
+    reads_as_of,
+)
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import AsOf
 from healthledger.adapters.http.auth import TeamCaller, team_caller
@@ -29,9 +35,7 @@ from healthledger.adapters.http.order_schemas import (
 )
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
-from healthledger.adapters.order_answers import OrderRow
-from healthledger.adapters.persistence.order_queries import OrderFilters
-from healthledger.adapters.time_travel import PlaceholderVault, aggregate_as_of, reads_as_of
+from healthledger.adapters.persistence.queries.orders import OrderFilters
 from healthledger.domain.errors import InvalidRequest
 from healthledger.domain.labs.ordering import OrderRequest
 from healthledger.domain.labs.orders import TOP_LEVEL_STATUSES, Order, OrderNotFound

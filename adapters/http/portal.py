@@ -19,7 +19,7 @@ from healthledger.adapters.http.portal_page import PORTAL_URL_FEATURE, portal_ur
 from healthledger.adapters.http.portal_tokens import PortalTokens
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
-from healthledger.adapters.http.user_operations import require_feature
+from healthledger.adapters.operations.users import require_feature
 from healthledger.domain.labs.portal import PortalContext
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -27,11 +27,11 @@ from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
 
+from healthledger.adapters.answers.orders import OrderRow
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.branded_pages import NO_BRAND, Brand, branded_page
 from healthledger.adapters.http.portal_tokens import PortalTokens
-from healthledger.adapters.order_answers import OrderRow
-from healthledger.adapters.persistence.portal_queries import PortalHolder
+from healthledger.adapters.persistence.queries.portal import PortalHolder
 from healthledger.domain.labs.orders import CANCELLED, COMPLETED, FAILED, low_level
 from healthledger.domain.labs.portal import EXPIRED, PortalPass
 from starlette.requests import Request

@@ -4,7 +4,7 @@ production service's shapes (`{sleep: [...]}`, `{activity: [...]}`, `{workouts: 
 `{electrocardiogram: [...]}`, and the profile itself), as the official client's
 `sleep.get`, `activity.get`... read them.
 
-Each object is built by `adapters/summaries.py`, the same code that builds the
+Each object is built by `domain/connections/summaries.py`, the same code that builds the
 `daily.data.*` webhooks' objects, and answered as the webhooks' JSON is written; the
 response models below document the shapes (every object also carries the resource's other
 fields, and passes unknown ones through).
@@ -28,8 +28,8 @@ from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.providers.demo import DemoProvider
-from healthledger.adapters.summaries import DayData, json_default, summary_objects
 from healthledger.domain.connections.providers import PullTarget
+from healthledger.domain.connections.summaries import DayData, json_default, summary_objects
 from healthledger.domain.errors import InvalidRequest, SummaryNotFound
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -25,8 +25,8 @@ from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.http.summaries import ProviderFilter, SummarySource
 from healthledger.adapters.reference import Resource
-from healthledger.adapters.summaries import SUMMARY_OBJECTS, json_default
 from healthledger.domain.connections.health_data import StoredDay
+from healthledger.domain.connections.summaries import SUMMARY_OBJECTS, json_default
 from healthledger.domain.errors import InvalidRequest
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -6,12 +6,13 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from healthledger.adapters.http import user_operations as operations
 from healthledger.adapters.http.as_of import AsOf
 from healthledger.adapters.http.auth import TeamCaller, team_caller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
-from healthledger.adapters.http.schemas import (
+from healthledger.adapters.http.service_dependency import CurrentService
+from healthledger.adapters.operations import users as operations
+from healthledger.adapters.operations.schemas import (
     CreateUserRequest,
     DemographicsAnswer,
     DemographicsPatch,
@@ -20,7 +21,6 @@ from healthledger.adapters.http.schemas import (
     UpdateUserRequest,
     UserList,
 )
-from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.personal_data import demographics_answer
 from pydantic import ValidationError
 

@@ -14,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from healthledger.adapters.mirror.schema import mirror_snapshots, mirror_user_keys
-from healthledger.adapters.persistence.key_store import KeyStore
+from healthledger.adapters.persistence.engine.mirror_schema import (
+    mirror_snapshots,
+    mirror_user_keys,
+)
+from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.domain.mirror.users import MirroredUser
 from sqlalchemy import Connection, delete
 

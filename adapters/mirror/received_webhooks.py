@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from healthledger.adapters.mirror.schema import received_webhooks
-from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.mirror_schema import received_webhooks
 from sqlalchemy import Connection, insert, select
 from sqlalchemy import exc as sa_exc
 

@@ -32,16 +32,16 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
-from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.mirror.erasure import mirror_erasure_effects
 from healthledger.adapters.mirror.messages import InvalidMessage, parse_message
 from healthledger.adapters.mirror.received_webhooks import ReceivedWebhook, ReceivedWebhooks
-from healthledger.adapters.mirror.schema import MIRROR_KEY_TABLES, MIRROR_TABLES
-from healthledger.adapters.persistence import migrating
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.key_store import KeyStore, open_master_key
-from healthledger.adapters.persistence.master_key import MasterKeySource
+from healthledger.adapters.persistence.engine import migrating
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.mirror_schema import MIRROR_KEY_TABLES, MIRROR_TABLES
+from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
+from healthledger.adapters.persistence.keys.key_store import KeyStore, open_master_key
+from healthledger.adapters.persistence.keys.master_key import MasterKeySource
 from healthledger.adapters.webhooks.signing import (
     DEFAULT_TOLERANCE,
     SigningError,
@@ -171,7 +171,7 @@ def build_receiver(
     `migrating.MIRROR`). `secrets`: the endpoint's signing secrets
     (`whsec_...`); give the old and the new one during a rotation. `master_key`: where
     the receiver's own master key comes from (`FileKeySource`, `EnvironmentKeySource`,
-    `CommandKeySource` of `adapters/persistence/master_key.py`), which wraps the key of
+    `CommandKeySource` of `adapters/persistence/keys/master_key.py`), which wraps the key of
     each mirrored user; made on first use (a file) for a mirror that holds no key yet,
     refused when it does not open the keys the mirror holds."""
     _check_secrets(secrets)

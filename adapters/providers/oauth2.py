@@ -28,7 +28,10 @@ from urllib.parse import quote_plus, urlencode
 from uuid import UUID
 
 import httpx
-from healthledger.adapters.persistence.provider_tokens import SqlProviderTokenStore, StoredGrant
+from healthledger.adapters.persistence.keys.provider_tokens import (
+    SqlProviderTokenStore,
+    StoredGrant,
+)
 from healthledger.adapters.reference import OAuthEndpoints, ProviderEntry
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens

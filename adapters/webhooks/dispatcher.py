@@ -28,11 +28,11 @@ from uuid import UUID
 
 import httpx
 from eventsourcing.persistence import IntegrityError, Tracking
-from healthledger.adapters.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.outbound import tls_context
-from healthledger.adapters.persistence.schema import team_api_keys, users
-from healthledger.adapters.persistence.webhook_leases import DeliveryLeases
-from healthledger.adapters.persistence.webhook_queries import WebhookQueries
+from healthledger.adapters.persistence.engine.schema import team_api_keys, users
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.leases.webhook_deliveries import DeliveryLeases
+from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
 from healthledger.adapters.webhooks.signing import signed_headers
 from healthledger.domain.connections.connection import Connection

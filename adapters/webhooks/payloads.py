@@ -8,7 +8,7 @@ delivery: a user erased since has no client_user_id, no key and no data left, an
 
 Every payload validates against the official client's model for its event type (issue
 17, tests/e2e/test_official_client_webhooks.py): daily data events carry the summary object
-itself (built by `adapters/summaries.py`, as the summary getters' are; a workout or meal
+itself (built by `domain/connections/summaries.py`, as the summary getters' are; a workout or meal
 event carries one session) or `{data: [samples], source}` in the client's shapes, and
 where the client requires a field the deprecation calendar removes (`is_final`, `source`
 in provider.connection.created) the client wins. docs/webhooks.md, "What is announced,
@@ -29,12 +29,15 @@ from datetime import date, datetime
 from typing import Any
 from uuid import UUID
 
-from healthledger.adapters.order_answers import OrderAnswers, OrderRow, UsersKey
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.health_data_store import SqlHealthDataStore
-from healthledger.adapters.persistence.key_store import KeyStore
-from healthledger.adapters.persistence.schema import users
-from healthledger.adapters.summaries import (
+from healthledger.adapters.answers.orders import OrderAnswers, OrderRow, UsersKey
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import users
+from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
+from healthledger.adapters.persistence.keys.key_store import KeyStore
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.connections.sessions import SESSION_RESOURCES, sessions_of
+from healthledger.domain.connections.summaries import (
     SUMMARY_OBJECTS,
     DayData,
     DescribeProvider,
@@ -44,9 +47,6 @@ from healthledger.adapters.summaries import (
     summary_object,
     summary_objects,
 )
-from healthledger.domain.connections.connection import Connection
-from healthledger.domain.connections.resource_feeds import ResourceFeed
-from healthledger.domain.connections.sessions import SESSION_RESOURCES, sessions_of
 from healthledger.domain.context import attributed
 from healthledger.domain.labs.orders import CRITICAL, Order
 from healthledger.domain.ledger import Ledger
@@ -258,7 +258,7 @@ def _body(
 
 def daily_data(it: DayData, value: Any, session: str | None = None) -> dict[str, Any] | None:
     """The `data` of `daily.data.<resource>.*` (gaps.md Webhooks): the summary object
-    itself for summary resources (`adapters/summaries.py`, the getters' objects too),
+    itself for summary resources (`domain/connections/summaries.py`, the getters' objects too),
     `{data: [samples], source}` for timeseries ones, each in the shape of the official
     client's model for the resource (see docs/webhooks.md). None when the session it
     announces is no longer stored.

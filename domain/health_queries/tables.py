@@ -6,7 +6,7 @@ these lists to the client's.
 
 Each column has a kind, which decides the functions that apply to it and how a `where`
 compares it. How each column is computed from the stored data is the engine's business
-(`adapters/health_queries.py`).
+(`adapters/answers/health_queries.py`).
 """
 
 from __future__ import annotations

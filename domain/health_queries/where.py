@@ -4,7 +4,7 @@ The language (gaps.md, Aggregate query): comparisons `= != <> > >= < <=` between
 names, numbers and single-quoted strings (`''` is a quote inside one), combined with
 `AND`, `OR`, `NOT` (any case) and parentheses. Nothing else is a token, so nothing else
 can be written: the engine compiles the AST with its own quoted identifiers and bound
-parameters (`adapters/health_queries.py`), and no text of a caller is ever SQL.
+parameters (`adapters/answers/health_queries.py`), and no text of a caller is ever SQL.
 
 A malformed expression raises `WhereSyntaxError` naming the position (1-based, in
 characters) where reading stopped.

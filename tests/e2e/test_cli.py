@@ -154,7 +154,7 @@ def test_keys_create_for_an_org_prints_a_working_management_key(
 def test_webhooks_replay_queues_an_endpoints_deliveries_again(
     service: Service, team: Team, ctx: CommandContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from healthledger.adapters.persistence.schema import webhook_deliveries
+    from healthledger.adapters.persistence.engine.schema import webhook_deliveries
     from sqlalchemy import select
 
     created = service.webhooks.create(ctx, team.team_id, "sandbox", url="https://hooks.example/in")

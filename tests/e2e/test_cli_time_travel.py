@@ -14,7 +14,7 @@ import pytest
 from freezegun import freeze_time
 from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, stored_events, users
+from healthledger.adapters.persistence.engine.schema import READ_MODEL_TABLES, stored_events, users
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed

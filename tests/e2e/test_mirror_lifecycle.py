@@ -23,13 +23,13 @@ from healthledger.adapters.mirror.messages import INVALID_DATA, InvalidMessage
 from healthledger.adapters.mirror.received_webhooks import APPLIED, RECEIVED
 from healthledger.adapters.mirror.receiver import WebhookReceiver, build_receiver
 from healthledger.adapters.mirror.receiver_app import create_receiver_app
-from healthledger.adapters.mirror.schema import (
+from healthledger.adapters.persistence.engine.mirror_schema import (
     mirror_snapshots,
     mirror_stored_events,
     mirror_user_keys,
     received_webhooks,
 )
-from healthledger.adapters.persistence.master_key import FileKeySource
+from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.signing import new_message_id, signed_headers
 from healthledger.domain.context import CommandContext

@@ -40,7 +40,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.schema import (
     READ_MODEL_TABLES,
     pending_erasures,
     resource_feeds,

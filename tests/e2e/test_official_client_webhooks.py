@@ -24,7 +24,7 @@ from uuid import UUID
 import pydantic
 import pytest
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.schema import teams
+from healthledger.adapters.persistence.engine.schema import teams
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from sqlalchemy import select

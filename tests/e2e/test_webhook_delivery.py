@@ -17,7 +17,7 @@ import pytest
 import standardwebhooks
 import svix.webhooks
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.schema import teams, tracking, webhook_deliveries
+from healthledger.adapters.persistence.engine.schema import teams, tracking, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.domain.connections.connection import Connection
@@ -418,7 +418,7 @@ def test_our_receiver_mirrors_what_the_service_delivers(
     from healthledger.adapters.http.team_api import create_team_api
     from healthledger.adapters.mirror.receiver import build_receiver
     from healthledger.adapters.mirror.receiver_app import create_receiver_app
-    from healthledger.adapters.persistence.master_key import FileKeySource
+    from healthledger.adapters.persistence.keys.master_key import FileKeySource
     from starlette.testclient import TestClient
 
     sock = free_socket()

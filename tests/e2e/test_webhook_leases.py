@@ -15,7 +15,7 @@ from uuid import UUID
 
 import pytest
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.schema import teams, webhook_deliveries
+from healthledger.adapters.persistence.engine.schema import teams, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher, PostResult, attempt_recorder
 from healthledger.domain.context import CommandContext

@@ -38,9 +38,12 @@ from healthledger.adapters.mirror.receiver import (
     build_receiver,
 )
 from healthledger.adapters.mirror.receiver_app import create_receiver_app
-from healthledger.adapters.mirror.schema import mirror_snapshots, mirror_stored_events
-from healthledger.adapters.persistence.master_key import FileKeySource
-from healthledger.adapters.persistence.schema import stored_events
+from healthledger.adapters.persistence.engine.mirror_schema import (
+    mirror_snapshots,
+    mirror_stored_events,
+)
+from healthledger.adapters.persistence.engine.schema import stored_events
+from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.webhooks.signing import (
     INVALID_SIGNATURE,
     MALFORMED_HEADERS,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import IntegrityError
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import UserNotFound, UserScheduledForDeletion

@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
-from healthledger.adapters import health_queries
+from healthledger.adapters.answers import health_queries
+from healthledger.adapters.answers.health_queries import PARQUET_MEDIA_TYPE, SOURCES
 from healthledger.adapters.composition import Service
-from healthledger.adapters.health_queries import PARQUET_MEDIA_TYPE, SOURCES
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.domain.connections.providers import PullTarget
 from healthledger.domain.context import CommandContext

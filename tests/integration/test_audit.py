@@ -24,20 +24,20 @@ import pytest
 import sqlalchemy as sa
 from eventsourcing.domain import Aggregate
 from fastapi.testclient import TestClient
-from healthledger.adapters.audit import history, stream_history
 from healthledger.adapters.cli import main
+from healthledger.adapters.compliance.audit import history, stream_history
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
-from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.adapters.persistence.audit_queries import owned_events_query
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.migrating import upgrade
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.migrating import upgrade
+from healthledger.adapters.persistence.engine.schema import stream_owners
+from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.persistence.migrations.service.versions import (
-    r0005_stream_owners as MIGRATION_0005,
+    step_05_r0005_stream_owners as MIGRATION_0005,
 )
 from healthledger.adapters.persistence.projections.read_models import ReadModels
-from healthledger.adapters.persistence.schema import stream_owners
+from healthledger.adapters.persistence.queries.audit import owned_events_query
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext

@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from freezegun import freeze_time
 from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.eventstore.chain import (
+from healthledger.adapters.persistence.engine.schema import chain_heads, stored_events
+from healthledger.adapters.persistence.eventstore.chain import (
     BAD_HEAD,
     CHANGED,
     GENESIS,
@@ -29,9 +30,8 @@ from healthledger.adapters.eventstore.chain import (
     state_digest,
     verify_signed_head,
 )
-from healthledger.adapters.persistence.schema import chain_heads, stored_events
+from healthledger.adapters.persistence.keys.signing_key import SIGNING_KEY_NAME, SigningKeyError
 from healthledger.adapters.settings import Settings
-from healthledger.adapters.signing_key import SIGNING_KEY_NAME, SigningKeyError
 from healthledger.domain.context import CommandContext
 from sqlalchemy import func, insert, select, text, update
 

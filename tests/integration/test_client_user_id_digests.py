@@ -18,11 +18,11 @@ from uuid import UUID
 import pytest
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from freezegun import freeze_time
-from healthledger.adapters.audit import history
+from healthledger.adapters.compliance.audit import history
+from healthledger.adapters.compliance.time_travel import state_as_of
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.schema import snapshots, stored_events, users
+from healthledger.adapters.persistence.engine.schema import snapshots, stored_events, users
 from healthledger.adapters.settings import Settings
-from healthledger.adapters.time_travel import state_as_of
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,

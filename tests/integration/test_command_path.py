@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.eventstore.chain import OUT_OF_ORDER
-from healthledger.adapters.persistence import postgres
-from healthledger.adapters.persistence.schema import pending_erasures
-from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
+from healthledger.adapters.persistence.engine import postgres
+from healthledger.adapters.persistence.engine.schema import pending_erasures
+from healthledger.adapters.persistence.engine.statements import CompiledStatement, insert_of
+from healthledger.adapters.persistence.eventstore.chain import OUT_OF_ORDER
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import UserScheduledForDeletion

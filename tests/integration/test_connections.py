@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import connections, stored_events
+from healthledger.adapters.persistence.engine.schema import connections, stored_events
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext
 from sqlalchemy import func, select

@@ -12,8 +12,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import pending_erasures, users
-from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
+from healthledger.adapters.persistence.engine.schema import pending_erasures, users
+from healthledger.adapters.persistence.engine.statements import CompiledStatement, insert_of
 from sqlalchemy import Connection, func, insert, select
 from sqlalchemy import exc as sa_exc
 

@@ -21,15 +21,15 @@ from uuid import UUID, uuid4
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from healthledger.adapters import report_rendering
 from healthledger.adapters.cli import main
+from healthledger.adapters.compliance import report_rendering
+from healthledger.adapters.compliance.deletion_report import deletion_report
+from healthledger.adapters.compliance.report_rendering import render_html, render_pdf
+from healthledger.adapters.compliance.report_verification import verify_report
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.deletion_report import deletion_report
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.adapters.persistence.key_store import canonical_json
-from healthledger.adapters.persistence.schema import link_tokens
-from healthledger.adapters.report_rendering import render_html, render_pdf
-from healthledger.adapters.report_verification import verify_report
+from healthledger.adapters.persistence.engine.schema import link_tokens
+from healthledger.adapters.persistence.keys.key_store import canonical_json
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.user import User

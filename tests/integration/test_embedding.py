@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from healthledger.adapters.audit import history
+from healthledger.adapters.compliance.audit import history
 from healthledger.adapters.composition import build_service
 from healthledger.adapters.embedded import EMBEDDED, FeatureNotEnabled, HealthLedger
 from healthledger.adapters.http.management_api import create_management_api
-from healthledger.adapters.http.schemas import ResolvedUser, Success, UserList
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.adapters.http.user_operations import UndoParametersError
+from healthledger.adapters.operations.schemas import ResolvedUser, Success, UserList
+from healthledger.adapters.operations.users import UndoParametersError
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from freezegun import freeze_time
-from healthledger.adapters.audit import history
+from healthledger.adapters.compliance.audit import history
+from healthledger.adapters.compliance.time_travel import state_as_of
 from healthledger.adapters.composition import Service, build_service, start_scheduler
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.schema import (
     health_data,
     pending_erasures,
     resource_feeds,
@@ -21,7 +22,6 @@ from healthledger.adapters.persistence.schema import (
     users,
 )
 from healthledger.adapters.settings import Settings
-from healthledger.adapters.time_travel import state_as_of
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import UserNotFound
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES
@@ -287,7 +287,7 @@ def test_the_sweep_finishes_a_team_deletion_a_crash_cut_short(
 def places_of(service: Service, user_id: Any) -> dict[str, int]:
     """The rows that name the user in each place, counted here table by table (not by the
     erasure's own query), and the deliveries still queued about it."""
-    from healthledger.adapters.persistence.schema import (
+    from healthledger.adapters.persistence.engine.schema import (
         connections,
         link_tokens,
         orders,
@@ -357,7 +357,7 @@ def leave_provider_tokens(service: Service, team: Team, user_id: uuid.UUID) -> N
     """A maker's tokens (sealed with the user's key) that no deregistration reaches: what
     a connection period whose end was not recorded would leave, and what the erasure's
     own deletion and check are there for."""
-    from healthledger.adapters.persistence.schema import provider_tokens
+    from healthledger.adapters.persistence.engine.schema import provider_tokens
 
     sealed = service.key_store.seal(user_id, {"access_token": "at", "refresh_token": "rt"})
     with service.db.write() as conn:
@@ -405,7 +405,7 @@ def test_an_erasure_empties_counts_and_checks_every_place_that_names_the_user(
         assert places_of(svc, kept.id) == kept_before
 
         # The queued deliveries were dropped in the erasure's transaction, each recorded.
-        from healthledger.adapters.persistence.schema import webhook_deliveries
+        from healthledger.adapters.persistence.engine.schema import webhook_deliveries
 
         with svc.db.read() as conn:
             delivery_ids = (
@@ -429,8 +429,8 @@ def test_an_erasure_empties_counts_and_checks_every_place_that_names_the_user(
 
 
 def test_every_table_that_names_a_user_is_emptied_or_kept_for_a_reason() -> None:
+    from healthledger.adapters.persistence.engine.schema import metadata
     from healthledger.adapters.persistence.projections.erasure import DELETED, KEPT
-    from healthledger.adapters.persistence.schema import metadata
 
     emptied = {column.table.name for column in DELETED.values()}
     naming = {
@@ -473,7 +473,7 @@ def test_an_erasure_whose_counts_do_not_hold_is_rolled_back_and_retried(
 
     # Rows left after the erasure (here, a projection that writes one back) fail the
     # check that follows the projections: rolled back too.
-    from healthledger.adapters.persistence.schema import link_tokens
+    from healthledger.adapters.persistence.engine.schema import link_tokens
 
     real_project = service.read_models.project
 

@@ -16,8 +16,8 @@ from uuid import UUID
 import pytest
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.erasure_claims import ErasureClaims
-from healthledger.adapters.persistence.schema import pending_erasures, stored_events
+from healthledger.adapters.persistence.engine.schema import pending_erasures, stored_events
+from healthledger.adapters.persistence.leases.erasures import ErasureClaims
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES

@@ -19,8 +19,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.key_store import data_key_aad
-from healthledger.adapters.persistence.schema import user_data_keys
+from healthledger.adapters.persistence.engine.schema import user_data_keys
+from healthledger.adapters.persistence.keys.key_store import data_key_aad
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from sqlalchemy import select

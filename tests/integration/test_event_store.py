@@ -17,16 +17,16 @@ from uuid import UUID
 import pytest
 from eventsourcing.persistence import Notification
 from healthledger.adapters.composition import Service
-from healthledger.adapters.eventstore.infrastructure import LedgerInfrastructure
-from healthledger.adapters.eventstore.recorder import LedgerRecorder, SnapshotRecorder
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.projections.read_models import ReadModels
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import (
     READ_MODEL_TABLES,
     lab_tests,
     orders,
     stream_owners,
 )
+from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
+from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.domain.context import CommandContext
 from healthledger.domain.ledger import Ledger
 from healthledger.domain.users.user import ClientUserIdClaim

@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.master_key import MasterKeyError
-from healthledger.adapters.persistence.schema import user_data_keys
+from healthledger.adapters.persistence.engine.schema import user_data_keys
+from healthledger.adapters.persistence.keys.master_key import MasterKeyError
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import ClientUserIdTaken

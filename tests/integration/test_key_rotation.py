@@ -19,14 +19,14 @@ from cryptography.exceptions import InvalidTag
 from freezegun import freeze_time
 from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service, start_scheduler
-from healthledger.adapters.persistence import key_store as key_store_module
-from healthledger.adapters.persistence.key_store import MasterKey
-from healthledger.adapters.persistence.master_key import (
+from healthledger.adapters.persistence.engine.schema import user_data_keys
+from healthledger.adapters.persistence.keys import key_store as key_store_module
+from healthledger.adapters.persistence.keys.key_store import MasterKey
+from healthledger.adapters.persistence.keys.master_key import (
     FileKeySource,
     MasterKeyError,
     master_key_id,
 )
-from healthledger.adapters.persistence.schema import user_data_keys
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from sqlalchemy import select

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import stored_events
+from healthledger.adapters.persistence.engine.schema import stored_events
 from healthledger.adapters.reference import ReferenceDataError
 from healthledger.adapters.reference import labs as labs_package
 from healthledger.adapters.reference.labs import lab_reference, read_lab_reference

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import lab_tests, stored_events
+from healthledger.adapters.persistence.engine.schema import lab_tests, stored_events
 from healthledger.domain.labs.lab_tests import LabTest
 from sqlalchemy import func, select
 

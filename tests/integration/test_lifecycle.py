@@ -7,7 +7,7 @@ from datetime import date, timedelta
 
 import pytest
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.schema import pending_erasures, stored_events, users
+from healthledger.adapters.persistence.engine.schema import pending_erasures, stored_events, users
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (

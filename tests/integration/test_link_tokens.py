@@ -16,7 +16,7 @@ import pytest
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.link_page import create_link_app, outcome_url
-from healthledger.adapters.persistence.schema import link_tokens
+from healthledger.adapters.persistence.engine.schema import link_tokens
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connecting import Connections
 from healthledger.domain.connections.connection import Connection

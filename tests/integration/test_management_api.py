@@ -16,7 +16,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.cursors import CursorCodec
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.adapters.persistence.schema import custom_credentials, pending_erasures
+from healthledger.adapters.persistence.engine.schema import custom_credentials, pending_erasures
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import hash_key

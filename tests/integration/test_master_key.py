@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.key_files import default_key_directory
-from healthledger.adapters.persistence.master_key import (
+from healthledger.adapters.persistence.keys.key_files import default_key_directory
+from healthledger.adapters.persistence.keys.master_key import (
     CommandKeySource,
     MasterKeyError,
     master_key_id,

@@ -24,14 +24,10 @@ from eventsourcing.persistence import StoredEvent
 from fastapi.testclient import TestClient
 from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.eventstore.chain import CHANGED
-from healthledger.adapters.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.mirror.receiver import build_receiver
-from healthledger.adapters.mirror.schema import mirror_metadata
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.master_key import FileKeySource
-from healthledger.adapters.persistence.migrating import (
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.migrating import (
     MIRROR,
     SERVICE,
     MigrationError,
@@ -40,7 +36,11 @@ from healthledger.adapters.persistence.migrating import (
     schema_state,
     upgrade,
 )
-from healthledger.adapters.persistence.schema import metadata, stored_events
+from healthledger.adapters.persistence.engine.mirror_schema import mirror_metadata
+from healthledger.adapters.persistence.engine.schema import metadata, stored_events
+from healthledger.adapters.persistence.eventstore.chain import CHANGED
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.user import User

@@ -27,7 +27,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.adapters.persistence.schema import provider_tokens
+from healthledger.adapters.persistence.engine.schema import provider_tokens
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.settings import OAuthClientSetting, Settings
 from healthledger.domain.connections.connection import Connection

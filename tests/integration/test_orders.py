@@ -15,12 +15,12 @@ from uuid import UUID, uuid4
 import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
-from healthledger.adapters.audit import history
+from healthledger.adapters.compliance.audit import history
+from healthledger.adapters.compliance.deletion_report import deletion_report
+from healthledger.adapters.compliance.report_rendering import render_html
+from healthledger.adapters.compliance.report_verification import verify_report
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.deletion_report import deletion_report
-from healthledger.adapters.persistence.schema import orders
-from healthledger.adapters.report_rendering import render_html
-from healthledger.adapters.report_verification import verify_report
+from healthledger.adapters.persistence.engine.schema import orders
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.orders import Order

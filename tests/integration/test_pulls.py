@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.schema import health_data
+from healthledger.adapters.persistence.engine.schema import health_data
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import PullTarget

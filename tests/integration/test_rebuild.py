@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.engine.schema import READ_MODEL_TABLES, stored_events
 from healthledger.adapters.persistence.projections import rebuild
 from healthledger.adapters.persistence.projections.rebuild import (
     rebuild_read_models,
     unfinished_rebuild,
 )
-from healthledger.adapters.persistence.schema import READ_MODEL_TABLES, stored_events
 from healthledger.domain.context import CommandContext
 from sqlalchemy import func, select
 

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.providers.demo import DemoProvider
-from healthledger.adapters.summaries import summary_id
 from healthledger.domain.connections.providers import PullTarget
+from healthledger.domain.connections.summaries import summary_id
 from healthledger.domain.context import CommandContext
 
 from tests.conftest import Team, create_user

@@ -1,4 +1,4 @@
-"""Time travel on the team API's reads (`as_of`, adapters/time_travel.py), on both
+"""Time travel on the team API's reads (`as_of`, adapters/compliance/time_travel.py), on both
 databases: the live answers of each route are recorded at each step of a user's life
 (freezegun), and `as_of` each step's instant must answer them again, from the log, while
 the user lives, after it is deleted, and after it is erased (its personal values then as
@@ -17,9 +17,9 @@ import pytest
 from eventsourcing.application import project_aggregate
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
+from healthledger.adapters.compliance.time_travel import ReadsAsOf, aggregate_as_of, state_as_of
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.schemas import ErasedValue
-from healthledger.adapters.time_travel import ReadsAsOf, aggregate_as_of, state_as_of
+from healthledger.adapters.operations.schemas import ErasedValue
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.management_api import create_management_api
-from healthledger.adapters.persistence.schema import webhook_endpoints
+from healthledger.adapters.persistence.engine.schema import webhook_endpoints
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE

@@ -16,7 +16,7 @@ from eventsourcing.persistence import (
     StoredEvent,
     UUIDAsHex,
 )
-from healthledger.adapters.eventstore.transcoder import DateAsISO
+from healthledger.adapters.persistence.eventstore.transcoder import DateAsISO
 
 
 def stock_transcoder() -> JSONTranscoder:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthledger.adapters.eventstore.repository import KnownCurrentRepository
-from healthledger.adapters.persistence.postgres import KnownHead
+from healthledger.adapters.persistence.engine.postgres import KnownHead
+from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 
 
 def test_the_epoch_stays_while_only_this_process_links_rows() -> None:

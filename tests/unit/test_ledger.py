@@ -16,7 +16,7 @@ import pytest
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import EventStore, IntegrityError, StoredEvent
 from eventsourcing.popo import POPOApplicationRecorder, POPOFactory
-from healthledger.adapters.eventstore.repository import KnownCurrentRepository
+from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 from healthledger.domain.ledger import Ledger, command
 
 

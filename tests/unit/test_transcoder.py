@@ -17,7 +17,7 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 from freezegun import freeze_time
-from healthledger.adapters.eventstore.transcoder import DateAsISO, LedgerTranscoder
+from healthledger.adapters.persistence.eventstore.transcoder import DateAsISO, LedgerTranscoder
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 

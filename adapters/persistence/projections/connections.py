@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthledger.adapters.persistence.projections import Handlers
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.schema import (
     connections,
     link_tokens,
     resource_feeds,
 )
-from healthledger.adapters.persistence.statements import (
+from healthledger.adapters.persistence.engine.statements import (
     CompiledStatement,
     UpdatesByKey,
     insert_of,
 )
+from healthledger.adapters.persistence.projections import Handlers
 from healthledger.domain.connections.connection import CONNECTED, PAUSED
 from healthledger.domain.connections.connection import DEREGISTERED as CONNECTION_DEREGISTERED
 from healthledger.domain.connections.connection import ERROR as CONNECTION_ERROR

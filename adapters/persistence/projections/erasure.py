@@ -21,9 +21,8 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.key_store import KeyStore
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import (
     connections,
     health_data,
     link_tokens,
@@ -36,7 +35,8 @@ from healthledger.adapters.persistence.schema import (
     users,
     webhook_deliveries,
 )
-from healthledger.adapters.persistence.statements import among
+from healthledger.adapters.persistence.engine.statements import among
+from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.domain.errors import ErasureNotVerified
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERIES

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from healthledger.adapters.persistence.engine.schema import lab_tests
 from healthledger.adapters.persistence.projections import Handlers
-from healthledger.adapters.persistence.schema import lab_tests
 from healthledger.domain.labs.lab_tests import LabTest
 from sqlalchemy import Connection, insert
 

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from healthledger.adapters.persistence.projections import Handlers
-from healthledger.adapters.persistence.projections.users import OpenSealed
-from healthledger.adapters.persistence.schema import orders
-from healthledger.adapters.persistence.statements import (
+from healthledger.adapters.persistence.engine.schema import orders
+from healthledger.adapters.persistence.engine.statements import (
     CompiledStatement,
     UpdatesByKey,
     insert_of,
 )
+from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections.users import OpenSealed
 from healthledger.domain.labs.orders import INTERPRETATIONS, Order, top_level
 from sqlalchemy import Connection, bindparam, select
 

@@ -11,7 +11,8 @@ from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import ApplicationRecorder, Mapper
-from healthledger.adapters.persistence.database import Database
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.statements import held_writes, holding
 from healthledger.adapters.persistence.projections import (
     Handlers,
     connections,
@@ -22,7 +23,6 @@ from healthledger.adapters.persistence.projections import (
     users,
     webhooks,
 )
-from healthledger.adapters.persistence.statements import held_writes, holding
 from sqlalchemy import Connection
 
 # The events of one save from which their projection's writes are held and run together

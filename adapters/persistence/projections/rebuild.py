@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from eventsourcing.utils import resolve_topic
-from healthledger.adapters.eventstore.recorder import LedgerRecorder
-from healthledger.adapters.persistence.database import Database
-from healthledger.adapters.persistence.schema import READ_MODEL_TABLES
-from healthledger.adapters.persistence.sqlite import sqlite_engine
-from healthledger.adapters.persistence.statements import CompiledStatement, held_writes, run
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import READ_MODEL_TABLES
+from healthledger.adapters.persistence.engine.sqlite import sqlite_engine
+from healthledger.adapters.persistence.engine.statements import CompiledStatement, held_writes, run
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from sqlalchemy import (
     BigInteger,
     Column,

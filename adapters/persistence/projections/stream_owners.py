@@ -19,8 +19,8 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate, DomainEventProtocol
-from healthledger.adapters.persistence.schema import stream_owners
-from healthledger.adapters.persistence.statements import CompiledStatement, insert_of
+from healthledger.adapters.persistence.engine.schema import stream_owners
+from healthledger.adapters.persistence.engine.statements import CompiledStatement, insert_of
 from healthledger.domain.connections.connection import Connection as ProviderConnection
 from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.oauth_flows import OAuthFlow

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthledger.adapters.persistence.projections import Handlers
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.schema import (
     custom_credentials,
     management_keys,
     organizations,
@@ -14,6 +13,7 @@ from healthledger.adapters.persistence.schema import (
     teams,
     webhook_endpoints,
 )
+from healthledger.adapters.persistence.projections import Handlers
 from healthledger.domain.teams.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
 from healthledger.domain.teams.teams import Organization, Team, TeamApiKey, default_settings

@@ -7,19 +7,19 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
-from healthledger.adapters.persistence.projections import Handlers
-from healthledger.adapters.persistence.projections.erasure import DELETED, READ_MODEL_PLACE
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.schema import (
     pending_erasures,
     team_api_keys,
     users,
 )
-from healthledger.adapters.persistence.statements import (
+from healthledger.adapters.persistence.engine.statements import (
     CompiledStatement,
     UpdatesByKey,
     delete_by,
     insert_of,
 )
+from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections.erasure import DELETED, READ_MODEL_PLACE
 from healthledger.domain.context import DEFAULT_ENVIRONMENT
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.users.user import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthledger.adapters.persistence.projections import Handlers
-from healthledger.adapters.persistence.schema import (
+from healthledger.adapters.persistence.engine.schema import (
     deprecation_cut_overs,
     webhook_deliveries,
     webhook_endpoints,
 )
-from healthledger.adapters.persistence.statements import (
+from healthledger.adapters.persistence.engine.statements import (
     CompiledStatement,
     UpdatesByKey,
     insert_of,
 )
+from healthledger.adapters.persistence.projections import Handlers
 from healthledger.domain.webhooks.deliveries import DROPPED as DELIVERY_DROPPED
 from healthledger.domain.webhooks.deliveries import FAILED as DELIVERY_FAILED
 from healthledger.domain.webhooks.deliveries import PENDING as DELIVERY_PENDING

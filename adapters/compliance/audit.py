@@ -1,0 +1,228 @@
+"""The audit trail: a user's full history with everything that belongs to it (its
+client_user_id claim, connections, pulls, link tokens and the webhook deliveries about
+it, found in `stream_owners`) and one stream's history. A stream's state at an instant is
+`time_travel.py`'s.
+
+Personal values are never printed, before or after erasure: a sealed field shows as a
+placeholder that says whether it can still be opened (its key exists) or was erased. The
+key is the one that sealed it: the user's whose stream it is (or the user the event
+names: a claim's), else the team's (custom credentials' and webhook endpoints' secrets),
+else the stream's own. Never the stream's id for a stream that is not a user's own: a
+connection's stream has no key of its own, and "erased" there would be false.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.keys.key_store import KeyStore
+from healthledger.adapters.persistence.projections.stream_owners import (
+    FOUNDING,
+    OWNED_STREAMS,
+    owner_of,
+)
+from healthledger.adapters.persistence.queries.audit import AuditQueries, Position
+from healthledger.domain.context import AttributedEvent, attributed
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
+
+_BASE_FIELDS = {
+    "originator_id",
+    "originator_version",
+    "originator_topic",
+    "timestamp",
+    "actor",
+    "request_id",
+}
+# Events of a user's audit read from the log per query (a page asks for one more than it
+# shows).
+_BATCH = 500
+
+
+def _event_types() -> dict[str, str]:
+    """Every event a user's audit can hold, by name (`User.Deleted`), with its topic."""
+    found: dict[str, str] = {}
+    for aggregate in OWNED_STREAMS:
+        for value in vars(aggregate).values():
+            topic = vars(value).get("TOPIC") if isinstance(value, type) else None
+            if isinstance(topic, str):
+                found[value.__qualname__] = topic
+    return dict(sorted(found.items()))
+
+
+# The names the audit's `event_type` filter takes.
+USER_EVENT_TYPES: dict[str, str] = _event_types()
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    # The stream the event is of: its kind (user, claim, connection, pull, link_token,
+    # webhook_delivery; another aggregate's name in snake case) and id.
+    stream_kind: str
+    stream_id: UUID
+    timestamp: datetime
+    # The event's name, `<Aggregate>.<Event>` (what `event_type` filters on).
+    event: str
+    version: int
+    actor: str
+    request_id: str
+    changes: dict[str, Any]
+
+    def line(self) -> str:
+        changed = ", ".join(f"{k}={_show(v)}" for k, v in self.changes.items())
+        return (
+            f"{self.timestamp.isoformat()}  v{self.version:<3} {self.event:<34} "
+            f"{self.stream_kind}={self.stream_id} actor={self.actor} "
+            f"request={self.request_id}" + (f"  {changed}" if changed else "")
+        )
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    entries: list[AuditEntry]
+    # The position the next page starts after, or None when this page is the last.
+    next_after: Position | None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={_show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+def _personal_placeholder(key_exists: bool) -> str:
+    return SEALED_PLACEHOLDER if key_exists else ERASED_PLACEHOLDER
+
+
+class _Keys:
+    """Whether each data key exists, asked of the key store once per owner."""
+
+    def __init__(self, key_store: KeyStore) -> None:
+        self.key_store = key_store
+        self.known: dict[UUID, bool] = {}
+
+    def placeholder(self, owner: UUID) -> str:
+        exists = self.known.get(owner)
+        if exists is None:
+            exists = self.known[owner] = self.key_store.has_key(owner)
+        return _personal_placeholder(exists)
+
+
+def _is_personal(name: str, personal: frozenset[str]) -> bool:
+    # A `sealed_` field is sealed whether or not its event lists it.
+    return name in personal or name.startswith("sealed_")
+
+
+def _entry(event: AttributedEvent, kind: str, key_owner: UUID, keys: _Keys) -> AuditEntry:
+    personal = frozenset(getattr(type(event), "PERSONAL_FIELDS", ()))
+    changes: dict[str, Any] = {}
+    for name, value in vars(event).items():
+        if name in _BASE_FIELDS:
+            continue
+        if _is_personal(name, personal) and value is not None:
+            changes[name] = keys.placeholder(key_owner)
+        elif name == "changes" and isinstance(value, dict):
+            changes.update(
+                {
+                    k: (keys.placeholder(key_owner) if _is_personal(k, personal) and v else v)
+                    for k, v in value.items()
+                }
+            )
+        else:
+            changes[name] = value
+    return AuditEntry(
+        stream_kind=kind,
+        stream_id=event.originator_id,
+        timestamp=event.timestamp,
+        event=type(event).__qualname__,
+        version=event.originator_version,
+        actor=event.actor,
+        request_id=event.request_id,
+        changes=changes,
+    )
+
+
+def _named_user(event: Any) -> UUID | None:
+    named = getattr(event, "user_id", None)
+    return named if isinstance(named, UUID) else None
+
+
+def user_audit(
+    service: Service,
+    user_id: UUID,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    event_types: Iterable[str] = (),
+    after: Position | None = None,
+    limit: int | None = None,
+) -> AuditPage:
+    """The user's history and its streams', merged in time order (then log order): events
+    at or after `start` and before `end`, of `event_types` (names of USER_EVENT_TYPES;
+    all when empty), after the position `after`, at most `limit` of them (all when None).
+    A claim's events about another holder of it are left out. Empty for an unknown user."""
+    topics = [USER_EVENT_TYPES[name] for name in event_types]
+    queries = AuditQueries(service.db)
+    keys = _Keys(service.key_store)
+    mapper = service.ledger.mapper
+    found: list[tuple[Position, AuditEntry]] = []
+    batch = _BATCH if limit is None else limit + 1
+    position = after
+    while limit is None or len(found) <= limit:
+        rows = queries.owned_events(
+            user_id, start=start, end=end, topics=topics, after=position, limit=batch
+        )
+        for row in rows:
+            position = row.position
+            event = attributed(mapper.to_domain_event(row.stored))
+            if _named_user(event) not in (None, user_id):
+                continue
+            # Every sealed value of a user's streams is sealed with the user's key.
+            found.append((row.position, _entry(event, row.kind, user_id, keys)))
+        if len(rows) < batch:
+            break
+    if limit is not None and len(found) > limit:
+        return AuditPage([entry for _, entry in found[:limit]], found[limit - 1][0])
+    return AuditPage([entry for _, entry in found], None)
+
+
+def history(service: Service, user_id: UUID) -> list[AuditEntry]:
+    """The user's whole audit (empty for an id that is not a user's)."""
+    return user_audit(service, user_id).entries
+
+
+def user_team(service: Service, user_id: UUID) -> UUID | None:
+    """The team of a user in any state, live, pending or erased (None: no such user)."""
+    return AuditQueries(service.db).user_team(user_id)
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def stream_history(service: Service, stream_id: UUID) -> list[AuditEntry]:
+    """One stream's history, of any aggregate (empty for an unknown id). Its sealed
+    values show by the key that sealed them, found from its founding event: the user it
+    names, else its team, else the stream itself."""
+    events = [attributed(event) for event in service.ledger.events.get(stream_id)]
+    if not events:
+        return []
+    founding: Any = events[0]
+    kind = FOUNDING.get(type(founding))
+    if kind is not None:
+        owner = owner_of(founding)
+    else:
+        kind = _snake_case(type(founding).__qualname__.split(".")[0])
+        team = getattr(founding, "team_id", None)
+        owner = team if isinstance(team, UUID) else stream_id
+    keys = _Keys(service.key_store)
+    return [_entry(event, kind, _named_user(event) or owner, keys) for event in events]

@@ -1,0 +1,56 @@
+"""`healthledger verify` and `healthledger chain sign`: the hash chain on the command
+line (ADR 0015)."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from healthledger.adapters.persistence.eventstore.chain import Chain, ChainProblem, EmptyChain
+
+
+def verify_command(chain: Chain, since: int | None, out: TextIO) -> int:
+    """Walk the chain and check every signed head: 0 and a summary, or 1 naming the
+    first bad record and what kind of change it looks like."""
+    result = chain.verify(since)
+    if result.problem is not None:
+        print(f"FAILED: {describe(result.problem)}", file=out)
+        print(
+            f"checked {result.records_checked} record(s) from position "
+            f"{result.first_position} before it; {result.signed_heads_checked} signed "
+            "head(s) in the log",
+            file=out,
+        )
+        return 1
+    last = "none" if result.last_position is None else str(result.last_position)
+    print(
+        f"ok: {result.records_checked} record(s) checked from position "
+        f"{result.first_position}, last position {last}; "
+        f"{result.signed_heads_checked} signed head(s) checked",
+        file=out,
+    )
+    return 0
+
+
+def describe(problem: ChainProblem) -> str:
+    """The problem in one line: what kind, where, which record, why."""
+    record = ""
+    if problem.notification_id is not None:
+        record = (
+            f" (notification id {problem.notification_id}, stream {problem.originator_id}, "
+            f"version {problem.originator_version})"
+        )
+    return f"{problem.kind} at position {problem.position}{record}: {problem.detail}"
+
+
+def sign_command(chain: Chain, out: TextIO) -> int:
+    try:
+        head = chain.sign_head()
+    except EmptyChain as exc:
+        print(f"nothing signed: {exc}", file=out)
+        return 1
+    print(
+        f"signed head at position {head.position}: chain hash {head.chain_hash.hex()}, "
+        f"signed at {head.signed_at.isoformat()} by key {head.key_id}",
+        file=out,
+    )
+    return 0

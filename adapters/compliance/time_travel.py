@@ -1,0 +1,563 @@
+"""Time travel: any aggregate as it was at an instant, and the team API's reads as they
+answered then, built from the event log.
+
+The version a stream had at an instant comes from the timestamp index (each event row
+carries its event's time: `LedgerRecorder.version_at`, and `versions_at` for many streams
+in one query). The aggregate at that version loads as any historical version does
+(`Ledger.find(id, version=...)`, eventsourcing's repository): from the newest snapshot at
+or below that version, then the events after it. A long-lived user is snapshotted every
+`HEALTHLEDGER_USER_SNAPSHOT_INTERVAL` events, so an instant costs one index lookup and at
+most that many events, however long the stream (docs/performance.md, "Audit").
+
+`ReadsAsOf` answers the questions the team API's reads ask of the read models (the user
+row and its connections, the connections and pulls of the introspection), with the
+aggregates as of the instant in the place of the rows, so that the routes render them
+with the same code and models as their live answers. A user deleted or erased since is
+answered as it was; the personal values of an erased user, whose key is gone, show as
+`ERASED_PLACEHOLDER`. Which streams were a user's, and which users a team's, comes from
+the `stream_owners` table (ids only; erasure leaves it), filtered by the time each stream
+began.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.engine import migrating
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import stream_owners
+from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.projections.read_models import ReadModels
+from healthledger.adapters.persistence.projections.stream_owners import CONNECTION, PULL, USER
+from healthledger.adapters.persistence.queries.connections import ConnectionQueries
+from healthledger.adapters.persistence.queries.directory import UserQueries
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.errors import InvalidRequest, UserNotFound
+from healthledger.domain.personal_data import (
+    ERASED_PLACEHOLDER,
+    SEALED_PLACEHOLDER,
+    PersonalDataVault,
+)
+from healthledger.domain.users.user import ACTIVE, User
+from sqlalchemy import func, insert, select
+
+# An instant as the API and the CLI take it: ISO 8601 date and time, with an offset.
+_ISO_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+INSTANT_EXAMPLE = "2026-03-01T12:00:00Z"
+# Streams whose versions one query asks for at most (bind parameters stay well below
+# every database's limit).
+_IDS_PER_QUERY = 500
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO 8601 instant with an offset (`Z` or `+hh:mm`), in UTC; a ValueError that
+    says what is expected otherwise (a date alone, a time without an offset, a number)."""
+    if not _ISO_INSTANT.match(text):
+        raise ValueError(f"an instant is ISO 8601 with an offset, e.g. {INSTANT_EXAMPLE}")
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not a valid ISO 8601 instant (e.g. {INSTANT_EXAMPLE})") from None
+    if instant.tzinfo is None:
+        raise ValueError(f"an instant needs an offset (Z or +hh:mm), e.g. {INSTANT_EXAMPLE}")
+    try:
+        return instant.astimezone(UTC)
+    except OverflowError:  # the first or last hours of the calendar, moved to UTC
+        raise ValueError("the instant is out of range") from None
+
+
+# -- one aggregate ---------------------------------------------------------------------
+
+
+def aggregate_as_of(service: Service, aggregate_id: UUID, instant: datetime) -> Aggregate | None:
+    """The aggregate as it was at `instant` (None if its stream had not begun)."""
+    version = service.recorder.version_at(aggregate_id, instant)
+    if version is None:
+        return None
+    return service.ledger.find(aggregate_id, version=version)
+
+
+def versions_at(service: Service, ids: Iterable[UUID], instant: datetime) -> dict[UUID, int]:
+    """The version each stream of `ids` had at `instant` (streams not begun by then are
+    left out): `version_at` for many streams, one query per few hundred."""
+    c = service.recorder.tables.events.c
+    wanted = list(dict.fromkeys(ids))
+    found: dict[UUID, int] = {}
+    with service.db.read() as conn:
+        for start in range(0, len(wanted), _IDS_PER_QUERY):
+            query = (
+                select(c.originator_id, func.max(c.originator_version))
+                .where(
+                    c.originator_id.in_(wanted[start : start + _IDS_PER_QUERY]),
+                    c.timestamp <= instant,
+                )
+                .group_by(c.originator_id)
+            )
+            found.update({row[0]: row[1] for row in conn.execute(query)})
+    return found
+
+
+def aggregates_as_of(service: Service, ids: Iterable[UUID], instant: datetime) -> list[Aggregate]:
+    """The aggregates of `ids` whose streams had begun at `instant`, as they were then."""
+    found = []
+    for aggregate_id, version in versions_at(service, ids, instant).items():
+        aggregate = service.ledger.find(aggregate_id, version=version)
+        if aggregate is not None:
+            found.append(aggregate)
+    return found
+
+
+def key_owner(aggregate: Aggregate) -> UUID:
+    """Whose data key seals the aggregate's sealed values: a user's own, a user's for
+    what belongs to a user (a connection's external id), else its team's (webhook signing
+    secrets, custom credentials), else its own."""
+    if isinstance(aggregate, User):
+        return aggregate.id
+    for owner in ("user_id", "team_id"):
+        found = getattr(aggregate, owner, None)
+        if isinstance(found, UUID):
+            return found
+    return aggregate.id
+
+
+def placeholder(key_exists: bool) -> str:
+    """How a sealed value shows where it is never printed: whether its key still exists."""
+    return SEALED_PLACEHOLDER if key_exists else ERASED_PLACEHOLDER
+
+
+def state_as_of(service: Service, aggregate_id: UUID, instant: datetime) -> dict[str, Any] | None:
+    """Any aggregate as it was at `instant`, for the audit (None if its stream had not
+    begun): its attributes, every sealed value as a placeholder that says whether its key
+    still exists. A user shows its settings by value (as the API names them)."""
+    aggregate = aggregate_as_of(service, aggregate_id, instant)
+    if aggregate is None:
+        return None
+    key_exists = service.key_store.has_key(key_owner(aggregate))
+    state: dict[str, Any] = {
+        "as_of": instant,
+        "aggregate": type(aggregate).__name__,
+        "id": aggregate.id,
+        "version": aggregate.version,
+        "created_on": aggregate.created_on,
+        "modified_on": aggregate.modified_on,
+    }
+    if isinstance(aggregate, User):
+        return {**state, **_user_state(aggregate, key_exists)}
+    for name, value in vars(aggregate).items():
+        if name.startswith("_"):
+            continue  # eventsourcing's own (id, version and times are given above)
+        if name.startswith("sealed_") and value is not None:
+            value = placeholder(key_exists)
+        state[name] = _plain(value)
+    return state
+
+
+def _user_state(user: User, key_exists: bool) -> dict[str, Any]:
+    def sealed(value: Any) -> str | None:
+        return None if value is None else placeholder(key_exists)
+
+    time_zone = user.fallback_time_zone
+    birth_date = user.sealed_birth_date
+    return {
+        "user_id": user.id,
+        "team_id": user.team_id,
+        # In clear only if it was recorded in clear (before it was sealed).
+        "client_user_id": user.client_user_id or sealed(user.sealed_client_user_id),
+        "claim_id": user.claim_id,
+        "status": user.status,
+        "fallback_time_zone": None if time_zone is None else time_zone[0],
+        "fallback_birth_date": sealed(birth_date and birth_date[0]),
+        "ingestion_start": user.ingestion_start,
+        "ingestion_end": user.ingestion_end,
+        "demographics": sealed(user.sealed_demographics),
+        "deleted_at": user.deleted_at,
+        "erasure_due_at": user.erasure_due_at,
+        "erased_at": user.erased_at,
+    }
+
+
+def _plain(value: Any) -> Any:
+    # Tuples (a snapshot restores them as lists) print as lists either way.
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+# -- the team API's reads at an instant --------------------------------------------------
+
+
+class PlaceholderVault:
+    """The vault as an answer about the past opens it: a value whose key was destroyed
+    (the user erased since) shows as `ERASED_PLACEHOLDER` instead of being left out."""
+
+    def __init__(self, vault: PersonalDataVault) -> None:
+        self.vault = vault
+
+    def seal(self, user_id: UUID, value: Any) -> str:
+        raise TypeError("the past is read, never sealed into")
+
+    def open(self, user_id: UUID, sealed: str) -> Any | None:
+        value = self.vault.open(user_id, sealed)
+        return ERASED_PLACEHOLDER if value is None else value
+
+    def has_key(self, user_id: UUID) -> bool:
+        return self.vault.has_key(user_id)
+
+    def discard(self, user_id: UUID) -> None:
+        raise TypeError("the past is read, never changed")
+
+
+@dataclass(frozen=True)
+class UserRow:
+    """A user as the users read model held it (the columns its rendering reads)."""
+
+    user_id: UUID
+    team_id: UUID
+    client_user_id: str
+    status: str
+    created_on: datetime
+    fallback_time_zone: str | None
+    fallback_time_zone_source: str | None
+    fallback_time_zone_updated_at: datetime | None
+    sealed_birth_date: str | None
+    birth_date_source: str | None
+    birth_date_updated_at: datetime | None
+    ingestion_start: date | None
+    ingestion_end: date | None
+
+    @classmethod
+    def of(cls, user: User, vault: PersonalDataVault) -> UserRow:
+        """The row of `user`; its client_user_id as recorded (in clear before it was
+        sealed), else opened with `vault`, as the projection opens it."""
+        zone, birth = user.fallback_time_zone, user.sealed_birth_date
+        client_user_id = user.client_user_id
+        if client_user_id is None:
+            assert user.sealed_client_user_id is not None, "held in clear or sealed"
+            client_user_id = str(vault.open(user.id, user.sealed_client_user_id))
+        return cls(
+            user_id=user.id,
+            team_id=user.team_id,
+            client_user_id=client_user_id,
+            status=user.status,
+            created_on=user.created_on,
+            fallback_time_zone=None if zone is None else zone[0],
+            fallback_time_zone_source=None if zone is None else zone[1],
+            fallback_time_zone_updated_at=None if zone is None else zone[2],
+            sealed_birth_date=None if birth is None else birth[0],
+            birth_date_source=None if birth is None else birth[1],
+            birth_date_updated_at=None if birth is None else birth[2],
+            ingestion_start=user.ingestion_start,
+            ingestion_end=user.ingestion_end,
+        )
+
+
+@dataclass(frozen=True)
+class ConnectionRow:
+    """A connection as the connections read model held it."""
+
+    connection_id: UUID
+    user_id: UUID
+    team_id: UUID
+    provider: str
+    status: str
+    created_on: datetime
+    resource_availability: dict[str, Any]
+    error_details: dict[str, Any] | None
+    sealed_external_user_id: str | None
+
+    @classmethod
+    def of(cls, connection: Connection) -> ConnectionRow:
+        details = connection.error_details
+        if details is not None:
+            # The read model keeps the time as the text the projection wrote.
+            details = {**details, "errored_at": details["errored_at"].isoformat()}
+        return cls(
+            connection_id=connection.id,
+            user_id=connection.user_id,
+            team_id=connection.team_id,
+            provider=connection.provider,
+            status=connection.status,
+            created_on=connection.connected_at,
+            resource_availability=connection.resource_availability,
+            error_details=details,
+            sealed_external_user_id=connection.sealed_external_user_id,
+        )
+
+
+@dataclass(frozen=True)
+class FeedRow:
+    """A resource feed's pull as the resource_feeds read model held it (a feed whose
+    first pull was scheduled)."""
+
+    user_id: UUID
+    provider: str
+    resource: str
+    status: str
+    range_start: datetime
+    range_end: datetime
+    scheduled_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    days_with_data: int
+    release: str
+    trace_id: str
+    error_code: str | None
+
+    @classmethod
+    def of(cls, feed: ResourceFeed) -> FeedRow:
+        assert feed.status is not None
+        return cls(
+            user_id=feed.user_id,
+            provider=feed.provider,
+            resource=feed.resource,
+            status=feed.status,
+            range_start=feed.range_start,
+            range_end=feed.range_end,
+            scheduled_at=feed.scheduled_at,
+            started_at=feed.started_at,
+            ended_at=feed.ended_at,
+            days_with_data=feed.days_with_data,
+            release=feed.release,
+            trace_id=feed.trace_id,
+            error_code=feed.error_code,
+        )
+
+
+def reads_as_of(service: Service, instant: datetime) -> ReadsAsOf:
+    """The team API's reads as of `instant`. A future instant is refused (422): what the
+    log will hold then is not known, and an answer about an instant must not change once
+    given."""
+    if instant > service.clock():
+        raise InvalidRequest("as_of is in the future: give a past instant.", "as_of", "query")
+    return ReadsAsOf(service, instant)
+
+
+class ReadsAsOf:
+    """The reads of the team API's user, connection and introspection routes, as of
+    `instant`: each method answers what its live namesake (`UserLifecycle.load_live`,
+    `UserQueries.resolved_user`, `ConnectionQueries.providers_of`, `PullQueries`'
+    introspection reads) answered then, from the aggregates as they were."""
+
+    def __init__(self, service: Service, instant: datetime) -> None:
+        self.service = service
+        self.instant = instant
+        self.vault = vault = PlaceholderVault(service.key_store)
+        self.user_queries = UserQueries(service.db, vault)
+        self.connection_queries = ConnectionQueries(
+            service.db, vault, service.connection_queries.describe
+        )
+        # Loaded once per answer: a page asks for the same streams several times.
+        self.users: dict[UUID, User | None] = {}
+        self.connections: dict[UUID, list[Connection]] = {}
+
+    # -- users -------------------------------------------------------------------------
+
+    def load(self, team_id: UUID, user_id: UUID) -> User:
+        """The user as it was, in any state; not yet created, or another team's: 404."""
+        if user_id not in self.users:
+            found = aggregate_as_of(self.service, user_id, self.instant)
+            self.users[user_id] = found if isinstance(found, User) else None
+        user = self.users[user_id]
+        if user is None or user.team_id != team_id:
+            raise UserNotFound()
+        return user
+
+    def load_live(self, team_id: UUID, user_id: UUID) -> User:
+        user = self.load(team_id, user_id)
+        user.require_live()  # the 404s the live reads answered for a gone user
+        return user
+
+    def resolved_user(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
+        user = self.load_live(team_id, user_id)
+        sources = self.connection_queries.sources_by_user(self.connection_rows([user_id], None))
+        row = UserRow.of(user, self.vault)
+        return self.user_queries.render(row, sources.get(user_id, []))
+
+    # -- connections -------------------------------------------------------------------
+
+    def owned(self, user_ids: Sequence[UUID], kind: str) -> list[UUID]:
+        """The streams of this kind that the users owned by the instant."""
+        o = stream_owners.c
+        query = select(o.originator_id).where(
+            o.user_id.in_(list(user_ids)), o.kind == kind, o.first_seen_at <= self.instant
+        )
+        with self.service.db.read() as conn:
+            return list(conn.execute(query).scalars())
+
+    def live_connections(self, user_id: UUID) -> list[Connection]:
+        """The user's connections that were not deregistered, in the read model's order."""
+        if user_id not in self.connections:
+            ids = self.owned([user_id], CONNECTION)
+            found = [
+                c
+                for c in aggregates_as_of(self.service, ids, self.instant)
+                if isinstance(c, Connection) and c.is_live
+            ]
+            self.connections[user_id] = sorted(found, key=lambda c: (c.connected_at, c.provider))
+        return self.connections[user_id]
+
+    def connection_rows(
+        self, user_ids: Sequence[UUID], provider: str | None
+    ) -> list[ConnectionRow]:
+        return [
+            ConnectionRow.of(c)
+            for user_id in sorted(user_ids)
+            for c in self.live_connections(user_id)
+            if provider is None or c.provider == provider
+        ]
+
+    def providers_of(self, user_id: UUID) -> list[dict[str, Any]]:
+        return self.connection_queries.provider_items(self.connection_rows([user_id], None))
+
+    # -- introspection -----------------------------------------------------------------
+
+    def user_page(
+        self,
+        team_id: UUID,
+        *,
+        user_id: UUID | None,
+        provider: str | None,
+        after: UUID | None,
+        limit: int,
+    ) -> list[UUID]:
+        """Live users of the team with a live connection (to `provider` if given), by id."""
+        candidates = [user_id] if user_id is not None else self.team_user_ids(team_id)
+        page: list[UUID] = []
+        for candidate in sorted(candidates):
+            if len(page) == limit:
+                break
+            if after is not None and candidate <= after:
+                continue
+            try:
+                user = self.load(team_id, candidate)
+            except UserNotFound:
+                continue
+            if user.status == ACTIVE and self.connection_rows([candidate], provider):
+                page.append(candidate)
+        return page
+
+    def team_user_ids(self, team_id: UUID) -> list[UUID]:
+        """Every user the team had created by the instant (any state then)."""
+        o = stream_owners.c
+        query = select(o.user_id).where(
+            o.team_id == team_id, o.kind == USER, o.first_seen_at <= self.instant
+        )
+        with self.service.db.read() as conn:
+            return list(conn.execute(query).scalars())
+
+    def feeds_of(self, user_ids: Sequence[UUID], provider: str | None) -> list[FeedRow]:
+        """The pulls of the users' live connections (feeds with a pull scheduled)."""
+        live = {row.connection_id for row in self.connection_rows(user_ids, provider)}
+        rows = [
+            FeedRow.of(f)
+            for f in aggregates_as_of(self.service, self.owned(user_ids, PULL), self.instant)
+            if isinstance(f, ResourceFeed) and f.connection_id in live and f.status is not None
+        ]
+        return sorted(rows, key=lambda f: (f.user_id, f.provider, f.resource))
+
+    def live_providers_of(
+        self, user_ids: Sequence[UUID], provider: str | None
+    ) -> list[ConnectionRow]:
+        return self.connection_rows(user_ids, provider)
+
+
+# -- the read models as of an instant, in a database of their own ------------------------
+
+
+@dataclass(frozen=True)
+class Replayed:
+    path: Path
+    events: int
+
+
+class ReplayRefused(ValueError):
+    """The target cannot be written: it exists (without `force`), or it is the source."""
+
+
+def replay_until(
+    service: Service,
+    until: datetime,
+    target: Path,
+    *,
+    force: bool = False,
+    progress: Callable[[int], None] = lambda n: None,
+) -> Replayed:
+    """Build the read models as they were at `until` into a new SQLite database at
+    `target`, for debugging: the schema at its head, the events up to the instant copied
+    from the service's log (as stored, with their notification ids), then every read
+    model projected from them by the rebuild (`ReadModels.rebuild`). `progress` is called
+    with the number of events of each page copied, then of each page projected.
+
+    The source is only read. The copy holds no data key (a copy of a key would outlive
+    the erasure of its user), so its sealed values cannot be opened: the client_user_ids
+    the users rows hold in clear are placeholders (sealed, or erased since). Nor does it
+    hold pulled health data, snapshots or tracking positions: it is for reading, not for
+    serving."""
+    target = target.resolve()
+    source = service.db.url
+    if service.db.is_sqlite and source.database and Path(source.database).resolve() == target:
+        raise ReplayRefused(f"{target} is the service's own database")
+    companions = [target, *(target.with_name(target.name + s) for s in _SQLITE_FILES)]
+    if any(path.exists() for path in companions):
+        if not force:
+            raise ReplayRefused(f"{target} exists (give --force to replace it)")
+        for path in companions:
+            path.unlink(missing_ok=True)
+    url = f"sqlite:///{target}"
+    migrating.upgrade(url)
+    db = Database(url)
+    try:
+        copied = _copy_events(service, db, until, progress)
+
+        def open_sealed(conn: Any, user_id: UUID, sealed: str) -> str | None:
+            # A value the projection opens (a client_user_id) shows as sealed while the
+            # service holds its key, and as erased (None) once the key is destroyed.
+            return SEALED_PLACEHOLDER if service.key_store.has_key(user_id) else None
+
+        read_models = ReadModels(db, open_sealed)
+        read_models.rebuild(LedgerRecorder(db), service.ledger.mapper, progress=progress)
+    finally:
+        db.dispose()
+    return Replayed(target, copied)
+
+
+# A SQLite database's companion files, removed with it when it is replaced.
+_SQLITE_FILES = ("-wal", "-shm", "-journal")
+_COPY_PAGE = 500
+
+
+def _copy_events(
+    service: Service, db: Database, until: datetime, progress: Callable[[int], None]
+) -> int:
+    """Copy the log's events up to `until` into `db`'s, page by page, every column as
+    stored."""
+    source = service.recorder.tables.events
+    target = LedgerRecorder(db).tables.events
+    copied, after = 0, 0
+    while True:
+        query = (
+            select(source)
+            .where(source.c.notification_id > after, source.c.timestamp <= until)
+            .order_by(source.c.notification_id)
+            .limit(_COPY_PAGE)
+        )
+        with service.db.read() as conn:
+            rows = [dict(row) for row in conn.execute(query).mappings()]
+        if not rows:
+            return copied
+        with db.write() as conn:
+            conn.execute(insert(target), rows)
+        copied += len(rows)
+        after = rows[-1]["notification_id"]
+        progress(len(rows))
