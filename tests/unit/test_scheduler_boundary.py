@@ -4,33 +4,16 @@ bring back the cycle between the two."""
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import healthledger.scheduler
 
+from tests.imports import imported_modules
+
 # What a scheduler module may import, besides the standard library.
 ALLOWED = ("healthledger.domain", "healthledger.scheduler", "apscheduler")
 PACKAGE = "healthledger.scheduler"
-
-
-def imported_modules(path: Path, package: str) -> list[str]:
-    """Every module `path` imports, absolute (relative imports resolved against `package`,
-    the package that holds the module)."""
-    found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[: len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            # `from x import y` imports x, and y may be a module of it: x.y names both.
-            found.extend(f"{base}.{alias.name}" for alias in node.names)
-    return found
 
 
 def allowed(module: str) -> bool:
