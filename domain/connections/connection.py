@@ -15,6 +15,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
 
@@ -40,17 +41,18 @@ class NotConnected(LedgerError):
         super().__init__("The user has no connection to this provider.")
 
 
-class Connection(Aggregate):
+class Connection(Audited):
     TOPIC = "healthledger:Connection"
+    USER_STREAM = UserStream("connection", read_models=("read_model:connections",))
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         """The first connection of this user to this provider."""
 
         TOPIC = "healthledger:Connection.Created.v1"
+        ANNOUNCES = ("provider.connection.created",)
         PERSONAL_FIELDS = ("sealed_external_user_id",)
         user_id: UUID
         team_id: UUID
@@ -63,6 +65,7 @@ class Connection(Aggregate):
         """Connected again after a deregistration."""
 
         TOPIC = "healthledger:Connection.Reconnected.v1"
+        ANNOUNCES = ("provider.connection.created",)
         PERSONAL_FIELDS = ("sealed_external_user_id",)
         sealed_external_user_id: str | None
         resource_availability: dict[str, Any]
@@ -79,6 +82,7 @@ class Connection(Aggregate):
 
     class Deregistered(Event):
         TOPIC = "healthledger:Connection.Deregistered.v1"
+        ANNOUNCES = ()
         reason: str
 
         def apply(self, connection: Connection) -> None:
@@ -90,6 +94,7 @@ class Connection(Aggregate):
         """Ours: the demo device will fail these resources' pulls (see the demo adapter)."""
 
         TOPIC = "healthledger:Connection.DemoFailuresConfigured.v1"
+        ANNOUNCES = ()
         failures: dict[str, Any]
 
         def apply(self, connection: Connection) -> None:
@@ -97,6 +102,7 @@ class Connection(Aggregate):
 
     class Errored(Event):
         TOPIC = "healthledger:Connection.Errored.v1"
+        ANNOUNCES = ("provider.connection.error",)
         error_type: str
         error_message: str
 
@@ -112,12 +118,14 @@ class Connection(Aggregate):
         """The user's ingestion_end passed: no more data is pulled."""
 
         TOPIC = "healthledger:Connection.Paused.v1"
+        ANNOUNCES = ()
 
         def apply(self, connection: Connection) -> None:
             connection.status = PAUSED
 
     class Resumed(Event):
         TOPIC = "healthledger:Connection.Resumed.v1"
+        ANNOUNCES = ()
 
         def apply(self, connection: Connection) -> None:
             connection.status = CONNECTED
@@ -169,11 +177,10 @@ class Connection(Aggregate):
         resource_availability: dict[str, Any],
         demo: bool,
     ) -> Connection:
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=cls.id_for(user_id, provider),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             user_id=user_id,
             team_id=team_id,
             provider=provider,
@@ -203,11 +210,10 @@ class Connection(Aggregate):
         # Connecting again is how a user repairs a connection in error.
         if self.status in (CONNECTED, PAUSED):
             raise AlreadyConnected()
-        self.trigger_event(
+        self.record(
+            ctx,
+            now,
             self.Reconnected,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             sealed_external_user_id=sealed_external_user_id,
             resource_availability=resource_availability,
             demo=demo,
@@ -216,35 +222,24 @@ class Connection(Aggregate):
     def deregister(self, ctx: CommandContext, now: datetime, reason: str) -> None:
         if not self.is_live:
             raise NotConnected()
-        self.trigger_event(
-            self.Deregistered,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            reason=reason,
-        )
+        self.record(ctx, now, self.Deregistered, reason=reason)
 
     def configure_demo_failures(
         self, ctx: CommandContext, now: datetime, failures: dict[str, Any]
     ) -> None:
-        self._trigger(ctx, now, self.DemoFailuresConfigured, failures=failures)
+        self.record(ctx, now, self.DemoFailuresConfigured, failures=failures)
 
     def error(self, ctx: CommandContext, now: datetime, error_type: str, message: str) -> None:
         if self.status == CONNECTED:
-            self._trigger(ctx, now, self.Errored, error_type=error_type, error_message=message)
+            self.record(ctx, now, self.Errored, error_type=error_type, error_message=message)
 
     def pause(self, ctx: CommandContext, now: datetime) -> None:
         if self.status == CONNECTED:
-            self._trigger(ctx, now, self.Paused)
+            self.record(ctx, now, self.Paused)
 
     def resume(self, ctx: CommandContext, now: datetime) -> None:
         if self.status == PAUSED:
-            self._trigger(ctx, now, self.Resumed)
-
-    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: Any) -> None:
-        self.trigger_event(
-            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
-        )
+            self.record(ctx, now, self.Resumed)
 
 
 def _connect(

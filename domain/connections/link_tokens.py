@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
 from healthledger.domain.keys import LINK_TOKEN, hash_key, key_matches, new_key
@@ -69,17 +70,18 @@ def link_error_message(error_type: str) -> str:
     return _MESSAGES[error_type]
 
 
-class LinkToken(Aggregate, created_event_name="Issued"):
+class LinkToken(Audited, created_event_name="Issued"):
     TOPIC = "healthledger:LinkToken"
+    USER_STREAM = UserStream("link_token", read_models=("read_model:link_tokens",))
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Issued(Event, Aggregate.Created):
         """A token for one user of one team; the options of spec 2.5 as given."""
 
         TOPIC = "healthledger:LinkToken.Issued.v1"
+        ANNOUNCES = ()
         team_id: UUID
         user_id: UUID
         environment: str
@@ -100,6 +102,7 @@ class LinkToken(Aggregate, created_event_name="Issued"):
         """Used up by the connection to `provider`, recorded in the same transaction."""
 
         TOPIC = "healthledger:LinkToken.Consumed.v1"
+        ANNOUNCES = ()
         provider: str
 
         def apply(self, token: LinkToken) -> None:
@@ -154,11 +157,10 @@ class LinkToken(Aggregate, created_event_name="Issued"):
     ) -> tuple[LinkToken, str]:
         """The new token and its text, which is never stored."""
         token_id, plain = new_key(LINK_TOKEN)
-        token = cls(
+        token = cls.new(
+            ctx,
+            now,
             id=token_id,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             team_id=team_id,
             user_id=user_id,
             environment=environment,
@@ -189,10 +191,4 @@ class LinkToken(Aggregate, created_event_name="Issued"):
 
     def consume(self, ctx: CommandContext, now: datetime, provider: str) -> None:
         self.require_usable(now)
-        self.trigger_event(
-            self.Consumed,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            provider=provider,
-        )
+        self.record(ctx, now, self.Consumed, provider=provider)

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
@@ -100,17 +101,18 @@ def flow_id_of_state(state: str) -> UUID | None:
     return UUID(match.group(1)) if match else None
 
 
-class OAuthFlow(Aggregate, created_event_name="Started"):
+class OAuthFlow(Audited, created_event_name="Started"):
     TOPIC = "healthledger:OAuthFlow"
+    USER_STREAM = UserStream("oauth_flow")
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Started(Event, Aggregate.Created):
         """The link page sent the browser to the maker's authorization URL."""
 
         TOPIC = "healthledger:OAuthFlow.Started.v1"
+        ANNOUNCES = ()
         link_token_id: UUID
         team_id: UUID
         user_id: UUID
@@ -126,6 +128,7 @@ class OAuthFlow(Aggregate, created_event_name="Started"):
         """The maker sent the browser back to the callback: the flow is used up."""
 
         TOPIC = "healthledger:OAuthFlow.Returned.v1"
+        ANNOUNCES = ()
 
         def apply(self, flow: OAuthFlow) -> None:
             flow.returned_at = self.timestamp
@@ -155,11 +158,10 @@ class OAuthFlow(Aggregate, created_event_name="Started"):
     def start(
         cls, ctx: CommandContext, now: datetime, token: LinkToken, provider: str, binding: str
     ) -> OAuthFlow:
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=uuid4(),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             link_token_id=token.id,
             team_id=token.team_id,
             user_id=token.user_id,
@@ -197,4 +199,4 @@ class OAuthFlow(Aggregate, created_event_name="Started"):
             raise OAuthFlowUsed()
         if now >= self.expires_at:
             raise OAuthFlowExpired()
-        self.trigger_event(self.Returned, timestamp=now, actor=ctx.actor, request_id=ctx.request_id)
+        self.record(ctx, now, self.Returned)

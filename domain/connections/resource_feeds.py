@@ -26,6 +26,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.connections.providers import RETRY_QUOTA_EXHAUSTED
 from healthledger.domain.context import CommandContext
 
@@ -45,15 +46,16 @@ RELEASE_LEGACY = "legacy"
 _NAMESPACE = uuid.UUID("3c1d8e52-7a0b-5f64-9d2e-41b7c6a9e0f3")
 
 
-class ResourceFeed(Aggregate):
+class ResourceFeed(Audited):
     TOPIC = "healthledger:ResourceFeed"
+    USER_STREAM = UserStream("pull", read_models=("read_model:resource_feeds",))
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:ResourceFeed.Created.v1"
+        ANNOUNCES = ()
         connection_id: UUID
         user_id: UUID
         team_id: UUID
@@ -62,6 +64,7 @@ class ResourceFeed(Aggregate):
 
     class PullScheduled(Event):
         TOPIC = "healthledger:ResourceFeed.PullScheduled.v1"
+        ANNOUNCES = ()
         pull_number: int
         range_start: datetime
         range_end: datetime
@@ -87,6 +90,7 @@ class ResourceFeed(Aggregate):
 
     class PullStarted(Event):
         TOPIC = "healthledger:ResourceFeed.PullStarted.v1"
+        ANNOUNCES = ()
         attempt: int
 
         def apply(self, feed: ResourceFeed) -> None:
@@ -99,6 +103,7 @@ class ResourceFeed(Aggregate):
         """An attempt failed for a passing reason; the next one is due at `retry_at`."""
 
         TOPIC = "healthledger:ResourceFeed.PullRetrying.v1"
+        ANNOUNCES = ()
         error_code: str
         retry_at: datetime
 
@@ -112,6 +117,7 @@ class ResourceFeed(Aggregate):
         """Every chunk of the pull is stored: announced as historical.data.*.created."""
 
         TOPIC = "healthledger:ResourceFeed.PullSucceeded.v1"
+        ANNOUNCES = ("historical.*",)
         days_with_data: int
         oldest_day: date | None
         newest_day: date | None
@@ -125,6 +131,7 @@ class ResourceFeed(Aggregate):
 
     class PullFailed(Event):
         TOPIC = "healthledger:ResourceFeed.PullFailed.v1"
+        ANNOUNCES = ()
         error_code: str
         # Why, in our words (no personal data): the provider's message or our reason.
         reason: str
@@ -142,6 +149,7 @@ class ResourceFeed(Aggregate):
         None there, and its days announce whole days."""
 
         TOPIC = "healthledger:ResourceFeed.DailySynced.v1"
+        ANNOUNCES = ("daily.*",)
         class_version = 2
         created_days: list[date]
         updated_days: list[date]
@@ -214,11 +222,10 @@ class ResourceFeed(Aggregate):
         provider: str,
         resource: str,
     ) -> ResourceFeed:
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=cls.id_for(connection_id, resource),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             connection_id=connection_id,
             user_id=user_id,
             team_id=team_id,
@@ -236,7 +243,7 @@ class ResourceFeed(Aggregate):
         connection_created_at: datetime,
     ) -> None:
         retries_allowed = connection_created_at >= RETRYING_SINCE
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.PullScheduled,
@@ -254,7 +261,7 @@ class ResourceFeed(Aggregate):
         return self.status in (SCHEDULED, RETRYING, IN_PROGRESS)
 
     def start_attempt(self, ctx: CommandContext, now: datetime) -> None:
-        self._trigger(ctx, now, self.PullStarted, attempt=self.attempts + 1)
+        self.record(ctx, now, self.PullStarted, attempt=self.attempts + 1)
 
     def attempt_failed(
         self,
@@ -268,16 +275,16 @@ class ResourceFeed(Aggregate):
     ) -> None:
         """Record a failed attempt: retrying while tries are left, else failure."""
         if not retriable:
-            self._trigger(ctx, now, self.PullFailed, error_code=code, reason=reason)
+            self.record(ctx, now, self.PullFailed, error_code=code, reason=reason)
         elif not self.retries_allowed:
             # Legacy connections never enter retrying: the passing code is final for them.
-            self._trigger(ctx, now, self.PullFailed, error_code=code, reason=reason)
+            self.record(ctx, now, self.PullFailed, error_code=code, reason=reason)
         elif self.failures < len(retry_delays):
             delay = retry_delays[self.failures]
             retry_at = datetime.fromtimestamp(now.timestamp() + delay, UTC)
-            self._trigger(ctx, now, self.PullRetrying, error_code=code, retry_at=retry_at)
+            self.record(ctx, now, self.PullRetrying, error_code=code, retry_at=retry_at)
         else:
-            self._trigger(
+            self.record(
                 ctx,
                 now,
                 self.PullFailed,
@@ -294,7 +301,7 @@ class ResourceFeed(Aggregate):
         oldest_day: date | None,
         newest_day: date | None,
     ) -> None:
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.PullSucceeded,
@@ -304,7 +311,7 @@ class ResourceFeed(Aggregate):
         )
 
     def fail(self, ctx: CommandContext, now: datetime, *, code: str, reason: str) -> None:
-        self._trigger(ctx, now, self.PullFailed, error_code=code, reason=reason)
+        self.record(ctx, now, self.PullFailed, error_code=code, reason=reason)
 
     def synced(
         self,
@@ -315,18 +322,13 @@ class ResourceFeed(Aggregate):
         updated_days: list[date],
         session: str | None = None,
     ) -> None:
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.DailySynced,
             created_days=created_days,
             updated_days=updated_days,
             session=session,
-        )
-
-    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: object) -> None:
-        self.trigger_event(
-            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
         )
 
 

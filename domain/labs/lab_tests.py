@@ -16,6 +16,7 @@ from datetime import datetime
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import InvalidRequest, LedgerError
 from healthledger.domain.labs.catalog import CollectionMethod, LabCatalog, LabTestView, Marker
@@ -51,12 +52,12 @@ class UnknownLabTests(LedgerError):
         self.unknown = tuple(unknown)
 
 
-class LabTest(Aggregate):
+class LabTest(Audited):
     TOPIC = "healthledger:LabTest"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         """A team's lab test: its markers, all of `lab_id`, in the order given."""
@@ -109,11 +110,10 @@ class LabTest(Aggregate):
         marker_ids: Sequence[int],
         fasting: bool,
     ) -> LabTest:
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=uuid4(),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             team_id=team_id,
             name=name,
             description=description,

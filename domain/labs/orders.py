@@ -27,6 +27,7 @@ from datetime import datetime
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
 
@@ -103,12 +104,12 @@ class ResultsNotReady(LedgerError):
         super().__init__("The order has no results yet: they come when it is completed.")
 
 
-class Order(Aggregate):
+class Order(Audited):
     TOPIC = "healthledger:Order"
+    USER_STREAM = UserStream("order", read_models=("read_model:orders",))
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         """The order placed. `sealed_request_digest` (orders placed with an idempotency
@@ -116,6 +117,7 @@ class Order(Aggregate):
         another body is told apart without the body in clear anywhere."""
 
         TOPIC = "healthledger:Order.Created.v1"
+        ANNOUNCES = ("labtest.order.created",)
         PERSONAL_FIELDS = (
             "sealed_patient_details",
             "sealed_patient_address",
@@ -142,6 +144,7 @@ class Order(Aggregate):
         sample id."""
 
         TOPIC = "healthledger:Order.StatusChanged.v1"
+        ANNOUNCES = ("labtest.order.updated",)
         status: str
         sample_id: str | None
         next_step_at: datetime | None
@@ -156,6 +159,7 @@ class Order(Aggregate):
         and the order's interpretation (its worst result's), both sealed."""
 
         TOPIC = "healthledger:Order.Completed.v1"
+        ANNOUNCES = ("labtest.order.updated", "labtest.result.critical")
         PERSONAL_FIELDS = ("sealed_results", "sealed_interpretation")
         status: str
         sealed_results: str
@@ -172,6 +176,7 @@ class Order(Aggregate):
         lab (`lab_cancelled`)."""
 
         TOPIC = "healthledger:Order.Cancelled.v1"
+        ANNOUNCES = ("labtest.order.updated",)
         status: str
         reason: str
 
@@ -183,6 +188,7 @@ class Order(Aggregate):
         """The lab could not produce results (a sample error, a kit lost)."""
 
         TOPIC = "healthledger:Order.Failed.v1"
+        ANNOUNCES = ("labtest.order.updated",)
         status: str
         reason: str
 
@@ -260,11 +266,10 @@ class Order(Aggregate):
         status: str,
         next_step_at: datetime | None,
     ) -> Order:
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=order_id,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             user_id=user_id,
             team_id=team_id,
             environment=environment,
@@ -305,7 +310,7 @@ class Order(Aggregate):
         self._require_open()
         if top_level(status) in FINAL_STATUSES:
             raise ValueError(f"{status} is final: complete, cancel or fail the order")
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.StatusChanged,
@@ -323,7 +328,7 @@ class Order(Aggregate):
         sealed_interpretation: str,
     ) -> None:
         self._require_open()
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.Completed,
@@ -335,7 +340,7 @@ class Order(Aggregate):
     def cancel(self, ctx: CommandContext, now: datetime, reason: str) -> None:
         if not self.is_open:
             raise OrderNotCancellable(self.status)
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.Cancelled,
@@ -345,7 +350,7 @@ class Order(Aggregate):
 
     def fail(self, ctx: CommandContext, now: datetime, low: str, reason: str) -> None:
         self._require_open()
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.Failed,
@@ -358,11 +363,6 @@ class Order(Aggregate):
             raise OrderNotAdvanceable(
                 f"The order is {self.top_level_status}: it takes no further step."
             )
-
-    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: object) -> None:
-        self.trigger_event(
-            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
-        )
 
 
 def _moved(order: Order, status: str, at: datetime, next_step_at: datetime | None) -> None:

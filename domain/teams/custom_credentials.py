@@ -11,6 +11,7 @@ from datetime import datetime
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import CredentialsNotPrepared
 
@@ -21,12 +22,12 @@ DELETED = "deleted"
 _NAMESPACE = uuid.UUID("2d3c1b7e-9f0a-5c4d-8e6f-1a2b3c4d5e6f")
 
 
-class CustomCredentials(Aggregate):
+class CustomCredentials(Audited):
     TOPIC = "healthledger:CustomCredentials"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         """First prepared."""
@@ -88,35 +89,19 @@ class CustomCredentials(Aggregate):
     def prepare_new(
         cls, ctx: CommandContext, now: datetime, team_id: UUID, provider: str
     ) -> CustomCredentials:
-        return cls(
-            id=cls.id_for(team_id, provider),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            team_id=team_id,
-            provider=provider,
+        return cls.new(
+            ctx, now, id=cls.id_for(team_id, provider), team_id=team_id, provider=provider
         )
 
     def prepare_again(self, ctx: CommandContext, now: datetime) -> None:
         if self.status == DELETED:
-            self.trigger_event(
-                self.Reprepared, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
-            )
+            self.record(ctx, now, self.Reprepared)
 
     def set(self, ctx: CommandContext, now: datetime, client_id: str, sealed_secret: str) -> None:
         if self.status == DELETED:
             raise CredentialsNotPrepared()
-        self.trigger_event(
-            self.Set,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            client_id=client_id,
-            sealed_client_secret=sealed_secret,
-        )
+        self.record(ctx, now, self.Set, client_id=client_id, sealed_client_secret=sealed_secret)
 
     def delete(self, ctx: CommandContext, now: datetime) -> None:
         if self.status != DELETED:
-            self.trigger_event(
-                self.Deleted, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
-            )
+            self.record(ctx, now, self.Deleted)

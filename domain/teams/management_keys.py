@@ -11,6 +11,7 @@ from datetime import datetime
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import MANAGEMENT_KEY, hash_key, new_key
 
@@ -19,12 +20,12 @@ TEAM_ADMIN = "team_admin"
 ROLES = (ORG_ADMIN, TEAM_ADMIN)
 
 
-class ManagementKey(Aggregate):
+class ManagementKey(Audited):
     TOPIC = "healthledger:ManagementKey"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:ManagementKey.Created.v1"
@@ -96,11 +97,10 @@ class ManagementKey(Aggregate):
         if (role == TEAM_ADMIN) != bool(team_ids):
             raise ValueError("a team_admin key is bound to at least one team; an org key to none")
         key_id, plain = new_key(MANAGEMENT_KEY)
-        key = cls(
+        key = cls.new(
+            ctx,
+            now,
             id=key_id,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             org_id=org_id,
             role=role,
             team_ids=sorted(set(team_ids)),
@@ -111,13 +111,7 @@ class ManagementKey(Aggregate):
 
     def relabel(self, ctx: CommandContext, now: datetime, label: str) -> None:
         if label != self.label:
-            self.trigger_event(
-                self.Relabeled,
-                timestamp=now,
-                actor=ctx.actor,
-                request_id=ctx.request_id,
-                label=label,
-            )
+            self.record(ctx, now, self.Relabeled, label=label)
 
     def bind_teams(self, ctx: CommandContext, now: datetime, team_ids: list[UUID]) -> None:
         if self.role != TEAM_ADMIN:
@@ -126,16 +120,8 @@ class ManagementKey(Aggregate):
             raise ValueError("a team_admin key is bound to at least one team")
         wanted = sorted(set(team_ids))
         if tuple(wanted) != self.team_ids:
-            self.trigger_event(
-                self.TeamsBound,
-                timestamp=now,
-                actor=ctx.actor,
-                request_id=ctx.request_id,
-                team_ids=wanted,
-            )
+            self.record(ctx, now, self.TeamsBound, team_ids=wanted)
 
     def revoke(self, ctx: CommandContext, now: datetime) -> None:
         if self.revoked_at is None:
-            self.trigger_event(
-                self.Revoked, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
-            )
+            self.record(ctx, now, self.Revoked)

@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
 from healthledger.domain.free_text import FreeText, MultilineText, WebUrl
 from healthledger.domain.keys import TEAM_API_KEY, hash_key, new_key
@@ -48,12 +49,12 @@ def default_settings() -> dict[str, Any]:
     return {env: EnvironmentSettings().model_dump(mode="json") for env in ENVIRONMENTS}
 
 
-class Organization(Aggregate):
+class Organization(Audited):
     TOPIC = "healthledger:Organization"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:Organization.Created.v1"
@@ -77,27 +78,19 @@ class Organization(Aggregate):
     def found(
         cls, ctx: CommandContext, now: datetime, name: str, org_id: UUID | None = None
     ) -> Organization:
-        return cls(
-            id=org_id or uuid4(),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            name=name,
-        )
+        return cls.new(ctx, now, id=org_id or uuid4(), name=name)
 
     def rename(self, ctx: CommandContext, now: datetime, name: str) -> None:
         if name != self.name:
-            self.trigger_event(
-                self.Renamed, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, name=name
-            )
+            self.record(ctx, now, self.Renamed, name=name)
 
 
-class Team(Aggregate):
+class Team(Audited):
     TOPIC = "healthledger:Team"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:Team.Created.v1"
@@ -126,6 +119,9 @@ class Team(Aggregate):
         """The team is gone; its users were deleted through their own lifecycle."""
 
         TOPIC = "healthledger:Team.Deleted.v1"
+        # Its data key sealed the team's custom credential secrets, webhook signing
+        # secrets and client_user_id digest secret.
+        SHREDS_KEY = True
         deleted_users: int
 
         def apply(self, team: Team) -> None:
@@ -193,44 +189,21 @@ class Team(Aggregate):
     ) -> Team:
         if region not in REGIONS:
             raise ValueError(f"region must be one of {', '.join(REGIONS)}")
-        return cls(
-            id=uuid4(),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            org_id=org_id,
-            name=name,
-            region=region,
-        )
+        return cls.new(ctx, now, id=uuid4(), org_id=org_id, name=name, region=region)
 
     def rename(self, ctx: CommandContext, now: datetime, name: str) -> None:
         if name != self.name:
-            self.trigger_event(
-                self.Renamed, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, name=name
-            )
+            self.record(ctx, now, self.Renamed, name=name)
 
     def change_settings(
         self, ctx: CommandContext, now: datetime, environment: str, settings: EnvironmentSettings
     ) -> None:
         value = settings.model_dump(mode="json")
         if self.settings.get(environment) != value:
-            self.trigger_event(
-                self.SettingsChanged,
-                timestamp=now,
-                actor=ctx.actor,
-                request_id=ctx.request_id,
-                environment=environment,
-                settings=value,
-            )
+            self.record(ctx, now, self.SettingsChanged, environment=environment, settings=value)
 
     def delete(self, ctx: CommandContext, now: datetime, deleted_users: int) -> None:
-        self.trigger_event(
-            self.Deleted,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            deleted_users=deleted_users,
-        )
+        self.record(ctx, now, self.Deleted, deleted_users=deleted_users)
 
     def set_feature(self, ctx: CommandContext, now: datetime, feature: str, enabled: bool) -> None:
         if feature not in CLOSED_BETA_FEATURES:
@@ -238,31 +211,28 @@ class Team(Aggregate):
         if (feature in self.features) == enabled:
             return
         event_class = self.FeatureEnabled if enabled else self.FeatureDisabled
-        self.trigger_event(
-            event_class, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, feature=feature
-        )
+        self.record(ctx, now, event_class, feature=feature)
 
     def create_client_user_id_secret(
         self, ctx: CommandContext, now: datetime, sealed_secret: str, *, legacy_claims: bool
     ) -> None:
         if self.sealed_client_user_id_secret is not None:
             raise ValueError("the team already has a client_user_id secret")
-        self.trigger_event(
+        self.record(
+            ctx,
+            now,
             self.ClientUserIdSecretCreated,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             sealed_secret=sealed_secret,
             legacy_claims=legacy_claims,
         )
 
 
-class TeamApiKey(Aggregate):
+class TeamApiKey(Audited):
     TOPIC = "healthledger:TeamApiKey"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:TeamApiKey.Created.v1"
@@ -308,11 +278,10 @@ class TeamApiKey(Aggregate):
     ) -> tuple[TeamApiKey, str]:
         """The new key and its plain text, which is never stored."""
         key_id, plain = new_key(TEAM_API_KEY)
-        key = cls(
+        key = cls.new(
+            ctx,
+            now,
             id=key_id,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             team_id=team_id,
             environment=environment,
             region=region,
@@ -323,4 +292,4 @@ class TeamApiKey(Aggregate):
     def revoke(self, ctx: CommandContext, now: datetime) -> None:
         if self.revoked_at is not None:
             return
-        self.trigger_event(self.Revoked, timestamp=now, actor=ctx.actor, request_id=ctx.request_id)
+        self.record(ctx, now, self.Revoked)

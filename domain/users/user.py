@@ -16,6 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import DEFAULT_ENVIRONMENT, CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -73,14 +74,18 @@ UNDO_REFUSALS: dict[type[Exception], str] = {
 Sourced = tuple[str, str, datetime]
 
 
-class User(Aggregate):
+class User(Audited):
     """An end user of a team. Personal values are held only sealed (per-user key)."""
 
     TOPIC = "healthledger:User"
+    USER_STREAM = UserStream(
+        "user",
+        owner="originator_id",
+        read_models=("read_model:users", "read_model:pending_erasures"),
+    )
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         """Version 3 seals the client_user_id with the user's own key
@@ -93,6 +98,7 @@ class User(Aggregate):
         read model holds what migration 0002 found for them."""
 
         TOPIC = "healthledger:User.Created.v1"
+        ANNOUNCES = ()
         PERSONAL_FIELDS = ("sealed_birth_date", "sealed_client_user_id")
         class_version = 3
         team_id: UUID
@@ -118,6 +124,7 @@ class User(Aggregate):
         """Fallbacks or ingestion bounds changed; `changes` holds only the changed keys."""
 
         TOPIC = "healthledger:User.SettingsChanged.v1"
+        ANNOUNCES = ()
         PERSONAL_FIELDS = ("sealed_birth_date",)
         changes: dict[str, Any]
 
@@ -141,6 +148,7 @@ class User(Aggregate):
         the claim of their time is the one named by the team and the clear value."""
 
         TOPIC = "healthledger:User.ClientUserIdChanged.v1"
+        ANNOUNCES = ()
         PERSONAL_FIELDS = ("sealed_new_client_user_id",)
         class_version = 2
         old_client_user_id: str | None
@@ -166,6 +174,7 @@ class User(Aggregate):
         """The whole demographics object, sealed; `fields` names what this change set."""
 
         TOPIC = "healthledger:User.DemographicsRecorded.v1"
+        ANNOUNCES = ()
         PERSONAL_FIELDS = ("sealed_demographics",)
         sealed_demographics: str
         fields: list[str]
@@ -176,6 +185,7 @@ class User(Aggregate):
 
     class Deleted(Event):
         TOPIC = "healthledger:User.Deleted.v1"
+        ANNOUNCES = ("user.deleted",)
         erasure_due_at: datetime
 
         def apply(self, user: User) -> None:
@@ -185,6 +195,7 @@ class User(Aggregate):
 
     class DeletionUndone(Event):
         TOPIC = "healthledger:User.DeletionUndone.v1"
+        ANNOUNCES = ("user.deletion_undone",)
 
         def apply(self, user: User) -> None:
             user.status = ACTIVE
@@ -197,6 +208,7 @@ class User(Aggregate):
         never a value of the caller's. It changes no state."""
 
         TOPIC = "healthledger:User.DeletionUndoRefused.v1"
+        ANNOUNCES = ()
         reason: str
 
     class Erased(Event):
@@ -208,6 +220,8 @@ class User(Aggregate):
         `checked` empty: their `removed` is what the service asserted, unchecked."""
 
         TOPIC = "healthledger:User.Erased.v1"
+        ANNOUNCES = ("user.erased",)
+        SHREDS_KEY = True
         class_version = 2
         removed: list[str]
         checked: dict[str, int]
@@ -294,11 +308,10 @@ class User(Aggregate):
     ) -> User:
         """A new user: its client_user_id sealed with its own key, and the id of the
         claim it takes (see domain/users/client_user_ids.py)."""
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=user_id,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             team_id=team_id,
             client_user_id=None,
             fallback_time_zone=fallback_time_zone,
@@ -329,13 +342,7 @@ class User(Aggregate):
 
     def change_settings(self, ctx: CommandContext, now: datetime, changes: dict[str, Any]) -> None:
         self.require_live()
-        self.trigger_event(
-            self.SettingsChanged,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            changes=changes,
-        )
+        self.record(ctx, now, self.SettingsChanged, changes=changes)
 
     def change_client_user_id(
         self, ctx: CommandContext, now: datetime, sealed_new_value: str, new_claim_id: UUID
@@ -343,11 +350,10 @@ class User(Aggregate):
         """Move to another client_user_id, sealed with the user's key, held by the claim
         `new_claim_id` (the caller moved the claims). Neither value is recorded in clear."""
         self.require_live()
-        self.trigger_event(
+        self.record(
+            ctx,
+            now,
             self.ClientUserIdChanged,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             old_client_user_id=None,
             new_client_user_id=None,
             sealed_new_client_user_id=sealed_new_value,
@@ -358,24 +364,11 @@ class User(Aggregate):
         self, ctx: CommandContext, now: datetime, sealed: str, fields: list[str]
     ) -> None:
         self.require_live()
-        self.trigger_event(
-            self.DemographicsRecorded,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            sealed_demographics=sealed,
-            fields=fields,
-        )
+        self.record(ctx, now, self.DemographicsRecorded, sealed_demographics=sealed, fields=fields)
 
     def delete(self, ctx: CommandContext, now: datetime, erasure_due_at: datetime) -> None:
         self.require_live()
-        self.trigger_event(
-            self.Deleted,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            erasure_due_at=erasure_due_at,
-        )
+        self.record(ctx, now, self.Deleted, erasure_due_at=erasure_due_at)
 
     def undo_deletion(self, ctx: CommandContext, now: datetime) -> None:
         if self.status == ERASED:
@@ -384,21 +377,13 @@ class User(Aggregate):
             raise UserNotDeleted()
         if self.grace_period_over(now):
             raise GracePeriodEnded()
-        self.trigger_event(
-            self.DeletionUndone, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
-        )
+        self.record(ctx, now, self.DeletionUndone)
 
     def refuse_undo(self, ctx: CommandContext, now: datetime, reason: str) -> None:
         """Record that an undo of the deletion was refused (the caller found why)."""
         if reason not in UNDO_REFUSALS.values():
             raise ValueError(f"not an undo refusal reason: {reason}")
-        self.trigger_event(
-            self.DeletionUndoRefused,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            reason=reason,
-        )
+        self.record(ctx, now, self.DeletionUndoRefused, reason=reason)
 
     def grace_period_over(self, now: datetime) -> bool:
         return self.erasure_due_at is not None and now >= self.erasure_due_at
@@ -412,11 +397,10 @@ class User(Aggregate):
         recording transaction counts again: `Erased`)."""
         if not self.is_due_for_erasure(now):
             raise UserNotDeleted()
-        self.trigger_event(
+        self.record(
+            ctx,
+            now,
             self.Erased,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             removed=[place for place, rows in checked.items() if rows],
             checked=dict(checked),
         )
@@ -429,7 +413,7 @@ CLAIM_NAMESPACE = uuid.UUID("6f1c7a52-4c1e-5b7e-9a43-2d8e0b1f6c11")
 DIGEST_CLAIM_NAMESPACE = uuid.UUID("b3e8f0a4-5d2c-5e71-8c69-0f4a7d13e952")
 
 
-class ClientUserIdClaim(Aggregate):
+class ClientUserIdClaim(Audited):
     """Who holds a client_user_id within a team.
 
     Its id is derived from the team's keyed digest of the value (before digests, from
@@ -439,10 +423,10 @@ class ClientUserIdClaim(Aggregate):
     """
 
     TOPIC = "healthledger:ClientUserIdClaim"
+    USER_STREAM = UserStream("claim")
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         """Version 2 names the value by the team's keyed digest (`digest`), never in
@@ -450,6 +434,7 @@ class ClientUserIdClaim(Aggregate):
         in clear and load with no digest."""
 
         TOPIC = "healthledger:ClientUserIdClaim.Created.v1"
+        ANNOUNCES = ()
         class_version = 2
         team_id: UUID
         client_user_id: str | None
@@ -462,6 +447,9 @@ class ClientUserIdClaim(Aggregate):
 
     class Claimed(Event):
         TOPIC = "healthledger:ClientUserIdClaim.Claimed.v1"
+        ANNOUNCES = ()
+        # A new user, an undo or a change of client_user_id takes a released claim.
+        HANDS_STREAM_TO = "user_id"
         user_id: UUID
 
         def apply(self, claim: ClientUserIdClaim) -> None:
@@ -469,6 +457,7 @@ class ClientUserIdClaim(Aggregate):
 
     class Released(Event):
         TOPIC = "healthledger:ClientUserIdClaim.Released.v1"
+        ANNOUNCES = ()
         user_id: UUID
 
         def apply(self, claim: ClientUserIdClaim) -> None:
@@ -515,11 +504,10 @@ class ClientUserIdClaim(Aggregate):
         cls, ctx: CommandContext, now: datetime, team_id: UUID, digest: str, user_id: UUID
     ) -> ClientUserIdClaim:
         """A new claim of the value the team's `digest` names, held by `user_id`."""
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=cls.id_for_digest(digest),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             team_id=team_id,
             client_user_id=None,
             user_id=user_id,
@@ -531,20 +519,12 @@ class ClientUserIdClaim(Aggregate):
             return
         if self.holder is not None:
             raise ClientUserIdInUse()
-        self.trigger_event(
-            self.Claimed, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, user_id=user_id
-        )
+        self.record(ctx, now, self.Claimed, user_id=user_id)
 
     def release(self, ctx: CommandContext, now: datetime, user_id: UUID) -> None:
         if self.holder != user_id:
             return
-        self.trigger_event(
-            self.Released,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
-            user_id=user_id,
-        )
+        self.record(ctx, now, self.Released, user_id=user_id)
 
 
 def time_zone_problem(value: str) -> str | None:

@@ -25,6 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import CommandContext
 
 PENDING = "pending"
@@ -61,15 +62,16 @@ def message_id_for(source_id: UUID, source_version: int, event_type: str, day: d
     return "msg_" + uuid.uuid5(_NAMESPACE, key).hex
 
 
-class WebhookDelivery(Aggregate):
+class WebhookDelivery(Audited):
     TOPIC = "healthledger:WebhookDelivery"
+    USER_STREAM = UserStream("webhook_delivery")
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:WebhookDelivery.Created.v1"
+        ANNOUNCES = ()
         endpoint_id: UUID
         team_id: UUID
         user_id: UUID
@@ -88,6 +90,7 @@ class WebhookDelivery(Aggregate):
         """One POST: its answer (or why there was none), how long it took, and what next."""
 
         TOPIC = "healthledger:WebhookDelivery.AttemptMade.v1"
+        ANNOUNCES = ()
         attempt: int
         status_code: int | None
         latency_ms: float
@@ -114,6 +117,7 @@ class WebhookDelivery(Aggregate):
 
     class Dropped(Event):
         TOPIC = "healthledger:WebhookDelivery.Dropped.v1"
+        ANNOUNCES = ()
         reason: str
 
         def apply(self, delivery: WebhookDelivery) -> None:
@@ -124,6 +128,7 @@ class WebhookDelivery(Aggregate):
         """A redelivery asked for (management API or CLI): the same message, sent again."""
 
         TOPIC = "healthledger:WebhookDelivery.Replayed.v1"
+        ANNOUNCES = ()
 
         def apply(self, delivery: WebhookDelivery) -> None:
             _reset(delivery, self.timestamp)
@@ -185,11 +190,10 @@ class WebhookDelivery(Aggregate):
         log_position: int,
     ) -> WebhookDelivery:
         message_id = message_id_for(source_id, source_version, event_type, day)
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=cls.id_for(endpoint_id, message_id),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             endpoint_id=endpoint_id,
             team_id=team_id,
             user_id=user_id,
@@ -225,7 +229,7 @@ class WebhookDelivery(Aggregate):
             if retry_after is not None:
                 delay = max(delay, retry_after)
             next_at = now + delay
-        self._trigger(
+        self.record(
             ctx,
             now,
             self.AttemptMade,
@@ -239,15 +243,10 @@ class WebhookDelivery(Aggregate):
 
     def drop(self, ctx: CommandContext, now: datetime, reason: str) -> None:
         if self.status == PENDING:
-            self._trigger(ctx, now, self.Dropped, reason=reason)
+            self.record(ctx, now, self.Dropped, reason=reason)
 
     def replay(self, ctx: CommandContext, now: datetime) -> None:
-        self._trigger(ctx, now, self.Replayed)
-
-    def _trigger(self, ctx: CommandContext, now: datetime, event: type, **kwargs: object) -> None:
-        self.trigger_event(
-            event, timestamp=now, actor=ctx.actor, request_id=ctx.request_id, **kwargs
-        )
+        self.record(ctx, now, self.Replayed)
 
 
 def _reset(delivery: WebhookDelivery, now: datetime) -> None:

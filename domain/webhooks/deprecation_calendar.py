@@ -18,6 +18,7 @@ from datetime import UTC, date, datetime, time
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
 
 # What each cut-over key switches off.
@@ -89,14 +90,14 @@ class CutOverNotDue(ValueError):
     pass
 
 
-class DeprecationCalendar(Aggregate):
+class DeprecationCalendar(Audited):
     """One stream for the deployment (a fixed id): which cut-overs were applied, when."""
 
     TOPIC = "healthledger:DeprecationCalendar"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:DeprecationCalendar.Created.v1"
@@ -118,7 +119,7 @@ class DeprecationCalendar(Aggregate):
 
     @classmethod
     def start(cls, ctx: CommandContext, now: datetime) -> DeprecationCalendar:
-        return cls(id=CALENDAR_ID, timestamp=now, actor=ctx.actor, request_id=ctx.request_id)
+        return cls.new(ctx, now, id=CALENDAR_ID)
 
     def apply_cut_over(self, ctx: CommandContext, now: datetime, cut_over: CutOver) -> bool:
         """Record the cut-over once its date has come; False if it already was."""
@@ -126,11 +127,10 @@ class DeprecationCalendar(Aggregate):
             return False
         if not cut_over.in_force_at(now):
             raise CutOverNotDue(f"{cut_over.key} is not due before {cut_over.effective_on}")
-        self.trigger_event(
+        self.record(
+            ctx,
+            now,
             self.CutOverApplied,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             key=cut_over.key,
             effective_on=cut_over.effective_on,
             what=cut_over.what,

@@ -16,6 +16,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
+from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
 
 SECRET_PREFIX = "whsec_"
@@ -35,12 +36,12 @@ def new_signing_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
 
 
-class WebhookEndpoint(Aggregate):
+class WebhookEndpoint(Audited):
     TOPIC = "healthledger:WebhookEndpoint"
+    USER_STREAM = None
 
-    class Event(Aggregate.Event):
-        actor: str
-        request_id: str
+    class Event(Audited.Event):
+        pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "healthledger:WebhookEndpoint.Created.v1"
@@ -142,11 +143,10 @@ class WebhookEndpoint(Aggregate):
         disabled: bool,
         sealed_secret: str,
     ) -> WebhookEndpoint:
-        return cls(
+        return cls.new(
+            ctx,
+            now,
             id=uuid4(),
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             team_id=team_id,
             environment=environment,
             url=url,
@@ -171,50 +171,29 @@ class WebhookEndpoint(Aggregate):
             if (list(current) if name == "filter_types" else current) != value:
                 changes[name] = value
         if changes:
-            self.trigger_event(
-                self.Updated,
-                timestamp=now,
-                actor=ctx.actor,
-                request_id=ctx.request_id,
-                changes=changes,
-            )
+            self.record(ctx, now, self.Updated, changes=changes)
 
     def disable(self, ctx: CommandContext, now: datetime, reason: str) -> None:
         """Stop deliveries (by a caller, or by the dispatcher as the system actor)."""
         if not self.disabled:
-            self.trigger_event(
-                self.Disabled,
-                timestamp=now,
-                actor=ctx.actor,
-                request_id=ctx.request_id,
-                reason=reason,
-            )
+            self.record(ctx, now, self.Disabled, reason=reason)
 
     def enable(self, ctx: CommandContext, now: datetime, reason: str = BY_CALLER) -> None:
         if self.disabled:
-            self.trigger_event(
-                self.Enabled,
-                timestamp=now,
-                actor=ctx.actor,
-                request_id=ctx.request_id,
-                reason=reason,
-            )
+            self.record(ctx, now, self.Enabled, reason=reason)
 
     def rotate_secret(self, ctx: CommandContext, now: datetime, sealed_secret: str) -> None:
-        self.trigger_event(
+        self.record(
+            ctx,
+            now,
             self.SecretRotated,
-            timestamp=now,
-            actor=ctx.actor,
-            request_id=ctx.request_id,
             sealed_secret=sealed_secret,
             previous_expires_at=now + ROTATION_OVERLAP,
         )
 
     def delete(self, ctx: CommandContext, now: datetime) -> None:
         if self.deleted_at is None:
-            self.trigger_event(
-                self.Deleted, timestamp=now, actor=ctx.actor, request_id=ctx.request_id
-            )
+            self.record(ctx, now, self.Deleted)
 
     def sealed_secrets_in_force(self, now: datetime) -> list[str]:
         """The current secret, then the previous one while its overlap lasts."""
