@@ -41,7 +41,17 @@ from healthledger.adapters.persistence.eventstore.chain import (
     ChainWriter,
 )
 from healthledger.adapters.persistence.eventstore.subscription import PollingSubscription
-from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select
+from sqlalchemy import (
+    Connection,
+    Select,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+)
 from sqlalchemy import exc as sa_exc
 
 
@@ -336,26 +346,47 @@ class LedgerRecorder(ProcessRecorder):
         return statement
 
     def record_tracking(self, conn: Connection, record: Tracking) -> None:
+        """Record a follower's position, or raise `IntegrityError` if a position at or
+        past it is already recorded (eventsourcing's contract for tracking recorders)."""
         table = self.tables.tracking
-        conn.execute(
-            insert(table).values(
-                application_name=record.application_name,
-                notification_id=record.notification_id,
-            )
+        c = table.c
+        name, position = record.application_name, record.notification_id
+        # The follower's exactly-once guard: a round that read the log from an older
+        # position (another process's round committed first) is refused, and so is the
+        # same position twice. The position's own row would not catch a lower one: the
+        # DELETE below removes the rows under the latest. Concurrent rounds that both
+        # pass are as if one committed before the other; the same position twice meets
+        # the primary key.
+        recorded = (
+            select(c.notification_id)
+            .where(c.application_name == name, c.notification_id >= position)
+            .exists()
         )
+        inserted = conn.execute(
+            insert(table)
+            .from_select(
+                [c.application_name, c.notification_id],
+                select(
+                    literal(name, c.application_name.type),
+                    literal(position, c.notification_id.type),
+                ).where(~recorded),
+            )
+            # Whether a row went in: its RETURNING row (the rowcount of an INSERT ...
+            # SELECT reads -1 on PostgreSQL).
+            .returning(c.notification_id)
+        ).first()
+        if inserted is None:
+            raise IntegrityError(f"{name} has recorded position {position} or a later one")
         # Only the position matters (the maximum): a follower that records a position per
-        # round would otherwise grow the table by a row per round, for ever. The
-        # follower's exactly-once guard is the insert above (and its own records' ids).
-        conn.execute(
-            delete(table).where(
-                table.c.application_name == record.application_name,
-                table.c.notification_id < record.notification_id,
-            )
-        )
+        # round would otherwise grow the table by a row per round, for ever.
+        conn.execute(delete(table).where(c.application_name == name, c.notification_id < position))
 
     def insert_tracking(self, tracking: Tracking) -> None:
-        with self.db.write() as conn:
-            self.record_tracking(conn, tracking)
+        try:
+            with self.db.write() as conn:
+                self.record_tracking(conn, tracking)
+        except sa_exc.IntegrityError as exc:
+            raise IntegrityError(str(exc.orig)) from exc
 
     def max_tracking_id(self, application_name: str) -> int | None:
         with self.db.read() as conn:
@@ -558,6 +589,9 @@ class SnapshotRecorder(AggregateRecorder):
             }
             for s in stored_events
         ]
+        if not rows:
+            # Nothing to record (an INSERT of no rows would be one of default values).
+            return None
         try:
             with self.db.write() as conn:
                 conn.execute(insert(self.table), rows)
