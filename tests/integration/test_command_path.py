@@ -1,20 +1,24 @@
-"""The command path's statements (ADR 0020): a command's write batched (on PostgreSQL its
+"""The command path's statements (ADR 0027): a command's write batched (on PostgreSQL its
 statements that need no answer yet wait and go together), reads without a transaction
 of their own, a ping only for idle connections, and the aggregates known current on
-PostgreSQL by the chain's head."""
+PostgreSQL by the chain's head.
+
+What a command costs on PostgreSQL is its round trips, so the tests count them (`wire`:
+psycopg's hooks on each connection the service checks out) and say which statements go
+in each, not how libpq frames them."""
 
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from healthledger.adapters.composition import Service, build_service
@@ -45,91 +49,159 @@ def _pending(service: Service) -> int:
         return int(conn.execute(select(func.count()).select_from(pending_erasures)).scalar_one())
 
 
+@dataclass
+class Wire:
+    """What the service sent to PostgreSQL meanwhile: its round trips, each the
+    statements that went in it, in order (a statement's SQL as psycopg got it)."""
+
+    round_trips: list[list[str]] = field(default_factory=list)
+    # Per connection in a pipeline: the statements queued in it so far.
+    piped: dict[int, list[str]] = field(default_factory=dict)
+
+    @property
+    def statements(self) -> list[str]:
+        return [statement for trip in self.round_trips for statement in trip]
+
+    def sent(self, driver: psycopg.Connection[Any], query: Any, count: int = 1) -> None:
+        """`count` runs of `query` (an executemany runs it once per parameter set), as
+        psycopg sends them: queued in the connection's pipeline, which is one round trip
+        (`pipeline`); else each is one, the BEGIN psycopg sends first outside the
+        driver's autocommit another."""
+        if isinstance(query, bytes):
+            text = query.decode()
+        elif isinstance(query, str):
+            text = query
+        else:
+            text = query.as_string(driver)
+        text = text.strip()
+        begins = not driver.autocommit and driver.info.transaction_status == IDLE
+        piped = self.piped.get(id(driver))
+        if piped is not None and driver.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+            piped.extend([*(["BEGIN"] if begins else []), *[text] * count])
+            return
+        if begins:
+            self.round_trips.append(["BEGIN"])
+        # psycopg sends an executemany's runs in one pipeline of its own.
+        self.round_trips.append([text] * count)
+
+    @contextmanager
+    def pipeline(self, driver: psycopg.Connection[Any], original: Any) -> Iterator[Any]:
+        """One of psycopg's pipelines: whatever is queued in it goes in one round trip,
+        ended by its Sync."""
+        self.piped[id(driver)] = queued = []
+        try:
+            with original() as pipeline:
+                yield pipeline
+        finally:
+            del self.piped[id(driver)]
+            if queued:
+                self.round_trips.append(queued)
+
+    def ended(self, driver: psycopg.Connection[Any], statement: str) -> None:
+        """psycopg's own COMMIT or ROLLBACK: a round trip if a transaction is open."""
+        if not driver.autocommit and driver.info.transaction_status != IDLE:
+            self.round_trips.append([statement])
+
+
+IDLE = pq.TransactionStatus.IDLE
+
+
 @contextmanager
-def messages(service: Service, directory: Path) -> Iterator[list[list[str]]]:
-    """The messages the service sends meanwhile, on every connection it checks out: each
-    a list of the statements in it (libpq's protocol trace: a simple query's text, or an
-    extended one's statement, prepared or not)."""
-    traced: list[tuple[Any, int, Path]] = []
+def wire(service: Service) -> Iterator[Wire]:
+    """Count what the service sends to PostgreSQL meanwhile, on every connection it
+    checks out: through psycopg's public hooks on each connection, its cursor factory
+    (every statement is run on a cursor), its pipelines and its commit and rollback."""
+    found = Wire()
+    instrumented: list[psycopg.Connection[Any]] = []
+
+    class CountedCursor(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            found.sent(self.connection, query)
+            return super().execute(query, params, **kwargs)
+
+        def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+            params_seq = list(params_seq)
+            found.sent(self.connection, query, len(params_seq))
+            super().executemany(query, params_seq, **kwargs)
 
     def checkout(dbapi_conn: Any, *_args: Any) -> None:
-        if any(conn is dbapi_conn for conn, _, _ in traced):
+        if not isinstance(dbapi_conn, psycopg.Connection) or any(
+            conn is dbapi_conn for conn in instrumented
+        ):
             return
-        path = directory / f"trace-{uuid.uuid4().hex}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-        dbapi_conn.pgconn.trace(fd)
-        dbapi_conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        traced.append((dbapi_conn, fd, path))
+        original_pipeline, commit, rollback = (
+            dbapi_conn.pipeline,
+            dbapi_conn.commit,
+            dbapi_conn.rollback,
+        )
+
+        def counted_commit() -> None:
+            found.ended(dbapi_conn, "COMMIT")
+            commit()
+
+        def counted_rollback() -> None:
+            found.ended(dbapi_conn, "ROLLBACK")
+            rollback()
+
+        dbapi_conn.cursor_factory = CountedCursor
+        dbapi_conn.pipeline = lambda: found.pipeline(dbapi_conn, original_pipeline)  # type: ignore[method-assign]
+        dbapi_conn.commit = counted_commit  # type: ignore[method-assign]
+        dbapi_conn.rollback = counted_rollback  # type: ignore[method-assign]
+        instrumented.append(dbapi_conn)
 
     engines = {service.db.writer, service.db.reader}
     for engine in engines:
         sa.event.listen(engine, "checkout", checkout)
-    sent: list[list[str]] = []
     try:
-        yield sent
+        yield found
     finally:
         for engine in engines:
             sa.event.remove(engine, "checkout", checkout)
-        for conn, fd, path in traced:
-            conn.pgconn.untrace()  # flushes the trace
-            os.close(fd)
-            message: list[str] = []
-            # A record starts with its direction; a statement's text may hold newlines.
-            records: list[str] = []
-            for line in path.read_text().splitlines():
-                if line[:2] in ("F\t", "B\t") or not records:
-                    records.append(line)
-                else:
-                    records[-1] += "\n" + line
-            for record in records:
-                fields = record.split("\t")
-                if fields[0] == "F" and fields[2] in ("Query", "Bind", "Parse"):
-                    if fields[2] != "Bind" or not message or not message[-1].startswith("P:"):
-                        message.append(f"{fields[2][0]}:{fields[3].strip()}")
-                elif fields[0] == "B" and message:
-                    sent.append(message)
-                    message = []
+        for conn in instrumented:
+            conn.cursor_factory = psycopg.Cursor
+            for name in ("pipeline", "commit", "rollback"):
+                delattr(conn, name)
 
 
 def test_a_create_is_one_round_trip_and_a_read_one(
-    service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+    service: Service, team: Team, ctx: CommandContext
 ) -> None:
     _postgres_only(service)
     service.users.create_user(ctx, team.team_id, client_user_id="warm")
-    with messages(service, tmp_path) as sent:
+    with wire(service) as sent:
         user = service.users.create_user(ctx, team.team_id, client_user_id="counted")
     # BEGIN, the lock, the check that the chain's head is the one this process left, the
     # events linked onto it, their order's check, the key and its check, the read models
     # and the COMMIT: the checks run on the server, so no answer is needed before the
-    # COMMIT (ADR 0025).
-    assert len(sent) == 1, sent
-    write = "\n".join(sent[0])
-    # Each statement parsed and bound on the server (psycopg's pipeline: no values
-    # quoted into the SQL text), prepared once it has run a few times.
-    assert write.splitlines()[0] == 'P:"" "BEGIN" 0', write
-    assert "LOCK TABLE" in write and "$1" in write, write
+    # COMMIT (ADR 0027).
+    assert len(sent.round_trips) == 1, sent.round_trips
+    (trip,) = sent.round_trips
+    assert trip[0] == "BEGIN" and trip[-1] == "COMMIT", trip
+    write = "\n".join(trip)
+    # The values go as parameters, bound on the server: none is quoted into the SQL.
+    assert "LOCK TABLE" in write and "%(" in write, write
     assert "chain_position DESC" not in write, write  # the head is checked, not read
     assert write.index("SELECT healthledger_check(") < write.index("INSERT INTO stored_events")
     key = write.index("INSERT INTO user_data_keys")
     assert write.index("SELECT healthledger_check(", key) < write.index("INSERT INTO users")
     assert write.count("SELECT healthledger_check(") == 3, write
-    assert write.splitlines()[-1] == 'P:"" "COMMIT" 0', write
-    with messages(service, tmp_path) as sent:
+    with wire(service) as sent:
         found = service.user_queries.resolved_user(team.team_id, user.id)
     assert found is not None
-    # A read is its statements alone: no BEGIN, no ROLLBACK.
-    assert sent and all("BEGIN" not in s and "ROLLBACK" not in s for m in sent for s in m)
+    # A read is its statements alone, a round trip each: no BEGIN, no ROLLBACK.
+    assert sent.round_trips and all(len(trip) == 1 for trip in sent.round_trips)
+    assert not {"BEGIN", "ROLLBACK"} & set(sent.statements), sent.round_trips
 
 
 def test_a_delete_of_a_user_this_process_saved_reads_the_head_not_its_events(
-    service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+    service: Service, team: Team, ctx: CommandContext
 ) -> None:
     _postgres_only(service)
     user = service.users.create_user(ctx, team.team_id, client_user_id="known")
-    with messages(service, tmp_path) as sent:
+    with wire(service) as sent:
         deleted = service.users.delete_user(ctx, team.team_id, user.id)
     assert deleted.status == PENDING_ERASURE
-    statements = "\n".join(s for m in sent for s in m)
+    statements = "\n".join(sent.statements)
     # The user and its claim are known current: no read of their streams (the chain's
     # head is read once, for the unit of work).
     assert "stored_events.originator_version, stored_events.topic" not in statements
@@ -137,17 +209,17 @@ def test_a_delete_of_a_user_this_process_saved_reads_the_head_not_its_events(
     # Two round trips: the unit's mark with what the deletion ends (its live
     # connections and open orders, one statement), then the whole write, its COMMIT
     # included: its checks go with it (the head it links onto, the rows' order).
-    assert len(sent) == 2, sent
-    first, write = ("\n".join(message) for message in sent)
-    assert first.index("chain_position DESC") < first.index("UNION ALL"), first
-    assert "FROM connections" in first and "FROM orders" in first, first
-    assert write.count("SELECT healthledger_check(") == 2, write
-    assert write.splitlines()[0] == 'P:"" "BEGIN" 0', write
-    assert write.splitlines()[-1] == 'P:"" "COMMIT" 0', write
+    assert len(sent.round_trips) == 2, sent.round_trips
+    reads, writes = sent.round_trips
+    assert len(reads) == 2, reads
+    assert "chain_position DESC" in reads[0] and "UNION ALL" in reads[1], reads
+    assert "FROM connections" in reads[1] and "FROM orders" in reads[1], reads
+    assert writes[0] == "BEGIN" and writes[-1] == "COMMIT", writes
+    assert "\n".join(writes).count("SELECT healthledger_check(") == 2, writes
 
 
 def test_another_process_commit_makes_the_next_command_read_the_log(
-    settings: Settings, service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+    settings: Settings, service: Service, team: Team, ctx: CommandContext
 ) -> None:
     _postgres_only(service)
     user = service.users.create_user(ctx, team.team_id, client_user_id="elsewhere")
@@ -156,12 +228,14 @@ def test_another_process_commit_makes_the_next_command_read_the_log(
         # It writes nothing about this user, but links rows onto the chain: this
         # process no longer knows every row, and reads the user's stream again.
         other.users.create_user(ctx, team.team_id, client_user_id="unrelated")
-        with messages(service, tmp_path) as sent:
+        with wire(service) as sent:
             service.users.update_user(
                 ctx, team.team_id, user.id, {"fallback_time_zone": "Europe/Paris"}
             )
-        statements = "\n".join(s for m in sent for s in m)
+        statements = "\n".join(sent.statements)
         assert "stored_events.originator_version, stored_events.topic" in statements
+        # The unit's mark (with its first read), the stream read again, the write.
+        assert len(sent.round_trips) >= 3, sent.round_trips
         other.users.delete_user(ctx, team.team_id, user.id)
     finally:
         other.close()
@@ -305,7 +379,7 @@ def test_commands_of_several_threads_at_once_stay_consistent(
 
 
 def test_a_head_changed_in_place_fails_the_guessed_write_which_reads_the_head_again(
-    service: Service, team: Team, ctx: CommandContext, tmp_path: Path
+    service: Service, team: Team, ctx: CommandContext
 ) -> None:
     # The unique index on chain_position catches a head another process moved; only the
     # server-side check catches a head whose hash is not the one this process left (a
@@ -318,11 +392,15 @@ def test_a_head_changed_in_place_fails_the_guessed_write_which_reads_the_head_ag
             "UPDATE stored_events SET chain_hash = decode(repeat('ab', 32), 'hex') "
             "WHERE chain_position = (SELECT max(chain_position) FROM stored_events)"
         )
-    with messages(service, tmp_path) as sent:
+    with wire(service) as sent:
         service.users.create_user(ctx, team.team_id, client_user_id="after")
-    statements = "\n".join(s for m in sent for s in m)
-    assert statements.count("SELECT healthledger_check(") >= 1
-    assert "chain_position DESC" in statements  # read again, after the check failed
+    # The guessed write (its check fails, nothing is stored), then the write again with
+    # the head read first.
+    assert len(sent.round_trips) >= 2, sent.round_trips
+    guessed = "\n".join(sent.round_trips[0])
+    assert "SELECT healthledger_check(" in guessed and "chain_position DESC" not in guessed
+    again = "\n".join(sent.statements[len(sent.round_trips[0]) :])
+    assert "chain_position DESC" in again  # read again, after the check failed
     with service.db.read() as conn:
         rows = conn.exec_driver_sql(
             "SELECT chain_position, chain_hash FROM stored_events "
