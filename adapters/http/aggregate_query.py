@@ -19,7 +19,7 @@ from healthledger.adapters.answers.health_queries import (
     json_body,
     parquet_tarball,
 )
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -110,64 +110,62 @@ def health_queries(service: CurrentService) -> HealthQueries:
     )
 
 
-def aggregate_query_router() -> APIRouter:
-    router = APIRouter(tags=["aggregate"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+def beta_caller(service: CurrentService, caller: TeamApiCaller) -> TeamCaller:
+    # A dependency, so that a team without the switch is told so before its body is
+    # read: a 403 whatever it sent.
+    require_feature(service, caller.team_id, AGGREGATE_QUERY)
+    return caller
 
-    def beta_caller(service: CurrentService, caller: Caller) -> TeamCaller:
-        # A dependency, so that a team without the switch is told so before its body is
-        # read: a 403 whatever it sent.
-        require_feature(service, caller.team_id, AGGREGATE_QUERY)
-        return caller
 
-    @router.post(
-        "/aggregate/v1/user/{user_id}/query",
-        response_model=AggregationResponse,
-        responses={
-            200: {
-                "description": "JSON, or with the Parquet media type a gzipped tar of "
-                "0.parquet, 1.parquet, ... (one per query, in declared order).",
-                "content": {PARQUET_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
-            },
-            **error_responses(
-                401,
-                403,
-                404,
-                406,
-                422,
-                described={
-                    **USER_NOT_FOUND,
-                    403: "The team has not enabled the closed-beta feature aggregate_query.",
-                    406: "Accept names neither JSON nor the Parquet tarball.",
-                    422: "The body is not a query we can run: its shape, an unknown table or "
-                    "column, a function for another type, a where that does not parse (its "
-                    "position is named), a timeframe ending in the future.",
-                },
-            ),
+router = APIRouter(tags=["aggregate"], route_class=LedgerRoute)
+
+
+@router.post(
+    "/aggregate/v1/user/{user_id}/query",
+    response_model=AggregationResponse,
+    responses={
+        200: {
+            "description": "JSON, or with the Parquet media type a gzipped tar of "
+            "0.parquet, 1.parquet, ... (one per query, in declared order).",
+            "content": {PARQUET_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
         },
-    )
-    def aggregate_query(
-        caller: Annotated[TeamCaller, Depends(beta_caller)],
-        queries: Annotated[HealthQueries, Depends(health_queries)],
-        user_id: UUID,
-        body: AggregateQueryRequest,
-        accept: Annotated[
-            str | None,
-            Header(description=f"*/* or {JSON_MEDIA_TYPE} (JSON), or {PARQUET_MEDIA_TYPE}."),
-        ] = None,
-    ) -> Response:
-        """Aggregates over one user's health data (closed beta): per query, a table of
-        the selected functions and group keys over one table (sleep, activity, workout,
-        body, meal, profile, or one timeseries resource) in the timeframe."""
-        media_type = negotiated(accept)
-        try:
-            tables = queries.run(caller.team_id, user_id, body)
-        except InvalidQuery as error:
-            raise RequestValidationError(
-                [{"type": "value_error", "loc": error.loc, "msg": error.message, "input": None}]
-            ) from error
-        if media_type == PARQUET_MEDIA_TYPE:
-            return Response(parquet_tarball(tables), media_type=PARQUET_MEDIA_TYPE)
-        return Response(json_body(tables), media_type=JSON_MEDIA_TYPE)
-
-    return router
+        **error_responses(
+            401,
+            403,
+            404,
+            406,
+            422,
+            described={
+                **USER_NOT_FOUND,
+                403: "The team has not enabled the closed-beta feature aggregate_query.",
+                406: "Accept names neither JSON nor the Parquet tarball.",
+                422: "The body is not a query we can run: its shape, an unknown table or "
+                "column, a function for another type, a where that does not parse (its "
+                "position is named), a timeframe ending in the future.",
+            },
+        ),
+    },
+)
+def aggregate_query(
+    caller: Annotated[TeamCaller, Depends(beta_caller)],
+    queries: Annotated[HealthQueries, Depends(health_queries)],
+    user_id: UUID,
+    body: AggregateQueryRequest,
+    accept: Annotated[
+        str | None,
+        Header(description=f"*/* or {JSON_MEDIA_TYPE} (JSON), or {PARQUET_MEDIA_TYPE}."),
+    ] = None,
+) -> Response:
+    """Aggregates over one user's health data (closed beta): per query, a table of
+    the selected functions and group keys over one table (sleep, activity, workout,
+    body, meal, profile, or one timeseries resource) in the timeframe."""
+    media_type = negotiated(accept)
+    try:
+        tables = queries.run(caller.team_id, user_id, body)
+    except InvalidQuery as error:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": error.loc, "msg": error.message, "input": None}]
+        ) from error
+    if media_type == PARQUET_MEDIA_TYPE:
+        return Response(parquet_tarball(tables), media_type=PARQUET_MEDIA_TYPE)
+    return Response(json_body(tables), media_type=JSON_MEDIA_TYPE)

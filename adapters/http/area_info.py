@@ -1,15 +1,13 @@
 """Team API route of area info (spec 2.10, endpoint 9 and rule 3; gaps.md lab testing):
 at-home phlebotomy and patient service centers around a US zip code."""
 
-# No `from __future__ import annotations`: FastAPI must evaluate the annotations, and
-# `Caller` below is local to the router function.
 import json
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -98,93 +96,85 @@ class AreaInfo(BaseModel):
     central_labs: dict[str, CentralLabArea] = Field(description="By central lab slug.")
 
 
-def area_info_router() -> APIRouter:
-    router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
 
-    # `async`: the answer is computed from memory in a fraction of a millisecond, so it
-    # runs on the event loop instead of a worker thread.
-    @router.get(
-        AREA_INFO_PATH,
-        response_model=AreaInfo,
-        responses=error_responses(
-            401,
-            422,
-            described={
-                422: "A malformed or unknown zip code, a radius not in 10, 20, 25, 50, 100, "
-                "or labs that are not central labs (named in the detail)."
-            },
+
+# `async`: the answer is computed from memory in a fraction of a millisecond, so it
+# runs on the event loop instead of a worker thread.
+@router.get(
+    AREA_INFO_PATH,
+    response_model=AreaInfo,
+    responses=error_responses(
+        401,
+        422,
+        described={
+            422: "A malformed or unknown zip code, a radius not in 10, 20, 25, 50, 100, "
+            "or labs that are not central labs (named in the detail)."
+        },
+    ),
+)
+async def area_info(
+    service: CurrentService,
+    caller: TeamApiCaller,
+    zip_code: Annotated[
+        str,
+        Query(
+            max_length=10,
+            pattern=ZIP_CODE,
+            description="A US zip code: five digits, or ZIP+4.",
         ),
-    )
-    async def area_info(
-        service: CurrentService,
-        caller: Caller,
-        zip_code: Annotated[
-            str,
-            Query(
-                max_length=10,
-                pattern=ZIP_CODE,
-                description="A US zip code: five digits, or ZIP+4.",
-            ),
-        ],
-        radius: Annotated[
-            Literal["10", "20", "25", "50", "100"], Query(description="Miles.")
-        ] = "25",
-        labs: Annotated[
-            list[_LabSlug] | None,
-            Query(max_length=_MAX_LABS, description="Central lab slugs (repeatable)."),
-        ] = None,
-        lab: Annotated[
-            _LabSlug | None,
-            Query(deprecated=True, description="Deprecated: use labs."),
-        ] = None,
-        lab_account_id: Annotated[
-            UUID | None, Query(description="Only the central labs of this lab account.")
-        ] = None,
-    ) -> Any:
-        """Whether at-home phlebotomy serves the zip code, and for each central lab how
-        many patient service centers lie within the radius of the zip's centroid
-        (great-circle miles). `lab` is deprecated: it is answered, with a `Deprecation`
-        header, and joins `labs`."""
-        catalog = service.lab_catalog
-        central = catalog.central_labs()
-        wanted = list(dict.fromkeys([*(labs or ()), *([lab] if lab else [])]))
-        unknown = [slug for slug in wanted if catalog.lab_by_slug(slug) is None]
-        if unknown:
-            raise InvalidRequest(
-                f"Unknown labs: {', '.join(unknown)}.", "labs" if labs else "lab", "query"
-            )
-        not_central = [slug for slug in wanted if slug not in {c.slug for c in central}]
-        if not_central:
-            raise InvalidRequest(
-                f"Not central labs (they have no patient service centers): "
-                f"{', '.join(not_central)}.",
-                "labs" if labs else "lab",
-                "query",
-            )
-        lab_ids = [c.id for c in central if not wanted or c.slug in wanted]
-        if lab_account_id is not None:
-            account = catalog.account(lab_account_id)
-            if account is None:
-                raise InvalidRequest(
-                    "lab_account_id names no lab account.", "lab_account_id", "query"
-                )
-            lab_ids = [i for i in lab_ids if i in account.lab_ids]
-        miles = int(radius)
-        try:
-            found = service.area_info.area(zip_code, miles, lab_ids)
-        except UnknownZipCode:
-            raise InvalidRequest(
-                "zip_code is well-formed but is not an existing US zip code.",
-                "zip_code",
-                "query",
-            ) from None
-        details = {lab.id: catalog.details(lab.id) for lab in catalog.labs()}
-        body = json.dumps(
-            render_area(found, miles, details), ensure_ascii=False, separators=(",", ":")
-        ).encode()
-        # The legacy parameter is still answered (gaps.md, deprecations), with a notice.
-        headers = {"deprecation": "true"} if lab is not None else None
-        return Response(content=body, media_type="application/json", headers=headers)
-
-    return router
+    ],
+    radius: Annotated[Literal["10", "20", "25", "50", "100"], Query(description="Miles.")] = "25",
+    labs: Annotated[
+        list[_LabSlug] | None,
+        Query(max_length=_MAX_LABS, description="Central lab slugs (repeatable)."),
+    ] = None,
+    lab: Annotated[
+        _LabSlug | None,
+        Query(deprecated=True, description="Deprecated: use labs."),
+    ] = None,
+    lab_account_id: Annotated[
+        UUID | None, Query(description="Only the central labs of this lab account.")
+    ] = None,
+) -> Any:
+    """Whether at-home phlebotomy serves the zip code, and for each central lab how
+    many patient service centers lie within the radius of the zip's centroid
+    (great-circle miles). `lab` is deprecated: it is answered, with a `Deprecation`
+    header, and joins `labs`."""
+    catalog = service.lab_catalog
+    central = catalog.central_labs()
+    wanted = list(dict.fromkeys([*(labs or ()), *([lab] if lab else [])]))
+    unknown = [slug for slug in wanted if catalog.lab_by_slug(slug) is None]
+    if unknown:
+        raise InvalidRequest(
+            f"Unknown labs: {', '.join(unknown)}.", "labs" if labs else "lab", "query"
+        )
+    not_central = [slug for slug in wanted if slug not in {c.slug for c in central}]
+    if not_central:
+        raise InvalidRequest(
+            f"Not central labs (they have no patient service centers): {', '.join(not_central)}.",
+            "labs" if labs else "lab",
+            "query",
+        )
+    lab_ids = [c.id for c in central if not wanted or c.slug in wanted]
+    if lab_account_id is not None:
+        account = catalog.account(lab_account_id)
+        if account is None:
+            raise InvalidRequest("lab_account_id names no lab account.", "lab_account_id", "query")
+        lab_ids = [i for i in lab_ids if i in account.lab_ids]
+    miles = int(radius)
+    try:
+        found = service.area_info.area(zip_code, miles, lab_ids)
+    except UnknownZipCode:
+        raise InvalidRequest(
+            "zip_code is well-formed but is not an existing US zip code.",
+            "zip_code",
+            "query",
+        ) from None
+    details = {lab.id: catalog.details(lab.id) for lab in catalog.labs()}
+    body = json.dumps(
+        render_area(found, miles, details), ensure_ascii=False, separators=(",", ":")
+    ).encode()
+    # The legacy parameter is still answered (gaps.md, deprecations), with a notice.
+    headers = {"deprecation": "true"} if lab is not None else None
+    return Response(content=body, media_type="application/json", headers=headers)

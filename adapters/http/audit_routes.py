@@ -1,19 +1,16 @@
 """The audit API of the team API: `GET /v2/audit/user/{user_id}`, a user's full history
 with everything that belongs to it (its claim, connections, pulls, link tokens and the
 webhook deliveries about it), for a user in any state: live, pending or erased (this is
-the audit). Paged with signed cursors bound to the listing's filters.
-
-No `from __future__ import annotations`: FastAPI reads the route's annotations, and
-the caller's type is local to the router."""
+the audit). Paged with signed cursors bound to the listing's filters."""
 
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from healthledger.adapters.compliance.audit import USER_EVENT_TYPES, user_audit, user_team
 from healthledger.adapters.http.as_of import Instant
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -83,71 +80,67 @@ class UserAuditPage(BaseModel):
     next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
 
 
-def audit_router() -> APIRouter:
-    router = APIRouter(tags=["audit"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["audit"], route_class=LedgerRoute)
 
-    @router.get(
-        "/v2/audit/user/{user_id:uuid}",
-        response_model=UserAuditPage,
-        responses=error_responses(
-            400, 401, 404, 422, described={404: "Unknown user, or another team's user."}
-        ),
-    )
-    def audit_user(
-        service: CurrentService,
-        cursors: Cursors,
-        user_id: UUID,
-        caller: Caller,
-        start: Annotated[
-            Instant, Query(description="Events at or after this instant (ISO 8601).")
-        ] = None,
-        end: Annotated[Instant, Query(description="Events before this instant (ISO 8601).")] = None,
-        event_type: Annotated[
-            list[str] | None,
-            Query(description="Only these events (repeat it), e.g. User.Deleted."),
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
-        next_cursor: Annotated[str | None, Query(max_length=512)] = None,
-    ) -> Any:
-        """A user's full history, live, pending or erased: its own events and those of
-        its claim, connections, pulls, link tokens and the webhook deliveries about it,
-        each with its time, actor, request id and what changed (personal values as
-        placeholders)."""
-        if user_team(service, user_id) != caller.team_id:
-            raise UserNotFound()  # unknown, or another team's: the same 404
-        if start is not None and end is not None and start > end:
-            raise InvalidRequest("start must not be after end.", "start", "query")
-        names = sorted(set(event_type or ()))
-        if any(name not in USER_EVENT_TYPES for name in names):
-            # The value is not repeated: errors never echo what a caller sent.
-            raise InvalidRequest(
-                "event_type must name an event of a user's audit, e.g. User.Deleted "
-                "(docs/events.md).",
-                "event_type",
-                "query",
-            )
-        scope = f"audit_user:{caller.team_id}:{user_id}:{start}:{end}:{','.join(names)}:{limit}"
-        after = None
-        if next_cursor:
-            position = cursors.decode(next_cursor, scope)
-            try:
-                after = (datetime.fromisoformat(position["t"]), int(position["n"]))
-            except (KeyError, TypeError, ValueError):
-                raise InvalidCursor() from None
-        page = user_audit(
-            service,
-            user_id,
-            start=start,
-            end=end,
-            event_types=names,
-            after=after,
-            limit=limit,
+
+@router.get(
+    "/v2/audit/user/{user_id:uuid}",
+    response_model=UserAuditPage,
+    responses=error_responses(
+        400, 401, 404, 422, described={404: "Unknown user, or another team's user."}
+    ),
+)
+def audit_user(
+    service: CurrentService,
+    cursors: Cursors,
+    user_id: UUID,
+    caller: TeamApiCaller,
+    start: Annotated[
+        Instant, Query(description="Events at or after this instant (ISO 8601).")
+    ] = None,
+    end: Annotated[Instant, Query(description="Events before this instant (ISO 8601).")] = None,
+    event_type: Annotated[
+        list[str] | None,
+        Query(description="Only these events (repeat it), e.g. User.Deleted."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+    next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> Any:
+    """A user's full history, live, pending or erased: its own events and those of
+    its claim, connections, pulls, link tokens and the webhook deliveries about it,
+    each with its time, actor, request id and what changed (personal values as
+    placeholders)."""
+    if user_team(service, user_id) != caller.team_id:
+        raise UserNotFound()  # unknown, or another team's: the same 404
+    if start is not None and end is not None and start > end:
+        raise InvalidRequest("start must not be after end.", "start", "query")
+    names = sorted(set(event_type or ()))
+    if any(name not in USER_EVENT_TYPES for name in names):
+        # The value is not repeated: errors never echo what a caller sent.
+        raise InvalidRequest(
+            "event_type must name an event of a user's audit, e.g. User.Deleted (docs/events.md).",
+            "event_type",
+            "query",
         )
-        cursor = None
-        if page.next_after is not None:
-            at, notification_id = page.next_after
-            cursor = cursors.encode({"t": at.isoformat(), "n": notification_id}, scope)
-        return {"user_id": user_id, "data": [vars(e) for e in page.entries], "next_cursor": cursor}
-
-    return router
+    scope = f"audit_user:{caller.team_id}:{user_id}:{start}:{end}:{','.join(names)}:{limit}"
+    after = None
+    if next_cursor:
+        position = cursors.decode(next_cursor, scope)
+        try:
+            after = (datetime.fromisoformat(position["t"]), int(position["n"]))
+        except (KeyError, TypeError, ValueError):
+            raise InvalidCursor() from None
+    page = user_audit(
+        service,
+        user_id,
+        start=start,
+        end=end,
+        event_types=names,
+        after=after,
+        limit=limit,
+    )
+    cursor = None
+    if page.next_after is not None:
+        at, notification_id = page.next_after
+        cursor = cursors.encode({"t": at.isoformat(), "n": notification_id}, scope)
+    return {"user_id": user_id, "data": [vars(e) for e in page.entries], "next_cursor": cursor}

@@ -1,9 +1,10 @@
 """Team API authentication: the `x-service-api-key` header, checked against a hash."""
 
 from dataclasses import dataclass
+from typing import Annotated
 from uuid import UUID
 
-from fastapi import HTTPException, Request, Security
+from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.context import CommandContext, team_api_key_actor
@@ -70,6 +71,10 @@ def team_caller(
         environment=record.environment,
         region=record.region,
     )
+
+
+# What a team API route asks for: its caller, whose team API key the dependency checked.
+TeamApiCaller = Annotated[TeamCaller, Depends(team_caller)]
 
 
 # -- the management API -------------------------------------------------------------------
@@ -146,3 +151,8 @@ def management_caller(
         actor=f"management_key:{record.key_id}", request_id=request.state.request_id
     )
     return ManagementCaller(record.key_id, record.org_id, record.role, record.team_ids, ctx)
+
+
+# What a management API route asks for: its caller, whose management key the dependency
+# checked (its `require_*` methods check what the key may reach).
+ManagementApiCaller = Annotated[ManagementCaller, Depends(management_caller)]

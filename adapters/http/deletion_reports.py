@@ -6,11 +6,11 @@ page. Another team's user is a 404, as an unknown one is."""
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from healthledger.adapters.compliance.deletion_report import deletion_report
 from healthledger.adapters.compliance.report_rendering import render_html
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -21,39 +21,36 @@ _REPORT_DESCRIPTION = (
 )
 
 
-def deletion_reports_router() -> APIRouter:
-    router = APIRouter(tags=["audit"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["audit"], route_class=LedgerRoute)
 
-    @router.get(
-        "/v2/audit/user/{user_id}/deletion_report",
-        response_class=Response,
-        responses={
-            200: {
-                "description": _REPORT_DESCRIPTION,
-                "content": {
-                    "application/json": {"schema": {"type": "object"}},
-                    "text/html": {"schema": {"type": "string"}},
-                },
+
+@router.get(
+    "/v2/audit/user/{user_id}/deletion_report",
+    response_class=Response,
+    responses={
+        200: {
+            "description": _REPORT_DESCRIPTION,
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "text/html": {"schema": {"type": "string"}},
             },
-            **error_responses(401, 404, 422, described={404: "Unknown user, or another team's."}),
         },
-    )
-    def user_deletion_report(
-        service: CurrentService,
-        caller: Caller,
-        user_id: UUID,
-        format: Annotated[
-            Literal["json", "html"],
-            Query(description="json (the signed report, the default) or html (printable)."),
-        ] = "json",
-    ) -> Any:
-        """A user's deletion report: what was asked and by whom, what the erasure
-        destroyed and what is found of the user now, and the hash-chain proof of the
-        events it rests on, signed by the service. No personal value is in it."""
-        report = deletion_report(service, user_id, caller.ctx, team_id=caller.team_id)
-        if format == "html":
-            return HTMLResponse(render_html(report))
-        return JSONResponse(report)
-
-    return router
+        **error_responses(401, 404, 422, described={404: "Unknown user, or another team's."}),
+    },
+)
+def user_deletion_report(
+    service: CurrentService,
+    caller: TeamApiCaller,
+    user_id: UUID,
+    format: Annotated[
+        Literal["json", "html"],
+        Query(description="json (the signed report, the default) or html (printable)."),
+    ] = "json",
+) -> Any:
+    """A user's deletion report: what was asked and by whom, what the erasure
+    destroyed and what is found of the user now, and the hash-chain proof of the
+    events it rests on, signed by the service. No personal value is in it."""
+    report = deletion_report(service, user_id, caller.ctx, team_id=caller.team_id)
+    if format == "html":
+        return HTMLResponse(render_html(report))
+    return JSONResponse(report)

@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Protocol
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from healthledger.adapters.compliance.time_travel import reads_as_of
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import AsOf
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -96,113 +96,111 @@ def _page(
     return {"data": render(user_ids), "next_cursor": cursor}
 
 
-def introspection_router() -> APIRouter:
-    router = APIRouter(tags=["introspection"], route_class=LedgerRoute)
-    responses = error_responses(400, 401, 404, 422, described=USER_NOT_FOUND)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["introspection"], route_class=LedgerRoute)
+RESPONSES = error_responses(400, 401, 404, 422, described=USER_NOT_FOUND)
 
-    @router.get(
-        "/v2/introspect/historical_pull", response_model=HistoricalPullsPage, responses=responses
+
+@router.get(
+    "/v2/introspect/historical_pull", response_model=HistoricalPullsPage, responses=RESPONSES
+)
+def historical_pull(
+    service: CurrentService,
+    cursors: Cursors,
+    caller: TeamApiCaller,
+    user_id: UUID | None = None,
+    provider: str | None = None,
+    user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, CURSOR_ALIAS] = None,
+    as_of: AsOf = None,
+) -> Any:
+    """Each live connection's historical pulls, one per resource (gaps.md shape)."""
+    reads = LiveReads(service) if as_of is None else reads_as_of(service, as_of)
+
+    def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
+        pulled: dict[tuple[UUID, str], dict[str, Any]] = {}
+        for f in reads.feeds_of(user_ids, provider):
+            if f.status is None:
+                continue
+            pulled.setdefault((f.user_id, f.provider), {})[f.resource] = {
+                "status": f.status,
+                "range_start": f.range_start,
+                "range_end": f.range_end,
+                "timeline": {
+                    "scheduled_at": f.scheduled_at,
+                    "started_at": f.started_at,
+                    "ended_at": f.ended_at,
+                },
+                "days_with_data": f.days_with_data,
+                "release": f.release,
+                "trace_id": f.trace_id,
+                "error_details": f.error_code,
+            }
+        by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
+        for row in reads.live_providers_of(user_ids, provider):
+            done = pulled.get((row.user_id, row.provider), {})
+            by_user[row.user_id][row.provider] = {
+                "pulled": done,
+                # What the provider offers that no pull has covered.
+                "not_pulled": sorted(set(row.resource_availability) - set(done)),
+            }
+        return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
+
+    return _page(
+        service,
+        cursors,
+        "historical_pull",
+        caller,
+        reads,
+        user_id,
+        provider,
+        user_limit,
+        next_cursor or cursor,
+        render,
     )
-    def historical_pull(
-        service: CurrentService,
-        cursors: Cursors,
-        caller: Caller,
-        user_id: UUID | None = None,
-        provider: str | None = None,
-        user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
-        next_cursor: Annotated[str | None, Query(max_length=512)] = None,
-        cursor: Annotated[str | None, CURSOR_ALIAS] = None,
-        as_of: AsOf = None,
-    ) -> Any:
-        """Each live connection's historical pulls, one per resource (gaps.md shape)."""
-        reads = LiveReads(service) if as_of is None else reads_as_of(service, as_of)
 
-        def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
-            pulled: dict[tuple[UUID, str], dict[str, Any]] = {}
-            for f in reads.feeds_of(user_ids, provider):
-                if f.status is None:
-                    continue
-                pulled.setdefault((f.user_id, f.provider), {})[f.resource] = {
-                    "status": f.status,
-                    "range_start": f.range_start,
-                    "range_end": f.range_end,
-                    "timeline": {
-                        "scheduled_at": f.scheduled_at,
-                        "started_at": f.started_at,
-                        "ended_at": f.ended_at,
-                    },
-                    "days_with_data": f.days_with_data,
-                    "release": f.release,
-                    "trace_id": f.trace_id,
-                    "error_details": f.error_code,
-                }
-            by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
-            for row in reads.live_providers_of(user_ids, provider):
-                done = pulled.get((row.user_id, row.provider), {})
-                by_user[row.user_id][row.provider] = {
-                    "pulled": done,
-                    # What the provider offers that no pull has covered.
-                    "not_pulled": sorted(set(row.resource_availability) - set(done)),
-                }
-            return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
-        return _page(
-            service,
-            cursors,
-            "historical_pull",
-            caller,
-            reads,
-            user_id,
-            provider,
-            user_limit,
-            next_cursor or cursor,
-            render,
-        )
+@router.get("/v2/introspect/resources", response_model=UserResourcesPage, responses=RESPONSES)
+def resources(
+    service: CurrentService,
+    cursors: Cursors,
+    caller: TeamApiCaller,
+    user_id: UUID | None = None,
+    provider: str | None = None,
+    user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, CURSOR_ALIAS] = None,
+) -> Any:
+    """Per resource of each live connection, its last attempt (historical pull or
+    daily sync) and the oldest and newest day of data it holds: `provider` maps a slug
+    to its resources directly, as the official client reads it."""
 
-    @router.get("/v2/introspect/resources", response_model=UserResourcesPage, responses=responses)
-    def resources(
-        service: CurrentService,
-        cursors: Cursors,
-        caller: Caller,
-        user_id: UUID | None = None,
-        provider: str | None = None,
-        user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
-        next_cursor: Annotated[str | None, Query(max_length=512)] = None,
-        cursor: Annotated[str | None, CURSOR_ALIAS] = None,
-    ) -> Any:
-        """Per resource of each live connection, its last attempt (historical pull or
-        daily sync) and the oldest and newest day of data it holds: `provider` maps a slug
-        to its resources directly, as the official client reads it."""
+    def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
+        by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
+        for f in service.pull_queries.feeds_of(user_ids, provider):
+            resources = by_user[f.user_id].setdefault(f.provider, {})
+            resources[f.resource] = {
+                "status": _FEED_STATUS.get(f.connection_status, f.connection_status),
+                "pull_status": f.status,
+                "last_attempt": None
+                if f.last_attempt_at is None
+                else {"timestamp": f.last_attempt_at, "status": f.last_attempt_status},
+                "oldest_data": f.oldest_day,
+                "newest_data": f.newest_day,
+                # The client's member; what it counts is not public, so not guessed.
+                "sent_count": None,
+            }
+        return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
 
-        def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
-            by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
-            for f in service.pull_queries.feeds_of(user_ids, provider):
-                resources = by_user[f.user_id].setdefault(f.provider, {})
-                resources[f.resource] = {
-                    "status": _FEED_STATUS.get(f.connection_status, f.connection_status),
-                    "pull_status": f.status,
-                    "last_attempt": None
-                    if f.last_attempt_at is None
-                    else {"timestamp": f.last_attempt_at, "status": f.last_attempt_status},
-                    "oldest_data": f.oldest_day,
-                    "newest_data": f.newest_day,
-                    # The client's member; what it counts is not public, so not guessed.
-                    "sent_count": None,
-                }
-            return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
-
-        return _page(
-            service,
-            cursors,
-            "resources",
-            caller,
-            LiveReads(service),
-            user_id,
-            provider,
-            user_limit,
-            next_cursor or cursor,
-            render,
-        )
-
-    return router
+    return _page(
+        service,
+        cursors,
+        "resources",
+        caller,
+        LiveReads(service),
+        user_id,
+        provider,
+        user_limit,
+        next_cursor or cursor,
+        render,
+    )

@@ -4,12 +4,10 @@ testing) and of a team's lab tests (the issue's `GET|POST /v3/lab_tests`).
 Answers are a superset of the spec's fields and of what the official client's models
 (`ClientFacingLab`, `ClientFacingMarkerComplete`, `GetMarkersResponse`,
 `ClientFacingLabTest`) require. The catalog never changes while the service runs, so each
-lab and marker is rendered to JSON once, when the router is made; a page of markers is
-those pieces joined (docs/performance.md, Labs).
+lab and marker is rendered to JSON once per catalog, at the first question that reads
+it; a page of markers is those pieces joined (docs/performance.md, Labs).
 """
 
-# No `from __future__ import annotations`: FastAPI must evaluate the annotations, and
-# `Caller` below is local to the router function.
 import functools
 import json
 from collections.abc import Sequence
@@ -21,7 +19,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -430,232 +428,235 @@ def current_rendering(service: CurrentService) -> CatalogRendering:
 
 
 Rendering = Annotated[CatalogRendering, Depends(current_rendering)]
+# The paging of every list of markers.
+Page = Annotated[int, Query(ge=1, le=MAX_PAGE, description="1-based page number.")]
+Size = Annotated[int, Query(ge=1, le=MAX_SIZE, description="Markers per page.")]
+
+router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
 
 
-def lab_tests_router() -> APIRouter:
-    router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
-    Page = Annotated[int, Query(ge=1, le=MAX_PAGE, description="1-based page number.")]
-    Size = Annotated[int, Query(ge=1, le=MAX_SIZE, description="Markers per page.")]
+# The catalog's routes are `async`: they read only memory (a fraction of a
+# millisecond), so they run on the event loop instead of a worker thread.
+@router.get(LABS_PATH, response_model=list[LabResponse], responses=error_responses(401, 422))
+async def list_labs(rendering: Rendering, caller: TeamApiCaller) -> Any:
+    """The labs (spec 2.9): central labs with patient service centers and at-home
+    test-kit labs, by id."""
+    return json_response(rendering.labs_json)
 
-    # The catalog's routes are `async`: they read only memory (a fraction of a
-    # millisecond), so they run on the event loop instead of a worker thread.
-    @router.get(LABS_PATH, response_model=list[LabResponse], responses=error_responses(401, 422))
-    async def list_labs(rendering: Rendering, caller: Caller) -> Any:
-        """The labs (spec 2.9): central labs with patient service centers and at-home
-        test-kit labs, by id."""
-        return json_response(rendering.labs_json)
 
-    @router.get(
-        MARKERS_PATH,
-        response_model=MarkersPage,
-        responses=error_responses(
-            401,
-            422,
-            described={
-                422: "Invalid parameters, an unknown lab or lab account, or a page past the last."
-            },
+@router.get(
+    MARKERS_PATH,
+    response_model=MarkersPage,
+    responses=error_responses(
+        401,
+        422,
+        described={
+            422: "Invalid parameters, an unknown lab or lab account, or a page past the last."
+        },
+    ),
+)
+async def list_markers(
+    rendering: Rendering,
+    service: CurrentService,
+    caller: TeamApiCaller,
+    lab_id: Annotated[
+        list[int] | None,
+        Query(max_length=MAX_IDS, description="Only markers of these labs (repeatable)."),
+    ] = None,
+    lab_slug: Annotated[
+        _LabSlug | None, Query(description="Only markers of this lab; wins over lab_id.")
+    ] = None,
+    name: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=100,
+            description="Matches the marker's name or its lab code, case-insensitively.",
         ),
+    ] = None,
+    a_la_carte_enabled: Annotated[bool | None, Query()] = None,
+    lab_account_id: Annotated[
+        UUID | None, Query(description="Only markers of this lab account's labs.")
+    ] = None,
+    page: Page = 1,
+    size: Size = DEFAULT_SIZE,
+) -> Any:
+    """The marker catalog (spec 2.7, endpoint 5), by id, one page at a time."""
+    markers = service.lab_catalog.find_markers(
+        lab_ids=lab_id,
+        lab_slug=lab_slug,
+        name=name,
+        a_la_carte_enabled=a_la_carte_enabled,
+        lab_account_id=lab_account_id,
     )
-    async def list_markers(
-        rendering: Rendering,
-        service: CurrentService,
-        caller: Caller,
-        lab_id: Annotated[
-            list[int] | None,
-            Query(max_length=MAX_IDS, description="Only markers of these labs (repeatable)."),
-        ] = None,
-        lab_slug: Annotated[
-            _LabSlug | None, Query(description="Only markers of this lab; wins over lab_id.")
-        ] = None,
-        name: Annotated[
-            str | None,
-            Query(
-                min_length=1,
-                max_length=100,
-                description="Matches the marker's name or its lab code, case-insensitively.",
-            ),
-        ] = None,
-        a_la_carte_enabled: Annotated[bool | None, Query()] = None,
-        lab_account_id: Annotated[
-            UUID | None, Query(description="Only markers of this lab account's labs.")
-        ] = None,
-        page: Page = 1,
-        size: Size = DEFAULT_SIZE,
-    ) -> Any:
-        """The marker catalog (spec 2.7, endpoint 5), by id, one page at a time."""
-        markers = service.lab_catalog.find_markers(
-            lab_ids=lab_id,
-            lab_slug=lab_slug,
-            name=name,
-            a_la_carte_enabled=a_la_carte_enabled,
-            lab_account_id=lab_account_id,
+    return json_response(rendering.markers_page(markers, page, size, "query"))
+
+
+@router.post(
+    ORDER_SET_PATH,
+    response_model=MarkersPage,
+    responses=error_responses(
+        401,
+        404,
+        422,
+        described={
+            404: "Lab tests, marker ids or lab codes that are unknown (named in the detail).",
+            422: "Invalid body or parameters, markers of two labs, or a page past the last.",
+        },
+    ),
+)
+def list_order_set_markers(
+    rendering: Rendering,
+    service: CurrentService,
+    body: OrderSetRequest,
+    caller: TeamApiCaller,
+    page: Page = 1,
+    size: Size = DEFAULT_SIZE,
+) -> Any:
+    """The markers of an order set (endpoint 8): those of its lab tests, then its
+    add-on's, each once, all of one lab."""
+    markers = order_set_markers(service, caller.team_id, body)
+    return json_response(rendering.markers_page(markers, page, size, "query"))
+
+
+@router.get(
+    LAB_TESTS_PATH,
+    response_model=list[LabTestResponse],
+    responses=error_responses(401, 422),
+)
+def list_lab_tests(
+    rendering: Rendering,
+    service: CurrentService,
+    caller: TeamApiCaller,
+    generation_method: Annotated[
+        Literal["auto", "manual", "all"],
+        Query(description="auto: the shared demo tests; manual: the team's own."),
+    ] = "all",
+    lab_slug: Annotated[_LabSlug | None, Query()] = None,
+    collection_method: Annotated[
+        Literal["testkit", "walk_in_test", "at_home_phlebotomy", "on_site_collection"] | None,
+        Query(),
+    ] = None,
+    status: Annotated[Literal["active", "pending_approval", "inactive"] | None, Query()] = None,
+    marker_ids: Annotated[
+        list[int] | None,
+        Query(max_length=MAX_IDS, description="Only tests holding any of these markers."),
+    ] = None,
+    provider_ids: Annotated[
+        list[_ProviderId] | None,
+        Query(max_length=MAX_IDS, description="Only tests holding any of these lab codes."),
+    ] = None,
+    name: Annotated[
+        str | None,
+        Query(min_length=1, max_length=100, description="Part of the name, any case."),
+    ] = None,
+    order_key: Annotated[Literal["price", "created_at", "updated_at"] | None, Query()] = None,
+    order_direction: Annotated[Literal["asc", "desc"], Query()] = "asc",
+) -> Any:
+    """The lab tests the team can order: the shared demo tests and its own."""
+    rows = service.lab_tests.team_lab_tests(caller.team_id)
+    if generation_method != "all":
+        rows = [r for r in rows if r.auto_generated == (generation_method == "auto")]
+    if lab_slug is not None:
+        lab = service.lab_catalog.lab_by_slug(lab_slug)
+        rows = [] if lab is None else [r for r in rows if r.view.lab_id == lab.id]
+    if collection_method is not None:
+        rows = [r for r in rows if r.view.method == collection_method]
+    if status is not None and status != "active":
+        rows = []  # every lab test here is active
+    if marker_ids:
+        wanted = set(marker_ids)
+        rows = [r for r in rows if wanted & set(r.view.marker_ids)]
+    if provider_ids:
+        codes = set(provider_ids)
+        rows = [r for r in rows if codes & _codes(service.lab_catalog, r.view)]
+    if name is not None:
+        needle = name.casefold()
+        rows = [r for r in rows if needle in r.view.name.casefold()]
+    answers = [rendering.lab_test(r) for r in rows]
+    if order_key is not None:
+        # A lab test never changes: it was last updated when it was created.
+        key = "price" if order_key == "price" else "created_at"
+        answers.sort(
+            key=lambda a: (a[key] is not None, a[key] or 0),
+            reverse=order_direction == "desc",
         )
-        return json_response(rendering.markers_page(markers, page, size, "query"))
+    return json_response(_dumps(answers))
 
-    @router.post(
-        ORDER_SET_PATH,
-        response_model=MarkersPage,
-        responses=error_responses(
-            401,
-            404,
-            422,
-            described={
-                404: "Lab tests, marker ids or lab codes that are unknown (named in the detail).",
-                422: "Invalid body or parameters, markers of two labs, or a page past the last.",
-            },
-        ),
+
+@router.post(
+    LAB_TESTS_PATH,
+    response_model=LabTestResponse,
+    responses=error_responses(
+        401,
+        404,
+        422,
+        described={
+            404: "Marker ids or lab codes that are unknown (named in the detail).",
+            422: "Invalid body, markers of two labs, or a method the lab does not offer.",
+        },
+    ),
+)
+def create_lab_test(
+    rendering: Rendering, service: CurrentService, body: LabTestRequest, caller: TeamApiCaller
+) -> Any:
+    """A lab test of the team (event-sourced): its markers, all of one lab, which
+    becomes the test's lab, and a collection method that lab offers."""
+    test = service.lab_test_commands.create(
+        caller.ctx,
+        caller.team_id,
+        name=body.name,
+        method=body.method,
+        marker_ids=body.marker_ids or (),
+        provider_ids=body.provider_ids or (),
+        description=body.description,
+        fasting=body.fasting,
     )
-    def list_order_set_markers(
-        rendering: Rendering,
-        service: CurrentService,
-        body: OrderSetRequest,
-        caller: Caller,
-        page: Page = 1,
-        size: Size = DEFAULT_SIZE,
-    ) -> Any:
-        """The markers of an order set (endpoint 8): those of its lab tests, then its
-        add-on's, each once, all of one lab."""
-        markers = order_set_markers(service, caller.team_id, body)
-        return json_response(rendering.markers_page(markers, page, size, "query"))
-
-    @router.get(
-        LAB_TESTS_PATH,
-        response_model=list[LabTestResponse],
-        responses=error_responses(401, 422),
+    row = LabTestRow(
+        view=test.view(),
+        description=test.description,
+        fasting=test.fasting,
+        created_at=test.created_on,
     )
-    def list_lab_tests(
-        rendering: Rendering,
-        service: CurrentService,
-        caller: Caller,
-        generation_method: Annotated[
-            Literal["auto", "manual", "all"],
-            Query(description="auto: the shared demo tests; manual: the team's own."),
-        ] = "all",
-        lab_slug: Annotated[_LabSlug | None, Query()] = None,
-        collection_method: Annotated[
-            Literal["testkit", "walk_in_test", "at_home_phlebotomy", "on_site_collection"] | None,
-            Query(),
-        ] = None,
-        status: Annotated[Literal["active", "pending_approval", "inactive"] | None, Query()] = None,
-        marker_ids: Annotated[
-            list[int] | None,
-            Query(max_length=MAX_IDS, description="Only tests holding any of these markers."),
-        ] = None,
-        provider_ids: Annotated[
-            list[_ProviderId] | None,
-            Query(max_length=MAX_IDS, description="Only tests holding any of these lab codes."),
-        ] = None,
-        name: Annotated[
-            str | None,
-            Query(min_length=1, max_length=100, description="Part of the name, any case."),
-        ] = None,
-        order_key: Annotated[Literal["price", "created_at", "updated_at"] | None, Query()] = None,
-        order_direction: Annotated[Literal["asc", "desc"], Query()] = "asc",
-    ) -> Any:
-        """The lab tests the team can order: the shared demo tests and its own."""
-        rows = service.lab_tests.team_lab_tests(caller.team_id)
-        if generation_method != "all":
-            rows = [r for r in rows if r.auto_generated == (generation_method == "auto")]
-        if lab_slug is not None:
-            lab = service.lab_catalog.lab_by_slug(lab_slug)
-            rows = [] if lab is None else [r for r in rows if r.view.lab_id == lab.id]
-        if collection_method is not None:
-            rows = [r for r in rows if r.view.method == collection_method]
-        if status is not None and status != "active":
-            rows = []  # every lab test here is active
-        if marker_ids:
-            wanted = set(marker_ids)
-            rows = [r for r in rows if wanted & set(r.view.marker_ids)]
-        if provider_ids:
-            codes = set(provider_ids)
-            rows = [r for r in rows if codes & _codes(service.lab_catalog, r.view)]
-        if name is not None:
-            needle = name.casefold()
-            rows = [r for r in rows if needle in r.view.name.casefold()]
-        answers = [rendering.lab_test(r) for r in rows]
-        if order_key is not None:
-            # A lab test never changes: it was last updated when it was created.
-            key = "price" if order_key == "price" else "created_at"
-            answers.sort(
-                key=lambda a: (a[key] is not None, a[key] or 0),
-                reverse=order_direction == "desc",
-            )
-        return json_response(_dumps(answers))
+    return json_response(_dumps(rendering.lab_test(row)))
 
-    @router.post(
-        LAB_TESTS_PATH,
-        response_model=LabTestResponse,
-        responses=error_responses(
-            401,
-            404,
-            422,
-            described={
-                404: "Marker ids or lab codes that are unknown (named in the detail).",
-                422: "Invalid body, markers of two labs, or a method the lab does not offer.",
-            },
-        ),
-    )
-    def create_lab_test(
-        rendering: Rendering, service: CurrentService, body: LabTestRequest, caller: Caller
-    ) -> Any:
-        """A lab test of the team (event-sourced): its markers, all of one lab, which
-        becomes the test's lab, and a collection method that lab offers."""
-        test = service.lab_test_commands.create(
-            caller.ctx,
-            caller.team_id,
-            name=body.name,
-            method=body.method,
-            marker_ids=body.marker_ids or (),
-            provider_ids=body.provider_ids or (),
-            description=body.description,
-            fasting=body.fasting,
-        )
-        row = LabTestRow(
-            view=test.view(),
-            description=test.description,
-            fasting=test.fasting,
-            created_at=test.created_on,
-        )
-        return json_response(_dumps(rendering.lab_test(row)))
 
-    @router.get(
-        LAB_TESTS_PATH + "/{lab_test_id:uuid}",
-        response_model=LabTestResponse,
-        responses=error_responses(401, 404, 422, described={404: "Unknown lab test."}),
-    )
-    def get_lab_test(
-        rendering: Rendering, service: CurrentService, lab_test_id: UUID, caller: Caller
-    ) -> Any:
-        """One lab test: the team's own or a shared demo one (another team's is a 404)."""
-        row = service.lab_tests.row(caller.team_id, lab_test_id)
-        if row is None:
-            raise UnknownLabTests([lab_test_id])
-        return json_response(_dumps(rendering.lab_test(row)))
+@router.get(
+    LAB_TESTS_PATH + "/{lab_test_id:uuid}",
+    response_model=LabTestResponse,
+    responses=error_responses(401, 404, 422, described={404: "Unknown lab test."}),
+)
+def get_lab_test(
+    rendering: Rendering, service: CurrentService, lab_test_id: UUID, caller: TeamApiCaller
+) -> Any:
+    """One lab test: the team's own or a shared demo one (another team's is a 404)."""
+    row = service.lab_tests.row(caller.team_id, lab_test_id)
+    if row is None:
+        raise UnknownLabTests([lab_test_id])
+    return json_response(_dumps(rendering.lab_test(row)))
 
-    @router.get(
-        LAB_TESTS_PATH + "/{lab_test_id:uuid}/markers",
-        response_model=MarkersPage,
-        responses=error_responses(
-            401, 404, 422, described={404: "Unknown lab test.", 422: "A page past the last."}
-        ),
-    )
-    def list_lab_test_markers(
-        rendering: Rendering,
-        service: CurrentService,
-        lab_test_id: UUID,
-        caller: Caller,
-        page: Page = 1,
-        size: Size = DEFAULT_SIZE,
-    ) -> Any:
-        """A lab test's markers, paged like the catalog."""
-        row = service.lab_tests.row(caller.team_id, lab_test_id)
-        if row is None:
-            raise UnknownLabTests([lab_test_id])
-        markers = [m for m in map(service.lab_catalog.marker, row.view.marker_ids) if m is not None]
-        return json_response(rendering.markers_page(markers, page, size, "query"))
 
-    return router
+@router.get(
+    LAB_TESTS_PATH + "/{lab_test_id:uuid}/markers",
+    response_model=MarkersPage,
+    responses=error_responses(
+        401, 404, 422, described={404: "Unknown lab test.", 422: "A page past the last."}
+    ),
+)
+def list_lab_test_markers(
+    rendering: Rendering,
+    service: CurrentService,
+    lab_test_id: UUID,
+    caller: TeamApiCaller,
+    page: Page = 1,
+    size: Size = DEFAULT_SIZE,
+) -> Any:
+    """A lab test's markers, paged like the catalog."""
+    row = service.lab_tests.row(caller.team_id, lab_test_id)
+    if row is None:
+        raise UnknownLabTests([lab_test_id])
+    markers = [m for m in map(service.lab_catalog.marker, row.view.marker_ids) if m is not None]
+    return json_response(rendering.markers_page(markers, page, size, "query"))
 
 
 def _codes(catalog: ReferenceLabCatalog, view: LabTestView) -> set[str]:

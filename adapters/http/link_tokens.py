@@ -1,15 +1,13 @@
 """Team API routes for link tokens (spec 2.5, endpoint 6, section 5 rules 7 and 9;
 gaps.md Provider connections, link)."""
 
-# No `from __future__ import annotations`: FastAPI must evaluate the annotations, and
-# `Caller` below is local to the router function.
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 from uuid import UUID
 
-from fastapi import APIRouter, Depends
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from fastapi import APIRouter
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -107,59 +105,59 @@ def link_web_url(link_url: str, token: str, environment: str, region: str) -> st
     return f"{link_url.rstrip('/')}/?{query}"
 
 
-def link_tokens_router() -> APIRouter:
-    router = APIRouter(tags=["link"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["link"], route_class=LedgerRoute)
 
-    @router.post(
-        "/v2/link/token",
-        response_model=LinkTokenResponse,
-        responses=error_responses(
-            401,
-            404,
-            422,
-            described={**USER_NOT_FOUND, 422: "Invalid body or unknown provider slug."},
+
+@router.post(
+    "/v2/link/token",
+    response_model=LinkTokenResponse,
+    responses=error_responses(
+        401,
+        404,
+        422,
+        described={**USER_NOT_FOUND, 422: "Invalid body or unknown provider slug."},
+    ),
+)
+def create_link_token(
+    service: CurrentService, body: LinkTokenRequest, caller: TeamApiCaller
+) -> Any:
+    """A link token for one live user of the team: it lives 60 minutes and is
+    consumed by the first successful connection. `link_web_url` opens the hosted
+    link page with it (environment of the calling key, region of the team)."""
+    issued = service.link_tokens.issue(
+        caller.ctx,
+        caller.team_id,
+        caller.environment,
+        user_id=body.user_id,
+        provider=body.provider,
+        redirect_url=None if body.redirect_url is None else str(body.redirect_url),
+        filter_on_providers=body.filter_on_providers,
+        on_error=body.on_error,
+        on_close=body.on_close,
+    )
+    return {
+        "link_token": issued.plain,
+        "link_web_url": link_web_url(
+            service.settings.link_url, issued.plain, caller.environment, caller.region
         ),
-    )
-    def create_link_token(service: CurrentService, body: LinkTokenRequest, caller: Caller) -> Any:
-        """A link token for one live user of the team: it lives 60 minutes and is
-        consumed by the first successful connection. `link_web_url` opens the hosted
-        link page with it (environment of the calling key, region of the team)."""
-        issued = service.link_tokens.issue(
-            caller.ctx,
-            caller.team_id,
-            caller.environment,
-            user_id=body.user_id,
-            provider=body.provider,
-            redirect_url=None if body.redirect_url is None else str(body.redirect_url),
-            filter_on_providers=body.filter_on_providers,
-            on_error=body.on_error,
-            on_close=body.on_close,
-        )
-        return {
-            "link_token": issued.plain,
-            "link_web_url": link_web_url(
-                service.settings.link_url, issued.plain, caller.environment, caller.region
-            ),
-        }
+    }
 
-    @router.post(
-        "/v2/link/token/isValid", response_model=LinkTokenValidity, responses=error_responses(422)
-    )
-    def check_link_token(service: CurrentService, body: LinkTokenCheck) -> Any:
-        """Whether a link token can still be used; it is not consumed by asking.
 
-        No team API key is needed: the token is itself the credential (256 random bits,
-        bound to one user), and a team's own link widget runs in the user's browser,
-        where the team key must never be. So the answer carries nothing personal and
-        nothing about the team or the user: only the validity, the reason
-        (invalid_token, token_expired, token_consumed) and the expiry instant. A token
-        whose user was deleted since, or whose team was, is invalid_token.
-        """
-        view = service.link_token_queries.genuine(body.token)
-        reason = INVALID_TOKEN if view is None else view.problem(service.clock())
-        if view is None or reason == INVALID_TOKEN:
-            return {"is_valid": False, "reason": INVALID_TOKEN, "expires_at": None}
-        return {"is_valid": reason is None, "reason": reason, "expires_at": view.expires_at}
+@router.post(
+    "/v2/link/token/isValid", response_model=LinkTokenValidity, responses=error_responses(422)
+)
+def check_link_token(service: CurrentService, body: LinkTokenCheck) -> Any:
+    """Whether a link token can still be used; it is not consumed by asking.
 
-    return router
+    No team API key is needed: the token is itself the credential (256 random bits,
+    bound to one user), and a team's own link widget runs in the user's browser,
+    where the team key must never be. So the answer carries nothing personal and
+    nothing about the team or the user: only the validity, the reason
+    (invalid_token, token_expired, token_consumed) and the expiry instant. A token
+    whose user was deleted since, or whose team was, is invalid_token.
+    """
+    view = service.link_token_queries.genuine(body.token)
+    reason = INVALID_TOKEN if view is None else view.problem(service.clock())
+    if view is None or reason == INVALID_TOKEN:
+        return {"is_valid": False, "reason": INVALID_TOKEN, "expires_at": None}
+    return {"is_valid": reason is None, "reason": reason, "expires_at": view.expires_at}

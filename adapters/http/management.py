@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
-from healthledger.adapters.http.auth import ManagementCaller, management_caller
+from fastapi import APIRouter, Query
+from healthledger.adapters.http.auth import ManagementApiCaller, ManagementCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.oauth_callback import oauth_redirect_uri
@@ -65,6 +65,10 @@ class ManagementKeyCreate(_Body):
     label: FreeText = _Name
     role: Literal["org_admin", "team_admin"]
     team_role_bindings: list[TeamRoleBinding] = Field(default_factory=list, max_length=100)
+
+
+# The body's roles are the domain's: a role added there must be added here too.
+assert set(ROLES) == {"org_admin", "team_admin"}
 
 
 class ManagementKeyPatch(_Body):
@@ -149,292 +153,321 @@ def reachable_team(
     return team
 
 
-def management_router() -> APIRouter:
-    router = APIRouter(prefix="/v1/org/{org_id}", tags=["management"], route_class=LedgerRoute)
-    # The errors each kind of operation answers: every one 401 (the key), 404 (another
-    # organization, an unbound or missing team) and 422 (parameters, body); 403 where an
-    # org key is required; 409 for changes (a concurrent write, a state that forbids it);
-    # 400 for an empty patch, or a cursor the listing did not issue.
-    reads = error_responses(401, 404, 422)
-    listings = error_responses(400, 401, 404, 422)
-    changes = error_responses(401, 404, 409, 422)
-    patches = error_responses(400, 401, 404, 409, 422)
-    org_reads = error_responses(401, 403, 404, 422)
-    org_changes = error_responses(401, 403, 404, 409, 422)
-    org_patches = error_responses(400, 401, 403, 404, 409, 422)
-    Caller = Annotated[ManagementCaller, Depends(management_caller)]
+router = APIRouter(prefix="/v1/org/{org_id}", tags=["management"], route_class=LedgerRoute)
+# The errors each kind of operation answers: every one 401 (the key), 404 (another
+# organization, an unbound or missing team) and 422 (parameters, body); 403 where an
+# org key is required; 409 for changes (a concurrent write, a state that forbids it);
+# 400 for an empty patch, or a cursor the listing did not issue.
+READS = error_responses(401, 404, 422)
+LISTINGS = error_responses(400, 401, 404, 422)
+CHANGES = error_responses(401, 404, 409, 422)
+PATCHES = error_responses(400, 401, 404, 409, 422)
+ORG_READS = error_responses(401, 403, 404, 422)
+ORG_CHANGES = error_responses(401, 403, 404, 409, 422)
+ORG_PATCHES = error_responses(400, 401, 403, 404, 409, 422)
 
-    # -- the organization ---------------------------------------------------------------
+# -- the organization ---------------------------------------------------------------
 
-    @router.get("", responses=org_reads)
-    def get_organization(service: CurrentService, org_id: UUID, caller: Caller) -> Any:
-        caller.require_org(org_id)
-        caller.require_org_admin()
-        org = service.team_queries.organization(org_id)
-        if org is None:
-            raise OrganizationNotFound()
-        return org
 
-    @router.patch("", responses=org_changes)
-    def patch_organization(
-        service: CurrentService, org_id: UUID, body: OrganizationPatch, caller: Caller
-    ) -> Any:
-        caller.require_org(org_id)
-        caller.require_org_admin()
-        service.teams.rename_organization(caller.ctx, org_id, body.name)
-        return service.team_queries.organization(org_id)
+@router.get("", responses=ORG_READS)
+def get_organization(service: CurrentService, org_id: UUID, caller: ManagementApiCaller) -> Any:
+    caller.require_org(org_id)
+    caller.require_org_admin()
+    org = service.team_queries.organization(org_id)
+    if org is None:
+        raise OrganizationNotFound()
+    return org
 
-    # -- teams ----------------------------------------------------------------------------
 
-    @router.get("/team", response_model=TeamPage, responses=listings)
-    def list_teams(
-        service: CurrentService,
-        cursors: Cursors,
-        org_id: UUID,
-        caller: Caller,
-        region: Annotated[list[Region] | None, Query()] = None,
-        search_query: Annotated[
-            str | None, Query(max_length=80, pattern=SEARCH_QUERY.pattern)
-        ] = None,
-        next_cursor: Annotated[str | None, Query(max_length=512)] = None,
-        limit: Annotated[int, Query(ge=1, le=100)] = 50,
-    ) -> Any:
-        """Endpoint 13. A team key sees only the teams it is bound to."""
-        caller.require_org(org_id)
-        regions = sorted(set(region or ()))
-        scope = f"teams:{org_id}:{caller.key_id}:{','.join(regions)}:{search_query or ''}:{limit}"
-        after = None
-        if next_cursor:
-            position = cursors.decode(next_cursor, scope)
-            try:
-                after = (datetime.fromisoformat(position["c"]), UUID(position["t"]))
-            except (KeyError, TypeError, ValueError):
-                raise InvalidCursor() from None
-        only = None if caller.is_org_admin else caller.team_ids
-        teams, more = service.team_queries.teams_page(
-            org_id, regions=regions, search=search_query, after=after, limit=limit, only=only
-        )
-        cursor = None
-        if more and teams:
-            last = teams[-1]
-            cursor = cursors.encode(
-                {"c": last["created_on"].isoformat(), "t": str(last["id"])}, scope
-            )
-        return {"teams": teams, "next_cursor": cursor}
+@router.patch("", responses=ORG_CHANGES)
+def patch_organization(
+    service: CurrentService, org_id: UUID, body: OrganizationPatch, caller: ManagementApiCaller
+) -> Any:
+    caller.require_org(org_id)
+    caller.require_org_admin()
+    service.teams.rename_organization(caller.ctx, org_id, body.name)
+    return service.team_queries.organization(org_id)
 
-    @router.post("/team", response_model=Team, responses=org_changes)
-    def create_team(service: CurrentService, org_id: UUID, body: TeamCreate, caller: Caller) -> Any:
-        """Team names need not be unique (the spec is silent; the id is the identity)."""
-        caller.require_org(org_id)
-        caller.require_org_admin()
-        team_id = service.teams.create_team(
-            caller.ctx, org_id, body.name, body.region, _settings(body)
-        )
-        return service.team_queries.team(team_id)
 
-    @router.get("/team/{team_id}", response_model=Team, responses=reads)
-    def get_team(service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller) -> Any:
-        return reachable_team(service.team_queries, caller, org_id, team_id)
+# -- teams ----------------------------------------------------------------------------
 
-    @router.patch("/team/{team_id}", response_model=Team, responses=patches)
-    def patch_team(
-        service: CurrentService, org_id: UUID, team_id: UUID, body: TeamPatch, caller: Caller
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        if not body.model_fields_set:
-            raise NothingToUpdate()
-        service.teams.update_team(
-            caller.ctx, org_id, team_id, name=body.name, settings=_settings(body)
-        )
-        return service.team_queries.team(team_id)
 
-    @router.delete("/team/{team_id}", responses=org_changes)
-    def delete_team(service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller) -> Any:
-        """Its users are deleted through their lifecycle (grace period, then erasure)."""
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        caller.require_org_admin()
-        deleted = service.teams.delete_team(caller.ctx, org_id, team_id)
-        return {"success": True, "deleted_users": deleted}
+@router.get("/team", response_model=TeamPage, responses=LISTINGS)
+def list_teams(
+    service: CurrentService,
+    cursors: Cursors,
+    org_id: UUID,
+    caller: ManagementApiCaller,
+    region: Annotated[list[Region] | None, Query()] = None,
+    search_query: Annotated[str | None, Query(max_length=80, pattern=SEARCH_QUERY.pattern)] = None,
+    next_cursor: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> Any:
+    """Endpoint 13. A team key sees only the teams it is bound to."""
+    caller.require_org(org_id)
+    regions = sorted(set(region or ()))
+    scope = f"teams:{org_id}:{caller.key_id}:{','.join(regions)}:{search_query or ''}:{limit}"
+    after = None
+    if next_cursor:
+        position = cursors.decode(next_cursor, scope)
+        try:
+            after = (datetime.fromisoformat(position["c"]), UUID(position["t"]))
+        except (KeyError, TypeError, ValueError):
+            raise InvalidCursor() from None
+    only = None if caller.is_org_admin else caller.team_ids
+    teams, more = service.team_queries.teams_page(
+        org_id, regions=regions, search=search_query, after=after, limit=limit, only=only
+    )
+    cursor = None
+    if more and teams:
+        last = teams[-1]
+        cursor = cursors.encode({"c": last["created_on"].isoformat(), "t": str(last["id"])}, scope)
+    return {"teams": teams, "next_cursor": cursor}
 
-    # -- closed-beta switches -------------------------------------------------------------
 
-    @router.get("/team/{team_id}/features", responses=reads)
-    def get_features(service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller) -> Any:
-        team = reachable_team(service.team_queries, caller, org_id, team_id)
-        return {"enabled": team["features"], "available": list(CLOSED_BETA_FEATURES)}
+@router.post("/team", response_model=Team, responses=ORG_CHANGES)
+def create_team(
+    service: CurrentService, org_id: UUID, body: TeamCreate, caller: ManagementApiCaller
+) -> Any:
+    """Team names need not be unique (the spec is silent; the id is the identity)."""
+    caller.require_org(org_id)
+    caller.require_org_admin()
+    team_id = service.teams.create_team(caller.ctx, org_id, body.name, body.region, _settings(body))
+    return service.team_queries.team(team_id)
 
-    @router.put("/team/{team_id}/features/{feature}", responses=org_changes)
-    def enable_feature(
-        service: CurrentService, org_id: UUID, team_id: UUID, feature: Feature, caller: Caller
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        caller.require_org_admin()
-        service.teams.set_feature(caller.ctx, team_id, feature, True, org_id)
-        return {
-            "enabled": reachable_team(service.team_queries, caller, org_id, team_id)["features"]
-        }
 
-    @router.delete("/team/{team_id}/features/{feature}", responses=org_changes)
-    def disable_feature(
-        service: CurrentService, org_id: UUID, team_id: UUID, feature: Feature, caller: Caller
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        caller.require_org_admin()
-        service.teams.set_feature(caller.ctx, team_id, feature, False, org_id)
-        return {
-            "enabled": reachable_team(service.team_queries, caller, org_id, team_id)["features"]
-        }
+@router.get("/team/{team_id}", response_model=Team, responses=READS)
+def get_team(
+    service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
+) -> Any:
+    return reachable_team(service.team_queries, caller, org_id, team_id)
 
-    # -- management keys ------------------------------------------------------------------
 
-    @router.get("/management_key", responses=org_reads)
-    def list_management_keys(service: CurrentService, org_id: UUID, caller: Caller) -> Any:
-        caller.require_org(org_id)
-        caller.require_org_admin()
-        return {"management_keys": service.team_queries.management_keys(org_id)}
+@router.patch("/team/{team_id}", response_model=Team, responses=PATCHES)
+def patch_team(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    body: TeamPatch,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    if not body.model_fields_set:
+        raise NothingToUpdate()
+    service.teams.update_team(caller.ctx, org_id, team_id, name=body.name, settings=_settings(body))
+    return service.team_queries.team(team_id)
 
-    @router.post("/management_key", responses=org_changes)
-    def create_management_key(
-        service: CurrentService, org_id: UUID, body: ManagementKeyCreate, caller: Caller
-    ) -> Any:
-        """The key text is in this response only; keep it, it is stored only as a hash."""
-        caller.require_org(org_id)
-        caller.require_org_admin()
-        issued = service.teams.issue_management_key(
-            caller.ctx,
-            org_id,
-            role=body.role,
-            team_ids=[b.team_id for b in body.team_role_bindings],
-            label=body.label,
-        )
-        return {**service.team_queries.management_key_view(issued.key_id), "key": issued.plain}
 
-    @router.patch("/management_key/{key_id}", responses=org_patches)
-    def patch_management_key(
-        service: CurrentService,
-        org_id: UUID,
-        key_id: UUID,
-        body: ManagementKeyPatch,
-        caller: Caller,
-    ) -> Any:
-        caller.require_org(org_id)
-        caller.require_org_admin()
-        if not body.model_fields_set:
-            raise NothingToUpdate()
-        bindings = body.team_role_bindings
-        service.teams.update_management_key(
-            caller.ctx,
-            org_id,
-            key_id,
-            label=body.label,
-            team_ids=None if bindings is None else [b.team_id for b in bindings],
-        )
-        return service.team_queries.management_key_view(key_id)
+@router.delete("/team/{team_id}", responses=ORG_CHANGES)
+def delete_team(
+    service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
+) -> Any:
+    """Its users are deleted through their lifecycle (grace period, then erasure)."""
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    caller.require_org_admin()
+    deleted = service.teams.delete_team(caller.ctx, org_id, team_id)
+    return {"success": True, "deleted_users": deleted}
 
-    @router.delete("/management_key/{key_id}", responses=org_changes)
-    def revoke_management_key(
-        service: CurrentService, org_id: UUID, key_id: UUID, caller: Caller
-    ) -> Any:
-        caller.require_org(org_id)
-        caller.require_org_admin()
-        service.teams.revoke_management_key(caller.ctx, org_id, key_id)
-        return {"success": True}
 
-    # -- team API keys ----------------------------------------------------------------------
+# -- closed-beta switches -------------------------------------------------------------
 
-    @router.get("/team_api_keys/{env}/{region}", responses=reads)
-    def list_team_api_keys(
-        service: CurrentService,
-        org_id: UUID,
-        env: Environment,
-        region: Region,
-        team_id: UUID,
-        caller: Caller,
-    ) -> Any:
-        team = reachable_team(service.team_queries, caller, org_id, team_id)
-        keys = service.team_queries.team_api_keys(team_id, env) if team["region"] == region else []
-        return {"team_api_keys": keys}
 
-    @router.post("/team_api_keys/{env}/{region}", responses=changes)
-    def create_team_api_key(
-        service: CurrentService,
-        org_id: UUID,
-        env: Environment,
-        region: Region,
-        body: TeamApiKeyCreate,
-        caller: Caller,
-    ) -> Any:
-        """The key text is in this response only; keep it, it is stored only as a hash."""
-        reachable_team(service.team_queries, caller, org_id, body.team_id)
-        issued = service.teams.issue_team_api_key(caller.ctx, body.team_id, env, region, org_id)
-        return {
-            "id": issued.key_id,
-            "team_id": body.team_id,
-            "environment": env,
-            "region": region,
-            "key": issued.plain,
-        }
+@router.get("/team/{team_id}/features", responses=READS)
+def get_features(
+    service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
+) -> Any:
+    team = reachable_team(service.team_queries, caller, org_id, team_id)
+    return {"enabled": team["features"], "available": list(CLOSED_BETA_FEATURES)}
 
-    @router.delete("/team_api_keys/{env}/{region}/{key_id}", responses=changes)
-    def revoke_team_api_key(
-        service: CurrentService,
-        org_id: UUID,
-        env: Environment,
-        region: Region,
-        key_id: UUID,
-        team_id: UUID,
-        caller: Caller,
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        service.teams.revoke_team_api_key(caller.ctx, key_id, team_id, env, region)
-        return {"success": True}
 
-    # -- custom provider credentials ------------------------------------------------------
+@router.put("/team/{team_id}/features/{feature}", responses=ORG_CHANGES)
+def enable_feature(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    feature: Feature,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    caller.require_org_admin()
+    service.teams.set_feature(caller.ctx, team_id, feature, True, org_id)
+    return {"enabled": reachable_team(service.team_queries, caller, org_id, team_id)["features"]}
 
-    @router.get("/team_custom_credentials/{team_id}", responses=reads)
-    def list_credentials(
-        service: CurrentService, org_id: UUID, team_id: UUID, caller: Caller
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        return {"credentials": service.team_queries.credentials(team_id)}
 
-    @router.post("/team_custom_credentials/{team_id}/{provider}/prepare", responses=changes)
-    def prepare_credentials(
-        service: CurrentService, org_id: UUID, team_id: UUID, provider: str, caller: Caller
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        creds = service.teams.prepare_credentials(caller.ctx, team_id, provider, org_id)
-        return {
-            "provider": provider,
-            "status": creds.status,  # "set" stays set: preparing again changes nothing
-            # Register this in the provider's developer console before setting the pair.
-            "redirect_uri": oauth_redirect_uri(service.settings.public_base_url, provider),
-        }
+@router.delete("/team/{team_id}/features/{feature}", responses=ORG_CHANGES)
+def disable_feature(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    feature: Feature,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    caller.require_org_admin()
+    service.teams.set_feature(caller.ctx, team_id, feature, False, org_id)
+    return {"enabled": reachable_team(service.team_queries, caller, org_id, team_id)["features"]}
 
-    @router.put("/team_custom_credentials/{team_id}/{provider}", responses=changes)
-    def set_credentials(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        provider: str,
-        body: CredentialsSet,
-        caller: Caller,
-    ) -> Any:
-        """The client secret is write-only: stored sealed, never returned."""
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        service.teams.set_credentials(
-            caller.ctx, team_id, provider, body.client_id, body.client_secret, org_id
-        )
-        listed = {c["provider"]: c for c in service.team_queries.credentials(team_id)}
-        return listed[provider]
 
-    @router.delete("/team_custom_credentials/{team_id}/{provider}", responses=changes)
-    def delete_credentials(
-        service: CurrentService, org_id: UUID, team_id: UUID, provider: str, caller: Caller
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        service.teams.delete_credentials(caller.ctx, team_id, provider, org_id)
-        return {"success": True}
+# -- management keys ------------------------------------------------------------------
 
-    assert set(ROLES) == {"org_admin", "team_admin"}
-    return router
+
+@router.get("/management_key", responses=ORG_READS)
+def list_management_keys(service: CurrentService, org_id: UUID, caller: ManagementApiCaller) -> Any:
+    caller.require_org(org_id)
+    caller.require_org_admin()
+    return {"management_keys": service.team_queries.management_keys(org_id)}
+
+
+@router.post("/management_key", responses=ORG_CHANGES)
+def create_management_key(
+    service: CurrentService, org_id: UUID, body: ManagementKeyCreate, caller: ManagementApiCaller
+) -> Any:
+    """The key text is in this response only; keep it, it is stored only as a hash."""
+    caller.require_org(org_id)
+    caller.require_org_admin()
+    issued = service.teams.issue_management_key(
+        caller.ctx,
+        org_id,
+        role=body.role,
+        team_ids=[b.team_id for b in body.team_role_bindings],
+        label=body.label,
+    )
+    return {**service.team_queries.management_key_view(issued.key_id), "key": issued.plain}
+
+
+@router.patch("/management_key/{key_id}", responses=ORG_PATCHES)
+def patch_management_key(
+    service: CurrentService,
+    org_id: UUID,
+    key_id: UUID,
+    body: ManagementKeyPatch,
+    caller: ManagementApiCaller,
+) -> Any:
+    caller.require_org(org_id)
+    caller.require_org_admin()
+    if not body.model_fields_set:
+        raise NothingToUpdate()
+    bindings = body.team_role_bindings
+    service.teams.update_management_key(
+        caller.ctx,
+        org_id,
+        key_id,
+        label=body.label,
+        team_ids=None if bindings is None else [b.team_id for b in bindings],
+    )
+    return service.team_queries.management_key_view(key_id)
+
+
+@router.delete("/management_key/{key_id}", responses=ORG_CHANGES)
+def revoke_management_key(
+    service: CurrentService, org_id: UUID, key_id: UUID, caller: ManagementApiCaller
+) -> Any:
+    caller.require_org(org_id)
+    caller.require_org_admin()
+    service.teams.revoke_management_key(caller.ctx, org_id, key_id)
+    return {"success": True}
+
+
+# -- team API keys ----------------------------------------------------------------------
+
+
+@router.get("/team_api_keys/{env}/{region}", responses=READS)
+def list_team_api_keys(
+    service: CurrentService,
+    org_id: UUID,
+    env: Environment,
+    region: Region,
+    team_id: UUID,
+    caller: ManagementApiCaller,
+) -> Any:
+    team = reachable_team(service.team_queries, caller, org_id, team_id)
+    keys = service.team_queries.team_api_keys(team_id, env) if team["region"] == region else []
+    return {"team_api_keys": keys}
+
+
+@router.post("/team_api_keys/{env}/{region}", responses=CHANGES)
+def create_team_api_key(
+    service: CurrentService,
+    org_id: UUID,
+    env: Environment,
+    region: Region,
+    body: TeamApiKeyCreate,
+    caller: ManagementApiCaller,
+) -> Any:
+    """The key text is in this response only; keep it, it is stored only as a hash."""
+    reachable_team(service.team_queries, caller, org_id, body.team_id)
+    issued = service.teams.issue_team_api_key(caller.ctx, body.team_id, env, region, org_id)
+    return {
+        "id": issued.key_id,
+        "team_id": body.team_id,
+        "environment": env,
+        "region": region,
+        "key": issued.plain,
+    }
+
+
+@router.delete("/team_api_keys/{env}/{region}/{key_id}", responses=CHANGES)
+def revoke_team_api_key(
+    service: CurrentService,
+    org_id: UUID,
+    env: Environment,
+    region: Region,
+    key_id: UUID,
+    team_id: UUID,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    service.teams.revoke_team_api_key(caller.ctx, key_id, team_id, env, region)
+    return {"success": True}
+
+
+# -- custom provider credentials ------------------------------------------------------
+
+
+@router.get("/team_custom_credentials/{team_id}", responses=READS)
+def list_credentials(
+    service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    return {"credentials": service.team_queries.credentials(team_id)}
+
+
+@router.post("/team_custom_credentials/{team_id}/{provider}/prepare", responses=CHANGES)
+def prepare_credentials(
+    service: CurrentService, org_id: UUID, team_id: UUID, provider: str, caller: ManagementApiCaller
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    creds = service.teams.prepare_credentials(caller.ctx, team_id, provider, org_id)
+    return {
+        "provider": provider,
+        "status": creds.status,  # "set" stays set: preparing again changes nothing
+        # Register this in the provider's developer console before setting the pair.
+        "redirect_uri": oauth_redirect_uri(service.settings.public_base_url, provider),
+    }
+
+
+@router.put("/team_custom_credentials/{team_id}/{provider}", responses=CHANGES)
+def set_credentials(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    provider: str,
+    body: CredentialsSet,
+    caller: ManagementApiCaller,
+) -> Any:
+    """The client secret is write-only: stored sealed, never returned."""
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    service.teams.set_credentials(
+        caller.ctx, team_id, provider, body.client_id, body.client_secret, org_id
+    )
+    listed = {c["provider"]: c for c in service.team_queries.credentials(team_id)}
+    return listed[provider]
+
+
+@router.delete("/team_custom_credentials/{team_id}/{provider}", responses=CHANGES)
+def delete_credentials(
+    service: CurrentService, org_id: UUID, team_id: UUID, provider: str, caller: ManagementApiCaller
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    service.teams.delete_credentials(caller.ctx, team_id, provider, org_id)
+    return {"success": True}

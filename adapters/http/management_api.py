@@ -6,14 +6,13 @@ import functools
 
 from fastapi import APIRouter, FastAPI
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http import management, webhook_endpoints
 from healthledger.adapters.http.errors import install_error_handlers
-from healthledger.adapters.http.management import management_router
 from healthledger.adapters.http.requests import (
     BodyLimitMiddleware,
     DeprecatedHeaderMiddleware,
     RequestIdMiddleware,
 )
-from healthledger.adapters.http.webhook_endpoints import webhook_router
 from starlette.routing import BaseRoute
 
 
@@ -21,8 +20,8 @@ from starlette.routing import BaseRoute
 def management_routes() -> tuple[BaseRoute, ...]:
     """Every route of the management API, built once per process (as `team_routes`)."""
     routes = APIRouter()
-    routes.include_router(management_router())
-    routes.include_router(webhook_router())
+    routes.include_router(management.router)
+    routes.include_router(webhook_endpoints.router)
     return tuple(routes.routes)
 
 

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, time
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Header, Query
+from fastapi import APIRouter, Body, Header, Query
 from healthledger.adapters.answers.orders import OrderRow
 from healthledger.adapters.compliance.time_travel import (
     PlaceholderVault,
@@ -21,7 +21,7 @@ from healthledger.adapters.compliance.time_travel import (
 )
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import AsOf
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.order_schemas import (
     CollectionMethod,
@@ -120,162 +120,164 @@ def _stored(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
     return OrderRow.from_row(row)
 
 
-def orders_router() -> APIRouter:
-    router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
 
-    @router.post(
-        "/v3/order",
-        response_model=OrderChanged,
-        responses=error_responses(
-            401,
-            404,
-            409,
-            422,
-            described={
-                404: "Unknown user, another team's, scheduled for deletion; unknown lab test.",
-                409: "The idempotency key was used for another body.",
-                422: "Invalid body; or the user has no demographics to default the patient's "
-                "details and address from (the detail names what is missing).",
-            },
-        ),
+
+@router.post(
+    "/v3/order",
+    response_model=OrderChanged,
+    responses=error_responses(
+        401,
+        404,
+        409,
+        422,
+        described={
+            404: "Unknown user, another team's, scheduled for deletion; unknown lab test.",
+            409: "The idempotency key was used for another body.",
+            422: "Invalid body; or the user has no demographics to default the patient's "
+            "details and address from (the detail names what is missing).",
+        },
+    ),
+)
+def place_order(
+    service: CurrentService,
+    body: OrderCreate,
+    caller: TeamApiCaller,
+    idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
+) -> Any:
+    """Order a lab test for a live user of the team (gaps.md Orders)."""
+    request = OrderRequest(
+        user_id=body.user_id,
+        lab_test_id=body.lab_test_id,
+        collection_method=body.collection_method,
+        patient_details=body.patient_details,
+        patient_address=body.patient_address,
     )
-    def place_order(
-        service: CurrentService,
-        body: OrderCreate,
-        caller: Caller,
-        idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
-    ) -> Any:
-        """Order a lab test for a live user of the team (gaps.md Orders)."""
-        request = OrderRequest(
-            user_id=body.user_id,
-            lab_test_id=body.lab_test_id,
-            collection_method=body.collection_method,
-            patient_details=body.patient_details,
-            patient_address=body.patient_address,
-        )
-        order = service.lab_orders.place(caller.ctx, caller.team_id, request, idempotency_key)
-        return _changed(service, order, "Order created.")
+    order = service.lab_orders.place(caller.ctx, caller.team_id, request, idempotency_key)
+    return _changed(service, order, "Order created.")
 
-    @router.get(
-        "/v3/order/{order_id:uuid}",
-        response_model=OrderAnswer,
-        responses=error_responses(401, 404, 422, described=_ORDER_NOT_FOUND),
+
+@router.get(
+    "/v3/order/{order_id:uuid}",
+    response_model=OrderAnswer,
+    responses=error_responses(401, 404, 422, described=_ORDER_NOT_FOUND),
+)
+def get_order(
+    service: CurrentService, order_id: UUID, caller: TeamApiCaller, as_of: AsOf = None
+) -> Any:
+    """The order (with `as_of`: as it was at that instant, from the log)."""
+    if as_of is None:
+        return service.order_answers.order(_stored(service, caller, order_id))
+    reads_as_of(service, as_of)  # a future instant is refused
+    order = aggregate_as_of(service, order_id, as_of)
+    if not isinstance(order, Order) or order.team_id != caller.team_id:
+        raise OrderNotFound()
+    vault = PlaceholderVault(service.key_store)
+    return service.order_answers.with_vault(vault).order(OrderRow.of(order, vault))
+
+
+@router.get(
+    "/v3/orders",
+    response_model=OrdersPage,
+    responses=error_responses(401, 422),
+)
+def list_orders(
+    service: CurrentService,
+    caller: TeamApiCaller,
+    user_id: UUID | None = None,
+    status: Annotated[
+        list[str] | None,
+        Query(max_length=50, description="Top-level or low-level statuses: any of them."),
+    ] = None,
+    interpretation: Interpretation | None = None,
+    start_date: DateBound = None,
+    end_date: DateBound = None,
+    updated_start_date: DateBound = None,
+    updated_end_date: DateBound = None,
+    order_type: Annotated[list[CollectionMethod] | None, Query(max_length=4)] = None,
+    order_ids: Annotated[list[UUID] | None, Query(max_length=100)] = None,
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    size: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> Any:
+    """The team's orders, newest first, filtered (gaps.md Orders)."""
+    filters = OrderFilters(
+        user_id=user_id,
+        statuses=_statuses(status),
+        interpretation=interpretation,
+        created_from=_bound(start_date, "start_date", end=False),
+        created_until=_bound(end_date, "end_date", end=True),
+        updated_from=_bound(updated_start_date, "updated_start_date", end=False),
+        updated_until=_bound(updated_end_date, "updated_end_date", end=True),
+        methods=list(order_type or ()),
+        order_ids=list(order_ids or ()),
     )
-    def get_order(
-        service: CurrentService, order_id: UUID, caller: Caller, as_of: AsOf = None
-    ) -> Any:
-        """The order (with `as_of`: as it was at that instant, from the log)."""
-        if as_of is None:
-            return service.order_answers.order(_stored(service, caller, order_id))
-        reads_as_of(service, as_of)  # a future instant is refused
-        order = aggregate_as_of(service, order_id, as_of)
-        if not isinstance(order, Order) or order.team_id != caller.team_id:
-            raise OrderNotFound()
-        vault = PlaceholderVault(service.key_store)
-        return service.order_answers.with_vault(vault).order(OrderRow.of(order, vault))
+    found = service.order_queries.page(caller.team_id, filters, page, size)
+    return {
+        "orders": [service.order_answers.order(OrderRow.from_row(row)) for row in found.rows],
+        "total": found.total,
+        "page": page,
+        "size": size,
+        "pages": math.ceil(found.total / size),
+    }
 
-    @router.get(
-        "/v3/orders",
-        response_model=OrdersPage,
-        responses=error_responses(401, 422),
-    )
-    def list_orders(
-        service: CurrentService,
-        caller: Caller,
-        user_id: UUID | None = None,
-        status: Annotated[
-            list[str] | None,
-            Query(max_length=50, description="Top-level or low-level statuses: any of them."),
-        ] = None,
-        interpretation: Interpretation | None = None,
-        start_date: DateBound = None,
-        end_date: DateBound = None,
-        updated_start_date: DateBound = None,
-        updated_end_date: DateBound = None,
-        order_type: Annotated[list[CollectionMethod] | None, Query(max_length=4)] = None,
-        order_ids: Annotated[list[UUID] | None, Query(max_length=100)] = None,
-        page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
-        size: Annotated[int, Query(ge=1, le=100)] = 50,
-    ) -> Any:
-        """The team's orders, newest first, filtered (gaps.md Orders)."""
-        filters = OrderFilters(
-            user_id=user_id,
-            statuses=_statuses(status),
-            interpretation=interpretation,
-            created_from=_bound(start_date, "start_date", end=False),
-            created_until=_bound(end_date, "end_date", end=True),
-            updated_from=_bound(updated_start_date, "updated_start_date", end=False),
-            updated_until=_bound(updated_end_date, "updated_end_date", end=True),
-            methods=list(order_type or ()),
-            order_ids=list(order_ids or ()),
-        )
-        found = service.order_queries.page(caller.team_id, filters, page, size)
-        return {
-            "orders": [service.order_answers.order(OrderRow.from_row(row)) for row in found.rows],
-            "total": found.total,
-            "page": page,
-            "size": size,
-            "pages": math.ceil(found.total / size),
-        }
 
-    @router.post(
-        "/v3/order/{order_id:uuid}/cancel",
-        response_model=OrderChanged,
-        responses=error_responses(
-            401,
-            404,
-            409,
-            422,
-            described={**_ORDER_NOT_FOUND, 409: "The order is completed, failed or cancelled."},
-        ),
-    )
-    def cancel_order(service: CurrentService, order_id: UUID, caller: Caller) -> Any:
-        """Cancel an open order."""
-        order = service.lab_orders.cancel(caller.ctx, caller.team_id, order_id)
-        return _changed(service, order, "Order cancelled.")
+@router.post(
+    "/v3/order/{order_id:uuid}/cancel",
+    response_model=OrderChanged,
+    responses=error_responses(
+        401,
+        404,
+        409,
+        422,
+        described={**_ORDER_NOT_FOUND, 409: "The order is completed, failed or cancelled."},
+    ),
+)
+def cancel_order(service: CurrentService, order_id: UUID, caller: TeamApiCaller) -> Any:
+    """Cancel an open order."""
+    order = service.lab_orders.cancel(caller.ctx, caller.team_id, order_id)
+    return _changed(service, order, "Order cancelled.")
 
-    @router.post(
-        "/v3/order/{order_id:uuid}/test",
-        response_model=OrderChanged,
-        responses=error_responses(
-            400,
-            401,
-            404,
-            409,
-            422,
-            described={
-                **_ORDER_NOT_FOUND,
-                400: "Not a sandbox order, or a final one: it takes no step.",
-            },
-        ),
-    )
-    def advance_order(
-        service: CurrentService,
-        order_id: UUID,
-        caller: Caller,
-        body: Annotated[SimulationFlags | None, Body()] = None,
-    ) -> Any:
-        """Sandbox only: take the order one step on now, as the simulated lab would; when
-        the step reports the results, `interpretation` forces their outcome."""
-        forced = None if body is None else body.interpretation
-        order = service.lab_orders.advance(caller.ctx, caller.team_id, order_id, forced)
-        return _changed(service, order, "Order moved one step.")
 
-    @router.get(
-        "/v3/order/{order_id:uuid}/result",
-        response_model=OrderResults,
-        responses=error_responses(
-            401,
-            404,
-            409,
-            422,
-            described={**_ORDER_NOT_FOUND, 409: "The order has no results yet."},
-        ),
-    )
-    def order_results(service: CurrentService, order_id: UUID, caller: Caller) -> Any:
-        """The results: one value per expected result of the order's markers, each with
-        its unit, reference range and interpretation."""
-        return service.order_answers.results(_stored(service, caller, order_id))
+@router.post(
+    "/v3/order/{order_id:uuid}/test",
+    response_model=OrderChanged,
+    responses=error_responses(
+        400,
+        401,
+        404,
+        409,
+        422,
+        described={
+            **_ORDER_NOT_FOUND,
+            400: "Not a sandbox order, or a final one: it takes no step.",
+        },
+    ),
+)
+def advance_order(
+    service: CurrentService,
+    order_id: UUID,
+    caller: TeamApiCaller,
+    body: Annotated[SimulationFlags | None, Body()] = None,
+) -> Any:
+    """Sandbox only: take the order one step on now, as the simulated lab would; when
+    the step reports the results, `interpretation` forces their outcome."""
+    forced = None if body is None else body.interpretation
+    order = service.lab_orders.advance(caller.ctx, caller.team_id, order_id, forced)
+    return _changed(service, order, "Order moved one step.")
 
-    return router
+
+@router.get(
+    "/v3/order/{order_id:uuid}/result",
+    response_model=OrderResults,
+    responses=error_responses(
+        401,
+        404,
+        409,
+        422,
+        described={**_ORDER_NOT_FOUND, 409: "The order has no results yet."},
+    ),
+)
+def order_results(service: CurrentService, order_id: UUID, caller: TeamApiCaller) -> Any:
+    """The results: one value per expected result of the order's markers, each with
+    its unit, reference range and interpretation."""
+    return service.order_answers.results(_stored(service, caller, order_id))

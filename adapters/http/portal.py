@@ -7,13 +7,11 @@ The URL opens the hosted portal page (`portal_page.py`, on the link page's app a
 order. Nothing is recorded: the token is the whole of the grant (docs/labs.md#portal).
 """
 
-# No `from __future__ import annotations`: FastAPI must evaluate the annotations, and
-# `Caller` below is local to the router function.
-from typing import Annotated, Any
+from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from fastapi import APIRouter
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.portal_page import PORTAL_URL_FEATURE, portal_url
 from healthledger.adapters.http.portal_tokens import PortalTokens
@@ -61,40 +59,37 @@ class PortalUrl(BaseModel):
     expires_in: int = Field(description="Seconds until the URL stops working.")
 
 
-def portal_router() -> APIRouter:
-    router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
 
-    @router.post(
-        "/v2/user/{user_id:uuid}/create_portal_url",
-        response_model=PortalUrl,
-        responses=error_responses(
-            401,
-            403,
-            404,
-            422,
-            described={
-                403: "The team has not enabled the closed-beta feature `portal_url`.",
-                404: "Unknown user, another team's user, or scheduled for deletion; an "
-                "order_id that is not one of this user's orders.",
-                422: "Invalid body, or the user has no demographics (spec 4, rule 1).",
-            },
-        ),
+
+@router.post(
+    "/v2/user/{user_id:uuid}/create_portal_url",
+    response_model=PortalUrl,
+    responses=error_responses(
+        401,
+        403,
+        404,
+        422,
+        described={
+            403: "The team has not enabled the closed-beta feature `portal_url`.",
+            404: "Unknown user, another team's user, or scheduled for deletion; an "
+            "order_id that is not one of this user's orders.",
+            422: "Invalid body, or the user has no demographics (spec 4, rule 1).",
+        },
+    ),
+)
+def create_portal_url(
+    service: CurrentService, user_id: UUID, body: PortalUrlRequest, caller: TeamApiCaller
+) -> Any:
+    """Closed beta. A URL of the hosted portal, where the user sees their lab test
+    orders, statuses and results; it stops working when it expires (`expires_in`
+    seconds: launch 10 minutes, communications 28 days, both settings) or when the
+    user is deleted."""
+    require_feature(service, caller.team_id, PORTAL_URL_FEATURE)
+    grant = service.portal.issue(caller.team_id, user_id, body.context, body.order_id)
+    url = portal_url(
+        service.settings.link_url,
+        PortalTokens(service.cursor_secret).sign(grant),
+        body.order_id,
     )
-    def create_portal_url(
-        service: CurrentService, user_id: UUID, body: PortalUrlRequest, caller: Caller
-    ) -> Any:
-        """Closed beta. A URL of the hosted portal, where the user sees their lab test
-        orders, statuses and results; it stops working when it expires (`expires_in`
-        seconds: launch 10 minutes, communications 28 days, both settings) or when the
-        user is deleted."""
-        require_feature(service, caller.team_id, PORTAL_URL_FEATURE)
-        grant = service.portal.issue(caller.team_id, user_id, body.context, body.order_id)
-        url = portal_url(
-            service.settings.link_url,
-            PortalTokens(service.cursor_secret).sign(grant),
-            body.order_id,
-        )
-        return {"url": url, "expires_in": grant.expires_in}
-
-    return router
+    return {"url": url, "expires_in": grant.expires_in}

@@ -1,12 +1,11 @@
 """Team API route for the provider catalog (spec 2.6, endpoint 7 and rule 6; gaps.md
 Provider catalog)."""
 
-# No `from __future__ import annotations`: FastAPI must evaluate the annotations, and
-# `Caller` below is local to the router function.
+import functools
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from fastapi import APIRouter, Query
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.reference import SourceType, provider_catalog
@@ -49,14 +48,18 @@ class ProviderCatalogEntry(BaseModel):
     )
 
 
-def providers_router() -> APIRouter:
-    router = APIRouter(tags=["providers"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["providers"], route_class=LedgerRoute)
 
-    # Only the spec fields are emitted: `source_type` and `demo` stay internal. Sorted
-    # case-insensitively (names such as "iHealth" and "WHOOP" mix cases), slug breaking
-    # ties, so the order is stable whatever the order of the data file.
-    entries = [
+
+@functools.cache
+def catalog_entries() -> list[ProviderCatalogEntry]:
+    """The catalog's entries, made once per process, at the first question (the data file
+    is read then, not when this module is imported).
+
+    Only the spec fields are emitted: `source_type` and `demo` stay internal. Sorted
+    case-insensitively (names such as "iHealth" and "WHOOP" mix cases), slug breaking
+    ties, so the order is stable whatever the order of the data file."""
+    return [
         ProviderCatalogEntry(
             name=entry.name,
             slug=entry.slug,
@@ -67,38 +70,45 @@ def providers_router() -> APIRouter:
         )
         for entry in sorted(provider_catalog(), key=lambda e: (e.name.casefold(), e.slug))
     ]
-    source_type_of = {entry.slug: entry.source_type for entry in provider_catalog()}
 
-    def list_providers(
-        caller: Caller,
-        source_type: Annotated[
-            SourceType | None,
-            Query(description="Only providers of this kind of source (gaps.md)."),
-        ] = None,
-    ) -> Any:
-        """The provider catalog: a bare array of entries, sorted by name."""
-        # `caller` is not read: asking for it is what requires the team API key.
-        if source_type is None:
-            return entries
-        return [entry for entry in entries if source_type_of[entry.slug] == source_type]
 
-    # Rule 6: the spec's example call ends in a slash. Both forms are served directly,
-    # because a redirect would drop the API key header in some clients and costs a round
-    # trip; only the form without the slash is documented, to keep one operation.
-    router.add_api_route(
-        PROVIDERS_PATH,
-        list_providers,
-        methods=["GET"],
-        response_model=list[ProviderCatalogEntry],
-        responses=error_responses(401, 422),
-        name="list_providers",
-    )
-    router.add_api_route(
-        f"{PROVIDERS_PATH}/",
-        list_providers,
-        methods=["GET"],
-        response_model=list[ProviderCatalogEntry],
-        name="list_providers_trailing_slash",
-        include_in_schema=False,
-    )
-    return router
+@functools.cache
+def source_types_by_slug() -> dict[str, SourceType]:
+    return {entry.slug: entry.source_type for entry in provider_catalog()}
+
+
+def list_providers(
+    caller: TeamApiCaller,
+    source_type: Annotated[
+        SourceType | None,
+        Query(description="Only providers of this kind of source (gaps.md)."),
+    ] = None,
+) -> Any:
+    """The provider catalog: a bare array of entries, sorted by name."""
+    # `caller` is not read: asking for it is what requires the team API key.
+    entries = catalog_entries()
+    if source_type is None:
+        return entries
+    source_type_of = source_types_by_slug()
+    return [entry for entry in entries if source_type_of[entry.slug] == source_type]
+
+
+# Rule 6: the spec's example call ends in a slash. Both forms are served directly,
+# because a redirect would drop the API key header in some clients and costs a round
+# trip; only the form without the slash is documented, to keep one operation.
+router.add_api_route(
+    PROVIDERS_PATH,
+    list_providers,
+    methods=["GET"],
+    response_model=list[ProviderCatalogEntry],
+    responses=error_responses(401, 422),
+    name="list_providers",
+)
+router.add_api_route(
+    f"{PROVIDERS_PATH}/",
+    list_providers,
+    methods=["GET"],
+    response_model=list[ProviderCatalogEntry],
+    name="list_providers_trailing_slash",
+    include_in_schema=False,
+)

@@ -15,9 +15,9 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.date_ranges import (
     EndDate,
     OptionalStartDate,
@@ -284,79 +284,82 @@ def _check_provider(service: Service, provider: str | None) -> None:
         raise InvalidRequest("Unknown provider slug.", "provider", "query")
 
 
-def summaries_router() -> APIRouter:
-    router = APIRouter(tags=["summaries"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+router = APIRouter(tags=["summaries"], route_class=LedgerRoute)
 
-    def add_list_route(resource: str, key: str, model: type[BaseModel]) -> None:
-        def get_summaries(
-            service: CurrentService,
-            user_id: UserId,
-            caller: Caller,
-            start_date: StartDate,
-            end_date: EndDate = None,
-            provider: ProviderFilter = None,
-        ) -> Any:
-            _check_provider(service, provider)
-            days = date_range(start_date, end_date)
-            found = service.health_data_queries.summaries(
-                caller.team_id, user_id, resource, days.first_day, days.last_day, provider
-            )
-            return _json({key: found})
 
-        get_summaries.__name__ = f"get_{resource}_summaries"
-        get_summaries.__doc__ = (
-            f"The user's {resource} summaries from start_date to end_date (by day), "
-            "across providers or of one."
-        )
-        router.add_api_route(
-            f"/v2/summary/{resource}/{{user_id}}",
-            get_summaries,
-            methods=["GET"],
-            response_model=model,
-            responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
-        )
+def _add_list_route(resource: str, key: str, model: type[BaseModel]) -> None:
+    """The getter of one resource's summaries: the same route for each resource of
+    LISTS, with its own path, answer model and name (`get_<resource>_summaries`, which
+    the OpenAPI document's operation id is made from)."""
 
-    for resource, (key, model) in LISTS.items():
-        add_list_route(resource, key, model)
-
-    @router.get(
-        "/v2/summary/profile/{user_id}",
-        response_model=ProfileSummary,
-        responses=error_responses(
-            401,
-            404,
-            422,
-            described={404: USER_NOT_FOUND[404] + " Or no profile stored (in the range)."},
-        ),
-    )
-    def get_profile(
+    def get_summaries(
         service: CurrentService,
         user_id: UserId,
-        caller: Caller,
-        provider: ProviderFilter = None,
-        start_date: OptionalStartDate = None,
+        caller: TeamApiCaller,
+        start_date: StartDate,
         end_date: EndDate = None,
+        provider: ProviderFilter = None,
     ) -> Any:
-        """The user's newest profile (in start_date..end_date when given), as the
-        official client's `profile.get` reads it: one object."""
         _check_provider(service, provider)
-        if start_date is None:
-            if end_date is not None:
-                raise InvalidRequest("end_date needs a start_date.", "end_date", "query")
-            # The whole history: profiles are few (a device reports one a week at most).
-            first, last = date.min, date.max
-        else:
-            days = date_range(start_date, end_date)
-            first, last = days.first_day, days.last_day
+        days = date_range(start_date, end_date)
         found = service.health_data_queries.summaries(
-            caller.team_id, user_id, "profile", first, last, provider
+            caller.team_id, user_id, resource, days.first_day, days.last_day, provider
         )
-        if not found:
-            raise SummaryNotFound("No profile stored for this user.")
-        return _json(max(found, key=lambda p: (p["calendar_date"], p["updated_at"])))
+        return _json({key: found})
 
-    return router
+    get_summaries.__name__ = f"get_{resource}_summaries"
+    get_summaries.__doc__ = (
+        f"The user's {resource} summaries from start_date to end_date (by day), "
+        "across providers or of one."
+    )
+    router.add_api_route(
+        f"/v2/summary/{resource}/{{user_id}}",
+        get_summaries,
+        methods=["GET"],
+        response_model=model,
+        responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
+    )
+
+
+for resource, (key, model) in LISTS.items():
+    _add_list_route(resource, key, model)
+
+
+@router.get(
+    "/v2/summary/profile/{user_id}",
+    response_model=ProfileSummary,
+    responses=error_responses(
+        401,
+        404,
+        422,
+        described={404: USER_NOT_FOUND[404] + " Or no profile stored (in the range)."},
+    ),
+)
+def get_profile(
+    service: CurrentService,
+    user_id: UserId,
+    caller: TeamApiCaller,
+    provider: ProviderFilter = None,
+    start_date: OptionalStartDate = None,
+    end_date: EndDate = None,
+) -> Any:
+    """The user's newest profile (in start_date..end_date when given), as the
+    official client's `profile.get` reads it: one object."""
+    _check_provider(service, provider)
+    if start_date is None:
+        if end_date is not None:
+            raise InvalidRequest("end_date needs a start_date.", "end_date", "query")
+        # The whole history: profiles are few (a device reports one a week at most).
+        first, last = date.min, date.max
+    else:
+        days = date_range(start_date, end_date)
+        first, last = days.first_day, days.last_day
+    found = service.health_data_queries.summaries(
+        caller.team_id, user_id, "profile", first, last, provider
+    )
+    if not found:
+        raise SummaryNotFound("No profile stored for this user.")
+    return _json(max(found, key=lambda p: (p["calendar_date"], p["updated_at"])))
 
 
 def _json(value: Any) -> Response:

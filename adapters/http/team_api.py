@@ -9,23 +9,25 @@ import functools
 
 from fastapi import APIRouter, FastAPI
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.aggregate_query import aggregate_query_router
-from healthledger.adapters.http.area_info import area_info_router
-from healthledger.adapters.http.audit_routes import audit_router
-from healthledger.adapters.http.connections import connections_router
-from healthledger.adapters.http.deletion_reports import deletion_reports_router
+from healthledger.adapters.http import (
+    aggregate_query,
+    area_info,
+    audit_routes,
+    connections,
+    deletion_reports,
+    introspection,
+    lab_tests,
+    link_tokens,
+    orders,
+    portal,
+    providers,
+    summaries,
+    timeseries,
+    users,
+)
 from healthledger.adapters.http.errors import install_error_handlers
-from healthledger.adapters.http.introspection import introspection_router
-from healthledger.adapters.http.lab_tests import lab_tests_router
-from healthledger.adapters.http.link_tokens import link_tokens_router
 from healthledger.adapters.http.oauth_callback import oauth_callback_router
-from healthledger.adapters.http.orders import orders_router
-from healthledger.adapters.http.portal import portal_router
-from healthledger.adapters.http.providers import providers_router
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
-from healthledger.adapters.http.summaries import summaries_router
-from healthledger.adapters.http.timeseries import timeseries_router
-from healthledger.adapters.http.users import users_router
 from starlette.routing import BaseRoute
 
 
@@ -33,22 +35,22 @@ from starlette.routing import BaseRoute
 def team_routes() -> tuple[BaseRoute, ...]:
     """Every route of the team API, built once per process."""
     routes = APIRouter()
-    routes.include_router(users_router())
-    routes.include_router(connections_router())
-    routes.include_router(link_tokens_router())
+    routes.include_router(users.router)
+    routes.include_router(connections.router)
+    routes.include_router(link_tokens.router)
     # A page for browsers the makers send back (the custom credentials' redirect_uri).
     routes.include_router(oauth_callback_router())
-    routes.include_router(providers_router())
-    routes.include_router(lab_tests_router())
-    routes.include_router(area_info_router())
-    routes.include_router(introspection_router())
-    routes.include_router(audit_router())
-    routes.include_router(deletion_reports_router())
-    routes.include_router(aggregate_query_router())
-    routes.include_router(summaries_router())
-    routes.include_router(timeseries_router())
-    routes.include_router(orders_router())
-    routes.include_router(portal_router())
+    routes.include_router(providers.router)
+    routes.include_router(lab_tests.router)
+    routes.include_router(area_info.router)
+    routes.include_router(introspection.router)
+    routes.include_router(audit_routes.router)
+    routes.include_router(deletion_reports.router)
+    routes.include_router(aggregate_query.router)
+    routes.include_router(summaries.router)
+    routes.include_router(timeseries.router)
+    routes.include_router(orders.router)
+    routes.include_router(portal.router)
     return tuple(routes.routes)
 
 

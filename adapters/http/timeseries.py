@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.date_ranges import DateRange, EndDate, StartDate, date_range
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
@@ -145,74 +145,70 @@ def _stored(
     )
 
 
-def timeseries_router() -> APIRouter:
-    router = APIRouter(tags=["timeseries"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
-    responses = error_responses(401, 404, 422, described=USER_NOT_FOUND)
+router = APIRouter(tags=["timeseries"], route_class=LedgerRoute)
+RESPONSES = error_responses(401, 404, 422, described=USER_NOT_FOUND)
 
-    @router.get(
-        "/v2/timeseries/{user_id}/{resource}",
-        response_model=list[TimeseriesSample],
-        responses=responses,
+
+@router.get(
+    "/v2/timeseries/{user_id}/{resource}",
+    response_model=list[TimeseriesSample],
+    responses=RESPONSES,
+)
+def get_timeseries(
+    service: CurrentService,
+    user_id: UserId,
+    resource: ResourceName,
+    caller: TeamApiCaller,
+    start_date: StartDate,
+    end_date: EndDate = None,
+    provider: ProviderFilter = None,
+) -> Any:
+    """The user's samples of the resource from start_date to end_date, in time order,
+    of every provider (or of one: `grouped` tells them apart)."""
+    days = date_range(start_date, end_date)
+    found = _stored(service, caller, user_id, resource, days, provider)
+    if len({d.provider for d in found}) > 1:
+        merged = sorted((s for d in found for s in _samples(d, days)), key=lambda s: _instant(s))
+        return _answer(json.dumps(merged, separators=(",", ":")).encode())
+    return _answer(_joined(found, days))
+
+
+@router.get(
+    "/v2/timeseries/{user_id}/{resource}/grouped",
+    response_model=GroupedSamples,
+    responses=error_responses(400, 401, 404, 422, described=USER_NOT_FOUND),
+)
+def get_grouped_timeseries(
+    service: CurrentService,
+    user_id: UserId,
+    resource: ResourceName,
+    caller: TeamApiCaller,
+    start_date: StartDate,
+    end_date: EndDate = None,
+    provider: ProviderFilter = None,
+    next_cursor: CursorParameter = None,
+    cursor: CursorParameter = None,
+) -> Any:
+    """The user's samples of the resource from start_date to end_date, per provider
+    with its source context (as of now, spec 2.13), each in time order."""
+    if next_cursor or cursor:
+        raise InvalidCursor()  # none is ever issued: the whole range is one page
+    days = date_range(start_date, end_date)
+    found = _stored(service, caller, user_id, resource, days, provider)
+    by_provider: dict[str, list[StoredDay]] = {}
+    for day in found:
+        by_provider.setdefault(day.provider, []).append(day)
+    sources = service.health_data_queries.sources(by_provider)
+    groups = b",".join(
+        json.dumps(slug).encode()
+        + b':[{"source":'
+        + json.dumps(sources[slug], separators=(",", ":"), default=json_default).encode()
+        + b',"data":'
+        + _joined(of_provider, days)
+        + b"}]"
+        for slug, of_provider in sorted(by_provider.items())
     )
-    def get_timeseries(
-        service: CurrentService,
-        user_id: UserId,
-        resource: ResourceName,
-        caller: Caller,
-        start_date: StartDate,
-        end_date: EndDate = None,
-        provider: ProviderFilter = None,
-    ) -> Any:
-        """The user's samples of the resource from start_date to end_date, in time order,
-        of every provider (or of one: `grouped` tells them apart)."""
-        days = date_range(start_date, end_date)
-        found = _stored(service, caller, user_id, resource, days, provider)
-        if len({d.provider for d in found}) > 1:
-            merged = sorted(
-                (s for d in found for s in _samples(d, days)), key=lambda s: _instant(s)
-            )
-            return _answer(json.dumps(merged, separators=(",", ":")).encode())
-        return _answer(_joined(found, days))
-
-    @router.get(
-        "/v2/timeseries/{user_id}/{resource}/grouped",
-        response_model=GroupedSamples,
-        responses=error_responses(400, 401, 404, 422, described=USER_NOT_FOUND),
-    )
-    def get_grouped_timeseries(
-        service: CurrentService,
-        user_id: UserId,
-        resource: ResourceName,
-        caller: Caller,
-        start_date: StartDate,
-        end_date: EndDate = None,
-        provider: ProviderFilter = None,
-        next_cursor: CursorParameter = None,
-        cursor: CursorParameter = None,
-    ) -> Any:
-        """The user's samples of the resource from start_date to end_date, per provider
-        with its source context (as of now, spec 2.13), each in time order."""
-        if next_cursor or cursor:
-            raise InvalidCursor()  # none is ever issued: the whole range is one page
-        days = date_range(start_date, end_date)
-        found = _stored(service, caller, user_id, resource, days, provider)
-        by_provider: dict[str, list[StoredDay]] = {}
-        for day in found:
-            by_provider.setdefault(day.provider, []).append(day)
-        sources = service.health_data_queries.sources(by_provider)
-        groups = b",".join(
-            json.dumps(slug).encode()
-            + b':[{"source":'
-            + json.dumps(sources[slug], separators=(",", ":"), default=json_default).encode()
-            + b',"data":'
-            + _joined(of_provider, days)
-            + b"}]"
-            for slug, of_provider in sorted(by_provider.items())
-        )
-        return _answer(b'{"groups":{' + groups + b'},"next":null,"next_cursor":null}')
-
-    return router
+    return _answer(b'{"groups":{' + groups + b'},"next":null,"next_cursor":null}')
 
 
 def _joined(days: list[StoredDay], within: DateRange) -> bytes:

@@ -3,11 +3,11 @@
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from healthledger.adapters.http.as_of import AsOf
-from healthledger.adapters.http.auth import TeamCaller, team_caller
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -24,115 +24,116 @@ from healthledger.adapters.operations.schemas import (
 from healthledger.domain.personal_data import demographics_answer
 from pydantic import ValidationError
 
-# The operations themselves are in user_operations.py (the embedded facade calls them
-# too); these routes add HTTP: auth, parameters, status codes.
+# The operations themselves are in adapters/operations/users.py (the embedded facade calls
+# them too); these routes add HTTP: auth, parameters, status codes.
+router = APIRouter(tags=["users"], route_class=LedgerRoute)
 
 
-def users_router() -> APIRouter:
-    router = APIRouter(tags=["users"], route_class=LedgerRoute)
-    Caller = Annotated[TeamCaller, Depends(team_caller)]
+@router.post("/v2/user", response_model=ResolvedUser, responses=error_responses(400, 401, 409, 422))
+def create_user(service: CurrentService, body: CreateUserRequest, caller: TeamApiCaller) -> Any:
+    """Create a user. A client_user_id already held is a 400 carrying the holder's id."""
+    return operations.create_user(service, caller.ctx, caller.team_id, body)
 
-    @router.post(
-        "/v2/user", response_model=ResolvedUser, responses=error_responses(400, 401, 409, 422)
-    )
-    def create_user(service: CurrentService, body: CreateUserRequest, caller: Caller) -> Any:
-        """Create a user. A client_user_id already held is a 400 carrying the holder's id."""
-        return operations.create_user(service, caller.ctx, caller.team_id, body)
 
-    @router.get("/v2/user", response_model=UserList, responses=error_responses(401, 422))
-    def list_users(
-        service: CurrentService,
-        caller: Caller,
-        offset: Annotated[int, Query(ge=0, le=operations.MAX_USER_OFFSET)] = 0,
-        limit: Annotated[int, Query(ge=1, le=operations.MAX_USER_LIMIT)] = 100,
-    ) -> Any:
-        return operations.user_page(service, caller.team_id, offset, limit)
+@router.get("/v2/user", response_model=UserList, responses=error_responses(401, 422))
+def list_users(
+    service: CurrentService,
+    caller: TeamApiCaller,
+    offset: Annotated[int, Query(ge=0, le=operations.MAX_USER_OFFSET)] = 0,
+    limit: Annotated[int, Query(ge=1, le=operations.MAX_USER_LIMIT)] = 100,
+) -> Any:
+    return operations.user_page(service, caller.team_id, offset, limit)
 
-    # `:path` so that a client_user_id holding a slash can be resolved too.
-    @router.get(
-        "/v2/user/resolve/{client_user_id:path}",
-        response_model=ResolvedUser,
-        responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
-    )
-    def resolve_user(service: CurrentService, client_user_id: str, caller: Caller) -> Any:
-        return operations.resolved_by_client_user_id(service, caller.team_id, client_user_id)
 
-    @router.post(
-        "/v2/user/undo_delete",
-        response_model=Success,
-        responses=error_responses(400, 401, 404, 409, 422, described=USER_NOT_FOUND),
-    )
-    def undo_delete(
-        service: CurrentService,
-        caller: Caller,
-        user_id: UUID | None = None,
-        client_user_id: Annotated[str | None, Query(max_length=255)] = None,
-    ) -> Any:
-        """Restore a deleted user inside its grace period (exactly one of the parameters)."""
-        return operations.undo_delete(service, caller.ctx, caller.team_id, user_id, client_user_id)
+# `:path` so that a client_user_id holding a slash can be resolved too.
+@router.get(
+    "/v2/user/resolve/{client_user_id:path}",
+    response_model=ResolvedUser,
+    responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
+)
+def resolve_user(service: CurrentService, client_user_id: str, caller: TeamApiCaller) -> Any:
+    return operations.resolved_by_client_user_id(service, caller.team_id, client_user_id)
 
-    @router.get(
-        "/v2/user/{user_id:uuid}",
-        response_model=ResolvedUser,
-        responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
-    )
-    def get_user(service: CurrentService, user_id: UUID, caller: Caller, as_of: AsOf = None) -> Any:
-        return operations.resolved_user(service, caller.team_id, user_id, as_of=as_of)
 
-    @router.patch(
-        "/v2/user/{user_id:uuid}",
-        status_code=204,
-        responses=error_responses(400, 401, 404, 409, 422, described=USER_NOT_FOUND),
-    )
-    def update_user(
-        service: CurrentService, user_id: UUID, body: UpdateUserRequest, caller: Caller
-    ) -> Response:
-        operations.update_user(service, caller.ctx, caller.team_id, user_id, body)
-        return Response(status_code=204)
+@router.post(
+    "/v2/user/undo_delete",
+    response_model=Success,
+    responses=error_responses(400, 401, 404, 409, 422, described=USER_NOT_FOUND),
+)
+def undo_delete(
+    service: CurrentService,
+    caller: TeamApiCaller,
+    user_id: UUID | None = None,
+    client_user_id: Annotated[str | None, Query(max_length=255)] = None,
+) -> Any:
+    """Restore a deleted user inside its grace period (exactly one of the parameters)."""
+    return operations.undo_delete(service, caller.ctx, caller.team_id, user_id, client_user_id)
 
-    @router.delete(
-        "/v2/user/{user_id:uuid}",
-        response_model=Success,
-        responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
-    )
-    def delete_user(service: CurrentService, user_id: UUID, caller: Caller) -> Any:
-        """Start the grace period: the user is erased when it ends unless undone."""
-        return operations.delete_user(service, caller.ctx, caller.team_id, user_id)
 
-    @router.patch(
-        "/v2/user/{user_id:uuid}/info",
-        response_model=DemographicsAnswer,
-        responses=error_responses(400, 401, 403, 404, 409, 422, described=USER_NOT_FOUND),
-    )
-    def patch_demographics(
-        service: CurrentService, user_id: UUID, body: DemographicsPatch, caller: Caller
-    ) -> Any:
-        """Closed beta. Set demographics (spec 2.1), merged into what is recorded."""
-        try:
-            merged = operations.record_demographics(
-                service, caller.ctx, caller.team_id, user_id, body
-            )
-            # Addresses in the spec's spelling and the official client's
-            # (docs/compatibility.md), as the facade answers them too.
-            return JSONResponse(demographics_answer(merged.model_dump(mode="json")))
-        except ValidationError as exc:
-            # The merged object is checked in the domain; report it like a body error.
-            raise RequestValidationError(
-                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
-            ) from None
+@router.get(
+    "/v2/user/{user_id:uuid}",
+    response_model=ResolvedUser,
+    responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
+)
+def get_user(
+    service: CurrentService, user_id: UUID, caller: TeamApiCaller, as_of: AsOf = None
+) -> Any:
+    return operations.resolved_user(service, caller.team_id, user_id, as_of=as_of)
 
-    @router.get(
-        "/v2/user/{user_id:uuid}/info/latest",
-        response_model=DemographicsAnswer,
-        responses=error_responses(401, 403, 404, 422, described=USER_NOT_FOUND),
-    )
-    def latest_demographics(service: CurrentService, user_id: UUID, caller: Caller) -> Any:
-        """Closed beta. The user's demographics (spec 2.1)."""
-        # As recorded (checked against the model when it was): answered without checking
-        # it again, so that values recorded before a rule was added (control characters
-        # in free text) still read back.
-        # Addresses in both spellings, the spec's and the official client's.
-        recorded = operations.recorded_demographics(service, caller.team_id, user_id)
-        return JSONResponse(demographics_answer(recorded))
 
-    return router
+@router.patch(
+    "/v2/user/{user_id:uuid}",
+    status_code=204,
+    responses=error_responses(400, 401, 404, 409, 422, described=USER_NOT_FOUND),
+)
+def update_user(
+    service: CurrentService, user_id: UUID, body: UpdateUserRequest, caller: TeamApiCaller
+) -> Response:
+    operations.update_user(service, caller.ctx, caller.team_id, user_id, body)
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/v2/user/{user_id:uuid}",
+    response_model=Success,
+    responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
+)
+def delete_user(service: CurrentService, user_id: UUID, caller: TeamApiCaller) -> Any:
+    """Start the grace period: the user is erased when it ends unless undone."""
+    return operations.delete_user(service, caller.ctx, caller.team_id, user_id)
+
+
+@router.patch(
+    "/v2/user/{user_id:uuid}/info",
+    response_model=DemographicsAnswer,
+    responses=error_responses(400, 401, 403, 404, 409, 422, described=USER_NOT_FOUND),
+)
+def patch_demographics(
+    service: CurrentService, user_id: UUID, body: DemographicsPatch, caller: TeamApiCaller
+) -> Any:
+    """Closed beta. Set demographics (spec 2.1), merged into what is recorded."""
+    try:
+        merged = operations.record_demographics(service, caller.ctx, caller.team_id, user_id, body)
+        # Addresses in the spec's spelling and the official client's
+        # (docs/compatibility.md), as the facade answers them too.
+        return JSONResponse(demographics_answer(merged.model_dump(mode="json")))
+    except ValidationError as exc:
+        # The merged object is checked in the domain; report it like a body error.
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        ) from None
+
+
+@router.get(
+    "/v2/user/{user_id:uuid}/info/latest",
+    response_model=DemographicsAnswer,
+    responses=error_responses(401, 403, 404, 422, described=USER_NOT_FOUND),
+)
+def latest_demographics(service: CurrentService, user_id: UUID, caller: TeamApiCaller) -> Any:
+    """Closed beta. The user's demographics (spec 2.1)."""
+    # As recorded (checked against the model when it was): answered without checking
+    # it again, so that values recorded before a rule was added (control characters
+    # in free text) still read back.
+    # Addresses in both spellings, the spec's and the official client's.
+    recorded = operations.recorded_demographics(service, caller.team_id, user_id)
+    return JSONResponse(demographics_answer(recorded))

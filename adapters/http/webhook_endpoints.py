@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Annotated, Any, Self
 from uuid import UUID
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.auth import ManagementCaller, management_caller
+from healthledger.adapters.http.auth import ManagementApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.management import Environment, reachable_team
 from healthledger.adapters.http.requests import LedgerRoute
@@ -134,139 +134,147 @@ def _view(service: Service, endpoint_id: UUID) -> dict[str, Any]:
     return found
 
 
-def webhook_router() -> APIRouter:
-    router = APIRouter(
-        prefix="/v1/org/{org_id}/team/{team_id}/{env}/webhook",
-        tags=["webhooks"],
-        route_class=LedgerRoute,
+router = APIRouter(
+    prefix="/v1/org/{org_id}/team/{team_id}/{env}/webhook",
+    tags=["webhooks"],
+    route_class=LedgerRoute,
+)
+# Every operation: 401 (key), 404 (team, endpoint) and 422 (parameters, body);
+# changes also 409 (a concurrent change), and a patch 400 when it is empty.
+READS = error_responses(401, 404, 422)
+CHANGES = error_responses(401, 404, 409, 422)
+PATCHES = error_responses(400, 401, 404, 409, 422)
+
+
+@router.post("", response_model=WebhookEndpointView, responses=CHANGES)
+def create_endpoint(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    body: WebhookEndpointCreate,
+    caller: ManagementApiCaller,
+) -> Any:
+    """A new endpoint with a fresh signing secret (read it from `.../secret`)."""
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    endpoint = service.webhooks.create(
+        caller.ctx,
+        team_id,
+        env,
+        url=body.url,
+        description=body.description,
+        filter_types=body.filter_types,
+        disabled=body.disabled,
+        org_id=org_id,
     )
-    # Every operation: 401 (key), 404 (team, endpoint) and 422 (parameters, body);
-    # changes also 409 (a concurrent change), and a patch 400 when it is empty.
-    reads = error_responses(401, 404, 422)
-    changes = error_responses(401, 404, 409, 422)
-    patches = error_responses(400, 401, 404, 409, 422)
-    Caller = Annotated[ManagementCaller, Depends(management_caller)]
+    return _view(service, endpoint.id)
 
-    @router.post("", response_model=WebhookEndpointView, responses=changes)
-    def create_endpoint(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        env: Environment,
-        body: WebhookEndpointCreate,
-        caller: Caller,
-    ) -> Any:
-        """A new endpoint with a fresh signing secret (read it from `.../secret`)."""
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        endpoint = service.webhooks.create(
-            caller.ctx,
-            team_id,
-            env,
-            url=body.url,
-            description=body.description,
-            filter_types=body.filter_types,
-            disabled=body.disabled,
-            org_id=org_id,
-        )
-        return _view(service, endpoint.id)
 
-    @router.get("", response_model=WebhookEndpointList, responses=reads)
-    def list_endpoints(
-        service: CurrentService, org_id: UUID, team_id: UUID, env: Environment, caller: Caller
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        return {"webhook_endpoints": service.webhook_queries.endpoints(team_id, env)}
+@router.get("", response_model=WebhookEndpointList, responses=READS)
+def list_endpoints(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    return {"webhook_endpoints": service.webhook_queries.endpoints(team_id, env)}
 
-    @router.get("/{endpoint_id}", response_model=WebhookEndpointView, responses=reads)
-    def get_endpoint(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        env: Environment,
-        endpoint_id: UUID,
-        caller: Caller,
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
-        return _view(service, endpoint_id)
 
-    @router.patch("/{endpoint_id}", response_model=WebhookEndpointView, responses=patches)
-    def patch_endpoint(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        env: Environment,
-        endpoint_id: UUID,
-        body: WebhookEndpointPatch,
-        caller: Caller,
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        if not body.model_fields_set:
-            raise NothingToUpdate()
-        service.webhooks.update(caller.ctx, team_id, env, endpoint_id, body.changes(), org_id)
-        return _view(service, endpoint_id)
+@router.get("/{endpoint_id}", response_model=WebhookEndpointView, responses=READS)
+def get_endpoint(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    endpoint_id: UUID,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
+    return _view(service, endpoint_id)
 
-    @router.delete("/{endpoint_id}", responses=changes)
-    def delete_endpoint(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        env: Environment,
-        endpoint_id: UUID,
-        caller: Caller,
-    ) -> Any:
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        service.webhooks.delete(caller.ctx, team_id, env, endpoint_id, org_id)
-        return {"success": True}
 
-    @router.get("/{endpoint_id}/secret", response_model=SigningSecret, responses=reads)
-    def get_secret(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        env: Environment,
-        endpoint_id: UUID,
-        caller: Caller,
-    ) -> Any:
-        """The current signing secret (a credential: keep it like one)."""
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        secrets = service.webhooks.secrets(team_id, env, endpoint_id, org_id)
-        return {
-            "secret": secrets.current,
-            "previous_secret_expires_at": secrets.previous_expires_at,
-        }
+@router.patch("/{endpoint_id}", response_model=WebhookEndpointView, responses=PATCHES)
+def patch_endpoint(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    endpoint_id: UUID,
+    body: WebhookEndpointPatch,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    if not body.model_fields_set:
+        raise NothingToUpdate()
+    service.webhooks.update(caller.ctx, team_id, env, endpoint_id, body.changes(), org_id)
+    return _view(service, endpoint_id)
 
-    @router.post("/{endpoint_id}/secret/rotate", response_model=SigningSecret, responses=changes)
-    def rotate_secret(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        env: Environment,
-        endpoint_id: UUID,
-        caller: Caller,
-    ) -> Any:
-        """A new secret; the previous one keeps signing beside it for 24 hours."""
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        secrets = service.webhooks.rotate_secret(caller.ctx, team_id, env, endpoint_id, org_id)
-        return {
-            "secret": secrets.current,
-            "previous_secret_expires_at": secrets.previous_expires_at,
-        }
 
-    @router.post("/{endpoint_id}/replay", response_model=ReplayAnswer, responses=reads)
-    def replay(
-        service: CurrentService,
-        org_id: UUID,
-        team_id: UUID,
-        env: Environment,
-        endpoint_id: UUID,
-        body: ReplayRequest,
-        caller: Caller,
-    ) -> Any:
-        """Send the endpoint everything announced to it since `since` again, with the
-        original message ids (receivers deduplicate by them)."""
-        reachable_team(service.team_queries, caller, org_id, team_id)
-        service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
-        return {"replayed": service.redeliveries.replay(caller.ctx, endpoint_id, body.since)}
+@router.delete("/{endpoint_id}", responses=CHANGES)
+def delete_endpoint(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    endpoint_id: UUID,
+    caller: ManagementApiCaller,
+) -> Any:
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    service.webhooks.delete(caller.ctx, team_id, env, endpoint_id, org_id)
+    return {"success": True}
 
-    return router
+
+@router.get("/{endpoint_id}/secret", response_model=SigningSecret, responses=READS)
+def get_secret(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    endpoint_id: UUID,
+    caller: ManagementApiCaller,
+) -> Any:
+    """The current signing secret (a credential: keep it like one)."""
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    secrets = service.webhooks.secrets(team_id, env, endpoint_id, org_id)
+    return {
+        "secret": secrets.current,
+        "previous_secret_expires_at": secrets.previous_expires_at,
+    }
+
+
+@router.post("/{endpoint_id}/secret/rotate", response_model=SigningSecret, responses=CHANGES)
+def rotate_secret(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    endpoint_id: UUID,
+    caller: ManagementApiCaller,
+) -> Any:
+    """A new secret; the previous one keeps signing beside it for 24 hours."""
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    secrets = service.webhooks.rotate_secret(caller.ctx, team_id, env, endpoint_id, org_id)
+    return {
+        "secret": secrets.current,
+        "previous_secret_expires_at": secrets.previous_expires_at,
+    }
+
+
+@router.post("/{endpoint_id}/replay", response_model=ReplayAnswer, responses=READS)
+def replay(
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    env: Environment,
+    endpoint_id: UUID,
+    body: ReplayRequest,
+    caller: ManagementApiCaller,
+) -> Any:
+    """Send the endpoint everything announced to it since `since` again, with the
+    original message ids (receivers deduplicate by them)."""
+    reachable_team(service.team_queries, caller, org_id, team_id)
+    service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
+    return {"replayed": service.redeliveries.replay(caller.ctx, endpoint_id, body.since)}

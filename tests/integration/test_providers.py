@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http import providers
 from healthledger.adapters.http.errors import install_error_handlers
-from healthledger.adapters.http.providers import providers_router
 from healthledger.adapters.http.requests import RequestIdMiddleware
 from healthledger.adapters.reference import (
     ReferenceDataError,
@@ -77,7 +77,7 @@ def providers_client(service: Service) -> Iterator[TestClient]:
     app = FastAPI()
     app.state.service = service
     install_error_handlers(app)
-    app.include_router(providers_router())
+    app.include_router(providers.router)
     app.add_middleware(RequestIdMiddleware)
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
