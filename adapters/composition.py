@@ -35,7 +35,7 @@ from healthledger.adapters.persistence.projections.erasure import (
 )
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
-from healthledger.adapters.persistence.queries.deletion_cascade import deletion_cascade
+from healthledger.adapters.persistence.queries.deletion_cascade import deletion_targets
 from healthledger.adapters.persistence.queries.directory import TeamQueries, UserQueries
 from healthledger.adapters.persistence.queries.health_data import HealthDataQueries
 from healthledger.adapters.persistence.queries.lab_tests import LabTestQueries
@@ -65,12 +65,14 @@ from healthledger.domain.connections.linking import LinkTokens
 from healthledger.domain.connections.oauth_clients import OAuthClients
 from healthledger.domain.connections.providers import OAuthClient, ProviderAdapter
 from healthledger.domain.connections.pulling import PullPolicy, Pulls
+from healthledger.domain.connections.user_deletion import UserConnections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.errors import TeamNotFound
 from healthledger.domain.labs.lab_tests import LabTests
 from healthledger.domain.labs.ordering import LabOrders
 from healthledger.domain.labs.portal import Portal, PortalLifetimes
 from healthledger.domain.labs.sandbox import SandboxPolicy
+from healthledger.domain.labs.user_deletion import UserOrders
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
 from healthledger.domain.users.client_user_ids import DIGESTS
@@ -80,6 +82,7 @@ from healthledger.domain.webhooks.deprecations import Deprecations
 from healthledger.domain.webhooks.event_types import EventTypeCatalog
 from healthledger.domain.webhooks.management import WebhookEndpoints, address, url_address
 from healthledger.domain.webhooks.redelivery import Redeliveries
+from healthledger.domain.webhooks.user_deletion import UserDeliveries
 from healthledger.scheduler.deprecations import apply_cut_overs
 from healthledger.scheduler.erasure import ErasurePorts, sweep_erasures
 from healthledger.scheduler.key_rotation import KeyRotationPorts, rotate_master_key_if_due
@@ -277,12 +280,16 @@ def build_service(
         key_store,
         clock,
         settings.grace_period,
-        live_connection_ids=connection_queries.live_connection_ids,
         erasure_inventory=erasure_places.inventories,
-        queued_deliveries=erasure_places.queued_deliveries,
-        # A deletion deregisters the user's connections and cancels its open lab test
-        # orders (issue 14).
-        deletion_cascade=partial(deletion_cascade, db),
+        # What ends with a user, in this order: a deletion deregisters its connections
+        # and cancels its open lab test orders (issue 14), reading both at once; an
+        # erasure drops the webhook deliveries still queued about it.
+        cascade=[
+            UserConnections(ledger, connection_queries.live_connection_ids),
+            UserOrders(ledger),
+            UserDeliveries(ledger, erasure_places.queued_deliveries),
+        ],
+        deletion_targets=partial(deletion_targets, db),
     )
     user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
     health_data = SqlHealthDataStore(db, key_store, clock)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
-from healthledger.domain.connections.connection import BY_USER_DELETION, Connection
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdInUse,
@@ -22,11 +20,14 @@ from healthledger.domain.errors import (
     TeamNotFound,
     UserNotFound,
 )
-from healthledger.domain.labs.orders import BY_USER_DELETION as ORDER_BY_USER_DELETION
-from healthledger.domain.labs.orders import Order
 from healthledger.domain.ledger import Clock, Ledger, command
 from healthledger.domain.personal_data import Demographics, KeepsNewKeys, PersonalDataVault
 from healthledger.domain.users.client_user_ids import ClaimLocation, ClientUserIds
+from healthledger.domain.users.deletion_cascade import (
+    DeletionTargets,
+    ErasedWithUser,
+    UserDeletionCascade,
+)
 from healthledger.domain.users.user import (
     ACTIVE,
     UNDO_REFUSALS,
@@ -37,14 +38,13 @@ from healthledger.domain.users.user import (
     ingestion_bounds_problem,
     time_zone_problem,
 )
-from healthledger.domain.webhooks.deliveries import PENDING as DELIVERY_PENDING
-from healthledger.domain.webhooks.deliveries import WebhookDelivery
 
 # Every place that holds a user's data or names the user and is emptied by its erasure,
 # in the transaction that records the Erased event: the persistence adapter's erasure
 # effects delete exactly these, count them, and check that none is left (its tests hold
 # every table with a user_id to this list or to the kept ones). Queued webhook deliveries
-# about the user are dropped (their rows stay, as the delivery history, naming no value).
+# about the user are dropped (their rows stay, as the delivery history, naming no value):
+# the webhooks context counts them, as its part of the erasure (UserDeletionCascade).
 ERASURE_REMOVES = [
     "user_data_key",
     "snapshots",
@@ -59,8 +59,6 @@ ERASURE_REMOVES = [
     "webhook_deliveries:queued",
 ]
 QUEUED_DELIVERIES = "webhook_deliveries:queued"
-# Why queued deliveries are dropped at an erasure (WebhookDelivery.Dropped's reason).
-DROPPED_BY_ERASURE = "user erased"
 # Tries of an erasure whose counts moved before its transaction (a delivery queued, a
 # chunk of health data stored meanwhile): each counts again.
 _ERASE_ATTEMPTS = 3
@@ -76,16 +74,6 @@ UPDATABLE_FIELDS = (
 _CREATE_ATTEMPTS = 3
 
 
-@dataclass(frozen=True)
-class DeletionCascade:
-    """What a user's deletion ends with it, as the read models know it: the ids of its
-    connections that are not deregistered, and of its lab test orders that are not
-    completed, cancelled or failed."""
-
-    connection_ids: Sequence[UUID] = ()
-    order_ids: Sequence[UUID] = ()
-
-
 class UserLifecycle:
     def __init__(
         self,
@@ -93,12 +81,11 @@ class UserLifecycle:
         vault: PersonalDataVault,
         clock: Clock,
         grace_period: timedelta,
-        live_connection_ids: Callable[[UUID], list[UUID]] = lambda user_id: [],
         client_user_ids: ClientUserIds | None = None,
         *,
         erasure_inventory: Callable[[Sequence[UUID]], Mapping[UUID, Mapping[str, int]]],
-        queued_deliveries: Callable[[Sequence[UUID]], Mapping[UUID, Sequence[UUID]]],
-        deletion_cascade: Callable[[UUID], DeletionCascade] = lambda user_id: DeletionCascade(),
+        cascade: Sequence[UserDeletionCascade] = (),
+        deletion_targets: Callable[[UUID], DeletionTargets] = lambda user_id: {},
     ) -> None:
         self.ledger = ledger
         self.vault = vault
@@ -110,14 +97,15 @@ class UserLifecycle:
         )
         self.clock = clock
         self.grace_period = grace_period
-        self.live_connection_ids = live_connection_ids
-        # What a deletion ends with the user, in one read.
-        self.deletion_cascade = deletion_cascade
-        # Per user of a batch: the rows each place of ERASURE_REMOVES but the queued
-        # deliveries holds, and the ids of the webhook deliveries still queued about it
-        # (each read in one query for the whole batch; a user with none is left out).
+        # What ends with a user, in the other contexts: each participant's changes are
+        # saved after the user's own, in its order, in the same save.
+        self.cascade = tuple(cascade)
+        # The ids a deletion ends, per participant, in one read.
+        self.deletion_targets = deletion_targets
+        # Per user of a batch: the rows each place of ERASURE_REMOVES that the erasure's
+        # effects delete holds (read in one query for the whole batch; a user with none
+        # is left out). The participants count the places they empty themselves.
         self.erasure_inventory = erasure_inventory
-        self.queued_deliveries = queued_deliveries
         # The team secrets and claims of client_user_ids; also how a team's digest of a
         # value is computed for audits and deletion reports.
         self.client_user_ids = client_user_ids or ClientUserIds(ledger, vault, clock)
@@ -295,47 +283,48 @@ class UserLifecycle:
         # What the deletion ends, read first and at once: the command's first read, which
         # the ledger's adapter may send with its reading of the log (one round trip on
         # PostgreSQL, ADR 0025). Another team's user's is never used: the load refuses.
-        cascade = self.deletion_cascade(user_id)
+        targets = self.deletion_targets(user_id)
         user = self.load_live(team_id, user_id)
         now = self.clock()
         claim = self._claim_of(user)
         user.delete(ctx, now, now + self.grace_period)
         # The client_user_id is released at once: a new user may take it.
         claim.release(ctx, now, user.id)
-        # Every provider connection is deregistered at once, in the same transaction;
-        # an undo restores none of them.
-        connections = self._live_connections(cascade.connection_ids)
-        for connection in connections:
-            connection.deregister(ctx, now, BY_USER_DELETION)
-        # And every open lab test order is cancelled, in the same transaction too; an undo
-        # restores none of them either.
-        orders = self._open_orders(cascade.order_ids)
-        for order in orders:
-            order.cancel(ctx, now, ORDER_BY_USER_DELETION)
+        # What ends with the user in the other contexts (its provider connections are
+        # deregistered, its open lab test orders cancelled) ends at once, in the same
+        # transaction; an undo restores none of it.
+        ended = [
+            aggregate
+            for participant in self.cascade
+            for aggregate in participant.end_with_deletion(
+                ctx, now, targets.get(participant.name, ())
+            )
+        ]
         self._save(
             user,
             claim,
-            *connections,
-            *orders,
+            *ended,
             conflict=lambda: self._reason_for_conflict(team_id, user_id),
         )
         return user
 
     @command
     def deregister_connections_of_gone_user(self, ctx: CommandContext, user_id: UUID) -> int:
-        """Deregister connections a deleted or erased user still has (a connect that raced
-        the deletion). Returns how many."""
+        """End what a deleted or erased user still has (connections of a connect that raced
+        the deletion), as its deletion would have. Returns how many aggregates changed."""
         user = self.ledger.find(user_id)
         if isinstance(user, User) and user.status == ACTIVE:
             return 0
-        connections = self._live_connections(self.live_connection_ids(user_id))
-        if not connections:
-            return 0
         now = self.clock()
-        for connection in connections:
-            connection.deregister(ctx, now, BY_USER_DELETION)
-        self._save(*connections)
-        return len(connections)
+        ended = [
+            aggregate
+            for participant in self.cascade
+            for aggregate in participant.end_left_behind(ctx, now, user_id)
+        ]
+        if not ended:
+            return 0
+        self._save(*ended)
+        return len(ended)
 
     @command
     def undo_deletion(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
@@ -403,8 +392,8 @@ class UserLifecycle:
             raise ConcurrentChange() from exc
 
     def _erase_at_once(self, ctx: CommandContext, user_ids: Sequence[UUID]) -> list[User]:
-        """One attempt: the due users among `user_ids` erased in one save, their queued
-        deliveries dropped in it; the users erased."""
+        """One attempt: the due users among `user_ids` erased in one save, what ends with
+        them (their queued deliveries, dropped) changed in it; the users erased."""
         now = self.clock()
         # A batch loads in a few queries, however many users it holds.
         loaded = self.ledger.find_many(user_ids) if len(user_ids) > 1 else None
@@ -420,32 +409,25 @@ class UserLifecycle:
             return []
         ids = [user.id for user in due]
         inventories = self.erasure_inventory(ids)
-        queued = self.queued_deliveries(ids)
-        queued_found = self.ledger.find_many([i for uid in ids for i in queued.get(uid, ())])
-        dropped: list[WebhookDelivery] = []
+        shares = [participant.end_with_erasure(ctx, now, ids) for participant in self.cascade]
         for user in due:
-            deliveries = [
-                d
-                for d in (queued_found.get(i) for i in queued.get(user.id, ()))
-                if isinstance(d, WebhookDelivery) and d.status == DELIVERY_PENDING
-            ]
-            for delivery in deliveries:
-                delivery.drop(ctx, now, DROPPED_BY_ERASURE)
-            dropped += deliveries
-            found = {**inventories.get(user.id, {}), QUEUED_DELIVERIES: len(deliveries)}
+            found = dict(inventories.get(user.id, {}))
+            for share in shares:
+                erased_with = share.get(user.id)
+                if erased_with is not None:
+                    found.update(erased_with.counted)
             user.erase(ctx, now, {place: found.get(place, 0) for place in ERASURE_REMOVES})
-        self.ledger.save(*due, *dropped)
+        # The users first, then each participant's changes, user by user.
+        ended = [
+            aggregate
+            for share in shares
+            for user in due
+            for aggregate in share.get(user.id, ErasedWithUser()).changed
+        ]
+        self.ledger.save(*due, *ended)
         return due
 
     # -- helpers ------------------------------------------------------------------------
-
-    def _live_connections(self, ids: Sequence[UUID]) -> list[Connection]:
-        found = (self.ledger.find(cid) for cid in ids)
-        return [c for c in found if isinstance(c, Connection) and c.is_live]
-
-    def _open_orders(self, ids: Sequence[UUID]) -> list[Order]:
-        found = (self.ledger.find(oid) for oid in ids)
-        return [o for o in found if isinstance(o, Order) and o.is_open]
 
     def _claim_of(self, user: User) -> ClientUserIdClaim:
         claim = self.ledger.find(user.claim_id)

@@ -18,6 +18,7 @@ from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.engine.schema import pending_erasures, stored_events
 from healthledger.adapters.persistence.leases.erasures import ErasureClaims
+from healthledger.adapters.persistence.projections.erasure import ErasurePlaces
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES
@@ -87,7 +88,7 @@ def test_two_sweeping_processes_erase_each_due_user_exactly_once(
         for user_id in users[:6]:
             service.users.delete_user(ctx, team.team_id, user_id)
         service.dispatcher.follow()
-    queued = sum(len(ids) for ids in service.users.queued_deliveries(users).values())
+    queued = sum(len(ids) for ids in ErasurePlaces(service.db).queued_deliveries(users).values())
     assert queued > 0  # the drops are counted below: the test must have some
 
     env = {

@@ -25,7 +25,6 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.ordering import OrderRequest
 from healthledger.domain.labs.orders import SANDBOX_LAB, Order
 from healthledger.domain.labs.patients import PatientAddress, PatientDetails
-from healthledger.domain.users.lifecycle import DeletionCascade
 from sqlalchemy import select
 from vital.types import ClientFacingCriticalResultIdentified, ClientFacingOrderChanged
 
@@ -165,7 +164,7 @@ def test_the_open_order_of_a_user_deleted_meanwhile_is_cancelled_by_the_sweep(
     team = the_team(svc)
     order = order_for(svc, team, "raced")
     # The deletion that raced the order did not see it (PostgreSQL: no shared lock).
-    monkeypatch.setattr(svc.users, "deletion_cascade", lambda user_id: DeletionCascade())
+    monkeypatch.setattr(svc.users, "deletion_targets", lambda user_id: {})
     svc.users.delete_user(CTX, team, order.user_id)
     assert history(svc, order.id) == ["received.walk_in_test.ordered"]
     assert svc.jobs.progress_lab_orders() == 1  # not due, but its user is gone
