@@ -45,6 +45,8 @@ class UserDeliveries:
     def end_left_behind(
         self, ctx: CommandContext, now: datetime, user_id: UUID
     ) -> list[WebhookDelivery]:
+        # A delivery queued after the deletion announces what was recorded: it is sent,
+        # or dropped at the erasure.
         return []
 
     def end_with_erasure(
