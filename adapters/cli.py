@@ -1,19 +1,40 @@
-"""The `healthledger` command line: serve, migrate, audit, report, verify-report, rebuild,
-keys, features, erase-due, deprecations, webhooks."""
+"""The `healthledger` command line: serve, migrate, audit, report, verify-report, verify,
+chain, rebuild, replay, keys, features, erase-due, deprecations, webhooks.
+
+Each subcommand is declared by a `_declare_<name>` function (its arguments, its help) and
+run by a function of its own, which it names with `set_defaults`. A run takes the parsed
+arguments and what the subcommand needs: nothing (`verify-report` works offline), the
+settings (`serve` and `migrate` open the database their own way), or the service built by
+the composition root (every other one). Heavy modules are imported inside the runs, so that
+`--help` and a mistyped argument answer at once."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from healthledger.adapters.settings import Settings
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from healthledger.adapters.composition import Service
+    from healthledger.domain.context import CommandContext
+
+# What a subcommand's run is handed, besides its arguments (see the module's docstring).
+OfflineRun = Callable[[argparse.Namespace], int]
+SettingsRun = Callable[[argparse.Namespace, Settings], int]
+ServiceRun = Callable[[argparse.Namespace, "Service"], int]
+# `add_parser` of the subcommands' action: what a `_declare_<name>` adds its parser with.
+AddParser = Callable[..., argparse.ArgumentParser]
+
+
+# -- argument types (argparse names the function in its error: "invalid _instant value") --
 
 
 def _uuid(value: str) -> UUID:
@@ -48,15 +69,113 @@ def _position(value: str) -> int:
     return int(value)
 
 
+# -- the command line ----------------------------------------------------------------------
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="healthledger",
         description="Event-sourced user lifecycle and compliance engine. Settings come "
         "from HEALTHLEDGER_* environment variables (see docs/operations.md).",
     )
+    # A subcommand sets the one run it has; `main` looks for it in this order.
+    parser.set_defaults(offline=None, with_settings=None, with_service=None)
     commands = parser.add_subparsers(dest="command", required=True)
+    # In the order `--help` lists them.
+    for declare in (
+        _declare_serve,
+        _declare_migrate,
+        _declare_audit,
+        _declare_report,
+        _declare_verify_report,
+        _declare_verify,
+        _declare_chain,
+        _declare_rebuild,
+        _declare_replay,
+        _declare_keys,
+        _declare_features,
+        _declare_erase_due,
+        _declare_deprecations,
+        _declare_webhooks,
+    ):
+        declare(commands.add_parser)
+    return parser
 
-    serve = commands.add_parser(
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    offline: OfflineRun | None = args.offline
+    if offline is not None:
+        return offline(args)
+    settings = _settings()
+    if settings is None:
+        return 2
+    with_settings: SettingsRun | None = args.with_settings
+    if with_settings is not None:
+        return with_settings(args, settings)
+    return _with_service(args.with_service, args, settings)
+
+
+def _settings() -> Settings | None:
+    """The settings from the environment; None, with each problem said, if they are wrong."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "HEALTHLEDGER_" + "_".join(str(part) for part in error["loc"]).upper()
+            print(f"healthledger: setting {name}: {error['msg']}", file=sys.stderr)
+        return None
+
+
+def _with_service(run: ServiceRun, args: argparse.Namespace, settings: Settings) -> int:
+    """Run a subcommand on the service built from the settings, closed after it."""
+    from healthledger.adapters.composition import build_service
+    from healthledger.adapters.persistence.engine.migrating import MigrationError
+    from healthledger.adapters.persistence.keys.master_key import MasterKeyError
+    from healthledger.adapters.persistence.keys.signing_key import SigningKeyError
+
+    try:
+        service = build_service(settings)
+    except (MigrationError, MasterKeyError, SigningKeyError) as exc:
+        return _schema_problem(exc)
+    try:
+        return run(args, service)
+    finally:
+        service.close()
+
+
+def _schema_problem(exc: Exception) -> int:
+    # Pending migrations under HEALTHLEDGER_MIGRATE_ON_START=refuse, a schema this version
+    # cannot migrate (newer, or not healthledger's), or a master key that is missing, not
+    # private, beside the database or not the database's: said plainly, no traceback.
+    print(f"healthledger: {exc}", file=sys.stderr)
+    return 1
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _cli_context() -> CommandContext:
+    """The context of a command the operator gives (actor system:cli)."""
+    from healthledger.domain.context import OPERATOR_CLI, CommandContext
+
+    return CommandContext.system(OPERATOR_CLI)
+
+
+# -- serve -----------------------------------------------------------------------------------
+
+
+def _declare_serve(add_parser: AddParser) -> None:
+    serve = add_parser(
         "serve", help="run the team API, the management API, the link page and the scheduler"
     )
     serve.add_argument("--host", help="overrides HEALTHLEDGER_HOST")
@@ -67,17 +186,91 @@ def _parser() -> argparse.ArgumentParser:
         help="team API processes on the one port (overrides HEALTHLEDGER_WORKERS; more "
         "than one needs PostgreSQL)",
     )
+    serve.set_defaults(with_settings=_serve)
 
-    migrate = commands.add_parser(
-        "migrate", help="apply the database's pending schema migrations (Alembic)"
-    )
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from healthledger.adapters.persistence.engine.migrating import MigrationError
+    from healthledger.adapters.persistence.keys.master_key import MasterKeyError
+    from healthledger.adapters.persistence.keys.signing_key import SigningKeyError
+    from healthledger.adapters.server import ServeRefused, serve
+
+    overrides = (("host", args.host), ("team_api_port", args.port), ("workers", args.workers))
+    updates = {k: v for k, v in overrides if v is not None}
+    if args.workers is not None and args.workers < 1:
+        print("healthledger: --workers must be 1 or more", file=sys.stderr)
+        return 2
+    try:
+        serve(settings.model_copy(update=updates))
+    except ServeRefused as exc:
+        print(f"healthledger: {exc}", file=sys.stderr)
+        return 2
+    except (MigrationError, MasterKeyError, SigningKeyError) as exc:
+        return _schema_problem(exc)
+    return 0
+
+
+# -- migrate ---------------------------------------------------------------------------------
+
+
+def _declare_migrate(add_parser: AddParser) -> None:
+    migrate = add_parser("migrate", help="apply the database's pending schema migrations (Alembic)")
     migrate.add_argument(
         "--status",
         action="store_true",
         help="only show the current revision and what is pending; change nothing",
     )
+    migrate.set_defaults(with_settings=_migrate)
 
-    audit = commands.add_parser(
+
+def _migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from healthledger.adapters.persistence.engine import migrating
+    from sqlalchemy.engine import make_url
+
+    out = sys.stdout
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    try:
+        if args.status:
+            return _migration_status(settings, where)
+        done = migrating.upgrade(settings.database_url)
+    except migrating.MigrationError as exc:
+        return _schema_problem(exc)
+    print(f"database  {where}", file=out)
+    if done.stamped is not None:
+        print(f"stamped   {done.stamped} (its tables were written before migrations)", file=out)
+    for revision in done.applied:
+        print(f"applied   {revision.describe()}", file=out)
+    if done.stamped is None and not done.applied:
+        print(f"nothing to apply: already at {done.after} (head)", file=out)
+    else:
+        print(f"now at    {done.after} (head)", file=out)
+    return 0
+
+
+def _migration_status(settings: Settings, where: str) -> int:
+    """`migrate --status`: the current revision and what is pending; nothing changed."""
+    from healthledger.adapters.persistence.engine import migrating
+
+    out = sys.stdout
+    state = migrating.schema_state(settings.database_url)
+    print(f"database  {where}", file=out)
+    current = state.current or "none (not under migrations yet)"
+    pending = [revision.describe() for revision in state.pending]
+    if state.before_migrations:
+        current = "none (its tables were written before migrations)"
+        pending.insert(0, f"stamp {state.line.baseline} (the tables are the baseline's)")
+    print(f"current   {current}", file=out)
+    print(f"head      {state.head}", file=out)
+    for number, what in enumerate(pending or ["none"]):
+        print(f"{'pending' if number == 0 else '':<9} {what}", file=out)
+    return 0
+
+
+# -- audit -----------------------------------------------------------------------------------
+
+
+def _declare_audit(add_parser: AddParser) -> None:
+    audit = add_parser(
         "audit",
         help="a user's full history with its claim, connections, pulls, link tokens and the "
         "webhook deliveries about it (another stream's id: that stream's), or its state at an "
@@ -91,8 +284,51 @@ def _parser() -> argparse.ArgumentParser:
         "endpoint...) at this ISO 8601 instant, e.g. 2026-03-01T12:00:00Z",
     )
     audit.add_argument("--json", action="store_true", help="machine-readable output")
+    audit.set_defaults(with_service=_audit)
 
-    report = commands.add_parser("report", help="signed reports for an auditor")
+
+def _audit(args: argparse.Namespace, service: Service) -> int:
+    if args.as_of is not None:
+        return _audit_as_of(args, service)
+    from healthledger.adapters.compliance.audit import history, stream_history
+
+    out = sys.stdout
+    # A user's audit takes in the streams it owns; any other stream's id, that stream.
+    entries = history(service, args.user_id) or stream_history(service, args.user_id)
+    if not entries:
+        print(f"no user or stream {args.user_id} in the event log", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([_jsonable(vars(e)) for e in entries], indent=2), file=out)
+    else:
+        for entry in entries:
+            print(entry.line(), file=out)
+    return 0
+
+
+def _audit_as_of(args: argparse.Namespace, service: Service) -> int:
+    """`audit ID --as-of INSTANT`: the stream's state at that instant."""
+    from healthledger.adapters.compliance.time_travel import state_as_of
+
+    out = sys.stdout
+    state = state_as_of(service, args.user_id, args.as_of)
+    if state is None:
+        print(f"no stream {args.user_id} at {args.as_of.isoformat()}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(_jsonable(state), indent=2), file=out)
+    else:
+        for key, value in state.items():
+            shown = value.isoformat() if isinstance(value, datetime) else value
+            print(f"{key:<20} {shown}", file=out)
+    return 0
+
+
+# -- report deletion -------------------------------------------------------------------------
+
+
+def _declare_report(add_parser: AddParser) -> None:
+    report = add_parser("report", help="signed reports for an auditor")
     report_commands = report.add_subparsers(dest="report_command", required=True)
     deletion = report_commands.add_parser(
         "deletion",
@@ -104,7 +340,54 @@ def _parser() -> argparse.ArgumentParser:
     deletion.add_argument(
         "--output", type=Path, help="write it to this file (required for pdf); else stdout"
     )
-    verify_report = commands.add_parser(
+    deletion.set_defaults(with_service=_deletion_report)
+
+
+def _deletion_report(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.adapters.compliance.deletion_report import deletion_report
+    from healthledger.adapters.compliance.report_rendering import (
+        PdfUnavailable,
+        render_html,
+        render_pdf,
+    )
+    from healthledger.domain.errors import UserNotFound
+
+    user_id: UUID = args.user_id
+    output: Path | None = args.output
+    if args.format == "pdf" and output is None:
+        print("healthledger: a PDF needs --output PATH", file=sys.stderr)
+        return 2
+    try:
+        report = deletion_report(service, user_id, _cli_context())
+    except UserNotFound:
+        print(f"no user {user_id} in the event log", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        content: str | bytes = json.dumps(report, indent=2) + "\n"
+    else:
+        content = render_html(report)
+        if args.format == "pdf":
+            try:
+                content = render_pdf(content)
+            except PdfUnavailable as exc:
+                print(f"healthledger: {exc}", file=sys.stderr)
+                return 1
+    if output is None:
+        sys.stdout.write(content if isinstance(content, str) else content.decode())
+        return 0
+    if isinstance(content, bytes):
+        output.write_bytes(content)
+    else:
+        output.write_text(content, encoding="utf-8")
+    print(f"wrote the deletion report of {user_id} to {output}", file=sys.stderr)
+    return 0
+
+
+# -- verify-report ---------------------------------------------------------------------------
+
+
+def _declare_verify_report(add_parser: AddParser) -> None:
+    verify_report = add_parser(
         "verify-report",
         help="verify a JSON deletion report offline (its signature, its events' hash links, "
         "its signed head); exits 1 naming what failed",
@@ -116,8 +399,21 @@ def _parser() -> argparse.ArgumentParser:
         help="the service's Ed25519 public key (64 hex digits), known from elsewhere: the "
         "report must be signed by it",
     )
+    verify_report.set_defaults(offline=_verify_report)
 
-    verify = commands.add_parser(
+
+def _verify_report(args: argparse.Namespace) -> int:
+    # Offline: no settings, no database; only the report (and a pinned key).
+    from healthledger.adapters.compliance.report_verification import verify_report_file
+
+    return verify_report_file(args.report_file, args.public_key, sys.stdout, sys.stderr)
+
+
+# -- verify, chain sign ----------------------------------------------------------------------
+
+
+def _declare_verify(add_parser: AddParser) -> None:
+    verify = add_parser(
         "verify",
         help="walk the event log's hash chain and check every signed head; exits 1 naming "
         "the first record changed, removed, inserted or reordered",
@@ -128,11 +424,33 @@ def _parser() -> argparse.ArgumentParser:
         metavar="POSITION",
         help="start at this chain position, trusting the stored hash of the record before it",
     )
-    chain = commands.add_parser("chain", help="the event log's hash chain")
-    chain_commands = chain.add_subparsers(dest="chain_command", required=True)
-    chain_commands.add_parser("sign", help="sign the chain's current head now")
+    verify.set_defaults(with_service=_verify)
 
-    rebuild = commands.add_parser(
+
+def _verify(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.adapters.compliance.chain_commands import verify_command
+
+    return verify_command(service.chain, args.since, sys.stdout)
+
+
+def _declare_chain(add_parser: AddParser) -> None:
+    chain = add_parser("chain", help="the event log's hash chain")
+    chain_commands = chain.add_subparsers(dest="chain_command", required=True)
+    sign = chain_commands.add_parser("sign", help="sign the chain's current head now")
+    sign.set_defaults(with_service=_chain_sign)
+
+
+def _chain_sign(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.adapters.compliance.chain_commands import sign_command
+
+    return sign_command(service.chain, sys.stdout)
+
+
+# -- rebuild ---------------------------------------------------------------------------------
+
+
+def _declare_rebuild(add_parser: AddParser) -> None:
+    rebuild = add_parser(
         "rebuild",
         help="rebuild every read model from the event log, beside the live ones, and swap "
         "them in; resumes a rebuild that was interrupted (docs/operations.md)",
@@ -155,7 +473,42 @@ def _parser() -> argparse.ArgumentParser:
         help="events per transaction, in whole pages (default 20000): what a crash makes "
         "the resumed rebuild project again",
     )
-    replay_until = commands.add_parser(
+    rebuild.set_defaults(with_service=_rebuild)
+
+
+def _rebuild(args: argparse.Namespace, service: Service) -> int:
+    """`rebuild`: the read models projected again into tables beside the live ones, then
+    swapped in; an interrupted rebuild is resumed where it stopped (ADR 0021)."""
+    from healthledger.adapters.persistence.projections.rebuild import (
+        BATCH_EVENTS,
+        COMMIT_EVENTS,
+        rebuild_read_models,
+        unfinished_rebuild,
+    )
+    from tqdm import tqdm
+
+    resuming = None if args.restart else unfinished_rebuild(service.db)
+    total = (service.recorder.max_notification_id() or 0) - (resuming or 0)
+    with tqdm(total=total, unit="event", desc="rebuilding read models", file=sys.stderr) as bar:
+        rebuilt = rebuild_read_models(
+            service.read_models,
+            service.recorder,
+            service.ledger.mapper,
+            progress=bar.update,
+            batch_events=args.batch_events or BATCH_EVENTS,
+            commit_events=args.commit_events or COMMIT_EVENTS,
+            restart=args.restart,
+        )
+    resumed = f", resumed after event {rebuilt.resumed_from}" if rebuilt.resumed_from else ""
+    print(f"rebuilt the read models from {rebuilt.events} events{resumed}", file=sys.stdout)
+    return 0
+
+
+# -- replay --until --------------------------------------------------------------------------
+
+
+def _declare_replay(add_parser: AddParser) -> None:
+    replay_until = add_parser(
         "replay",
         help="build the read models as of an instant into a new SQLite file, for debugging "
         "(the source database is only read)",
@@ -165,8 +518,35 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay_until.add_argument("--into", type=Path, required=True, metavar="PATH.db")
     replay_until.add_argument("--force", action="store_true", help="replace PATH.db if it exists")
+    replay_until.set_defaults(with_service=_replay)
 
-    keys = commands.add_parser("keys", help="team API keys and org management keys")
+
+def _replay(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.adapters.compliance.time_travel import ReplayRefused, replay_until
+    from tqdm import tqdm
+
+    until: datetime = args.until
+    total = 2 * (service.recorder.max_notification_id() or 0)  # at most: copied, projected
+    try:
+        with tqdm(total=total, unit="event", desc="replaying", file=sys.stderr) as bar:
+            replayed = replay_until(
+                service, until, args.into, force=args.force, progress=bar.update
+            )
+    except ReplayRefused as exc:
+        print(f"healthledger: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"replayed {replayed.events} events up to {until.isoformat()} into {replayed.path}",
+        file=sys.stdout,
+    )
+    return 0
+
+
+# -- keys create, keys rotate-master ---------------------------------------------------------
+
+
+def _declare_keys(add_parser: AddParser) -> None:
+    keys = add_parser("keys", help="team API keys and org management keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser(
         "create",
@@ -183,6 +563,7 @@ def _parser() -> argparse.ArgumentParser:
         default="sandbox",
         help="for a team API key (--team)",
     )
+    create.set_defaults(with_service=_create_key)
     rotate = key_commands.add_parser(
         "rotate-master",
         help="rewrap every data key under a new master key and destroy the old one",
@@ -194,101 +575,39 @@ def _parser() -> argparse.ArgumentParser:
         "HEALTHLEDGER_MASTER_KEY or HEALTHLEDGER_MASTER_KEY_COMMAND (a new file, 0600): "
         "store it there, then destroy the file",
     )
-
-    features = commands.add_parser("features", help="closed-beta switches of a team")
-    features.add_argument("action", choices=("enable", "disable"))
-    features.add_argument("feature", choices=("demographics", "portal_url", "aggregate_query"))
-    features.add_argument("--team", type=_uuid, required=True)
-
-    commands.add_parser("erase-due", help="erase now every user whose grace period has ended")
-
-    deprecations = commands.add_parser(
-        "deprecations", help="the deprecation calendar: each cut-over, its date and whether applied"
-    )
-    deprecations.add_argument(
-        "--apply", action="store_true", help="first apply every cut-over whose date has passed"
-    )
-    webhooks = commands.add_parser("webhooks", help="webhook deliveries")
-    webhook_commands = webhooks.add_subparsers(dest="webhooks_command", required=True)
-    replay = webhook_commands.add_parser(
-        "replay",
-        help="send an endpoint everything announced to it since an instant again, with the "
-        "original message ids",
-    )
-    replay.add_argument("endpoint_id", type=_uuid)
-    replay.add_argument("--since", type=_instant, required=True, help="e.g. 2026-03-01T00:00Z")
-    return parser
+    rotate.set_defaults(with_service=_rotate_master_key)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
+def _create_key(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.domain.errors import OrganizationNotFound, TeamNotFound
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "verify-report":
-        # Offline: no settings, no database; only the report (and a pinned key).
-        from healthledger.adapters.compliance.report_verification import verify_report_file
-
-        return verify_report_file(args.report_file, args.public_key, sys.stdout, sys.stderr)
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        for error in exc.errors():
-            name = "HEALTHLEDGER_" + "_".join(str(part) for part in error["loc"]).upper()
-            print(f"healthledger: setting {name}: {error['msg']}", file=sys.stderr)
-        return 2
-    from healthledger.adapters.persistence.engine.migrating import MigrationError
-    from healthledger.adapters.persistence.keys.master_key import MasterKeyError
-
-    if args.command == "migrate":
+    out = sys.stdout
+    ctx = _cli_context()
+    if args.org is not None:
         try:
-            return _migrate(settings, args.status)
-        except MigrationError as exc:
-            return _schema_problem(exc)
-    if args.command == "serve":
-        from healthledger.adapters.server import ServeRefused, serve
-
-        overrides = (("host", args.host), ("team_api_port", args.port), ("workers", args.workers))
-        updates = {k: v for k, v in overrides if v is not None}
-        if args.workers is not None and args.workers < 1:
-            print("healthledger: --workers must be 1 or more", file=sys.stderr)
-            return 2
-        from healthledger.adapters.persistence.keys.signing_key import SigningKeyError
-
-        try:
-            serve(settings.model_copy(update=updates))
-        except ServeRefused as exc:
-            print(f"healthledger: {exc}", file=sys.stderr)
-            return 2
-        except (MigrationError, MasterKeyError, SigningKeyError) as exc:
-            return _schema_problem(exc)
+            issued = service.teams.issue_management_key(
+                ctx, args.org, role="org_admin", team_ids=[], label="issued by the CLI"
+            )
+        except OrganizationNotFound:
+            print(f"no organization {args.org}", file=sys.stderr)
+            return 1
+        print(f"org management key {issued.key_id} for {args.org} (shown once):", file=out)
+        print(issued.plain, file=out)
         return 0
-
-    from healthledger.adapters.composition import build_service
-    from healthledger.adapters.persistence.keys.signing_key import SigningKeyError
-
     try:
-        service = build_service(settings)
-    except (MigrationError, MasterKeyError, SigningKeyError) as exc:
-        return _schema_problem(exc)
-    try:
-        return _run(args, service)
-    finally:
-        service.close()
+        team_key = service.teams.issue_team_api_key(ctx, args.team, args.environment)
+    except TeamNotFound:
+        print(f"no team {args.team}", file=sys.stderr)
+        return 1
+    print(f"team API key {team_key.key_id} for team {team_key.team_id} (shown once):", file=out)
+    print(team_key.plain, file=out)
+    return 0
 
 
-def _rotate_master_key(service: Any, new_key_file: Path | None) -> int:
+def _rotate_master_key(args: argparse.Namespace, service: Service) -> int:
     from healthledger.adapters.persistence.keys.master_key import HandedOverKey, MasterKeyError
 
+    new_key_file: Path | None = args.new_key_file
     source = service.key_store.source
     if isinstance(source, HandedOverKey):
         if new_key_file is None:
@@ -312,6 +631,9 @@ def _rotate_master_key(service: Any, new_key_file: Path | None) -> int:
     except MasterKeyError as exc:
         print(f"healthledger: {exc}", file=sys.stderr)
         return 1
+    # Asked without `due_after`, a rotation is always made; a key store without a source
+    # refused it above.
+    assert rotation is not None and source is not None
     print(
         f"rotated the master key: {rotation.keys_rewrapped} data key(s) rewrapped under "
         f"master key {rotation.master_key_id} at {rotation.rotated_at.isoformat()}",
@@ -321,241 +643,93 @@ def _rotate_master_key(service: Any, new_key_file: Path | None) -> int:
     return 0
 
 
-def _schema_problem(exc: Exception) -> int:
-    # Pending migrations under HEALTHLEDGER_MIGRATE_ON_START=refuse, a schema this version
-    # cannot migrate (newer, or not healthledger's), or a master key that is missing, not
-    # private, beside the database or not the database's: said plainly, no traceback.
-    print(f"healthledger: {exc}", file=sys.stderr)
-    return 1
+# -- features --------------------------------------------------------------------------------
 
 
-def _migrate(settings: Settings, status_only: bool) -> int:
-    from healthledger.adapters.persistence.engine import migrating
-    from sqlalchemy.engine import make_url
-
-    out = sys.stdout
-    where = make_url(settings.database_url).render_as_string(hide_password=True)
-    if status_only:
-        state = migrating.schema_state(settings.database_url)
-        print(f"database  {where}", file=out)
-        current = state.current or "none (not under migrations yet)"
-        pending = [revision.describe() for revision in state.pending]
-        if state.before_migrations:
-            current = "none (its tables were written before migrations)"
-            pending.insert(0, f"stamp {state.line.baseline} (the tables are the baseline's)")
-        print(f"current   {current}", file=out)
-        print(f"head      {state.head}", file=out)
-        for number, what in enumerate(pending or ["none"]):
-            print(f"{'pending' if number == 0 else '':<9} {what}", file=out)
-        return 0
-    done = migrating.upgrade(settings.database_url)
-    print(f"database  {where}", file=out)
-    if done.stamped is not None:
-        print(f"stamped   {done.stamped} (its tables were written before migrations)", file=out)
-    for revision in done.applied:
-        print(f"applied   {revision.describe()}", file=out)
-    if done.stamped is None and not done.applied:
-        print(f"nothing to apply: already at {done.after} (head)", file=out)
-    else:
-        print(f"now at    {done.after} (head)", file=out)
-    return 0
+def _declare_features(add_parser: AddParser) -> None:
+    features = add_parser("features", help="closed-beta switches of a team")
+    features.add_argument("action", choices=("enable", "disable"))
+    features.add_argument("feature", choices=("demographics", "portal_url", "aggregate_query"))
+    features.add_argument("--team", type=_uuid, required=True)
+    features.set_defaults(with_service=_features)
 
 
-def _run(args: argparse.Namespace, service: Any) -> int:
-    from healthledger.domain.context import OPERATOR_CLI, CommandContext
-    from healthledger.domain.errors import OrganizationNotFound, TeamNotFound
+def _features(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.domain.errors import TeamNotFound
 
-    out = sys.stdout
-    if args.command == "audit":
-        from healthledger.adapters.compliance.audit import history
-        from healthledger.adapters.compliance.time_travel import state_as_of
-
-        if args.as_of is not None:
-            state = state_as_of(service, args.user_id, args.as_of)
-            if state is None:
-                print(f"no stream {args.user_id} at {args.as_of.isoformat()}", file=sys.stderr)
-                return 1
-            if args.json:
-                print(json.dumps(_jsonable(state), indent=2), file=out)
-            else:
-                for key, value in state.items():
-                    shown = value.isoformat() if isinstance(value, datetime) else value
-                    print(f"{key:<20} {shown}", file=out)
-            return 0
-        from healthledger.adapters.compliance.audit import stream_history
-
-        # A user's audit takes in the streams it owns; any other stream's id, that stream.
-        entries = history(service, args.user_id) or stream_history(service, args.user_id)
-        if not entries:
-            print(f"no user or stream {args.user_id} in the event log", file=sys.stderr)
-            return 1
-        if args.json:
-            print(json.dumps([_jsonable(vars(e)) for e in entries], indent=2), file=out)
-        else:
-            for entry in entries:
-                print(entry.line(), file=out)
-        return 0
-
-    if args.command == "report":
-        return _deletion_report(service, args.user_id, args.format, args.output)
-
-    if args.command == "replay":
-        return _replay(service, args.until, args.into, args.force)
-
-    if args.command in ("verify", "chain"):
-        from healthledger.adapters.compliance.chain_commands import sign_command, verify_command
-
-        if args.command == "verify":
-            return verify_command(service.chain, args.since, out)
-        return sign_command(service.chain, out)
-
-    if args.command == "rebuild":
-        return _rebuild(service, args.restart, args.batch_events, args.commit_events, out)
-
-    ctx = CommandContext.system(OPERATOR_CLI)
-    if args.command == "keys" and args.keys_command == "rotate-master":
-        return _rotate_master_key(service, args.new_key_file)
-    if args.command == "keys":
-        if args.org is not None:
-            try:
-                issued = service.teams.issue_management_key(
-                    ctx, args.org, role="org_admin", team_ids=[], label="issued by the CLI"
-                )
-            except OrganizationNotFound:
-                print(f"no organization {args.org}", file=sys.stderr)
-                return 1
-            print(f"org management key {issued.key_id} for {args.org} (shown once):", file=out)
-            print(issued.plain, file=out)
-            return 0
-        try:
-            issued = service.teams.issue_team_api_key(ctx, args.team, args.environment)
-        except TeamNotFound:
-            print(f"no team {args.team}", file=sys.stderr)
-            return 1
-        print(f"team API key {issued.key_id} for team {issued.team_id} (shown once):", file=out)
-        print(issued.plain, file=out)
-        return 0
-
-    if args.command == "features":
-        try:
-            service.teams.set_feature(ctx, args.team, args.feature, args.action == "enable")
-        except TeamNotFound:
-            print(f"no team {args.team}", file=sys.stderr)
-            return 1
-        print(f"{args.feature} {args.action}d for team {args.team}", file=out)
-        return 0
-
-    if args.command == "erase-due":
-        print(f"erased {service.jobs.sweep_erasures()} user(s)", file=out)
-        return 0
-
-    if args.command == "deprecations":
-        if args.apply:
-            print(f"applied {len(service.jobs.apply_cut_overs())} cut-over(s)", file=out)
-        applied = service.webhook_queries.applied_cut_overs()
-        for cut_over in service.deprecations.calendar:
-            when = applied.get(cut_over.key)
-            status = f"applied {when.isoformat()}" if when else "not applied"
-            print(f"{cut_over.effective_on}  {cut_over.key:<38} {status}", file=out)
-            print(f"            {cut_over.what}: {cut_over.before} -> {cut_over.after}", file=out)
-        return 0
-    if args.command == "webhooks":
-        from healthledger.domain.errors import WebhookEndpointNotFound
-
-        try:
-            count = service.redeliveries.replay(ctx, args.endpoint_id, args.since)
-        except WebhookEndpointNotFound:
-            print(f"no webhook endpoint {args.endpoint_id}", file=sys.stderr)
-            return 1
-        print(f"queued {count} deliver{'y' if count == 1 else 'ies'} again", file=out)
-        return 0
-    raise AssertionError(args.command)
-
-
-def _replay(service: Any, until: datetime, into: Path, force: bool) -> int:
-    from healthledger.adapters.compliance.time_travel import ReplayRefused, replay_until
-    from tqdm import tqdm
-
-    total = 2 * (service.recorder.max_notification_id() or 0)  # at most: copied, projected
     try:
-        with tqdm(total=total, unit="event", desc="replaying", file=sys.stderr) as bar:
-            replayed = replay_until(service, until, into, force=force, progress=bar.update)
-    except ReplayRefused as exc:
-        print(f"healthledger: {exc}", file=sys.stderr)
+        service.teams.set_feature(_cli_context(), args.team, args.feature, args.action == "enable")
+    except TeamNotFound:
+        print(f"no team {args.team}", file=sys.stderr)
         return 1
-    print(
-        f"replayed {replayed.events} events up to {until.isoformat()} into {replayed.path}",
-        file=sys.stdout,
-    )
+    print(f"{args.feature} {args.action}d for team {args.team}", file=sys.stdout)
     return 0
 
 
-def _rebuild(
-    service: Any, restart: bool, batch_events: int | None, commit_events: int | None, out: Any
-) -> int:
-    """`rebuild`: the read models projected again into tables beside the live ones, then
-    swapped in; an interrupted rebuild is resumed where it stopped (ADR 0021)."""
-    from healthledger.adapters.persistence.projections.rebuild import (
-        BATCH_EVENTS,
-        COMMIT_EVENTS,
-        rebuild_read_models,
-        unfinished_rebuild,
-    )
-    from tqdm import tqdm
+# -- erase-due -------------------------------------------------------------------------------
 
-    resuming = None if restart else unfinished_rebuild(service.db)
-    total = (service.recorder.max_notification_id() or 0) - (resuming or 0)
-    with tqdm(total=total, unit="event", desc="rebuilding read models", file=sys.stderr) as bar:
-        rebuilt = rebuild_read_models(
-            service.read_models,
-            service.recorder,
-            service.ledger.mapper,
-            progress=bar.update,
-            batch_events=batch_events or BATCH_EVENTS,
-            commit_events=commit_events or COMMIT_EVENTS,
-            restart=restart,
-        )
-    resumed = f", resumed after event {rebuilt.resumed_from}" if rebuilt.resumed_from else ""
-    print(f"rebuilt the read models from {rebuilt.events} events{resumed}", file=out)
+
+def _declare_erase_due(add_parser: AddParser) -> None:
+    erase_due = add_parser("erase-due", help="erase now every user whose grace period has ended")
+    erase_due.set_defaults(with_service=_erase_due)
+
+
+def _erase_due(args: argparse.Namespace, service: Service) -> int:
+    print(f"erased {service.jobs.sweep_erasures()} user(s)", file=sys.stdout)
     return 0
 
 
-def _deletion_report(service: Any, user_id: UUID, form: str, output: Path | None) -> int:
-    from healthledger.adapters.compliance.deletion_report import deletion_report
-    from healthledger.adapters.compliance.report_rendering import (
-        PdfUnavailable,
-        render_html,
-        render_pdf,
-    )
-    from healthledger.domain.context import OPERATOR_CLI, CommandContext
-    from healthledger.domain.errors import UserNotFound
+# -- deprecations ----------------------------------------------------------------------------
 
-    if form == "pdf" and output is None:
-        print("healthledger: a PDF needs --output PATH", file=sys.stderr)
-        return 2
+
+def _declare_deprecations(add_parser: AddParser) -> None:
+    deprecations = add_parser(
+        "deprecations", help="the deprecation calendar: each cut-over, its date and whether applied"
+    )
+    deprecations.add_argument(
+        "--apply", action="store_true", help="first apply every cut-over whose date has passed"
+    )
+    deprecations.set_defaults(with_service=_deprecations)
+
+
+def _deprecations(args: argparse.Namespace, service: Service) -> int:
+    out = sys.stdout
+    if args.apply:
+        print(f"applied {len(service.jobs.apply_cut_overs())} cut-over(s)", file=out)
+    applied = service.webhook_queries.applied_cut_overs()
+    for cut_over in service.deprecations.calendar:
+        when = applied.get(cut_over.key)
+        status = f"applied {when.isoformat()}" if when else "not applied"
+        print(f"{cut_over.effective_on}  {cut_over.key:<38} {status}", file=out)
+        print(f"            {cut_over.what}: {cut_over.before} -> {cut_over.after}", file=out)
+    return 0
+
+
+# -- webhooks replay -------------------------------------------------------------------------
+
+
+def _declare_webhooks(add_parser: AddParser) -> None:
+    webhooks = add_parser("webhooks", help="webhook deliveries")
+    webhook_commands = webhooks.add_subparsers(dest="webhooks_command", required=True)
+    replay = webhook_commands.add_parser(
+        "replay",
+        help="send an endpoint everything announced to it since an instant again, with the "
+        "original message ids",
+    )
+    replay.add_argument("endpoint_id", type=_uuid)
+    replay.add_argument("--since", type=_instant, required=True, help="e.g. 2026-03-01T00:00Z")
+    replay.set_defaults(with_service=_replay_webhooks)
+
+
+def _replay_webhooks(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.domain.errors import WebhookEndpointNotFound
+
     try:
-        report = deletion_report(service, user_id, CommandContext.system(OPERATOR_CLI))
-    except UserNotFound:
-        print(f"no user {user_id} in the event log", file=sys.stderr)
+        count = service.redeliveries.replay(_cli_context(), args.endpoint_id, args.since)
+    except WebhookEndpointNotFound:
+        print(f"no webhook endpoint {args.endpoint_id}", file=sys.stderr)
         return 1
-    if form == "json":
-        content: str | bytes = json.dumps(report, indent=2) + "\n"
-    else:
-        content = render_html(report)
-        if form == "pdf":
-            try:
-                content = render_pdf(content)
-            except PdfUnavailable as exc:
-                print(f"healthledger: {exc}", file=sys.stderr)
-                return 1
-    if output is None:
-        sys.stdout.write(content if isinstance(content, str) else content.decode())
-        return 0
-    if isinstance(content, bytes):
-        output.write_bytes(content)
-    else:
-        output.write_text(content, encoding="utf-8")
-    print(f"wrote the deletion report of {user_id} to {output}", file=sys.stderr)
+    print(f"queued {count} deliver{'y' if count == 1 else 'ies'} again", file=sys.stdout)
     return 0
 
 
