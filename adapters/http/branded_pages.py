@@ -1,21 +1,32 @@
-"""The server-rendered pages an end user sees (the link page, the lab portal): one HTML
-shell in the team's brand, so that both look alike and validate a brand color the same
-way. Each page brings its own body and the style rules of its own elements."""
+"""The server-rendered pages an end user sees (the link page, the lab portal): Jinja2
+templates in adapters/templates that extend one shell in the team's brand
+(`branded.html`), so that both look alike and validate a brand color the same way. Each
+page brings its own body and the style rules of its own elements.
+
+Every value a template prints is escaped by Jinja's autoescaping (on for .html), and a URL
+put in an `href` or `src` goes through `web_url`: what reaches a page from a team, a
+request or the catalog is text, never markup or script."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from html import escape
 from typing import Any
+from urllib.parse import urlsplit
 
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from starlette.responses import HTMLResponse
 
 # What a team may set as its brand color (gaps.md: six hex digits); anything else, or
 # nothing, is the default.
 _BRAND_COLOR = re.compile(r"^#[0-9A-Fa-f]{6}$")
 DEFAULT_COLOR = "#2f5fd0"
+
+# The schemes a link or an image of a page may have; no scheme is a relative URL.
+_WEB_SCHEMES = frozenset({"", "http", "https"})
+# What a URL of another scheme (javascript:, data:, ...) becomes: a URL that goes nowhere.
+NOT_A_WEB_URL = "about:invalid"
 
 
 @dataclass(frozen=True)
@@ -40,40 +51,45 @@ class Brand:
 NO_BRAND = Brand("", DEFAULT_COLOR, None)
 
 
+def web_url(url: str) -> str:
+    """`url` when it is an http(s) or a relative URL, else NOT_A_WEB_URL. Escaping keeps a
+    URL inside its attribute but not a `javascript:` link from running when clicked. The
+    URLs of the pages are http(s) already (the API validates logos and redirect URLs, the
+    catalog ships https logos): this holds if one ever is not."""
+    try:
+        scheme = urlsplit(url.strip()).scheme.lower()
+    except ValueError:
+        return NOT_A_WEB_URL
+    return url if scheme in _WEB_SCHEMES else NOT_A_WEB_URL
+
+
+def _shown(value: Any) -> Any:
+    # A missing value is left blank, not printed as "None".
+    return "" if value is None else value
+
+
+PAGES = Environment(
+    loader=PackageLoader("healthledger.adapters", "templates"),
+    # Every .html template escapes what it prints; the pages never build markup in Python.
+    autoescape=select_autoescape(["html"]),
+    # A name a template misspells is an error in the tests, not a blank on a page.
+    undefined=StrictUndefined,
+    finalize=_shown,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+PAGES.filters["web_url"] = web_url
+
+
 def branded_page(
     status: int,
-    title: str,
-    body: str,
+    template: str,
     brand: Brand,
     *,
-    style: str,
     headers: Mapping[str, str],
-    width: str = "28rem",
+    **context: Any,
 ) -> HTMLResponse:
-    """A page: `body` (HTML, escaped by the caller) under the team's logo, `style` the
-    page's own CSS rules (`{color}` in them is the brand's color). Pages are never
-    indexed: their URLs carry a user's token."""
-    logo = f'<img class="brand" src="{escape(brand.logo_url)}" alt="">' if brand.logo_url else ""
-    rules = style.replace("{color}", brand.color)
-    document = f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
-<meta name="robots" content="noindex, nofollow">
-<title>{escape(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1c1e21; }}
-main {{ max-width: {width}; margin: 2rem auto; background: #fff; padding: 2rem;
-        border-radius: 12px; box-shadow: 0 1px 4px rgba(0, 0, 0, .1); }}
-h1 {{ font-size: 1.4rem; }}
-.muted {{ color: #65676b; font-size: .9rem; }}
-img.brand {{ max-height: 48px; margin-bottom: 1rem; }}
-{rules}
-</style>
-</head>
-<body><main>{logo}{body}</main></body>
-</html>
-"""
+    """The page `template` (one that extends branded.html) in `brand`, with `context`."""
+    document = PAGES.get_template(template).render(brand=brand, **context)
     return HTMLResponse(document, status_code=status, headers=dict(headers))

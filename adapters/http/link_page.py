@@ -26,18 +26,22 @@ Nothing personal is shown or put in a URL: the page knows the team and the provi
 never who the user is, and error messages are fixed texts. The page's own URL carries the
 token, so every response forbids the Referer header (the token must not reach logo hosts
 or the redirect target) and caching.
+
+The pages are the templates under adapters/templates/link/ (branded_pages.py: every value
+autoescaped). The routes are the module's, shared by every app `create_link_app` makes;
+each asks its request for the app's service.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from html import escape
+from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.branded_pages import NO_BRAND, Brand, branded_page
 from healthledger.adapters.http.oauth_browser import bind_browser, oauth_redirect_uri
-from healthledger.adapters.http.portal_page import portal_routes
+from healthledger.adapters.http.portal_page import PORTAL_ROUTES
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from healthledger.adapters.persistence.queries.link_tokens import LinkTokenView
 from healthledger.adapters.reference import ProviderEntry
@@ -73,7 +77,6 @@ _UNAVAILABLE = (
     "{name} cannot be connected here: the provider's OAuth sign-in is not available in "
     "this deployment. Nothing was connected."
 )
-_NOT_OFFERED = "<p>This provider is not offered by this link.</p>"
 
 # The status of a page that shows a link error (the OAuth callback's pages use it too).
 LINK_ERROR_STATUS = {
@@ -117,200 +120,230 @@ def outcome_url(
     return urlunsplit(parts._replace(query=urlencode([*kept, *ours.items()])))
 
 
-def create_link_app(service: Service) -> Starlette:
+# -- what a link offers ---------------------------------------------------------------------
+
+
+def _service(request: Request) -> Service:
+    """The service the link app was made for (`create_link_app`)."""
+    service: Service = request.app.state.service
+    return service
+
+
+def signs_in(service: Service, view: LinkTokenView) -> frozenset[str]:
+    """The providers whose sign-in at the maker this link can start: a maker adapter and a
+    client, the service's own (offered to every team) or the team's custom credentials."""
+    served = {slug for slug, maker in service.oauth_makers.items() if maker.service_client}
+    custom = {
+        c["provider"]
+        for c in service.team_queries.credentials(view.team_id)
+        if c["status"] == SET and c["provider"] in service.oauth_makers
+    }
+    return frozenset(served | custom)
+
+
+def offered(service: Service, view: LinkTokenView, oauth: frozenset[str]) -> list[ProviderEntry]:
     catalog = service.catalog
-    # Every provider as the catalog endpoint sorts them.
-    by_name = sorted(catalog.values(), key=lambda e: (e.name.casefold(), e.slug))
-    # The OAuth makers with a client of the service's own: offered to every team.
-    served = frozenset(slug for slug, maker in service.oauth_makers.items() if maker.service_client)
+    if view.provider is not None:
+        slugs: Iterable[str] = [view.provider]
+    elif view.filter_on_providers is not None:
+        slugs = view.filter_on_providers
+    else:
+        # Every provider as the catalog endpoint sorts them.
+        by_name = sorted(catalog.values(), key=lambda e: (e.name.casefold(), e.slug))
+        slugs = [e.slug for e in by_name if e.demo or e.slug in oauth]
+    return [catalog[slug] for slug in slugs if slug in catalog]
 
-    def signs_in(view: LinkTokenView) -> frozenset[str]:
-        """The providers whose sign-in at the maker this link can start: a maker adapter
-        and a client, the service's or the team's custom credentials."""
-        custom = {
-            c["provider"]
-            for c in service.team_queries.credentials(view.team_id)
-            if c["status"] == SET and c["provider"] in service.oauth_makers
-        }
-        return served | custom
 
-    def offered(view: LinkTokenView, oauth: frozenset[str]) -> list[ProviderEntry]:
-        if view.provider is not None:
-            slugs: Iterable[str] = [view.provider]
-        elif view.filter_on_providers is not None:
-            slugs = view.filter_on_providers
-        else:
-            slugs = [e.slug for e in by_name if e.demo or e.slug in oauth]
-        return [catalog[slug] for slug in slugs if slug in catalog]
+def connects_demo(view: LinkTokenView, entry: ProviderEntry, oauth: frozenset[str]) -> bool:
+    """A simulated device: for a demo provider, unless the person can sign in at the maker
+    for real, outside the sandbox."""
+    return entry.demo and (entry.slug not in oauth or view.environment == "sandbox")
 
-    def connects_demo(view: LinkTokenView, entry: ProviderEntry, oauth: frozenset[str]) -> bool:
-        """A simulated device: for a demo provider, unless the person can sign in at the
-        maker for real, outside the sandbox."""
-        return entry.demo and (entry.slug not in oauth or view.environment == "sandbox")
 
-    async def genuine(token: str | None) -> LinkTokenView | None:
-        if not token:
-            return None
-        return await run_in_threadpool(service.link_token_queries.genuine, token)
+async def _genuine(service: Service, token: str | None) -> LinkTokenView | None:
+    if not token:
+        return None
+    return await run_in_threadpool(service.link_token_queries.genuine, token)
 
-    def failed(
-        view: LinkTokenView | None,
-        error_type: str,
-        message: str,
-        *,
-        redirect: bool = True,
-        retry_token: str | None = None,
-    ) -> Response:
-        """An error outcome: back to the team's app when the link says where, else shown.
-        Only a genuine token's redirect_url is ever followed."""
-        if redirect and view is not None and view.redirect_url is not None:
-            return redirect_response(outcome_url(view.redirect_url, "error", error_type, message))
-        body = f"<h1>This did not work</h1><p>{escape(message)}</p>"
-        if retry_token is not None:
-            again = escape(f"./?{urlencode({'token': retry_token})}")
-            body += f'<p><a href="{again}">Choose again</a></p>'
-        elif view is not None and view.redirect_url is not None:
-            back = outcome_url(view.redirect_url, "error", error_type, message)
-            body += f'<p><a href="{escape(back)}">Return to {escape(_team_name(view))}</a></p>'
-        return page_response(LINK_ERROR_STATUS.get(error_type, 400), "Link error", body, view)
 
-    async def show(request: Request) -> Response:
-        token = request.query_params.get("token")
-        view = await genuine(token)
-        problem = INVALID_TOKEN if view is None else view.problem(service.clock())
-        if problem is not None:
-            # Only shown: a page view is not an outcome, and the user should see why.
-            return failed(view, problem, link_error_message(problem), redirect=False)
-        assert view is not None and token is not None
-        oauth = await run_in_threadpool(signs_in, view)
-        listed = [
-            (entry, connects_demo(view, entry, oauth), entry.slug in oauth)
-            for entry in offered(view, oauth)
-        ]
-        return page_response(
-            200, f"Connect to {_team_name(view)}", _providers_html(view, token, listed), view
-        )
+def _failed(
+    view: LinkTokenView | None,
+    error_type: str,
+    message: str,
+    *,
+    redirect: bool = True,
+    retry_token: str | None = None,
+) -> Response:
+    """An error outcome: back to the team's app when the link says where, else shown.
+    Only a genuine token's redirect_url is ever followed."""
+    if redirect and view is not None and view.redirect_url is not None:
+        return redirect_response(outcome_url(view.redirect_url, "error", error_type, message))
+    retry_href = back_href = None
+    if retry_token is not None:
+        retry_href = f"./?{urlencode({'token': retry_token})}"
+    elif view is not None and view.redirect_url is not None:
+        back_href = outcome_url(view.redirect_url, "error", error_type, message)
+    return failure_page(
+        LINK_ERROR_STATUS.get(error_type, 400),
+        message,
+        view,
+        retry_href=retry_href,
+        back_href=back_href,
+    )
 
-    async def connect(request: Request) -> Response:
-        form = await _form(request)
-        token, slug = form.get("token"), form.get("provider")
-        view = await genuine(token)
-        if view is None:
-            return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
-        assert token is not None
-        entry = catalog.get(slug or "")
-        oauth = await run_in_threadpool(signs_in, view)
-        if (
-            entry is None
-            or not connects_demo(view, entry, oauth)
-            or entry.slug not in {e.slug for e in offered(view, oauth)}
-        ):
-            # Only a form the page did not render can ask for this: nothing to redirect.
-            return page_response(400, "Link error", _NOT_OFFERED, view)
-        try:
-            await run_in_threadpool(
-                service.link_tokens.connect_demo,
-                token,
-                request.state.request_id,
-                entry.slug,
-                entry.supported_resources,
-            )
-        except LinkTokenRejected as exc:
-            return failed(view, exc.error_type, exc.message)
-        except AlreadyConnected as exc:
-            # The token is not consumed: with the page's own error handling the user can
-            # pick another provider.
-            built_in = entry.auth_type in _BUILT_IN_ERROR_HANDLING and view.on_error != REDIRECT
-            return failed(
-                view,
-                DUPLICATE_CONNECTION,
-                exc.message,
-                redirect=not built_in,
-                retry_token=token,
-            )
-        if view.redirect_url is not None:
-            return redirect_response(outcome_url(view.redirect_url, "success"))
-        body = (
-            f"<h1>Connected</h1><p>{escape(entry.name)} is connected. "
-            "You can close this window.</p>"
-        )
-        return page_response(200, "Connected", body, view)
 
-    async def start_oauth(request: Request) -> Response:
-        form = await _form(request)
-        token, slug = form.get("token"), form.get("provider")
-        view = await genuine(token)
-        if view is None:
-            return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
-        assert token is not None
-        entry = catalog.get(slug or "")
-        oauth = await run_in_threadpool(signs_in, view)
-        if (
-            entry is None
-            or entry.slug not in oauth
-            or entry.slug not in {e.slug for e in offered(view, oauth)}
-        ):
-            # Only a form the page did not render can ask for this: nothing to redirect.
-            return page_response(400, "Link error", _NOT_OFFERED, view)
-        try:
-            started = await run_in_threadpool(
-                service.link_tokens.start_oauth,
-                token,
-                entry.slug,
-                oauth_redirect_uri(service.settings.public_base_url, entry.slug),
-                request.state.request_id,
-            )
-        except LinkTokenRejected as exc:
-            return failed(view, exc.error_type, exc.message)
-        except InvalidRequest:
-            return page_response(400, "Link error", _NOT_OFFERED, view)
-        except OAuthNotSupported:
-            # Spec 2.5: OAuth providers always redirect with their outcome.
-            return failed(view, OAUTH_UNAVAILABLE, _UNAVAILABLE.format(name=entry.name))
-        response = redirect_response(started.authorization_url)
-        bind_browser(
-            response,
-            service.settings,
+# -- the routes ------------------------------------------------------------------------------
+
+
+async def show(request: Request) -> Response:
+    service = _service(request)
+    token = request.query_params.get("token")
+    view = await _genuine(service, token)
+    problem = INVALID_TOKEN if view is None else view.problem(service.clock())
+    if problem is not None:
+        # Only shown: a page view is not an outcome, and the user should see why.
+        return _failed(view, problem, link_error_message(problem), redirect=False)
+    assert view is not None and token is not None
+    oauth = await run_in_threadpool(signs_in, service, view)
+    listed = [
+        (entry, connects_demo(view, entry, oauth), entry.slug in oauth)
+        for entry in offered(service, view, oauth)
+    ]
+    return page_response(
+        200,
+        "link/providers.html",
+        view,
+        team=_team_name(view),
+        token=token,
+        providers=listed,
+        sandbox=view.environment == "sandbox",
+    )
+
+
+async def connect(request: Request) -> Response:
+    service = _service(request)
+    form = await _form(request)
+    token, slug = form.get("token"), form.get("provider")
+    view = await _genuine(service, token)
+    if view is None:
+        return _failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
+    assert token is not None
+    entry = service.catalog.get(slug or "")
+    oauth = await run_in_threadpool(signs_in, service, view)
+    if (
+        entry is None
+        or not connects_demo(view, entry, oauth)
+        or entry.slug not in {e.slug for e in offered(service, view, oauth)}
+    ):
+        # Only a form the page did not render can ask for this: nothing to redirect.
+        return page_response(400, "link/not_offered.html", view)
+    try:
+        await run_in_threadpool(
+            service.link_tokens.connect_demo,
+            token,
+            request.state.request_id,
             entry.slug,
-            started.flow_id,
-            started.binding,
-            started.expires_at,
-            service.clock(),
+            entry.supported_resources,
         )
-        return response
-
-    async def close(request: Request) -> Response:
-        form = await _form(request)
-        view = await genuine(form.get("token"))
-        if view is None:
-            return failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
-        if view.on_close == REDIRECT and view.redirect_url is not None:
-            return redirect_response(
-                outcome_url(view.redirect_url, "error", USER_CANCELLED, _CANCELLED_MESSAGE)
-            )
-        return page_response(
-            200, "Closed", "<h1>Closed</h1><p>You can close this window now.</p>", view
+    except LinkTokenRejected as exc:
+        return _failed(view, exc.error_type, exc.message)
+    except AlreadyConnected as exc:
+        # The token is not consumed: with the page's own error handling the user can pick
+        # another provider.
+        built_in = entry.auth_type in _BUILT_IN_ERROR_HANDLING and view.on_error != REDIRECT
+        return _failed(
+            view, DUPLICATE_CONNECTION, exc.message, redirect=not built_in, retry_token=token
         )
+    if view.redirect_url is not None:
+        return redirect_response(outcome_url(view.redirect_url, "success"))
+    return connected_page(entry.name, view)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        return page_response(exc.status_code, "Not here", f"<p>{escape(str(exc.detail))}</p>", None)
 
-    return Starlette(
-        routes=[
-            Route("/", show, methods=["GET"]),
-            Route("/connect", connect, methods=["POST"]),
-            Route("/oauth/start", start_oauth, methods=["POST"]),
-            Route("/close", close, methods=["POST"]),
-            # The hosted lab testing portal (portal_page.py) is served here too.
-            *portal_routes(service),
-        ],
+async def start_oauth(request: Request) -> Response:
+    service = _service(request)
+    form = await _form(request)
+    token, slug = form.get("token"), form.get("provider")
+    view = await _genuine(service, token)
+    if view is None:
+        return _failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
+    assert token is not None
+    entry = service.catalog.get(slug or "")
+    oauth = await run_in_threadpool(signs_in, service, view)
+    if (
+        entry is None
+        or entry.slug not in oauth
+        or entry.slug not in {e.slug for e in offered(service, view, oauth)}
+    ):
+        # Only a form the page did not render can ask for this: nothing to redirect.
+        return page_response(400, "link/not_offered.html", view)
+    try:
+        started = await run_in_threadpool(
+            service.link_tokens.start_oauth,
+            token,
+            entry.slug,
+            oauth_redirect_uri(service.settings.public_base_url, entry.slug),
+            request.state.request_id,
+        )
+    except LinkTokenRejected as exc:
+        return _failed(view, exc.error_type, exc.message)
+    except InvalidRequest:
+        return page_response(400, "link/not_offered.html", view)
+    except OAuthNotSupported:
+        # Spec 2.5: OAuth providers always redirect with their outcome.
+        return _failed(view, OAUTH_UNAVAILABLE, _UNAVAILABLE.format(name=entry.name))
+    response = redirect_response(started.authorization_url)
+    bind_browser(
+        response,
+        service.settings,
+        entry.slug,
+        started.flow_id,
+        started.binding,
+        started.expires_at,
+        service.clock(),
+    )
+    return response
+
+
+async def close(request: Request) -> Response:
+    form = await _form(request)
+    view = await _genuine(_service(request), form.get("token"))
+    if view is None:
+        return _failed(None, INVALID_TOKEN, link_error_message(INVALID_TOKEN))
+    if view.on_close == REDIRECT and view.redirect_url is not None:
+        return redirect_response(
+            outcome_url(view.redirect_url, "error", USER_CANCELLED, _CANCELLED_MESSAGE)
+        )
+    return page_response(200, "link/closed.html", view)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return not_here_page(exc.status_code, str(exc.detail))
+
+
+ROUTES = [
+    Route("/", show, methods=["GET"]),
+    Route("/connect", connect, methods=["POST"]),
+    Route("/oauth/start", start_oauth, methods=["POST"]),
+    Route("/close", close, methods=["POST"]),
+    # The hosted lab testing portal (portal_page.py) is served here too.
+    *PORTAL_ROUTES,
+]
+
+
+def create_link_app(service: Service) -> Starlette:
+    """The link page's app for `service`: the routes are the module's, the service is the
+    app's (its state, as the APIs' apps keep theirs)."""
+    app = Starlette(
+        routes=ROUTES,
         middleware=[
             Middleware(RequestIdMiddleware),
             Middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes),
         ],
         exception_handlers={HTTPException: http_error},
     )
+    app.state.service = service
+    return app
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -333,60 +366,42 @@ def redirect_response(url: str) -> Response:
     return RedirectResponse(url, status_code=303, headers=_HEADERS)
 
 
-def _providers_html(
-    view: LinkTokenView, token: str, providers: list[tuple[ProviderEntry, bool, bool]]
-) -> str:
-    """The providers, each with what connects it here: (entry, a simulated device, a
-    sign-in at the maker)."""
-    hidden_token = f'<input type="hidden" name="token" value="{escape(token)}">'
-    items = []
-    for entry, demo, oauth in providers:
-        logo = (
-            f'<img src="{escape(entry.logo)}" alt="" width="32" height="32">' if entry.logo else ""
-        )
-        provider = f'<input type="hidden" name="provider" value="{escape(entry.slug)}">'
-        forms = []
-        if oauth:
-            forms.append(
-                f'<form method="post" action="oauth/start">{hidden_token}{provider}'
-                f'<button type="submit">Sign in</button></form>'
-            )
-        if demo:
-            label = "Simulated device" if oauth else "Connect"
-            forms.append(
-                f'<form method="post" action="connect">{hidden_token}{provider}'
-                f'<button type="submit">{label}</button></form>'
-            )
-        action = "".join(forms) or '<span class="muted">Not available here</span>'
-        items.append(f'<li>{logo}<span class="name">{escape(entry.name)}</span>{action}</li>')
-    sandbox = (
-        '<p class="muted">Sandbox: connecting adds a simulated device.</p>'
-        if view.environment == "sandbox"
-        else ""
-    )
-    return (
-        f"<h1>{escape(_team_name(view))}</h1>"
-        "<p>wants to connect to your health data. Choose a provider.</p>"
-        f"{sandbox}<ul>{''.join(items)}</ul>"
-        f'<form method="post" action="close">{hidden_token}'
-        '<button type="submit" class="secondary">Close</button></form>'
-    )
+# -- the pages -------------------------------------------------------------------------------
 
 
-def page_response(status: int, title: str, body: str, view: LinkTokenView | None) -> Response:
+def page_response(
+    status: int, template: str, view: LinkTokenView | None, **context: Any
+) -> Response:
+    """A page of the link page (a template under link/) in the brand of the token's team."""
     brand = NO_BRAND if view is None else Brand.of(view.team_settings)
-    return branded_page(status, title, body, brand, style=_STYLE, headers=_HEADERS)
+    return branded_page(status, template, brand, headers=_HEADERS, **context)
 
 
-# The link page's own elements; `{color}` is the brand's.
-_STYLE = """
-h1 { margin: 0 0 .5rem; }
-ul { list-style: none; padding: 0; }
-li { display: flex; align-items: center; gap: .75rem; padding: .6rem 0;
-     border-bottom: 1px solid #eee; }
-li .name { flex: 1; }
-li form { margin: 0; }
-button { background: {color}; color: #fff; border: 0; border-radius: 6px;
-         padding: .5rem 1rem; font-size: 1rem; cursor: pointer; }
-button.secondary { background: #e4e6eb; color: #1c1e21; margin-top: 1rem; }
-"""
+def failure_page(
+    status: int,
+    message: str,
+    view: LinkTokenView | None,
+    *,
+    title: str = "Link error",
+    retry_href: str | None = None,
+    back_href: str | None = None,
+) -> Response:
+    """A link error shown: `message`, then a way to choose again or back to the team's app."""
+    return page_response(
+        status,
+        "link/failed.html",
+        view,
+        title=title,
+        message=message,
+        retry_href=retry_href,
+        back_href=back_href,
+        team="" if view is None else _team_name(view),
+    )
+
+
+def connected_page(provider_name: str, view: LinkTokenView | None) -> Response:
+    return page_response(200, "link/connected.html", view, provider_name=provider_name)
+
+
+def not_here_page(status: int, detail: str) -> Response:
+    return page_response(status, "link/not_here.html", None, detail=detail)

@@ -17,12 +17,14 @@ The pages hold personal data (results): every response forbids caching (`no-stor
 the Referer header (the token must not leave with a click), and loads nothing from
 elsewhere but the team's logo. Links between the pages are relative and carry the token,
 so the pages work under any prefix of {link_url} and need no cookie. Nothing here logs.
+
+The pages are the templates under adapters/templates/portal/ (branded_pages.py: every value
+autoescaped); `PORTAL_ROUTES` are module-level, and ask the request for the app's service.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from html import escape
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -88,70 +90,72 @@ def portal_url(link_url: str, token: str, order_id: UUID | None = None) -> str:
     return f"{link_url.rstrip('/')}{path}?{urlencode({'token': token})}"
 
 
-def portal_routes(service: Service) -> list[Route]:
-    """The portal's routes, for the link page's app."""
-    tokens = PortalTokens(service.cursor_secret)
-    answers = service.order_answers
+def _service(request: Request) -> Service:
+    """The service the link app was made for (link_page.create_link_app)."""
+    service: Service = request.app.state.service
+    return service
 
-    def admitted(request: Request) -> tuple[PortalPass, PortalHolder] | Response:
-        """The pass and its holder, or the error page that refuses the request."""
-        grant = tokens.open(request.query_params.get("token"))
-        if grant is None:
-            return _error(404, _NOT_VALID, None)
-        holder = service.portal_queries.holder(grant.user_id, grant.issued_at)
-        if holder is None:
-            # A genuine pass of a user that is no more: erased.
-            return _error(410, _GONE, None)
-        if holder.team_id != grant.team_id:
-            return _error(404, _NOT_VALID, None)
-        problem = grant.problem(
-            service.clock(),
-            user_live=holder.live,
-            deleted_since_issue=holder.deleted_since_issue,
-        )
-        if problem is not None:
-            return _error(410, _EXPIRED if problem == EXPIRED else _GONE, holder)
-        if PORTAL_URL_FEATURE not in holder.features:
-            return _error(403, _DISABLED, holder)
-        return grant, holder
 
-    def orders(request: Request) -> Response:
-        found = admitted(request)
-        if isinstance(found, Response):
-            return found
-        grant, holder = found
-        rows = service.order_queries.orders_of_user(grant.team_id, grant.user_id)
-        token = request.query_params["token"]
-        items = [_order_item(OrderRow.from_row(row), token) for row in rows]
-        listing = (
-            f'<ul class="orders">{"".join(items)}</ul>'
-            if items
-            else '<p class="muted" id="no-orders">No lab tests have been ordered for you yet.</p>'
-        )
-        body = f"<h1>Your lab tests</h1>{listing}"
-        return _page(200, "Your lab tests", body, holder)
+def admitted(service: Service, request: Request) -> tuple[PortalPass, PortalHolder] | Response:
+    """The pass and its holder, or the error page that refuses the request."""
+    grant = PortalTokens(service.cursor_secret).open(request.query_params.get("token"))
+    if grant is None:
+        return error_page(404, _NOT_VALID, None)
+    holder = service.portal_queries.holder(grant.user_id, grant.issued_at)
+    if holder is None:
+        # A genuine pass of a user that is no more: erased.
+        return error_page(410, _GONE, None)
+    if holder.team_id != grant.team_id:
+        return error_page(404, _NOT_VALID, None)
+    problem = grant.problem(
+        service.clock(),
+        user_live=holder.live,
+        deleted_since_issue=holder.deleted_since_issue,
+    )
+    if problem is not None:
+        return error_page(410, _EXPIRED if problem == EXPIRED else _GONE, holder)
+    if PORTAL_URL_FEATURE not in holder.features:
+        return error_page(403, _DISABLED, holder)
+    return grant, holder
 
-    def order(request: Request) -> Response:
-        found = admitted(request)
-        if isinstance(found, Response):
-            return found
-        grant, holder = found
-        order_id: UUID = request.path_params["order_id"]
-        stored = service.order_queries.order(grant.team_id, order_id)
-        if stored is None or stored.user_id != grant.user_id:
-            return _error(404, _NO_ORDER, holder, back=request.query_params["token"])
-        row = OrderRow.from_row(stored)
-        lab = answers.lab_test(row)["lab"]
-        results = answers.results(row)["results"] if _has_results(row) else None
-        body = _order_detail(row, lab, results, request.query_params["token"])
-        return _page(200, row.lab_test_name, body, holder)
 
-    # Plain functions: Starlette runs them in its thread pool, off the event loop (they
-    # read the database).
-    return [
-        Route(PORTAL_PATH, orders, methods=["GET"]),
-        Route("/portal/orders/{order_id:uuid}", order, methods=["GET"]),
-    ]
+# Plain functions: Starlette runs them in its thread pool, off the event loop (they read the
+# database).
+
+
+def orders(request: Request) -> Response:
+    service = _service(request)
+    found = admitted(service, request)
+    if isinstance(found, Response):
+        return found
+    grant, holder = found
+    rows = service.order_queries.orders_of_user(grant.team_id, grant.user_id)
+    token = request.query_params["token"]
+    listed = [OrderRow.from_row(row) for row in rows]
+    return orders_page(listed, token, holder)
+
+
+def order(request: Request) -> Response:
+    service = _service(request)
+    found = admitted(service, request)
+    if isinstance(found, Response):
+        return found
+    grant, holder = found
+    token = request.query_params["token"]
+    order_id: UUID = request.path_params["order_id"]
+    stored = service.order_queries.order(grant.team_id, order_id)
+    if stored is None or stored.user_id != grant.user_id:
+        return error_page(404, _NO_ORDER, holder, back=token)
+    row = OrderRow.from_row(stored)
+    lab = service.order_answers.lab_test(row)["lab"]
+    results = service.order_answers.results(row)["results"] if _has_results(row) else None
+    return order_page(row, lab, results, token, holder)
+
+
+PORTAL_ROUTES = [
+    Route(PORTAL_PATH, orders, methods=["GET"]),
+    Route("/portal/orders/{order_id:uuid}", order, methods=["GET"]),
+]
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -174,11 +178,28 @@ def _status_label(row: OrderRow) -> str:
     return _TOP_LEVEL_LABELS.get(row.status, row.status.replace("_", " ").capitalize())
 
 
-def _interpretation(value: str | None) -> str:
-    if value is None:
-        return ""
-    label = _INTERPRETATION_LABELS.get(value, value.capitalize())
-    return f'<span class="flag flag-{escape(value)}">{escape(label)}</span>'
+def _step_label(status: str) -> str:
+    """A line of the order's progress: the lab's own (low-level) status, in words."""
+    return low_level(status).replace("_", " ").capitalize()
+
+
+def _method_label(method: str) -> str:
+    return _METHOD_LABELS.get(method, method)
+
+
+def _interpretation_label(value: str) -> str:
+    return _INTERPRETATION_LABELS.get(value, value.capitalize())
+
+
+# The portal's words and dates, for its templates.
+_WORDS = {
+    "day": _day,
+    "when": _when,
+    "status_label": _status_label,
+    "step_label": _step_label,
+    "method_label": _method_label,
+    "interpretation_label": _interpretation_label,
+}
 
 
 def _order_href(order_id: UUID, token: str) -> str:
@@ -186,68 +207,45 @@ def _order_href(order_id: UUID, token: str) -> str:
     return f"portal/orders/{order_id}?{urlencode({'token': token})}"
 
 
-def _order_item(row: OrderRow, token: str) -> str:
-    return (
-        f'<li><a class="order" id="order-{row.order_id}" '
-        f'href="{escape(_order_href(row.order_id, token))}">'
-        f'<span class="test">{escape(row.lab_test_name)}</span>'
-        f'<span class="status status-{escape(row.status)}">{escape(_status_label(row))}</span>'
-        f"{_interpretation(row.interpretation)}"
-        f'<span class="muted">Ordered {_day(row.created_at)}</span></a></li>'
-    )
+def _list_href(token: str) -> str:
+    # Relative to /portal/orders/{order_id}.
+    return f"../../portal?{urlencode({'token': token})}"
 
 
-def _order_detail(row: OrderRow, lab: dict[str, Any] | None, results: Any, token: str) -> str:
-    back = f"../../portal?{urlencode({'token': token})}"
-    facts = [
-        ("Status", escape(_status_label(row))),
-        ("Lab", escape(lab["name"]) if lab else "Not known"),
-        (
-            "Collection",
-            escape(_METHOD_LABELS.get(row.collection_method, row.collection_method)),
-        ),
-        ("Ordered", _when(row.created_at)),
-    ]
-    if row.sample_id:
-        facts.append(("Sample", escape(row.sample_id)))
-    if row.interpretation:
-        facts.append(("Results", _interpretation(row.interpretation)))
-    timeline = "".join(
-        f"<li><span>{escape(low_level(event['status']).replace('_', ' ').capitalize())}</span>"
-        f'<span class="muted">{_when(event["created_at"])}</span></li>'
-        for event in row.events
-    )
-    return (
-        f'<p><a id="all-orders" href="{escape(back)}">&larr; All lab tests</a></p>'
-        f'<h1 id="order-{row.order_id}">{escape(row.lab_test_name)}</h1>'
-        f"<dl>{''.join(f'<dt>{name}</dt><dd>{value}</dd>' for name, value in facts)}</dl>"
-        f'<h2>Progress</h2><ol class="timeline">{timeline}</ol>'
-        f"<h2>Results</h2>{_results(row, results)}"
-    )
-
-
-def _results(row: OrderRow, results: Any) -> str:
+def _results_state(row: OrderRow, results: Any) -> str:
+    """What stands under an order's Results: its results ("shown"), results it had that
+    can no longer be opened ("lost"), or why it has none."""
     if results is None:
-        if row.status == CANCELLED:
-            return '<p class="muted">This lab test was cancelled: it has no results.</p>'
-        if row.status == FAILED:
-            return '<p class="muted">The lab could not complete this test: no results.</p>'
-        return '<p class="muted">Your results are not ready yet.</p>'
-    if not isinstance(results, list):
-        return '<p class="muted">These results are no longer available.</p>'
-    lines = "".join(
-        "<tr>"
-        f"<td>{escape(str(result['name']))}</td>"
-        f'<td class="value">{escape(str(result["result"]))}</td>'
-        f"<td>{escape(str(result['unit'] or ''))}</td>"
-        f"<td>{escape(str(result['reference_range'] or ''))}</td>"
-        f"<td>{_interpretation(result['interpretation'])}</td>"
-        "</tr>"
-        for result in results
-    )
-    return (
-        '<table class="results"><thead><tr><th>Test</th><th>Result</th><th>Unit</th>'
-        f"<th>Reference range</th><th></th></tr></thead><tbody>{lines}</tbody></table>"
+        if row.status in (CANCELLED, FAILED):
+            return row.status
+        return "pending"
+    return "shown" if isinstance(results, list) else "lost"
+
+
+def orders_page(rows: list[OrderRow], token: str, holder: PortalHolder | None) -> Response:
+    """The user's orders (newest first, as given), each linking to its page."""
+    listed = [(row, _order_href(row.order_id, token)) for row in rows]
+    return _page(200, "portal/orders.html", holder, orders=listed)
+
+
+def order_page(
+    row: OrderRow,
+    lab: dict[str, Any] | None,
+    results: Any,
+    token: str,
+    holder: PortalHolder | None,
+) -> Response:
+    """One order: `lab` as the order's answer names it, `results` its results' answer
+    (None when it has none to show)."""
+    return _page(
+        200,
+        "portal/order.html",
+        holder,
+        row=row,
+        lab=lab,
+        results=results,
+        results_state=_results_state(row, results),
+        back_href=_list_href(token),
     )
 
 
@@ -256,51 +254,25 @@ def _brand(holder: PortalHolder | None) -> Brand:
     return NO_BRAND if holder is None else Brand.of(holder.team_settings, holder.team_name)
 
 
-def _error(
+def error_page(
     status: int,
     text: tuple[str, str],
     holder: PortalHolder | None,
     *,
     back: str | None = None,
 ) -> Response:
+    """A refused view: `text` (title, message); with `back`, the token of a link back to
+    the list."""
     title, message = text
-    body = f'<h1 id="error">{escape(title)}</h1><p>{escape(message)}</p>'
-    if back is not None:
-        href = f"../../portal?{urlencode({'token': back})}"
-        body += f'<p><a id="all-orders" href="{escape(href)}">&larr; All lab tests</a></p>'
-    return _page(status, title, body, holder)
-
-
-def _page(status: int, title: str, body: str, holder: PortalHolder | None) -> Response:
-    brand = _brand(holder)
-    team_line = f'<p class="team">{escape(brand.name)}</p>' if brand.name else ""
-    return branded_page(
-        status, title, team_line + body, brand, style=_STYLE, headers=_HEADERS, width="44rem"
+    return _page(
+        status,
+        "portal/error.html",
+        holder,
+        title=title,
+        message=message,
+        back_href=None if back is None else _list_href(back),
     )
 
 
-# The portal's own elements; `{color}` is the brand's.
-_STYLE = """
-h1 { margin: 0 0 1rem; }
-h2 { font-size: 1.1rem; margin: 1.5rem 0 .5rem; }
-a { color: {color}; }
-.team { font-weight: 600; color: {color}; margin: 0 0 1rem; }
-ul.orders { list-style: none; padding: 0; margin: 0; }
-ul.orders a { display: flex; flex-wrap: wrap; gap: .5rem 1rem; align-items: baseline;
-              padding: .8rem 0; border-bottom: 1px solid #eee; text-decoration: none;
-              color: inherit; }
-ul.orders .test { flex: 1 1 14rem; font-weight: 600; color: {color}; }
-.status { font-size: .9rem; }
-.flag { border-radius: 4px; padding: .1rem .4rem; font-size: .8rem; font-weight: 600; }
-.flag-normal { background: #e6f4ea; color: #1e6b34; }
-.flag-abnormal { background: #fff4e5; color: #8a4b00; }
-.flag-critical { background: #fde8e8; color: #a11d1d; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: .3rem 1rem; }
-dt { color: #65676b; } dd { margin: 0; }
-ol.timeline { padding-left: 1.2rem; }
-ol.timeline li { display: flex; justify-content: space-between; gap: 1rem; padding: .2rem 0; }
-table.results { border-collapse: collapse; width: 100%; font-size: .95rem; }
-table.results th, table.results td { text-align: left; padding: .4rem .5rem;
-                                     border-bottom: 1px solid #eee; }
-td.value { font-weight: 600; }
-"""
+def _page(status: int, template: str, holder: PortalHolder | None, **context: Any) -> Response:
+    return branded_page(status, template, _brand(holder), headers=_HEADERS, **_WORDS, **context)
