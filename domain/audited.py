@@ -102,6 +102,13 @@ def events_of(aggregate: type[Aggregate]) -> tuple[type[Audited.Event], ...]:
     return tuple(found)
 
 
+def _declares(event_class: type, name: str) -> bool:
+    """Whether the event class (or a base of its own aggregate's) declares `name`, rather
+    than leaving it to the default of `Audited.Event`."""
+    declaring = next(cls for cls in event_class.__mro__ if name in vars(cls))
+    return declaring is not Audited.Event
+
+
 def _fields(event_class: type) -> set[str]:
     # eventsourcing's events are dataclasses: their fields, inherited ones included.
     return {field.name for field in dataclasses.fields(event_class)}
@@ -123,7 +130,7 @@ def check_declarations(aggregate: type[Audited]) -> None:
             )
     for event in events:
         label = f"{name}.{event.__name__}"
-        if stream is not None and "ANNOUNCES" not in vars(event):
+        if stream is not None and not _declares(event, "ANNOUNCES"):
             raise TypeError(f"{label} must declare ANNOUNCES (the webhook event types, or ())")
         if stream is None and (event.ANNOUNCES or event.HANDS_STREAM_TO):
             raise TypeError(f"{label}: only an event of a user's stream announces or hands it")
@@ -148,9 +155,12 @@ def audited_aggregates() -> tuple[type[Audited], ...]:
         healthledger.domain.__path__, f"{healthledger.domain.__name__}."
     ):
         importlib.import_module(module.name)
-    return tuple(
-        sorted(set(_concrete(Audited)), key=lambda aggregate: str(vars(aggregate)["TOPIC"]))
-    )
+    return tuple(sorted(set(_concrete(Audited)), key=topic_of))
+
+
+def topic_of(cls: type) -> str:
+    """The topic a class pins (what the log stores for its events)."""
+    return str(vars(cls)["TOPIC"])
 
 
 def audited_events() -> tuple[type[Audited.Event], ...]:

@@ -35,15 +35,13 @@ from healthledger.adapters.persistence.leases.webhook_deliveries import Delivery
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
 from healthledger.adapters.webhooks.signing import signed_headers
-from healthledger.domain.connections.connection import Connection
-from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.audited import audited_events, topic_of
 from healthledger.domain.context import (
     DEFAULT_ENVIRONMENT,
     SCHEDULER,
     CommandContext,
     attributed,
 )
-from healthledger.domain.labs.orders import Order
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.announcements import USER_ERASED, announcements
@@ -62,28 +60,11 @@ from sqlalchemy import select
 log = logging.getLogger("healthledger.webhooks")
 
 TRACKING_NAME = "webhooks"
-# The events that announce something: the follower reads only their topics (it skips the
-# rest in SQL), and only a commit holding one (or a redelivery) wakes it at once.
-ANNOUNCING_EVENTS: tuple[type, ...] = (
-    Connection.Created,
-    Connection.Reconnected,
-    Connection.Errored,
-    ResourceFeed.PullSucceeded,
-    ResourceFeed.DailySynced,
-    User.Deleted,
-    User.DeletionUndone,
-    User.Erased,
-    Order.Created,
-    Order.StatusChanged,
-    Order.Completed,
-    Order.Cancelled,
-    Order.Failed,
-)
-# Every event class pins its TOPIC, but the aggregates' events share no base declaring it.
-ANNOUNCING_TOPICS: tuple[str, ...] = tuple(
-    cls.TOPIC  # type: ignore[attr-defined]  # each listed class pins TOPIC (a test loads them)
-    for cls in ANNOUNCING_EVENTS
-)
+# The events that announce something (each declares what: its `ANNOUNCES`): the follower
+# reads only their topics (it skips the rest in SQL), and only a commit holding one (or a
+# redelivery) wakes it at once.
+ANNOUNCING_EVENTS: tuple[type, ...] = tuple(e for e in audited_events() if e.ANNOUNCES)
+ANNOUNCING_TOPICS: tuple[str, ...] = tuple(topic_of(cls) for cls in ANNOUNCING_EVENTS)
 # What a commit may hold that gives the dispatcher work at once (`gives_work`): an event
 # to announce, or a redelivery that makes a delivery due again.
 _WORK_EVENTS = (*ANNOUNCING_EVENTS, WebhookDelivery.Replayed)

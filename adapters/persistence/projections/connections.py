@@ -15,7 +15,7 @@ from healthledger.adapters.persistence.engine.statements import (
     UpdatesByKey,
     insert_of,
 )
-from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections import handles
 from healthledger.domain.connections.connection import CONNECTED, PAUSED
 from healthledger.domain.connections.connection import DEREGISTERED as CONNECTION_DEREGISTERED
 from healthledger.domain.connections.connection import ERROR as CONNECTION_ERROR
@@ -119,6 +119,7 @@ UPDATE_LINK_TOKEN = UpdatesByKey(link_tokens, "token_id")
 # -- provider connections -------------------------------------------------------------
 
 
+@handles(ProviderConnection.Created, ProviderConnection.Reconnected)
 def connection_connected(conn: Connection, e: Any) -> None:
     values = {
         "status": CONNECTED,
@@ -144,12 +145,14 @@ def connection_connected(conn: Connection, e: Any) -> None:
         UPDATE_CONNECTION.execute(conn, e.originator_id, values)
 
 
+@handles(ProviderConnection.Deregistered)
 def connection_deregistered(conn: Connection, e: Any) -> None:
     UPDATE_CONNECTION.execute(
         conn, e.originator_id, {"status": CONNECTION_DEREGISTERED, "updated_at": e.timestamp}
     )
 
 
+@handles(ProviderConnection.Errored)
 def connection_errored(conn: Connection, e: Any) -> None:
     details = {
         "error_type": e.error_type,
@@ -163,6 +166,7 @@ def connection_errored(conn: Connection, e: Any) -> None:
     )
 
 
+@handles(ProviderConnection.Paused, ProviderConnection.Resumed)
 def connection_status(conn: Connection, e: Any) -> None:
     status = PAUSED if isinstance(e, ProviderConnection.Paused) else CONNECTED
     UPDATE_CONNECTION.execute(conn, e.originator_id, {"status": status, "updated_at": e.timestamp})
@@ -171,6 +175,7 @@ def connection_status(conn: Connection, e: Any) -> None:
 # -- resource feeds and their pulls ---------------------------------------------------
 
 
+@handles(ResourceFeed.Created)
 def feed_created(conn: Connection, e: ResourceFeed.Created) -> None:
     INSERT_FEED.execute(
         conn,
@@ -192,6 +197,7 @@ def update_feed(conn: Connection, e: Any, **values: Any) -> None:
     UPDATE_FEED.execute(conn, e.originator_id, {"version": e.originator_version, **values})
 
 
+@handles(ResourceFeed.PullScheduled)
 def pull_scheduled(conn: Connection, e: ResourceFeed.PullScheduled) -> None:
     update_feed(
         conn,
@@ -212,6 +218,7 @@ def pull_scheduled(conn: Connection, e: ResourceFeed.PullScheduled) -> None:
     )
 
 
+@handles(ResourceFeed.PullStarted)
 def pull_started(conn: Connection, e: ResourceFeed.PullStarted) -> None:
     update_feed(
         conn,
@@ -226,6 +233,7 @@ def pull_started(conn: Connection, e: ResourceFeed.PullStarted) -> None:
     )
 
 
+@handles(ResourceFeed.PullRetrying)
 def pull_retrying(conn: Connection, e: ResourceFeed.PullRetrying) -> None:
     update_feed(
         conn,
@@ -237,6 +245,7 @@ def pull_retrying(conn: Connection, e: ResourceFeed.PullRetrying) -> None:
     )
 
 
+@handles(ResourceFeed.PullSucceeded)
 def pull_succeeded(conn: Connection, e: ResourceFeed.PullSucceeded) -> None:
     update_feed(
         conn,
@@ -252,6 +261,7 @@ def pull_succeeded(conn: Connection, e: ResourceFeed.PullSucceeded) -> None:
     )
 
 
+@handles(ResourceFeed.PullFailed)
 def pull_failed(conn: Connection, e: ResourceFeed.PullFailed) -> None:
     update_feed(
         conn,
@@ -264,6 +274,7 @@ def pull_failed(conn: Connection, e: ResourceFeed.PullFailed) -> None:
     )
 
 
+@handles(ResourceFeed.DailySynced)
 def daily_synced(conn: Connection, e: ResourceFeed.DailySynced) -> None:
     days = [*e.created_days, *e.updated_days]
     update_feed(
@@ -290,6 +301,7 @@ def widened(oldest: Any, newest: Any) -> dict[str, Any]:
 # -- link tokens ----------------------------------------------------------------------
 
 
+@handles(LinkToken.Issued)
 def link_token_issued(conn: Connection, e: LinkToken.Issued) -> None:
     INSERT_LINK_TOKEN.execute(
         conn,
@@ -309,26 +321,8 @@ def link_token_issued(conn: Connection, e: LinkToken.Issued) -> None:
     )
 
 
+@handles(LinkToken.Consumed)
 def link_token_consumed(conn: Connection, e: LinkToken.Consumed) -> None:
     UPDATE_LINK_TOKEN.execute(
         conn, e.originator_id, {"consumed_at": e.timestamp, "consumed_provider": e.provider}
     )
-
-
-HANDLERS: Handlers = {
-    ProviderConnection.Created: connection_connected,
-    ProviderConnection.Reconnected: connection_connected,
-    ProviderConnection.Deregistered: connection_deregistered,
-    ProviderConnection.Errored: connection_errored,
-    ProviderConnection.Paused: connection_status,
-    ProviderConnection.Resumed: connection_status,
-    ResourceFeed.Created: feed_created,
-    ResourceFeed.PullScheduled: pull_scheduled,
-    ResourceFeed.PullStarted: pull_started,
-    ResourceFeed.PullRetrying: pull_retrying,
-    ResourceFeed.PullSucceeded: pull_succeeded,
-    ResourceFeed.PullFailed: pull_failed,
-    ResourceFeed.DailySynced: daily_synced,
-    LinkToken.Issued: link_token_issued,
-    LinkToken.Consumed: link_token_consumed,
-}

@@ -23,22 +23,17 @@ from uuid import UUID
 from eventsourcing.domain import DomainEventProtocol
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
-    connections,
     health_data,
-    link_tokens,
-    orders,
-    pending_erasures,
+    metadata,
     provider_tokens,
-    resource_feeds,
     snapshots,
     user_data_keys,
-    users,
     webhook_deliveries,
 )
 from healthledger.adapters.persistence.engine.statements import among
 from healthledger.adapters.persistence.keys.key_store import KeyStore
+from healthledger.domain.audited import READ_MODEL_PLACE, audited_aggregates, audited_events
 from healthledger.domain.errors import ErasureNotVerified
-from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERIES
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deliveries import PENDING
@@ -57,25 +52,32 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.dml import ReturningDelete
 
-# The places of DELETED that are read models (a rebuild's users projection empties them
-# for an erased user again: `users.user_erased`).
-READ_MODEL_PLACE = "read_model:"
+# The events with erasure effects: those that destroy their originator's data key (each
+# declares SHREDS_KEY: a user's erasure, a team's deletion).
+ERASING = frozenset(event for event in audited_events() if event.SHREDS_KEY)
 
-# The events with erasure effects (neither class has subclasses).
-ERASING = frozenset({User.Erased, Team.Deleted})
-
-# Each place a user's erasure deletes, by the column that names the user, in the order
-# they are deleted: the users row first, so that a chunk of health data stored
+# The read models that hold what a user's streams project about the user: each aggregate
+# about a user names its own (its USER_STREAM's `read_models`), in the order of
+# ERASURE_REMOVES. The users row is deleted first, so that a chunk of health data stored
 # concurrently is either committed before (and deleted here) or refused for want of the
 # row (SqlHealthDataStore._require_user).
+_USERS_ROW = f"{READ_MODEL_PLACE}users"
+_DECLARED = {
+    place
+    for aggregate in audited_aggregates()
+    if aggregate.USER_STREAM is not None
+    for place in aggregate.USER_STREAM.read_models
+}
+_READ_MODELS = [_USERS_ROW] + [p for p in ERASURE_REMOVES if p in _DECLARED and p != _USERS_ROW]
+
+# Each place a user's erasure deletes, by the column that names the user, in the order
+# they are deleted: the read models (their table's `user_id`), then what the log does not
+# project.
 DELETED: dict[str, Column[Any]] = {
-    "read_model:users": users.c.user_id,
-    "read_model:pending_erasures": pending_erasures.c.user_id,
-    "read_model:connections": connections.c.user_id,
-    "read_model:resource_feeds": resource_feeds.c.user_id,
-    "read_model:link_tokens": link_tokens.c.user_id,
-    # Lab test orders: the patient's details and address and the results, sealed.
-    "read_model:orders": orders.c.user_id,
+    **{
+        place: metadata.tables[place.removeprefix(READ_MODEL_PLACE)].c.user_id
+        for place in _READ_MODELS
+    },
     "health_data": health_data.c.user_id,
     # The maker's tokens of the user's OAuth connections (sealed with its key; ADR 0022).
     "provider_tokens": provider_tokens.c.user_id,
@@ -221,10 +223,11 @@ def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]
     erased: list[User.Erased] = []
     for event in events:
         if type(event) not in ERASING:
-            continue  # nearly every event: one set lookup instead of two isinstance calls
+            continue  # nearly every event: one set lookup instead of an isinstance call
         if isinstance(event, User.Erased):
             erased.append(event)
-        elif isinstance(event, Team.Deleted):
+        else:
+            # Any other that shreds a key (a team's deletion) destroys its originator's.
             KeyStore.destroy(conn, event.originator_id)
     if erased:
         _erase(conn, erased)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from healthledger.adapters.persistence.engine.schema import lab_tests
-from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections import handles
 from healthledger.domain.labs.lab_tests import LabTest
 from sqlalchemy import Connection, insert
 
 
+@handles(LabTest.Created)
 def lab_test_created(conn: Connection, e: LabTest.Created) -> None:
     conn.execute(
         insert(lab_tests).values(
@@ -22,6 +23,3 @@ def lab_test_created(conn: Connection, e: LabTest.Created) -> None:
             created_at=e.timestamp,
         )
     )
-
-
-HANDLERS: Handlers = {LabTest.Created: lab_test_created}

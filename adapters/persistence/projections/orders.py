@@ -20,7 +20,7 @@ from healthledger.adapters.persistence.engine.statements import (
     UpdatesByKey,
     insert_of,
 )
-from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections import handles
 from healthledger.adapters.persistence.projections.users import OpenSealed
 from healthledger.domain.labs.orders import INTERPRETATIONS, Order, top_level
 from sqlalchemy import Connection, bindparam, select
@@ -73,6 +73,7 @@ def statuses_of(events: str) -> list[dict[str, Any]]:
     return found
 
 
+@handles(Order.Created)
 def order_created(conn: Connection, e: Order.Created) -> None:
     INSERT_ORDER.execute(
         conn,
@@ -115,6 +116,7 @@ def _moved(conn: Connection, e: Any, **values: Any) -> None:
     )
 
 
+@handles(Order.StatusChanged)
 def status_changed(conn: Connection, e: Order.StatusChanged) -> None:
     if e.sample_id is None:
         _moved(conn, e, due_at=e.next_step_at)
@@ -122,6 +124,7 @@ def status_changed(conn: Connection, e: Order.StatusChanged) -> None:
         _moved(conn, e, due_at=e.next_step_at, sample_id=e.sample_id)
 
 
+@handles(Order.Cancelled, Order.Failed)
 def ended(conn: Connection, e: Any) -> None:
     """Cancelled or failed: no step follows."""
     _moved(conn, e, due_at=None)
@@ -131,6 +134,7 @@ def _no_key_store(conn: Connection, user_id: Any, sealed: str) -> Any:
     raise RuntimeError("projecting an order's results needs the key store (ReadModels)")
 
 
+@handles(Order.Completed)
 def completed(
     conn: Connection, e: Order.Completed, open_sealed: OpenSealed = _no_key_store
 ) -> None:
@@ -145,15 +149,6 @@ def completed(
         # shows the placeholder of a sealed value, which is no interpretation).
         interpretation=opened if opened in INTERPRETATIONS else None,
     )
-
-
-HANDLERS: Handlers = {
-    Order.Created: order_created,
-    Order.StatusChanged: status_changed,
-    Order.Completed: completed,
-    Order.Cancelled: ended,
-    Order.Failed: ended,
-}
 
 
 def opening_handlers(open_sealed: OpenSealed) -> dict[type, Callable[[Connection, Any], None]]:

@@ -16,6 +16,7 @@ from healthledger.adapters.persistence.engine.statements import held_writes, hol
 from healthledger.adapters.persistence.projections import (
     Handlers,
     connections,
+    declared_handlers,
     lab_tests,
     orders,
     stream_owners,
@@ -24,6 +25,10 @@ from healthledger.adapters.persistence.projections import (
     webhooks,
 )
 from sqlalchemy import Connection
+
+# The contexts whose modules declare the read models' handlers (`@handles`): imported
+# here, so that every handler is declared before a `ReadModels` collects them.
+PROJECTING = (users, teams, connections, webhooks, lab_tests, orders)
 
 # The events of one save from which their projection's writes are held and run together
 # (`statements.held_writes`): a sweep's erasure batch, a fan-out. A command's few events
@@ -46,14 +51,11 @@ class ReadModels:
         `open_sealed_in_bulk` (its `opener_on`), if given, opens a rebuild's page."""
         self.db = db
         self.open_sealed_in_bulk = open_sealed_in_bulk
+        # Each context's module declares its handlers (`@handles`); those that open a
+        # sealed value are bound to the key store over them.
         self.handlers = {
-            **users.HANDLERS,
+            **declared_handlers(),
             **(users.opening_handlers(open_sealed) if open_sealed is not None else {}),
-            **teams.HANDLERS,
-            **connections.HANDLERS,
-            **webhooks.HANDLERS,
-            **lab_tests.HANDLERS,
-            **orders.HANDLERS,
             **(orders.opening_handlers(open_sealed) if open_sealed is not None else {}),
         }
 

@@ -7,9 +7,11 @@ field (the user's own stream: its id) and its team in `team_id`. A client_user_i
 is held by one user after another: `Claimed` hands it to a further user, who owns it
 from then on too. Erasure never deletes these rows (ids only, no personal value).
 
-A new aggregate about a user (orders, issue 14) plugs in with one entry in
-`OWNED_STREAMS`, provided its Created event names `user_id` and `team_id`; migration
-0005 backfilled the streams stored before this table (topics listed there).
+Each aggregate declares whether its stream is a user's (`USER_STREAM` in the domain: the
+kind, and the founding event's field naming the user), and an event that hands a stream
+to a further user names the field (`HANDS_STREAM_TO`); `OWNED_STREAMS` and the handing
+events are derived from them. Migration 0005 backfilled the streams stored before this
+table (topics listed there).
 """
 
 from __future__ import annotations
@@ -18,60 +20,61 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate, DomainEventProtocol
+from eventsourcing.domain import DomainEventProtocol
 from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.engine.statements import CompiledStatement, insert_of
+from healthledger.domain.audited import Audited, audited_aggregates, events_of
 from healthledger.domain.connections.connection import Connection as ProviderConnection
-from healthledger.domain.connections.link_tokens import LinkToken
-from healthledger.domain.connections.oauth_flows import OAuthFlow
 from healthledger.domain.connections.resource_feeds import ResourceFeed
-from healthledger.domain.labs.orders import Order
-from healthledger.domain.users.user import ClientUserIdClaim, User
+from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deliveries import WebhookDelivery
-from sqlalchemy import Connection, and_, bindparam, exists, insert, literal, select
+from sqlalchemy import Connection, and_, bindparam, exists, insert, select
 
-USER = "user"
-CLAIM = "claim"
-CONNECTION = "connection"
-PULL = "pull"
-LINK_TOKEN = "link_token"
-WEBHOOK_DELIVERY = "webhook_delivery"
-OAUTH_FLOW = "oauth_flow"
-ORDER = "order"
-
-# The aggregates whose streams belong to a user, and the kind each is listed as.
-OWNED_STREAMS: dict[type[Aggregate], str] = {
-    User: USER,
-    ClientUserIdClaim: CLAIM,
-    ProviderConnection: CONNECTION,
-    ResourceFeed: PULL,
-    LinkToken: LINK_TOKEN,
-    WebhookDelivery: WEBHOOK_DELIVERY,
-    # A sign-in at a maker started from the user's link (ADR 0022).
-    OAuthFlow: OAUTH_FLOW,
-    # A lab test order placed for the user (issue 14).
-    Order: ORDER,
+# The aggregates whose streams belong to a user, and the kind each is listed as (a
+# concrete aggregate that declared no USER_STREAM would not have been defined).
+OWNED_STREAMS: dict[type[Audited], str] = {
+    aggregate: aggregate.USER_STREAM.kind
+    for aggregate in audited_aggregates()
+    if aggregate.USER_STREAM is not None
 }
-# Each one's founding event (a link token's is `Issued`, an OAuth flow's `Started`, which
-# `Created` names too).
+# Each one's founding event, by the kind (a link token's is `Issued`, an OAuth flow's
+# `Started`, which `Created` names too), and the field of it that names the user.
 FOUNDING: dict[type, str] = {aggregate.Created: kind for aggregate, kind in OWNED_STREAMS.items()}
+_OWNER_FIELD: dict[type, str] = {
+    aggregate.Created: aggregate.USER_STREAM.owner
+    for aggregate in OWNED_STREAMS
+    if aggregate.USER_STREAM is not None
+}
+# The events that hand a stream to a further user, by the field that names them.
+HANDING: dict[type, str] = {
+    event: event.HANDS_STREAM_TO
+    for aggregate in OWNED_STREAMS
+    for event in events_of(aggregate)
+    if event.HANDS_STREAM_TO is not None
+}
+# The kinds other modules select by.
+USER = OWNED_STREAMS[User]
+CONNECTION = OWNED_STREAMS[ProviderConnection]
+PULL = OWNED_STREAMS[ResourceFeed]
+WEBHOOK_DELIVERY = OWNED_STREAMS[WebhookDelivery]
 
 COLUMNS = ("user_id", "originator_id", "team_id", "kind", "first_seen_at")
 INSERT_OWNERS = CompiledStatement(insert_of(stream_owners, COLUMNS))
 
 _o = stream_owners.c
-# A claim taken by a further user (a new user with a released client_user_id, an undo, a
-# change of client_user_id): a row for that user unless it has one, in the claim's team,
-# which its earlier owners' rows hold (the claim's founding save came before this one).
+# A stream handed to a further user (a claim of a client_user_id taken by a new user, an
+# undo, a change of client_user_id): a row for that user unless it has one, in the
+# stream's team and of its kind, which its earlier owners' rows hold (the stream's
+# founding save came before this one).
 _EARLIER = stream_owners.alias("earlier")
-CLAIM_TAKEN = CompiledStatement(
+STREAM_HANDED = CompiledStatement(
     insert(stream_owners).from_select(
         list(COLUMNS),
         select(
             bindparam("uid", type_=_o.user_id.type),
             _EARLIER.c.originator_id,
             _EARLIER.c.team_id,
-            literal(CLAIM),
+            _EARLIER.c.kind,
             bindparam("at", type_=_o.first_seen_at.type),
         )
         .where(
@@ -87,12 +90,13 @@ CLAIM_TAKEN = CompiledStatement(
 
 def names_owners(event_class: type) -> bool:
     """Whether events of this class found or hand over a stream a user owns."""
-    return event_class in FOUNDING or event_class is ClientUserIdClaim.Claimed
+    return event_class in FOUNDING or event_class in HANDING
 
 
 def owner_of(founding: Any) -> UUID:
     """The user a founding event names: a user's own stream is the user."""
-    return founding.originator_id if isinstance(founding, User.Created) else founding.user_id
+    owner: UUID = getattr(founding, _OWNER_FIELD[type(founding)])
+    return owner
 
 
 def project(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> None:
@@ -113,13 +117,16 @@ def project(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> Non
                     "first_seen_at": e.timestamp,
                 }
             )
-        elif type(event) is ClientUserIdClaim.Claimed:
+        elif type(event) in HANDING:
             if founded:
-                # The claim may have been founded among these events (a rebuild's page):
-                # its row is where the taking reads the claim's team.
+                # The stream may have been founded among these events (a rebuild's page):
+                # its row is where the handing reads the stream's team and kind.
                 INSERT_OWNERS.execute_many(conn, founded)
                 founded = []
             e = event
-            CLAIM_TAKEN.execute(conn, {"uid": e.user_id, "oid": e.originator_id, "at": e.timestamp})
+            new_owner = getattr(e, HANDING[type(e)])
+            STREAM_HANDED.execute(
+                conn, {"uid": new_owner, "oid": e.originator_id, "at": e.timestamp}
+            )
     if founded:
         INSERT_OWNERS.execute_many(conn, founded)

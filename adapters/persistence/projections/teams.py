@@ -13,7 +13,7 @@ from healthledger.adapters.persistence.engine.schema import (
     teams,
     webhook_endpoints,
 )
-from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections import handles
 from healthledger.domain.teams.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
 from healthledger.domain.teams.teams import Organization, Team, TeamApiKey, default_settings
@@ -22,18 +22,21 @@ from sqlalchemy import Connection, delete, insert, select, update
 # -- organizations and teams ----------------------------------------------------------
 
 
+@handles(Organization.Created)
 def organization_created(conn: Connection, e: Organization.Created) -> None:
     conn.execute(
         insert(organizations).values(org_id=e.originator_id, name=e.name, created_on=e.timestamp)
     )
 
 
+@handles(Organization.Renamed)
 def organization_renamed(conn: Connection, e: Organization.Renamed) -> None:
     conn.execute(
         update(organizations).where(organizations.c.org_id == e.originator_id).values(name=e.name)
     )
 
 
+@handles(Team.Created)
 def team_created(conn: Connection, e: Team.Created) -> None:
     conn.execute(
         insert(teams).values(
@@ -49,6 +52,7 @@ def team_created(conn: Connection, e: Team.Created) -> None:
     )
 
 
+@handles(Team.Renamed)
 def team_renamed(conn: Connection, e: Team.Renamed) -> None:
     conn.execute(
         update(teams)
@@ -57,6 +61,7 @@ def team_renamed(conn: Connection, e: Team.Renamed) -> None:
     )
 
 
+@handles(Team.SettingsChanged)
 def team_settings_changed(conn: Connection, e: Team.SettingsChanged) -> None:
     current = conn.execute(
         select(teams.c.settings).where(teams.c.team_id == e.originator_id)
@@ -68,6 +73,7 @@ def team_settings_changed(conn: Connection, e: Team.SettingsChanged) -> None:
     )
 
 
+@handles(Team.FeatureEnabled, Team.FeatureDisabled)
 def team_features_changed(conn: Connection, e: Any) -> None:
     current = conn.execute(
         select(teams.c.features).where(teams.c.team_id == e.originator_id)
@@ -82,6 +88,7 @@ def team_features_changed(conn: Connection, e: Any) -> None:
     )
 
 
+@handles(Team.Deleted)
 def team_deleted(conn: Connection, e: Team.Deleted) -> None:
     conn.execute(
         update(teams).where(teams.c.team_id == e.originator_id).values(deleted_at=e.timestamp)
@@ -99,6 +106,7 @@ def team_deleted(conn: Connection, e: Team.Deleted) -> None:
 # -- team API keys --------------------------------------------------------------------
 
 
+@handles(TeamApiKey.Created)
 def team_api_key_created(conn: Connection, e: TeamApiKey.Created) -> None:
     conn.execute(
         insert(team_api_keys).values(
@@ -112,6 +120,7 @@ def team_api_key_created(conn: Connection, e: TeamApiKey.Created) -> None:
     )
 
 
+@handles(TeamApiKey.Revoked)
 def team_api_key_revoked(conn: Connection, e: TeamApiKey.Revoked) -> None:
     conn.execute(
         update(team_api_keys)
@@ -123,6 +132,7 @@ def team_api_key_revoked(conn: Connection, e: TeamApiKey.Revoked) -> None:
 # -- management keys ------------------------------------------------------------------
 
 
+@handles(ManagementKey.Created)
 def management_key_created(conn: Connection, e: ManagementKey.Created) -> None:
     conn.execute(
         insert(management_keys).values(
@@ -143,14 +153,17 @@ def update_management_key(conn: Connection, e: Any, **values: Any) -> None:
     )
 
 
+@handles(ManagementKey.Relabeled)
 def management_key_relabeled(conn: Connection, e: ManagementKey.Relabeled) -> None:
     update_management_key(conn, e, label=e.label)
 
 
+@handles(ManagementKey.TeamsBound)
 def management_key_teams_bound(conn: Connection, e: ManagementKey.TeamsBound) -> None:
     update_management_key(conn, e, team_ids=[str(t) for t in e.team_ids])
 
 
+@handles(ManagementKey.Revoked)
 def management_key_revoked(conn: Connection, e: ManagementKey.Revoked) -> None:
     update_management_key(conn, e, revoked_at=e.timestamp)
 
@@ -158,6 +171,7 @@ def management_key_revoked(conn: Connection, e: ManagementKey.Revoked) -> None:
 # -- custom credentials ---------------------------------------------------------------
 
 
+@handles(CustomCredentials.Created)
 def credentials_prepared(conn: Connection, e: CustomCredentials.Created) -> None:
     conn.execute(
         insert(custom_credentials).values(
@@ -170,16 +184,19 @@ def credentials_prepared(conn: Connection, e: CustomCredentials.Created) -> None
     )
 
 
+@handles(CustomCredentials.Reprepared)
 def credentials_reprepared(conn: Connection, e: Any) -> None:
     update_credentials(conn, e, status=PREPARED, client_id=None, sealed_client_secret=None)
 
 
+@handles(CustomCredentials.Set)
 def credentials_set(conn: Connection, e: CustomCredentials.Set) -> None:
     update_credentials(
         conn, e, status=SET, client_id=e.client_id, sealed_client_secret=e.sealed_client_secret
     )
 
 
+@handles(CustomCredentials.Deleted)
 def credentials_deleted(conn: Connection, e: Any) -> None:
     update_credentials(conn, e, status=DELETED, client_id=None, sealed_client_secret=None)
 
@@ -190,25 +207,3 @@ def update_credentials(conn: Connection, e: Any, **values: Any) -> None:
         .where(custom_credentials.c.credentials_id == e.originator_id)
         .values(updated_at=e.timestamp, **values)
     )
-
-
-HANDLERS: Handlers = {
-    Organization.Created: organization_created,
-    Organization.Renamed: organization_renamed,
-    Team.Created: team_created,
-    Team.Renamed: team_renamed,
-    Team.SettingsChanged: team_settings_changed,
-    Team.FeatureEnabled: team_features_changed,
-    Team.FeatureDisabled: team_features_changed,
-    Team.Deleted: team_deleted,
-    TeamApiKey.Created: team_api_key_created,
-    TeamApiKey.Revoked: team_api_key_revoked,
-    ManagementKey.Created: management_key_created,
-    ManagementKey.Relabeled: management_key_relabeled,
-    ManagementKey.TeamsBound: management_key_teams_bound,
-    ManagementKey.Revoked: management_key_revoked,
-    CustomCredentials.Created: credentials_prepared,
-    CustomCredentials.Reprepared: credentials_reprepared,
-    CustomCredentials.Set: credentials_set,
-    CustomCredentials.Deleted: credentials_deleted,
-}

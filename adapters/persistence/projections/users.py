@@ -18,7 +18,7 @@ from healthledger.adapters.persistence.engine.statements import (
     delete_by,
     insert_of,
 )
-from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections import Handlers, handles
 from healthledger.adapters.persistence.projections.erasure import DELETED, READ_MODEL_PLACE
 from healthledger.domain.context import DEFAULT_ENVIRONMENT
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
@@ -91,6 +91,7 @@ def client_user_id_of(
     return ERASED_PLACEHOLDER if opened is None else str(opened)
 
 
+@handles(User.Created)
 def user_created(
     conn: Connection, e: User.Created, open_sealed: OpenSealed = _no_key_store
 ) -> None:
@@ -133,6 +134,7 @@ def created_by_key_environment(conn: Connection, actor: str) -> str:
     return found or DEFAULT_ENVIRONMENT
 
 
+@handles(User.SettingsChanged)
 def user_settings_changed(conn: Connection, e: User.SettingsChanged) -> None:
     values: dict[str, Any] = {"version": e.originator_version}
     for key, value in e.changes.items():
@@ -149,6 +151,7 @@ def user_settings_changed(conn: Connection, e: User.SettingsChanged) -> None:
     UPDATE_USER.execute(conn, e.originator_id, values)
 
 
+@handles(User.ClientUserIdChanged)
 def user_client_user_id_changed(
     conn: Connection, e: User.ClientUserIdChanged, open_sealed: OpenSealed = _no_key_store
 ) -> None:
@@ -160,6 +163,7 @@ def user_client_user_id_changed(
     )
 
 
+@handles(User.DemographicsRecorded)
 def user_demographics_recorded(conn: Connection, e: User.DemographicsRecorded) -> None:
     UPDATE_USER.execute(
         conn,
@@ -172,6 +176,7 @@ def user_demographics_recorded(conn: Connection, e: User.DemographicsRecorded) -
     )
 
 
+@handles(User.Deleted)
 def user_deleted(conn: Connection, e: User.Deleted) -> None:
     SET_STATUS.execute(
         conn,
@@ -186,6 +191,7 @@ def user_deleted(conn: Connection, e: User.Deleted) -> None:
     INSERT_PENDING.execute(conn, {"user_id": e.originator_id, "due_at": e.erasure_due_at})
 
 
+@handles(User.DeletionUndone)
 def user_deletion_undone(conn: Connection, e: User.DeletionUndone) -> None:
     SET_STATUS.execute(
         conn,
@@ -200,6 +206,7 @@ def user_deletion_undone(conn: Connection, e: User.DeletionUndone) -> None:
     DELETE_PENDING.execute(conn, {"uid": e.originator_id})
 
 
+@handles(User.DeletionUndoRefused)
 def user_deletion_undo_refused(conn: Connection, e: User.DeletionUndoRefused) -> None:
     # Nothing changed but the version (an erased user has no row: nothing to update).
     UPDATE_USER.execute(conn, e.originator_id, {"version": e.originator_version})
@@ -215,26 +222,15 @@ ERASED_USER_ROWS = [
 ]
 
 
+@handles(User.Erased)
 def user_erased(conn: Connection, e: User.Erased) -> None:
     for statement in ERASED_USER_ROWS:
         statement.execute(conn, {"row_key": e.originator_id})
 
 
-HANDLERS: Handlers = {
-    User.Created: user_created,
-    User.SettingsChanged: user_settings_changed,
-    User.ClientUserIdChanged: user_client_user_id_changed,
-    User.DemographicsRecorded: user_demographics_recorded,
-    User.Deleted: user_deleted,
-    User.DeletionUndone: user_deletion_undone,
-    User.DeletionUndoRefused: user_deletion_undo_refused,
-    User.Erased: user_erased,
-}
-
-
 def opening_handlers(open_sealed: OpenSealed) -> Handlers:
     """The handlers of the events that hold a sealed client_user_id, bound to the key
-    store's opener (`ReadModels` puts them over the ones in HANDLERS)."""
+    store's opener (`ReadModels` puts them over the declared ones)."""
     return {
         User.Created: partial(user_created, open_sealed=open_sealed),
         User.ClientUserIdChanged: partial(user_client_user_id_changed, open_sealed=open_sealed),

@@ -15,7 +15,7 @@ from healthledger.adapters.persistence.engine.statements import (
     UpdatesByKey,
     insert_of,
 )
-from healthledger.adapters.persistence.projections import Handlers
+from healthledger.adapters.persistence.projections import handles
 from healthledger.domain.webhooks.deliveries import DROPPED as DELIVERY_DROPPED
 from healthledger.domain.webhooks.deliveries import FAILED as DELIVERY_FAILED
 from healthledger.domain.webhooks.deliveries import PENDING as DELIVERY_PENDING
@@ -93,6 +93,7 @@ DELIVERY_FAILED_UPDATE = CompiledStatement(delivery_attempt(succeeded=False))
 UPDATE_DELIVERY = UpdatesByKey(webhook_deliveries, "delivery_id")
 
 
+@handles(WebhookDelivery.Created)
 def delivery_created(conn: Connection, e: WebhookDelivery.Created) -> None:
     INSERT_DELIVERY.execute(
         conn,
@@ -121,6 +122,7 @@ def update_delivery(conn: Connection, e: Any, **values: Any) -> None:
     UPDATE_DELIVERY.execute(conn, e.originator_id, {"version": e.originator_version, **values})
 
 
+@handles(WebhookDelivery.AttemptMade)
 def delivery_attempted(conn: Connection, e: WebhookDelivery.AttemptMade) -> None:
     success = e.outcome == "success"
     if success:
@@ -141,10 +143,12 @@ def delivery_attempted(conn: Connection, e: WebhookDelivery.AttemptMade) -> None
     )
 
 
+@handles(WebhookDelivery.Dropped)
 def delivery_dropped(conn: Connection, e: WebhookDelivery.Dropped) -> None:
     update_delivery(conn, e, status=DELIVERY_DROPPED, next_attempt_at=None)
 
 
+@handles(WebhookDelivery.Replayed)
 def delivery_replayed(conn: Connection, e: WebhookDelivery.Replayed) -> None:
     update_delivery(
         conn,
@@ -159,6 +163,7 @@ def delivery_replayed(conn: Connection, e: WebhookDelivery.Replayed) -> None:
 # -- webhook endpoints ----------------------------------------------------------------
 
 
+@handles(WebhookEndpoint.Created)
 def webhook_endpoint_created(conn: Connection, e: WebhookEndpoint.Created) -> None:
     conn.execute(
         insert(webhook_endpoints).values(
@@ -176,18 +181,22 @@ def webhook_endpoint_created(conn: Connection, e: WebhookEndpoint.Created) -> No
     )
 
 
+@handles(WebhookEndpoint.Updated)
 def webhook_endpoint_updated(conn: Connection, e: WebhookEndpoint.Updated) -> None:
     update_endpoint(conn, e, **e.changes)
 
 
+@handles(WebhookEndpoint.Disabled)
 def webhook_endpoint_disabled(conn: Connection, e: WebhookEndpoint.Disabled) -> None:
     update_endpoint(conn, e, disabled_reason=e.reason)
 
 
+@handles(WebhookEndpoint.Enabled)
 def webhook_endpoint_enabled(conn: Connection, e: WebhookEndpoint.Enabled) -> None:
     update_endpoint(conn, e, disabled_reason=None)
 
 
+@handles(WebhookEndpoint.SecretRotated)
 def webhook_secret_rotated(conn: Connection, e: WebhookEndpoint.SecretRotated) -> None:
     current = conn.execute(
         select(webhook_endpoints.c.sealed_secret).where(
@@ -203,6 +212,7 @@ def webhook_secret_rotated(conn: Connection, e: WebhookEndpoint.SecretRotated) -
     )
 
 
+@handles(WebhookEndpoint.Deleted)
 def webhook_endpoint_deleted(conn: Connection, e: WebhookEndpoint.Deleted) -> None:
     # Gone from every read, secrets included; its sealed copies stay only in the log.
     conn.execute(
@@ -221,6 +231,7 @@ def update_endpoint(conn: Connection, e: Any, **values: Any) -> None:
 # -- the deprecation calendar ---------------------------------------------------------
 
 
+@handles(DeprecationCalendar.CutOverApplied)
 def cut_over_applied(conn: Connection, e: DeprecationCalendar.CutOverApplied) -> None:
     conn.execute(
         insert(deprecation_cut_overs).values(
@@ -231,18 +242,3 @@ def cut_over_applied(conn: Connection, e: DeprecationCalendar.CutOverApplied) ->
             actor=e.actor,
         )
     )
-
-
-HANDLERS: Handlers = {
-    WebhookDelivery.Created: delivery_created,
-    WebhookDelivery.AttemptMade: delivery_attempted,
-    WebhookDelivery.Dropped: delivery_dropped,
-    WebhookDelivery.Replayed: delivery_replayed,
-    WebhookEndpoint.Created: webhook_endpoint_created,
-    WebhookEndpoint.Updated: webhook_endpoint_updated,
-    WebhookEndpoint.Disabled: webhook_endpoint_disabled,
-    WebhookEndpoint.Enabled: webhook_endpoint_enabled,
-    WebhookEndpoint.SecretRotated: webhook_secret_rotated,
-    WebhookEndpoint.Deleted: webhook_endpoint_deleted,
-    DeprecationCalendar.CutOverApplied: cut_over_applied,
-}
