@@ -39,7 +39,8 @@ from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHO
 from healthledger.domain.webhooks.endpoints import new_signing_secret
 from sqlalchemy import func, insert, select
 
-from tests.e2e.test_webhook_delivery import Clock, connected_user, endpoint, the_team
+from tests.clocks import Clock
+from tests.e2e.webhook_team import connected_user, endpoint, the_team
 from tests.receivers import free_socket, http_receiver, serving
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)

@@ -58,7 +58,7 @@ from healthledger.domain.webhooks.deliveries import WebhookDelivery
 from sqlalchemy import func, select
 
 from tests.conftest import POSTGRES_URL, postgres_schema
-from tests.e2e.test_server import KEY, free_port
+from tests.e2e.servers import KEY, free_port
 from tests.receivers import Receiver, http_receiver
 
 postgres_only = pytest.mark.skipif(

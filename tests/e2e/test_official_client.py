@@ -10,24 +10,16 @@ endpoint we stop serving, is a failing test rather than a customer's traceback."
 
 from __future__ import annotations
 
-import re
-import threading
-import time
-import types
 import typing
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pydantic
 import pytest
-import uvicorn
 import vital
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.domain.context import CommandContext
 from vital.core.api_error import ApiError
 from vital.errors import BadRequestError, UnprocessableEntityError
 from vital.types import (
@@ -39,73 +31,7 @@ from vital.types import (
 )
 
 from tests.conftest import Team
-from tests.e2e.test_server import free_port
-
-# Where the client keeps its generated code: raw_client.py holds each call's method and path.
-VITAL_DIR = Path(vital.__file__).parent
-
-
-# -- a real server and the client as customers set it up -----------------------------------
-
-
-@pytest.fixture
-def base_url(service: Service) -> Iterator[str]:
-    """The team API served by uvicorn in a thread of this process, so that the test can
-    also drive the service's jobs (the pull worker) directly."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_team_api(service), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, name="team-api", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=15)
-
-
-def rename_key_header(request: httpx.Request) -> None:
-    """The customer's hook: the client sends its key as x-vital-api-key, we read
-    x-service-api-key (spec section 5)."""
-    key = request.headers.pop("x-vital-api-key", None)
-    if key is not None:
-        request.headers["x-service-api-key"] = key
-
-
-@pytest.fixture
-def api(base_url: str, team: Team, service: Service) -> Iterator[vital.Vital]:
-    # Demographics are closed beta (gaps.md): the customer's team has them switched on.
-    service.teams.set_feature(CommandContext.system("test"), team.team_id, "demographics", True)
-    with httpx.Client(event_hooks={"request": [rename_key_header]}, timeout=30) as http:
-        yield vital.Vital(api_key=team.key, base_url=base_url, httpx_client=http)
-
-
-ADDRESS = Address(
-    first_line="1 Navy Yard",
-    second_line=None,
-    zip="20374",
-    country="US",
-    city="Washington",
-    state="DC",
-)
-
-
-def upsert_info(api: vital.Vital, user_id: str, address: Address = ADDRESS) -> Any:
-    return api.user.upsert_user_info(
-        user_id,
-        first_name="Grace",
-        last_name="Hopper",
-        email="grace.hopper@example.org",
-        phone_number="+1 555 010 1906",
-        gender="female",
-        dob="1956-12-09",
-        address=address,
-        race="white_caucasian",
-    )
-
+from tests.e2e.official_client import ADDRESS, client_calls, gaps, shape, upsert_info
 
 # -- every endpoint we serve, through the client ----------------------------------------------
 
@@ -373,85 +299,6 @@ SERVED: list[tuple[str, str, str]] = [
     ("lab_tests.simulate_order_process", "POST", "/v3/order/{order_id}/test"),
     ("lab_tests.get_result_raw", "GET", "/v3/order/{order_id}/result"),
 ]
-
-# One sync method of a raw client: its name, then (further down) its method= and path.
-_RAW_METHOD = re.compile(r"^    def (\w+)\(", re.MULTILINE)
-_RAW_CALL = re.compile(
-    r'\.request\(\s*(f?"[^"]*"),\s*(?:base_url=[^\n]*\n\s*)?method="(\w+)"', re.MULTILINE
-)
-_PARAMETER = re.compile(r"\{[^{}]*\}")
-
-
-def client_calls() -> dict[str, tuple[str, str]]:
-    """'resource.method' -> (HTTP method, path with {} for parameters), read from the
-    client's generated raw clients (sync classes only)."""
-    calls: dict[str, tuple[str, str]] = {}
-    for raw in sorted(VITAL_DIR.glob("*/raw_client.py")):
-        source = raw.read_text().split("\nclass AsyncRaw", 1)[0]
-        starts = [(m.start(), m.group(1)) for m in _RAW_METHOD.finditer(source)]
-        for (start, name), (end, _) in zip(starts, [*starts[1:], (len(source), "")], strict=True):
-            call = _RAW_CALL.search(source, start, end)
-            if call is not None and not name.startswith("_"):
-                path = "/" + _PARAMETER.sub("{}", call.group(1).lstrip("f").strip('"'))
-                calls[f"{raw.parent.name}.{name}"] = (call.group(2), path)
-    return calls
-
-
-def shape(path: str) -> str:
-    return _PARAMETER.sub("{}", path)
-
-
-def resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with $refs followed and a nullable anyOf reduced to its non-null branch."""
-    while True:
-        if "$ref" in schema:
-            schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
-        elif "anyOf" in schema:
-            branches = [s for s in schema["anyOf"] if s.get("type") != "null"]
-            if len(branches) != 1:
-                return schema
-            schema = branches[0]
-        else:
-            return schema
-
-
-def gaps(document: dict[str, Any], annotation: Any, schema: dict[str, Any], at: str) -> list[str]:
-    """Where our schema lacks what the client's type requires: required members of its
-    models (recursively), arrays, and maps."""
-    schema = resolve(document, schema)
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        # A union of models (no such response here) is not checked member by member.
-        return gaps(document, members[0], schema, at) if len(members) == 1 else []
-    if origin is list:
-        if schema.get("type") != "array":
-            return [f"{at}: the client reads an array, we declare {schema or 'nothing'}"]
-        (item,) = typing.get_args(annotation)
-        return gaps(document, item, schema.get("items", {}), f"{at}[]")
-    if origin is dict:
-        value = typing.get_args(annotation)[1]
-        if schema.get("type") != "object":
-            return [f"{at}: the client reads an object, we declare {schema or 'nothing'}"]
-        found = []
-        if isinstance(schema.get("additionalProperties"), dict):
-            found += gaps(document, value, schema["additionalProperties"], f"{at}{{}}")
-        for name, member in schema.get("properties", {}).items():
-            found += gaps(document, value, member, f"{at}.{name}")
-        return found
-    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
-        properties = schema.get("properties")
-        if properties is None:
-            return [f"{at}: the client reads {annotation.__name__}, we declare {schema}"]
-        found = []
-        for name, field in annotation.model_fields.items():
-            if name not in properties:
-                if field.is_required():
-                    found.append(f"{at}.{name}: required by {annotation.__name__}, not declared")
-                continue
-            found += gaps(document, field.annotation, properties[name], f"{at}.{name}")
-        return found
-    return []  # a scalar, an enum, Any: not compared
 
 
 def test_the_clients_calls_we_serve_are_in_our_openapi_with_the_fields_it_requires(

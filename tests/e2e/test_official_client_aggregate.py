@@ -35,16 +35,12 @@ from vital.types import (
 )
 
 from tests.conftest import Team
-from tests.e2e.test_official_client import (  # noqa: F401 (fixtures)
-    api,
-    base_url,
-)
 
 PATH = "/aggregate/v1/user/{}/query"
 
 
 @pytest.fixture
-def user_id(api: vital.Vital, service: Service, team: Team) -> str:  # noqa: F811 (the fixture)
+def user_id(api: vital.Vital, service: Service, team: Team) -> str:
     service.teams.set_feature(CommandContext.system("test"), team.team_id, "aggregate_query", True)
     user = api.user.create(client_user_id="oc-aggregate").user_id
     for provider in ("oura", "fitbit"):
@@ -54,8 +50,8 @@ def user_id(api: vital.Vital, service: Service, team: Team) -> str:  # noqa: F81
 
 
 def test_query_one_through_the_client_answers_what_the_api_answers(
-    api: vital.Vital,  # noqa: F811 (the fixture)
-    base_url: str,  # noqa: F811 (the fixture)
+    api: vital.Vital,
+    base_url: str,
     team: Team,
     user_id: str,
 ) -> None:
@@ -118,7 +114,7 @@ def test_query_one_through_the_client_answers_what_the_api_answers(
 
 
 def test_errors_parse_as_the_clients(
-    api: vital.Vital,  # noqa: F811 (the fixture)
+    api: vital.Vital,
     service: Service,
     team: Team,
     user_id: str,

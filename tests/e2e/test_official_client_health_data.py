@@ -23,12 +23,7 @@ from healthledger.adapters.http.timeseries import PATH_NAMES
 from vital.vitals.client import VitalsClient
 
 from tests.conftest import Team
-from tests.e2e.test_official_client import (  # noqa: F401 (fixtures)
-    api,
-    base_url,
-    client_calls,
-    gaps,
-)
+from tests.e2e.official_client import client_calls, gaps
 
 # The client's timeseries calls: `vitals.<name>` on /v2/timeseries/{}/<resource>[/grouped].
 _TIMESERIES = re.compile(r"^/v2/timeseries/\{\}/(\w+)(/grouped)?$")
@@ -59,7 +54,7 @@ def vitals_calls() -> dict[str, tuple[str, bool]]:
 
 
 @pytest.fixture
-def connected(api: vital.Vital, service: Service) -> str:  # noqa: F811 (the fixture)
+def connected(api: vital.Vital, service: Service) -> str:
     user_id = api.user.create(client_user_id="oc-health-data").user_id
     for provider in DEVICES:
         api.link.connect_demo_provider(user_id=user_id, provider=provider)
@@ -68,8 +63,8 @@ def connected(api: vital.Vital, service: Service) -> str:  # noqa: F811 (the fix
 
 
 def test_every_summary_getter_through_the_client(
-    api: vital.Vital,  # noqa: F811 (the fixture)
-    base_url: str,  # noqa: F811 (the fixture)
+    api: vital.Vital,
+    base_url: str,
     team: Team,
     connected: str,
 ) -> None:
@@ -99,8 +94,8 @@ def test_every_summary_getter_through_the_client(
 
 
 def test_every_vitals_method_of_a_demo_resource_through_the_client(
-    api: vital.Vital,  # noqa: F811 (the fixture)
-    base_url: str,  # noqa: F811 (the fixture)
+    api: vital.Vital,
+    base_url: str,
     team: Team,
     connected: str,
 ) -> None:

@@ -21,12 +21,10 @@ from vital.types import (
     OrderSetRequest,
 )
 
-from tests.e2e.test_official_client import api, base_url  # noqa: F401 (fixtures)
-
 DEMO_QUEST_TEST = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"
 
 
-def test_labs_and_markers_through_the_official_client(api: vital.Vital) -> None:  # noqa: F811
+def test_labs_and_markers_through_the_official_client(api: vital.Vital) -> None:
     labs = api.lab_tests.get_labs()
     assert all(isinstance(lab, ClientFacingLab) for lab in labs)
     quest = next(lab for lab in labs if lab.slug == "quest")
@@ -51,7 +49,7 @@ def test_labs_and_markers_through_the_official_client(api: vital.Vital) -> None:
 
 
 def test_lab_tests_and_order_sets_through_the_official_client(
-    api: vital.Vital,  # noqa: F811
+    api: vital.Vital,
 ) -> None:
     created = api.lab_tests.create(
         name="Thyroid and HbA1c",
@@ -87,7 +85,7 @@ def test_lab_tests_and_order_sets_through_the_official_client(
         )
 
 
-def test_area_info_through_the_official_client(api: vital.Vital) -> None:  # noqa: F811
+def test_area_info_through_the_official_client(api: vital.Vital) -> None:
     info = api.lab_tests.get_area_info(zip_code="85281", radius="50", labs=["quest", "labcorp"])
     assert isinstance(info, AreaInfo)
     assert info.zip_code == "85281" and info.phlebotomy.is_served

@@ -26,8 +26,6 @@ from vital.types import (
     SimulationFlags,
 )
 
-from tests.e2e.test_official_client import api, base_url  # noqa: F401 (fixtures)
-
 WELLNESS = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"  # a shared demo test: Quest, walk-in
 PATIENT = PatientDetailsWithValidation(
     first_name="Grace",
@@ -43,7 +41,7 @@ ADDRESS = PatientAddressWithValidation(
 
 
 def test_orders_through_the_official_client(
-    api: vital.Vital,  # noqa: F811
+    api: vital.Vital,
     service: Service,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -116,7 +114,7 @@ def test_orders_through_the_official_client(
 
 
 def test_order_errors_parse_as_the_clients_error_types(
-    api: vital.Vital,  # noqa: F811
+    api: vital.Vital,
 ) -> None:
     user_id = api.user.create(client_user_id="orders-errors").user_id
     with pytest.raises(ApiError) as unknown:

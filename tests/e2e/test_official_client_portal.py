@@ -39,11 +39,7 @@ from vital.types import CreateUserPortalUrlResponse
 from vital.user import CreateUserPortalUrlBodyContext
 
 from tests.conftest import Team
-from tests.e2e.test_official_client import (  # noqa: F401 (fixtures)
-    api,
-    base_url,
-    upsert_info,
-)
+from tests.e2e.official_client import upsert_info
 from tests.receivers import free_socket, serving
 
 CTX = CommandContext.system("test:portal")
@@ -116,7 +112,7 @@ def chromium() -> Path:
 
 
 @pytest.fixture
-def portal_user(api: vital.Vital, service: Service, team: Team) -> str:  # noqa: F811
+def portal_user(api: vital.Vital, service: Service, team: Team) -> str:
     """A user with demographics, in a team with the portal switched on."""
     service.teams.set_feature(CTX, team.team_id, "portal_url", True)
     user_id = str(api.user.create(client_user_id="oc-portal").user_id)
@@ -173,7 +169,7 @@ def load(chromium: Path, url: str, profile: Path) -> str:
     return done.stdout.decode()
 
 
-def place_and_complete(base_url: str, team: Team, user_id: str) -> str:  # noqa: F811
+def place_and_complete(base_url: str, team: Team, user_id: str) -> str:
     with httpx.Client(base_url=base_url, headers=team.headers, timeout=30) as http:
         placed = http.post("/v3/order", json={"user_id": user_id, "lab_test_id": WELLNESS})
         assert placed.status_code == 200, placed.text
@@ -186,7 +182,7 @@ def place_and_complete(base_url: str, team: Team, user_id: str) -> str:  # noqa:
     raise AssertionError("the order did not complete")
 
 
-def result_names(base_url: str, team: Team, order_id: str) -> list[str]:  # noqa: F811
+def result_names(base_url: str, team: Team, order_id: str) -> list[str]:
     answer = httpx.get(f"{base_url}/v3/order/{order_id}/result", headers=team.headers)
     return [result["name"] for result in answer.json()["results"]]
 
@@ -195,8 +191,8 @@ def result_names(base_url: str, team: Team, order_id: str) -> list[str]:  # noqa
 
 
 def test_the_client_creates_portal_urls_that_open_in_a_browser(
-    api: vital.Vital,  # noqa: F811 (the fixture)
-    base_url: str,  # noqa: F811 (the fixture)
+    api: vital.Vital,
+    base_url: str,
     link_page: str,
     team: Team,
     portal_user: str,
@@ -253,7 +249,7 @@ def test_the_client_creates_portal_urls_that_open_in_a_browser(
 
 
 def test_the_clients_errors(
-    api: vital.Vital,  # noqa: F811 (the fixture)
+    api: vital.Vital,
     service: Service,
     team: Team,
 ) -> None:

@@ -18,7 +18,7 @@ from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 
 from tests.conftest import Team
-from tests.integration.test_rebuild import events_after, read_models, write_a_log
+from tests.integration.populated import events_after, read_models, write_a_log
 
 
 def test_a_killed_rebuild_is_resumed_by_the_next_to_the_same_read_models(

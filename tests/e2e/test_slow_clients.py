@@ -13,7 +13,7 @@ import httpx
 import pytest
 from healthledger.adapters.settings import Settings
 
-from tests.e2e.test_server import running_server
+from tests.e2e.servers import running_server
 
 HALF_HEAD = b"GET /v2/providers HTTP/1.1\r\nHost: ledger\r\n"
 HALF_BODY = (

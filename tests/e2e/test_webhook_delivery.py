@@ -17,7 +17,7 @@ import pytest
 import standardwebhooks
 import svix.webhooks
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.engine.schema import teams, tracking, webhook_deliveries
+from healthledger.adapters.persistence.engine.schema import tracking, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.domain.connections.connection import Connection
@@ -26,21 +26,12 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.deliveries import RETRY_DELAYS, WebhookDelivery
 from sqlalchemy import select
 
+from tests.clocks import Clock
+from tests.e2e.webhook_team import connected_user, endpoint, the_team
 from tests.receivers import Receiver, broken_receiver, free_socket, http_receiver, serving
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 CTX = CommandContext(actor="test:actor", request_id="req-webhooks")
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
 
 
 @pytest.fixture
@@ -60,28 +51,6 @@ def svc(settings: Settings, clock: Clock) -> Iterator[Service]:
 def receiver() -> Iterator[Receiver]:
     with http_receiver() as running:
         yield running
-
-
-def the_team(svc: Service) -> UUID:
-    with svc.db.read() as conn:
-        return conn.execute(select(teams.c.team_id)).scalar_one()
-
-
-def endpoint(svc: Service, url: str, **fields: Any) -> tuple[UUID, str]:
-    team = the_team(svc)
-    created = svc.webhooks.create(CTX, team, "sandbox", url=url, **fields)
-    return created.id, svc.webhooks.secrets(team, "sandbox", created.id).current
-
-
-def connected_user(
-    svc: Service, provider: str = "freestyle_libre", ctx: CommandContext = CTX, **extra: Any
-) -> UUID:
-    team = the_team(svc)
-    user = svc.users.create_user(ctx, team, client_user_id=f"hook-{provider}-{len(extra)}")
-    entry = svc.catalog[provider]
-    svc.connections.connect_demo(CTX, team, user.id, provider, entry.supported_resources, **extra)
-    svc.jobs.run_due_pulls()
-    return user.id
 
 
 def rows(svc: Service, endpoint_id: UUID) -> list[Any]:

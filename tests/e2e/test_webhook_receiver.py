@@ -69,9 +69,9 @@ from healthledger.domain.webhooks.endpoints import new_signing_secret
 from sqlalchemy import func, select
 
 from tests.conftest import Team, create_user
-from tests.e2e.test_server import free_port
-from tests.integration.test_pulls import connect, provider_status, pulls_of
-from tests.unit.test_mirror_domain import DictVault
+from tests.e2e.servers import free_port
+from tests.integration.api_calls import connect, provider_status, pulls_of
+from tests.unit.vaults import DictVault
 
 SECRET = new_signing_secret()
 USER = uuid.UUID("3f1e3b57-8b1a-4e3c-9d2f-0a1b2c3d4e5f")

@@ -58,7 +58,7 @@ from tests.conftest import (
     drop_postgres_database,
     postgres_database_url,
 )
-from tests.integration.test_migrations import LEGACY, load_dump
+from tests.integration.databases import LEGACY, load_dump
 from tests.receivers import Receiver, http_receiver
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)

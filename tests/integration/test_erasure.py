@@ -4,7 +4,7 @@ and an audit trail that outlives the person's data."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -29,24 +29,13 @@ from healthledger.domain.users.user import ERASED, User
 from sqlalchemy import func, select
 
 from tests.conftest import Team
+from tests.integration.populated import (
+    T0,
+    make_user_with_everything,
+    make_user_with_personal_data,
+)
 
-DEMOGRAPHICS: dict[str, Any] = {
-    "first_name": "Ada",
-    "last_name": "Lovelace",
-    "email": "ada.lovelace@example.org",
-    "phone_number": "+44 20 7946 0958",
-    "gender": "female",
-    "dob": "1985-12-10",
-    "address": {
-        "first_line": "12 Analytical Row",
-        "zip_code": "10001",
-        "state": "NY",
-        "city": "New York",
-    },
-}
 PERSONAL_STRINGS = [b"Lovelace", b"ada.lovelace", b"Analytical", b"1985-12-10", b"1970-01-02"]
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def rows(service: Service, table: Any, **where: Any) -> int:
@@ -55,14 +44,6 @@ def rows(service: Service, table: Any, **where: Any) -> int:
         query = query.where(table.c[column] == value)
     with service.db.read() as conn:
         return conn.execute(query).scalar_one()
-
-
-def make_user_with_personal_data(service: Service, team: Team, ctx: CommandContext) -> User:
-    user = service.users.create_user(
-        ctx, team.team_id, client_user_id="erase-me", fallback_birth_date=date(1970, 1, 2)
-    )
-    service.users.record_demographics(ctx, team.team_id, user.id, DEMOGRAPHICS)
-    return user
 
 
 def test_sweep_erases_only_what_is_due_and_everything_it_promises(
@@ -312,67 +293,6 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
     }
     assert list(counts) == ERASURE_REMOVES
     return counts
-
-
-def make_user_with_everything(service: Service, team: Team, ctx: CommandContext, name: str) -> Any:
-    """A user with demographics, a birth date, a connection and its pulls (health data,
-    resource feeds), two link tokens, a maker's tokens left behind and webhook deliveries
-    queued about it."""
-    user = make_user_with_personal_data(service, team, ctx) if name == "erase-me" else None
-    if user is None:
-        user = service.users.create_user(
-            ctx, team.team_id, client_user_id=name, fallback_birth_date=date(1970, 1, 2)
-        )
-        service.users.record_demographics(ctx, team.team_id, user.id, DEMOGRAPHICS)
-    service.connections.connect_demo(ctx, team.team_id, user.id, "freestyle_libre", ["glucose"])
-    service.jobs.run_due_pulls()
-    for _ in range(2):
-        service.link_tokens.issue(
-            ctx, team.team_id, "sandbox", user_id=user.id, redirect_url="https://app.example/back"
-        )
-    leave_provider_tokens(service, team, user.id)
-    place_an_order(service, team, ctx, user.id)
-    service.dispatcher.follow()  # deliveries queued, never sent (no sender runs here)
-    return user
-
-
-def place_an_order(service: Service, team: Team, ctx: CommandContext, user_id: uuid.UUID) -> None:
-    """A lab test order (issue 14): its read-model row holds the patient's details and
-    address, sealed; the deletion cancels it and the erasure deletes the row."""
-    from healthledger.domain.labs.ordering import OrderRequest
-    from healthledger.domain.labs.patients import PatientAddress, PatientDetails
-
-    details = {k: v for k, v in DEMOGRAPHICS.items() if k != "address"}
-    request = OrderRequest(
-        user_id,
-        uuid.UUID("0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"),  # a shared demo lab test
-        None,
-        PatientDetails.model_validate(details),
-        PatientAddress.model_validate(DEMOGRAPHICS["address"]),
-    )
-    service.lab_orders.place(ctx, team.team_id, request)
-
-
-def leave_provider_tokens(service: Service, team: Team, user_id: uuid.UUID) -> None:
-    """A maker's tokens (sealed with the user's key) that no deregistration reaches: what
-    a connection period whose end was not recorded would leave, and what the erasure's
-    own deletion and check are there for."""
-    from healthledger.adapters.persistence.engine.schema import provider_tokens
-
-    sealed = service.key_store.seal(user_id, {"access_token": "at", "refresh_token": "rt"})
-    with service.db.write() as conn:
-        conn.execute(
-            provider_tokens.insert().values(
-                connection_id=uuid.uuid4(),
-                user_id=user_id,
-                team_id=team.team_id,
-                provider="polar",
-                client_id="service-client",
-                sealed_tokens=sealed,
-                version=1,
-                stored_at=T0,
-            )
-        )
 
 
 def test_an_erasure_empties_counts_and_checks_every_place_that_names_the_user(

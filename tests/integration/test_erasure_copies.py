@@ -26,7 +26,7 @@ from healthledger.domain.context import CommandContext
 from sqlalchemy import select
 
 from tests.conftest import Team
-from tests.integration.test_erasure import DEMOGRAPHICS
+from tests.integration.populated import DEMOGRAPHICS
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # nonce (12) + the AES-256 data key (32) + the GCM tag (16)

@@ -5,9 +5,7 @@ is upgraded from nothing; the migrated schema is the metadata's; `refuse` refuse
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,8 +16,6 @@ from uuid import UUID
 
 import pytest
 import sqlalchemy as sa
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from eventsourcing.persistence import StoredEvent
 from fastapi.testclient import TestClient
 from healthledger.adapters.cli import main
@@ -31,7 +27,6 @@ from healthledger.adapters.persistence.engine.migrating import (
     MIRROR,
     SERVICE,
     MigrationError,
-    MigrationLine,
     PendingMigrations,
     schema_state,
     upgrade,
@@ -52,8 +47,8 @@ from tests.conftest import (
     postgres_database_url,
     postgres_schema,
 )
+from tests.integration.databases import LEGACY, load_dump, schema_differences
 
-LEGACY = Path(__file__).resolve().parents[1] / "data" / "legacy_main"
 SECRET = "whsec_" + "A" * 32
 
 
@@ -132,23 +127,6 @@ def legacy(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iter
     drop_postgres_database(admin, name)
 
 
-def load_dump(url: str, dump: Path) -> None:
-    target = sa.make_url(url)
-    command = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target.database or ""]
-    for flag, value in (("-h", target.host), ("-p", target.port), ("-U", target.username)):
-        if value is not None:
-            command += [flag, str(value)]
-    env = {"PGPASSWORD": target.password} if target.password else {}
-    with gzip.open(dump) as sql:
-        subprocess.run(
-            command,
-            input=sql.read(),
-            check=True,
-            capture_output=True,
-            env={**os.environ, **env},
-        )
-
-
 def settings_for(url: str, master_key_file: Path, **overrides: Any) -> Settings:
     return Settings(
         database_url=url,
@@ -156,18 +134,6 @@ def settings_for(url: str, master_key_file: Path, **overrides: Any) -> Settings:
         grace_period=timedelta(days=7),
         **overrides,
     )
-
-
-def schema_differences(url: str, line: MigrationLine, target: sa.MetaData) -> list[Any]:
-    """What autogenerate would write in a new revision of `line`: nothing, if the
-    migrations make exactly the metadata's schema."""
-    engine = sa.create_engine(url, poolclass=sa.NullPool)
-    try:
-        with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"version_table": line.version_table})
-            return list(compare_metadata(context, target))
-    finally:
-        engine.dispose()
 
 
 # -- the database main wrote before migrations ---------------------------------------------

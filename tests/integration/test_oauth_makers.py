@@ -34,16 +34,15 @@ from healthledger.domain.connections.providers import (
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from pydantic import SecretStr
 
+from tests.clocks import Clock
 from tests.conftest import Team
-from tests.integration.test_oauth_callback import (
+from tests.integration.oauth_browser import (
     API,
     APP,
     LINK,
     SERVICE,
     SERVICE_CLIENT,
     Browser,
-    Clock,
-    a_browser,
     clear_copies,
     connected,
     link,
@@ -67,11 +66,6 @@ OAUTH_SLUGS = {
     "polar",
 }
 POLAR = OAuthClientSetting(client_id="polar-client", client_secret=SecretStr("polar-secret"))
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture
@@ -111,13 +105,6 @@ def api(svc: Service) -> Iterator[Any]:
 
     with TestClient(create_team_api(svc), raise_server_exceptions=False) as test_client:
         yield test_client
-
-
-@pytest.fixture
-def browser(svc: Service) -> Iterator[Browser]:
-    made = a_browser(svc)
-    yield made
-    made.client.close()
 
 
 def connect(api: Any, home: Team, browser: Browser, provider: str = "oura") -> uuid.UUID:

@@ -22,32 +22,10 @@ from healthledger.domain.context import CommandContext
 from sqlalchemy import select
 
 from tests.conftest import Team, create_user
+from tests.integration.api_calls import connect, provider_status, pulls_of
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 DELAYS = [60.0, 300.0, 1800.0, 7200.0]  # the default retry delays
-
-
-def connect(
-    client: TestClient, team: Team, user_id: str, provider: str, **extra: Any
-) -> dict[str, Any]:
-    response = client.post(
-        "/v2/link/connect/demo",
-        json={"user_id": user_id, "provider": provider, **extra},
-        headers=team.headers,
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def pulls_of(client: TestClient, team: Team, user_id: str, provider: str) -> dict[str, Any]:
-    response = client.get(
-        "/v2/introspect/historical_pull",
-        params={"user_id": user_id, "provider": provider},
-        headers=team.headers,
-    )
-    assert response.status_code == 200, response.text
-    (item,) = response.json()["data"]
-    return item["provider"][provider]
 
 
 def feed(service: Service, user_id: str, provider: str, resource: str) -> ResourceFeed:
@@ -59,13 +37,6 @@ def feed(service: Service, user_id: str, provider: str, resource: str) -> Resour
 
 def feed_events(service: Service, user_id: str, provider: str, resource: str) -> list[Any]:
     return list(service.ledger.events.get(feed(service, user_id, provider, resource).id))
-
-
-def provider_status(client: TestClient, team: Team, user_id: str) -> dict[str, Any]:
-    response = client.get(f"/v2/user/providers/{user_id}", headers=team.headers)
-    assert response.status_code == 200
-    (item,) = response.json()["providers"]
-    return item
 
 
 # -- a pull from connection to success ----------------------------------------------------

@@ -5,76 +5,23 @@ as the log was written; resumable where it stopped after an interruption or a cr
 from __future__ import annotations
 
 import gc
-from datetime import UTC, date, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.engine.schema import READ_MODEL_TABLES, stored_events
+from healthledger.adapters.persistence.engine.schema import stored_events
 from healthledger.adapters.persistence.projections import rebuild
 from healthledger.adapters.persistence.projections.rebuild import (
     rebuild_read_models,
     unfinished_rebuild,
 )
 from healthledger.domain.context import CommandContext
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from tests.conftest import Team
-from tests.integration.test_erasure import make_user_with_everything
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-def read_models(service: Service) -> dict[str, list[tuple[Any, ...]]]:
-    """Every read model's rows, in a stable order."""
-    found = {}
-    with service.db.read() as conn:
-        for table in READ_MODEL_TABLES:
-            rows = [tuple(row) for row in conn.execute(select(table))]
-            found[table.name] = sorted(rows, key=repr)
-    return found
-
-
-def events_after(service: Service, position: int = 0) -> int:
-    """The events the log holds after `position` (notification ids may skip numbers: a
-    transaction rolled back on PostgreSQL still took its ids)."""
-    e = stored_events.c
-    with service.db.read() as conn:
-        found = conn.execute(select(func.count()).where(e.notification_id > position))
-        return int(found.scalar_one())
-
-
-def write_a_log(service: Service, team: Team, other_team: Team, ctx: CommandContext) -> None:
-    """A log that touches every read model, with what a page boundary must not break: a
-    released client_user_id taken by another user, an undone deletion, a changed
-    client_user_id, an erasure, team settings and features."""
-    teams = service.teams
-    with freeze_time(T0):
-        service.webhooks.create(ctx, team.team_id, "sandbox", url="https://hooks.example/in")
-        teams.set_feature(ctx, team.team_id, "demographics", True)
-        make_user_with_everything(service, team, ctx, "everything")
-        gone = make_user_with_everything(service, team, ctx, "erase-me")
-        users = service.users
-        first = users.create_user(ctx, team.team_id, client_user_id="reused")
-        users.delete_user(ctx, team.team_id, first.id)
-        users.create_user(ctx, team.team_id, client_user_id="reused", fallback_time_zone="UTC")
-        undone = users.create_user(ctx, team.team_id, client_user_id="undone")
-        users.delete_user(ctx, team.team_id, undone.id)
-        users.undo_deletion(ctx, team.team_id, undone.id)
-        moved = users.create_user(
-            ctx, team.team_id, client_user_id="before", fallback_birth_date=date(1980, 5, 6)
-        )
-        users.update_user(
-            ctx, team.team_id, moved.id, {"client_user_id": "after", "fallback_time_zone": "UTC"}
-        )
-        users.create_user(ctx, other_team.team_id, client_user_id="elsewhere")
-        users.delete_user(ctx, team.team_id, gone.id)
-        service.dispatcher.follow()
-    with freeze_time(T0 + timedelta(days=8)):
-        assert service.jobs.sweep_erasures() == 2  # `gone` and the first `reused`
-        teams.set_feature(ctx, team.team_id, "demographics", False)
-        service.dispatcher.follow()
+from tests.integration.populated import T0, events_after, read_models, write_a_log
 
 
 def rebuild_of(service: Service, **options: Any) -> rebuild.Rebuilt:

@@ -22,6 +22,7 @@ from healthledger.domain.connections.summaries import summary_id
 from healthledger.domain.context import CommandContext
 
 from tests.conftest import Team, create_user
+from tests.integration.api_calls import connect
 from tests.receivers import Receiver, http_receiver
 
 # A Tuesday after the 2024-07-31 cut-over of the source's name, logo and slug.
@@ -39,15 +40,6 @@ KEYS = {
     "menstrual_cycle": "menstrual_cycle",
     "electrocardiogram": "electrocardiogram",
 }
-
-
-def connect(client: TestClient, team: Team, user_id: str, provider: str) -> None:
-    response = client.post(
-        "/v2/link/connect/demo",
-        json={"user_id": user_id, "provider": provider},
-        headers=team.headers,
-    )
-    assert response.status_code == 200, response.text
 
 
 def pulled_user(service: Service, client: TestClient, team: Team, *providers: str) -> str:

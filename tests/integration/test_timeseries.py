@@ -20,7 +20,7 @@ from healthledger.domain.connections.providers import PullTarget
 from healthledger.domain.context import CommandContext
 
 from tests.conftest import Team, create_user
-from tests.integration.test_summaries import connect
+from tests.integration.api_calls import connect
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 DAY = T0.date() - timedelta(days=3)

@@ -37,7 +37,7 @@ from tests.conftest import (
     drop_postgres_database,
     postgres_database_url,
 )
-from tests.integration.test_migrations import load_dump, schema_differences
+from tests.integration.databases import load_dump, schema_differences
 
 # pyarrow.compute is imported before any clock is frozen: the aggregate query imports it
 # at its first use, and a compiled module imported under freezegun meets freezegun's

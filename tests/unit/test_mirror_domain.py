@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import pytest
 from eventsourcing.domain import Snapshot
@@ -33,34 +33,10 @@ from healthledger.domain.mirror.users import (
 )
 
 from tests.unit.stored_form import MAPPER, assert_replays, stock_transcoder, stored
+from tests.unit.vaults import DictVault
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 USER_ID, TEAM_ID = uuid4(), uuid4()
-
-
-class DictVault:
-    """The PersonalDataVault port in memory: a "key" per user, sealed values numbered in
-    the order they were sealed (so stored forms are deterministic), gone with the key."""
-
-    def __init__(self) -> None:
-        self.values: dict[UUID, dict[str, Any]] = {}
-        self.sealed = 0
-
-    def seal(self, user_id: UUID, value: Any) -> str:
-        self.sealed += 1
-        text = f"sealed-{self.sealed}"
-        self.values.setdefault(user_id, {})[text] = value
-        return text
-
-    def open(self, user_id: UUID, sealed: str) -> Any | None:
-        key = self.values.get(user_id)
-        return None if key is None else key[sealed]
-
-    def has_key(self, user_id: UUID) -> bool:
-        return user_id in self.values
-
-    def discard(self, user_id: UUID) -> None:
-        self.values.pop(user_id, None)
 
 
 def envelope(event_type: str, client_user_id: str | None = "client-1") -> Envelope:

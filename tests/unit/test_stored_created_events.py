@@ -41,7 +41,7 @@ from healthledger.domain.webhooks.deprecation_calendar import DeprecationCalenda
 from healthledger.domain.webhooks.endpoints import WebhookEndpoint
 
 from tests.unit.stored_form import MAPPER, stock_transcoder, stored
-from tests.unit.test_mirror_domain import DictVault
+from tests.unit.vaults import DictVault
 
 T = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 CTX = CommandContext(

@@ -1,0 +1,74 @@
+"""`healthledger serve` as a real process, for the e2e tests that talk to it over HTTP:
+free local ports, the server started with a test's settings and stopped with SIGINT, and
+the keys its first run prints."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from healthledger.adapters.settings import Settings
+
+# The keys a first run prints (once, on the console).
+KEY = re.compile(r"team API key\s+(hlk_\S+)")
+MANAGEMENT_KEY = re.compile(r"management key\s+(hlm_\S+)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str, str, list[str]]]:
+    port, management_port, link_port = free_port(), free_port(), free_port()
+    env = {
+        **os.environ,
+        "HEALTHLEDGER_DATABASE_URL": settings.database_url,
+        "HEALTHLEDGER_MASTER_KEY_FILE": str(settings.master_key_file),
+        "HEALTHLEDGER_TEAM_API_PORT": str(port),
+        "HEALTHLEDGER_MANAGEMENT_API_PORT": str(management_port),
+        "HEALTHLEDGER_LINK_PORT": str(link_port),
+        "HEALTHLEDGER_LINK_URL": f"http://127.0.0.1:{link_port}",
+        "HEALTHLEDGER_LOG_LEVEL": "warning",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "healthledger.adapters.cli", "serve"],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    management = f"http://127.0.0.1:{management_port}"
+    link = f"http://127.0.0.1:{link_port}"
+    # Before the wait: a server that does not start fails on its own message, not here.
+    output: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        for url in (f"{base}/openapi.json", f"{management}/openapi.json", f"{link}/"):
+            while True:
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                try:
+                    httpx.get(url, timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "server did not start"
+                    time.sleep(0.1)
+        yield base, management, link, output
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+        output.extend(out.splitlines())
+        assert process.returncode == 0, out
