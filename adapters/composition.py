@@ -74,8 +74,9 @@ from healthledger.domain.labs.portal import Portal, PortalLifetimes
 from healthledger.domain.labs.sandbox import SandboxPolicy
 from healthledger.domain.labs.user_deletion import UserOrders
 from healthledger.domain.ledger import Clock, Ledger, utc_now
+from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
-from healthledger.domain.users.client_user_ids import DIGESTS
+from healthledger.domain.users.client_user_ids import DIGESTS, ClientUserIds
 from healthledger.domain.users.lifecycle import UserLifecycle
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecations import Deprecations
@@ -280,6 +281,7 @@ def build_service(
         key_store,
         clock,
         settings.grace_period,
+        ClientUserIds(ledger, ClientUserIdSecrets(ledger, key_store, clock)),
         erasure_inventory=erasure_places.inventories,
         # What ends with a user, in this order: a deletion deregisters its connections
         # and cancels its open lab test orders (issue 14), reading both at once; an

@@ -301,7 +301,7 @@ def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callab
     unit of work, cache, read-model code or SQLAlchemy."""
     service, team_id = _new_service(directory, "floor")
     mapper = service.ledger.mapper
-    team_secret = service.users.client_user_ids.secret_of(
+    team_secret = service.users.client_user_ids.secrets.secret_of(
         CommandContext.system("bench:embedded"), team_id
     ).secret
     master = AESGCM(AESGCM.generate_key(bit_length=256))

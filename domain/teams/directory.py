@@ -23,6 +23,7 @@ from healthledger.domain.errors import (
 )
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.teams.client_user_id_secrets import sealed_new_secret
 from healthledger.domain.teams.custom_credentials import DELETED, CustomCredentials
 from healthledger.domain.teams.management_keys import ORG_ADMIN, TEAM_ADMIN, ManagementKey
 from healthledger.domain.teams.teams import (
@@ -33,7 +34,6 @@ from healthledger.domain.teams.teams import (
     Team,
     TeamApiKey,
 )
-from healthledger.domain.users.client_user_ids import sealed_new_secret
 from healthledger.domain.users.lifecycle import UserLifecycle
 
 # The first run's organization has a fixed id: two processes starting on an empty
@@ -345,7 +345,7 @@ class TeamDirectory:
 
     def _give_client_user_id_secret(self, ctx: CommandContext, now: datetime, team: Team) -> None:
         """A new team gets its client_user_id secret with its creation: it never holds a
-        claim made before digests (domain/users/client_user_ids.py), so its creates
+        claim made before digests (domain/teams/client_user_id_secrets.py), so its creates
         never look for one. Without a vault, the secret is made on first need."""
         if self.vault is not None:
             sealed = sealed_new_secret(self.vault, team.id)

@@ -11,37 +11,28 @@ checked. See docs/adr/0017-client-user-id-digest.md.
 
 The team's secret is 32 random bytes, sealed with the team's own data key in a team event
 (`Team.ClientUserIdSecretCreated`): recorded with the team when the team is created, and
-for a team created before digests existed, on first need. Claims made before digests are
+for a team created before digests existed, on first need. The teams context keeps it
+(domain/teams/client_user_id_secrets.py); this context asks for it through the
+`TeamSecrets` port, so users never load a team. Claims made before digests are
 found by their old id (a uuid5 of the team and the clear value) as long as they exist, so
 a team's old users keep their uniqueness guarantees.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import os
 from dataclasses import dataclass
+from typing import Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError
 from healthledger.domain.context import CommandContext
-from healthledger.domain.errors import ConcurrentChange, TeamNotFound
-from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.personal_data import PersonalDataVault
-from healthledger.domain.teams.teams import Team
+from healthledger.domain.ledger import Ledger
 from healthledger.domain.users.user import ClientUserIdClaim, User
 
-SECRET_BYTES = 32
 # The actor of a team secret made for a digest that no command asked for (an audit, a
 # deletion report of a user created before digests).
 DIGESTS = "system:client_user_id_digests"
-# The field of the sealed JSON object that holds the secret (base64).
-_SECRET_FIELD = "client_user_id_secret"
-# Creating a team's secret loses to any concurrent change of the team (a rename too):
-# it then reads the team again, and uses the secret another process recorded, if any.
-_ATTEMPTS = 5
 
 
 def client_user_id_digest(team_secret: bytes, value: str) -> str:
@@ -49,17 +40,20 @@ def client_user_id_digest(team_secret: bytes, value: str) -> str:
     return hmac.new(team_secret, value.encode(), hashlib.sha256).hexdigest()
 
 
-def sealed_new_secret(vault: PersonalDataVault, team_id: UUID) -> str:
-    """A new random secret for the team, sealed with the team's own data key."""
-    secret = base64.b64encode(os.urandom(SECRET_BYTES)).decode()
-    return vault.seal(team_id, {_SECRET_FIELD: secret})
-
-
 @dataclass(frozen=True)
 class TeamSecret:
     secret: bytes
     # Whether the team may hold claims made before digests (found by the clear value).
     legacy_claims: bool
+
+
+class TeamSecrets(Protocol):
+    """The port to a team's client_user_id secret (the teams context implements it)."""
+
+    def secret_of(self, ctx: CommandContext, team_id: UUID) -> TeamSecret:
+        """The team's secret, recorded now if the team has none yet; TeamNotFound for a
+        deleted team (its key, and so its secret, is gone)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -73,71 +67,18 @@ class ClaimLocation:
 
 
 class ClientUserIds:
-    """The team secrets and the claims of client_user_ids: which claim holds a value."""
+    """Which claim holds a client_user_id of a team, and the team's digest of it."""
 
-    def __init__(self, ledger: Ledger, vault: PersonalDataVault, clock: Clock) -> None:
+    def __init__(self, ledger: Ledger, secrets: TeamSecrets) -> None:
         self.ledger = ledger
-        self.vault = vault
-        self.clock = clock
-        # A team's secret never changes once recorded (the first recorded wins), so each
-        # process keeps the ones it has opened.
-        self.known: dict[UUID, TeamSecret] = {}
-
-    # -- the team's secret ----------------------------------------------------------------
-
-    def secret_of(self, ctx: CommandContext, team_id: UUID) -> TeamSecret:
-        """The team's secret, recorded now (by a team event) if the team has none yet.
-
-        Two processes may both find none and both record one: the event store lets one
-        of them win (the team's next version), and the other reads the team again and
-        uses the winner's secret."""
-        known = self.known.get(team_id)
-        if known is not None:
-            return known
-        for _attempt in range(_ATTEMPTS):
-            team = self._live_team(team_id)
-            if team.sealed_client_user_id_secret is None:
-                try:
-                    self.create_secret(ctx, team)
-                except IntegrityError:
-                    continue  # another process recorded one, or changed the team: read it
-            return self._opened(team)
-        raise ConcurrentChange()
-
-    def create_secret(self, ctx: CommandContext, team: Team) -> None:
-        """Record a secret for a team that has none, created before digests: its claims
-        made before may still be found by the clear value. Raises eventsourcing's
-        IntegrityError if the team changed since it was read (another secret recorded)."""
-        team.create_client_user_id_secret(
-            ctx, self.clock(), sealed_new_secret(self.vault, team.id), legacy_claims=True
-        )
-        self.ledger.save(team)
-
-    def _live_team(self, team_id: UUID) -> Team:
-        team = self.ledger.find(team_id)
-        # A deleted team's data key is destroyed: no secret can be opened or sealed for it.
-        if not isinstance(team, Team) or team.deleted_at is not None:
-            raise TeamNotFound()
-        return team
-
-    def _opened(self, team: Team) -> TeamSecret:
-        sealed = team.sealed_client_user_id_secret
-        assert sealed is not None
-        opened = self.vault.open(team.id, sealed)
-        if not isinstance(opened, dict):
-            raise TeamNotFound()  # the team's key is gone: the team was deleted meanwhile
-        secret = TeamSecret(
-            base64.b64decode(opened[_SECRET_FIELD]), team.client_user_id_legacy_claims
-        )
-        self.known[team.id] = secret
-        return secret
+        self.secrets = secrets
 
     # -- digests and claims ---------------------------------------------------------------
 
     def digest(self, ctx: CommandContext, team_id: UUID, value: str) -> str:
         """The team's digest of `value` (hex), as audits and deletion reports show it: a
         team holding the value can compute it and compare."""
-        return client_user_id_digest(self.secret_of(ctx, team_id).secret, value)
+        return client_user_id_digest(self.secrets.secret_of(ctx, team_id).secret, value)
 
     def digest_of_user(self, ctx: CommandContext, user: User) -> str:
         """The digest of the client_user_id a user holds (or last held), from its claim,
@@ -156,7 +97,7 @@ class ClientUserIds:
         """The claim of `value` in the team: its claim made before digests if that exists
         (it stays the value's claim for good), else the claim named by the digest, read
         only if `read` (a create's first attempt starts it without reading)."""
-        team_secret = self.secret_of(ctx, team_id)
+        team_secret = self.secrets.secret_of(ctx, team_id)
         digest = client_user_id_digest(team_secret.secret, value)
         if team_secret.legacy_claims:
             legacy_id = ClientUserIdClaim.id_for(team_id, value)

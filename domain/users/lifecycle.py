@@ -81,7 +81,7 @@ class UserLifecycle:
         vault: PersonalDataVault,
         clock: Clock,
         grace_period: timedelta,
-        client_user_ids: ClientUserIds | None = None,
+        client_user_ids: ClientUserIds,
         *,
         erasure_inventory: Callable[[Sequence[UUID]], Mapping[UUID, Mapping[str, int]]],
         cascade: Sequence[UserDeletionCascade] = (),
@@ -106,9 +106,10 @@ class UserLifecycle:
         # effects delete holds (read in one query for the whole batch; a user with none
         # is left out). The participants count the places they empty themselves.
         self.erasure_inventory = erasure_inventory
-        # The team secrets and claims of client_user_ids; also how a team's digest of a
-        # value is computed for audits and deletion reports.
-        self.client_user_ids = client_user_ids or ClientUserIds(ledger, vault, clock)
+        # The claims of client_user_ids, and the teams' digests of them (the teams keep
+        # the secrets); also how a team's digest of a value is computed for audits and
+        # deletion reports.
+        self.client_user_ids = client_user_ids
 
     # -- loading ------------------------------------------------------------------------
 

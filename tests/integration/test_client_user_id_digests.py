@@ -116,7 +116,7 @@ def test_the_digest_is_the_teams_hmac_and_differs_between_teams(
 ) -> None:
     a = service.users.create_user(ctx, team.team_id, client_user_id=PERSONAL)
     b = service.users.create_user(ctx, other_team.team_id, client_user_id=PERSONAL)
-    secret = service.users.client_user_ids.secret_of(ctx, team.team_id).secret
+    secret = service.users.client_user_ids.secrets.secret_of(ctx, team.team_id).secret
     assert len(secret) == 32
     digest = service.client_user_id_digest(team.team_id, PERSONAL)
     assert digest == client_user_id_digest(secret, PERSONAL)
@@ -434,13 +434,13 @@ def test_two_processes_creating_a_teams_secret_record_one_and_both_use_it(
     seen_by_first = team_aggregate(first, legacy.team_id)
     seen_by_second = team_aggregate(second, legacy.team_id)
     assert seen_by_first.sealed_client_user_id_secret is None
-    first.users.client_user_ids.create_secret(ctx, seen_by_first)
+    first.users.client_user_ids.secrets.create_secret(ctx, seen_by_first)
     with pytest.raises(IntegrityError):
-        second.users.client_user_ids.create_secret(ctx, seen_by_second)
+        second.users.client_user_ids.secrets.create_secret(ctx, seen_by_second)
     assert len(secret_events(first, legacy.team_id)) == 1
     # The loser reads the team again and uses the winner's secret.
-    assert second.users.client_user_ids.secret_of(ctx, legacy.team_id) == (
-        first.users.client_user_ids.secret_of(ctx, legacy.team_id)
+    assert second.users.client_user_ids.secrets.secret_of(ctx, legacy.team_id) == (
+        first.users.client_user_ids.secrets.secret_of(ctx, legacy.team_id)
     )
     made = second.users.create_user(ctx, legacy.team_id, client_user_id="after-race")
     assert made.claim_id == ClientUserIdClaim.id_for_digest(

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 import pytest
 from eventsourcing.persistence import StoredEvent
 from healthledger.domain.context import CommandContext
+from healthledger.domain.teams.client_user_id_secrets import SECRET_BYTES
 from healthledger.domain.teams.teams import Team
-from healthledger.domain.users.client_user_ids import SECRET_BYTES, client_user_id_digest
+from healthledger.domain.users.client_user_ids import client_user_id_digest
 from healthledger.domain.users.user import ClientUserIdClaim, User
 
 from tests.unit.stored_form import MAPPER, assert_replays, replayed, stored
