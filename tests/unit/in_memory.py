@@ -20,8 +20,9 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.orders import Order
 from healthledger.domain.labs.user_deletion import UserOrders
 from healthledger.domain.ledger import Ledger
+from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets, sealed_new_secret
 from healthledger.domain.teams.teams import Team
-from healthledger.domain.users.client_user_ids import ClientUserIds, sealed_new_secret
+from healthledger.domain.users.client_user_ids import ClientUserIds
 from healthledger.domain.users.deletion_cascade import DeletionTargets, UserDeletionCascade
 from healthledger.domain.users.lifecycle import UserLifecycle
 from healthledger.domain.users.user import ClientUserIdClaim, User
@@ -88,7 +89,7 @@ class World:
             self.vault,
             self.clock,
             GRACE,
-            ClientUserIds(self.ledger, self.vault, self.clock),
+            ClientUserIds(self.ledger, ClientUserIdSecrets(self.ledger, self.vault, self.clock)),
             erasure_inventory=lambda user_ids: {},
             cascade=self.cascade,
             deletion_targets=self.deletion_targets,

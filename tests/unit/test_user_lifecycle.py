@@ -126,7 +126,7 @@ def test_a_team_without_a_secret_gets_one_on_first_need_and_keeps_it(world: Worl
     world.save(team)
     ids = world.users.client_user_ids
     first = ids.digest(CTX, team.id, "bob")
-    ids.known.clear()  # another process, which has not opened it: it reads the same one
+    ids.secrets.known.clear()  # another process, which has not opened it: it reads the same one
     assert ids.digest(CTX, team.id, "bob") == first
     recorded = [
         e for e in world.ledger.events.get(team.id) if isinstance(e, Team.ClientUserIdSecretCreated)
@@ -320,7 +320,7 @@ def test_the_grace_period_is_the_lifecycles_setting(world: World, team: UUID) ->
 
 
 def test_the_client_user_id_digest_is_the_teams_hmac(world: World, team: UUID) -> None:
-    secret = world.users.client_user_ids.secret_of(CTX, team)
+    secret = world.users.client_user_ids.secrets.secret_of(CTX, team)
     assert secret.legacy_claims is False
     assert world.users.client_user_ids.digest(CTX, team, "v") == client_user_id_digest(
         secret.secret, "v"
