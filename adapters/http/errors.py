@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -199,78 +199,93 @@ def validation_detail(errs: Any) -> list[dict[str, Any]]:
     return detail
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": validation_detail(exc.errors())})
+async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return JSONResponse(status_code=422, content={"detail": validation_detail(exc.errors())})
 
-    @app.exception_handler(errors.ClientUserIdTaken)
-    async def _taken(request: Request, exc: errors.ClientUserIdTaken) -> JSONResponse:
-        return JSONResponse(
-            status_code=400,
-            content={
-                "detail": {
-                    "error_type": "INVALID_REQUEST",
-                    "error_message": exc.message,
-                    "user_id": str(exc.user_id),
-                    # The same form pydantic gives every other timestamp in responses.
-                    "created_on": exc.created_on.isoformat().replace("+00:00", "Z"),
-                }
-            },
-        )
 
-    @app.exception_handler(errors.InvalidRequest)
-    async def _invalid(request: Request, exc: errors.InvalidRequest) -> JSONResponse:
-        detail = [
-            {
-                "type": "value_error",
-                "loc": [exc.location, exc.field],
-                "msg": exc.message,
-                "input": REDACTED,
+async def _taken(request: Request, exc: errors.ClientUserIdTaken) -> JSONResponse:
+    return JSONResponse(
+        status_code=400,
+        content={
+            "detail": {
+                "error_type": "INVALID_REQUEST",
+                "error_message": exc.message,
+                "user_id": str(exc.user_id),
+                # The same form pydantic gives every other timestamp in responses.
+                "created_on": exc.created_on.isoformat().replace("+00:00", "Z"),
             }
-        ]
-        return JSONResponse(status_code=422, content={"detail": detail})
+        },
+    )
 
-    @app.exception_handler(InvalidCursor)
-    async def _cursor(request: Request, exc: InvalidCursor) -> JSONResponse:
-        return JSONResponse(
-            status_code=400,
-            content={"detail": {"error_type": "INVALID_CURSOR", "error_message": exc.message}},
-        )
 
-    @app.exception_handler(errors.LedgerError)
-    async def _ledger(request: Request, exc: errors.LedgerError) -> JSONResponse:
-        return JSONResponse(
-            status_code=_STATUS.get(type(exc), 400), content={"detail": exc.message}
-        )
+async def _invalid(request: Request, exc: errors.InvalidRequest) -> JSONResponse:
+    detail = [
+        {
+            "type": "value_error",
+            "loc": [exc.location, exc.field],
+            "msg": exc.message,
+            "input": REDACTED,
+        }
+    ]
+    return JSONResponse(status_code=422, content={"detail": detail})
 
-    @app.exception_handler(errors.FeatureNotEnabled)
-    async def _feature(request: Request, exc: errors.FeatureNotEnabled) -> JSONResponse:
-        return JSONResponse(
-            status_code=403,
-            content={
-                "detail": {
-                    "error_type": "FEATURE_NOT_ENABLED",
-                    "error_message": f"The closed-beta feature '{exc.feature}' is not "
-                    "enabled for this team.",
-                }
-            },
-        )
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        headers = exc.headers
-        if exc.status_code == 405:
-            headers = {**(headers or {}), "Allow": allowed_methods(request)}
-        return JSONResponse(
-            status_code=exc.status_code, content={"detail": exc.detail}, headers=headers
-        )
+async def _cursor(request: Request, exc: InvalidCursor) -> JSONResponse:
+    return JSONResponse(
+        status_code=400,
+        content={"detail": {"error_type": "INVALID_CURSOR", "error_message": exc.message}},
+    )
 
-    @app.exception_handler(OperationalError)
-    async def _database_busy(request: Request, exc: OperationalError) -> JSONResponse:
-        log.warning("database unavailable: %s", type(exc.orig).__name__)
-        return JSONResponse(
-            status_code=503,
-            content={"detail": "The database is busy or unreachable; retry shortly."},
-            headers={"Retry-After": "1"},
-        )
+
+async def _ledger(request: Request, exc: errors.LedgerError) -> JSONResponse:
+    return JSONResponse(status_code=_STATUS.get(type(exc), 400), content={"detail": exc.message})
+
+
+async def _feature(request: Request, exc: errors.FeatureNotEnabled) -> JSONResponse:
+    return JSONResponse(
+        status_code=403,
+        content={
+            "detail": {
+                "error_type": "FEATURE_NOT_ENABLED",
+                "error_message": f"The closed-beta feature '{exc.feature}' is not "
+                "enabled for this team.",
+            }
+        },
+    )
+
+
+async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+    return JSONResponse(
+        status_code=exc.status_code, content={"detail": exc.detail}, headers=headers
+    )
+
+
+async def _database_busy(request: Request, exc: OperationalError) -> JSONResponse:
+    log.warning("database unavailable: %s", type(exc.orig).__name__)
+    return JSONResponse(
+        status_code=503,
+        content={"detail": "The database is busy or unreachable; retry shortly."},
+        headers={"Retry-After": "1"},
+    )
+
+
+# Each error's handler, installed on every app (team API, management API): Starlette picks
+# the handler of the nearest class in an exception's MRO, whatever the order here.
+_HANDLERS: tuple[tuple[type[Exception], Callable[..., Awaitable[JSONResponse]]], ...] = (
+    (RequestValidationError, _validation),
+    (errors.ClientUserIdTaken, _taken),
+    (errors.InvalidRequest, _invalid),
+    (InvalidCursor, _cursor),
+    (errors.LedgerError, _ledger),
+    (errors.FeatureNotEnabled, _feature),
+    (StarletteHTTPException, _http),
+    (OperationalError, _database_busy),
+)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    for exc_class, handler in _HANDLERS:
+        app.exception_handler(exc_class)(handler)
