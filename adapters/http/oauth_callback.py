@@ -59,7 +59,7 @@ from healthledger.domain.connections.providers import OAuthExchangeFailed, OAuth
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-__all__ = ["CALLBACK_PATH", "oauth_callback_router", "oauth_redirect_uri", "router"]
+__all__ = ["CALLBACK_PATH", "oauth_redirect_uri", "router"]
 
 PROVIDER_CREDENTIAL_ERROR = "provider_credential_error"
 # RFC 6749 4.1.2.1: the person (or the maker on their behalf) refused.
@@ -88,11 +88,6 @@ _STATUS = {
 # Module-level, as the team API's other routers: built once per process and shared by
 # every app (service_dependency.py).
 router = APIRouter()
-
-
-def oauth_callback_router() -> APIRouter:
-    """The callback's router (the module's `router`), for the team API's routes."""
-    return router
 
 
 @router.get(CALLBACK_PATH, include_in_schema=False)

@@ -18,6 +18,7 @@ from healthledger.adapters.http import (
     introspection,
     lab_tests,
     link_tokens,
+    oauth_callback,
     orders,
     portal,
     providers,
@@ -26,7 +27,6 @@ from healthledger.adapters.http import (
     users,
 )
 from healthledger.adapters.http.errors import install_error_handlers
-from healthledger.adapters.http.oauth_callback import oauth_callback_router
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from starlette.routing import BaseRoute
 
@@ -39,7 +39,7 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(connections.router)
     routes.include_router(link_tokens.router)
     # A page for browsers the makers send back (the custom credentials' redirect_uri).
-    routes.include_router(oauth_callback_router())
+    routes.include_router(oauth_callback.router)
     routes.include_router(providers.router)
     routes.include_router(lab_tests.router)
     routes.include_router(area_info.router)
