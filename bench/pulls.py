@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -89,7 +90,7 @@ def full_history(provider: str, workdir: Path) -> dict[str, Any]:
 
 
 def raw_baseline(
-    provider: str, resources: list[str], window: tuple[datetime, datetime], path: Path
+    provider: str, resources: Sequence[str], window: tuple[datetime, datetime], path: Path
 ) -> float:
     """The same demo data as plain JSON rows, one transaction per chunk, same durability."""
     conn = sqlite3.connect(path, isolation_level=None)

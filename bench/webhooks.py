@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +158,7 @@ def fan_out(endpoints: int, deliveries: int, base: str, workdir: Path) -> dict[s
     }
 
 
-def _all_deliveries(service: Service) -> list[Any]:
+def _all_deliveries(service: Service) -> Sequence[Any]:
     with service.db.read() as conn:
         return conn.execute(select(webhook_deliveries)).all()
 

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -362,7 +362,7 @@ def erased_counts(service: Service) -> Counter[str]:
     return Counter({str(originator): count for originator, count in rows})
 
 
-def delivery_rows(service: Service) -> list[Any]:
+def delivery_rows(service: Service) -> Sequence[Any]:
     with service.db.read() as conn:
         return conn.execute(select(webhook_deliveries)).all()
 
@@ -403,7 +403,7 @@ def live_users(client: httpx.Client, base: str, headers: dict[str, str]) -> list
             return users
 
 
-def check_deliveries(service: Service, receiver: Receiver) -> list[Any]:
+def check_deliveries(service: Service, receiver: Receiver) -> Sequence[Any]:
     """Every delivery settled: succeeded ones received under their id, dropped ones only
     for an erased user and never received; each (endpoint, message) once."""
     rows = delivery_rows(service)
@@ -418,7 +418,7 @@ def check_deliveries(service: Service, receiver: Receiver) -> list[Any]:
     return rows
 
 
-def announced_once(service: Service, rows: list[Any]) -> None:
+def announced_once(service: Service, rows: Sequence[Any]) -> None:
     """A delivery for each erasure in the log (the endpoint takes every event type), one
     at most for each deletion, and no more. A deletion followed only after its user was
     erased announces nothing (nothing of the user is left to announce); the erasure's

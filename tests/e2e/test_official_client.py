@@ -217,7 +217,7 @@ def test_errors_parse_as_the_clients_error_types(api: vital.Vital) -> None:
     with pytest.raises(UnprocessableEntityError) as invalid:
         api.user.create(client_user_id="oc-bad", fallback_time_zone="Not/AZone")
     body = invalid.value.body
-    assert isinstance(body, HttpValidationError)
+    assert isinstance(body, HttpValidationError) and body.detail is not None
     assert [e["loc"] for e in body.detail] == [["body", "fallback_time_zone"]]
     with pytest.raises(UnprocessableEntityError):
         upsert_info(api, first.user_id, ADDRESS.model_copy(update={"zip": ""}))

@@ -21,17 +21,27 @@ from vital.core.api_error import ApiError
 from vital.errors import UnprocessableEntityError
 from vital.types import (
     ActivityColumnExpr,
+    ActivityColumnExprActivity,
     AggregateExpr,
+    AggregateExprFunc,
     DateTruncExpr,
     DiscreteTimeseriesExpr,
+    DiscreteTimeseriesExprField,
+    DiscreteTimeseriesExprTimeseries,
     GroupKeyColumnExpr,
     IndexColumnExpr,
+    IndexColumnExprIndex,
     Period,
+    PeriodUnit,
+    Providers,
     Query,
     QueryConfig,
     RelativeTimeframe,
+    Select,
     SleepColumnExpr,
+    SleepColumnExprSleep,
     SourceColumnExpr,
+    SourceColumnExprSource,
 )
 
 from tests.conftest import Team
@@ -56,40 +66,53 @@ def test_query_one_through_the_client_answers_what_the_api_answers(
     user_id: str,
 ) -> None:
     anchor = datetime.now(UTC).date() - timedelta(days=1)
-    timeframe = RelativeTimeframe(anchor=anchor.isoformat(), past=Period(value=7, unit="day"))
-    heart = DiscreteTimeseriesExpr(timeseries="heartrate", field="value")
+    timeframe = RelativeTimeframe(
+        anchor=anchor.isoformat(), past=Period(value=7, unit=PeriodUnit("day"))
+    )
+    heart = DiscreteTimeseriesExpr(
+        timeseries=DiscreteTimeseriesExprTimeseries("heartrate"),
+        field=DiscreteTimeseriesExprField("value"),
+    )
     queries = [
         Query(
             select=[
-                GroupKeyColumnExpr(group_key="*"),
-                AggregateExpr(arg=heart, func="mean"),
-                AggregateExpr(arg=heart, func="max"),
-                AggregateExpr(arg=heart, func="newest"),
+                GroupKeyColumnExpr(group_key=Select("*")),
+                AggregateExpr(arg=heart, func=AggregateExprFunc("mean")),
+                AggregateExpr(arg=heart, func=AggregateExprFunc("max")),
+                AggregateExpr(arg=heart, func=AggregateExprFunc("newest")),
             ],
             group_by=[
                 DateTruncExpr(
-                    date_trunc=Period(value=1, unit="day"),
-                    arg=IndexColumnExpr(index="timeseries"),
+                    date_trunc=Period(value=1, unit=PeriodUnit("day")),
+                    arg=IndexColumnExpr(index=IndexColumnExprIndex("timeseries")),
                 )
             ],
             where="value > 40",
         ),
         Query(
             select=[
-                IndexColumnExpr(index="sleep"),
-                SleepColumnExpr(sleep="duration_second"),
-                SleepColumnExpr(sleep="score"),
-                SourceColumnExpr(source="source_provider"),
+                IndexColumnExpr(index=IndexColumnExprIndex("sleep")),
+                SleepColumnExpr(sleep=SleepColumnExprSleep("duration_second")),
+                SleepColumnExpr(sleep=SleepColumnExprSleep("score")),
+                SourceColumnExpr(source=SourceColumnExprSource("source_provider")),
             ],
         ),
         Query(
             select=[
-                AggregateExpr(arg=ActivityColumnExpr(activity="steps"), func="sum"),
-                AggregateExpr(arg=ActivityColumnExpr(activity="heart_rate_resting"), func="median"),
+                AggregateExpr(
+                    arg=ActivityColumnExpr(activity=ActivityColumnExprActivity("steps")),
+                    func=AggregateExprFunc("sum"),
+                ),
+                AggregateExpr(
+                    arg=ActivityColumnExpr(
+                        activity=ActivityColumnExprActivity("heart_rate_resting")
+                    ),
+                    func=AggregateExprFunc("median"),
+                ),
             ],
         ),
     ]
-    config = QueryConfig(provider_priority_overrides=["fitbit"])
+    config = QueryConfig(provider_priority_overrides=[Providers("fitbit")])
     parsed = api.aggregate.query_one(user_id, timeframe=timeframe, queries=queries, config=config)
     assert len(parsed.results) == 3
     daily, nights, activity = (result.table for result in parsed.results)
@@ -120,19 +143,31 @@ def test_errors_parse_as_the_clients(
     user_id: str,
 ) -> None:
     timeframe = RelativeTimeframe(
-        anchor=datetime.now(UTC).date().isoformat(), past=Period(value=1, unit="day")
+        anchor=datetime.now(UTC).date().isoformat(), past=Period(value=1, unit=PeriodUnit("day"))
     )
     bad_where = Query(
-        select=[AggregateExpr(arg=SleepColumnExpr(sleep="score"), func="mean")],
+        select=[
+            AggregateExpr(
+                arg=SleepColumnExpr(sleep=SleepColumnExprSleep("score")),
+                func=AggregateExprFunc("mean"),
+            )
+        ],
         where="score >> 1",
     )
     with pytest.raises(UnprocessableEntityError) as unprocessable:
         api.aggregate.query_one(user_id, timeframe=timeframe, queries=[bad_where])
     (problem,) = unprocessable.value.body.detail or []
     # The client keeps the items of its HttpValidationError as it read them.
-    assert problem["loc"] == ["body", "queries", 0, "where"]  # type: ignore[index]
-    assert "position 8" in problem["msg"]  # type: ignore[index]
-    good = Query(select=[AggregateExpr(arg=SleepColumnExpr(sleep="score"), func="mean")])
+    assert problem["loc"] == ["body", "queries", 0, "where"]
+    assert "position 8" in problem["msg"]
+    good = Query(
+        select=[
+            AggregateExpr(
+                arg=SleepColumnExpr(sleep=SleepColumnExprSleep("score")),
+                func=AggregateExprFunc("mean"),
+            )
+        ]
+    )
     with pytest.raises(ApiError) as missing:
         api.aggregate.query_one(
             "6f1f5c0e-0000-4000-8000-000000000000", timeframe=timeframe, queries=[good]

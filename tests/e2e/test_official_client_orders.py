@@ -16,6 +16,7 @@ from vital.core.api_error import ApiError
 from vital.errors import UnprocessableEntityError
 from vital.types import (
     ClientFacingOrder,
+    Gender,
     GetOrdersResponse,
     Interpretation,
     LabResultsRaw,
@@ -31,7 +32,7 @@ PATIENT = PatientDetailsWithValidation(
     first_name="Grace",
     last_name="Hopper",
     dob="1956-12-09",
-    gender="female",
+    gender=Gender("female"),
     phone_number="+1 555 010 1906",
     email="grace.hopper@example.org",
 )

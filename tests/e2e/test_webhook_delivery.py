@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -53,7 +53,7 @@ def receiver() -> Iterator[Receiver]:
         yield running
 
 
-def rows(svc: Service, endpoint_id: UUID) -> list[Any]:
+def rows(svc: Service, endpoint_id: UUID) -> Sequence[Any]:
     d = webhook_deliveries.c
     with svc.db.read() as conn:
         return conn.execute(
@@ -209,7 +209,8 @@ def test_410_disables_the_endpoint_and_its_queued_deliveries_are_dropped(
     assert len(receiver.on("gone")) == 1
     assert sorted(r.status for r in rows(svc, endpoint_id)) == ["dropped", "failed"]
     (sent,) = [r for r in rows(svc, endpoint_id) if r.status == "failed"]
-    attempt = list(svc.ledger.events.get(sent.delivery_id))[-1]
+    *_, attempt = svc.ledger.events.get(sent.delivery_id)
+    assert isinstance(attempt, WebhookDelivery.AttemptMade)
     assert (attempt.status_code, attempt.error, attempt.next_attempt_at) == (410, "gone", None)
     (dropped,) = [r for r in rows(svc, endpoint_id) if r.status == "dropped"]
     last = list(svc.ledger.events.get(dropped.delivery_id))[-1]
@@ -245,7 +246,8 @@ def test_a_redirect_is_a_failure_and_is_not_followed(svc: Service, receiver: Rec
     svc.dispatcher.send_due()
     assert len(receiver.on("moved")) == 1 and receiver.on("ok") == []
     (row,) = rows(svc, endpoint_id)
-    (_, attempt) = list(svc.ledger.events.get(row.delivery_id))
+    (_, attempt) = svc.ledger.events.get(row.delivery_id)
+    assert isinstance(attempt, WebhookDelivery.AttemptMade)
     assert (attempt.status_code, attempt.error, row.status) == (302, "redirect", "pending")
 
 

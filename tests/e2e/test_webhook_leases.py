@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -88,7 +88,7 @@ def queue_deliveries(svc: Service, receiver: Receiver, users: int, path: str = "
     return endpoint.id
 
 
-def delivery_rows(svc: Service) -> list[Any]:
+def delivery_rows(svc: Service) -> Sequence[Any]:
     with svc.db.read() as conn:
         return conn.execute(
             select(webhook_deliveries).order_by(webhook_deliveries.c.delivery_id)

@@ -222,7 +222,11 @@ def test_the_mirrored_user_follows_connections_and_announced_data() -> None:
         date(2026, 3, 9),
     )
     # Every event names the message that caused it.
-    assert [e.message_id for e in user.collect_events()] == [
+    message_ids = []
+    for event in user.collect_events():
+        assert isinstance(event, MirroredUser.Event)
+        message_ids.append(event.message_id)
+    assert message_ids == [
         "msg_1", "msg_1", "msg_2", "msg_d0", "msg_d1", "msg_d2",
     ]  # fmt: skip
 

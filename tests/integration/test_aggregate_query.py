@@ -195,8 +195,8 @@ def random_where(rng: random.Random, window_start: datetime, depth: int = 0) -> 
     if depth >= 2 or roll < 0.4:
         return random_comparison(rng, window_start)
     if roll < 0.55:
-        text, test = random_where(rng, window_start, depth + 1)
-        return f"NOT ({text})", lambda s: None if (r := test(s)) is None else not r
+        text, negated = random_where(rng, window_start, depth + 1)
+        return f"NOT ({text})", lambda s: None if (r := negated(s)) is None else not r
     parts = [random_where(rng, window_start, depth + 1) for _ in range(rng.randint(2, 3))]
     joiner = rng.choice(["AND", "OR"])
     text = f" {joiner} ".join(f"({t})" for t, _ in parts)
@@ -225,13 +225,14 @@ def aggregate(func: str, column: list[tuple[datetime, Any]]) -> Any:
         return max((at, v) for at, v in column if v is not None)[1]
     if func == "stddev":
         return statistics.stdev(values) if len(values) > 1 else None
-    return {
+    functions: dict[str, Callable[[list[Any]], Any]] = {
         "min": min,
         "max": max,
         "mean": statistics.fmean,
         "median": statistics.median,
         "sum": math.fsum,
-    }[func](values)
+    }
+    return functions[func](values)
 
 
 @dataclass
@@ -393,7 +394,7 @@ def test_random_queries_equal_a_plain_computation_over_the_stored_samples(
     checked = 0
     for _ in range(8):
         anchor = TODAY - timedelta(days=rng.randint(0, 5))
-        past = rng.choice(
+        past: dict[str, Any] = rng.choice(
             [
                 {"value": rng.randint(1, 40), "unit": "day"},
                 {"value": rng.randint(12, 600), "unit": "hour"},
@@ -442,7 +443,7 @@ def test_the_parquet_tarball_holds_one_typed_file_per_query_equal_to_the_json(
     service: Service, client: TestClient, beta: Team, user_id: str
 ) -> None:
     store_demo(service, user_id, "oura", ["heartrate", "sleep"], days=6)
-    queries = [
+    queries: list[dict[str, Any]] = [
         {
             "select": [
                 {"group_key": 0},

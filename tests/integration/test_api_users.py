@@ -393,6 +393,7 @@ def test_undo_is_refused_while_another_live_user_holds_the_client_user_id(
         assert isinstance(response.json()["detail"], str)
     # Nothing changes but the record of each refusal on the user's own stream (the
     # deletion report lists them): a User.DeletionUndoRefused event each, nothing else.
+    assert events is not None
     assert service.recorder.max_notification_id() == events + 2
     refused = list(service.ledger.events.get(uuid.UUID(old["user_id"])))[-2:]
     assert [(type(e).__name__, getattr(e, "reason", None)) for e in refused] == [

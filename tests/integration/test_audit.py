@@ -512,7 +512,7 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
 
     # The team's deletion destroys the team's key: its sealed values follow it.
     svc.teams.delete_team(CTX, DEFAULT_ORG_ID, team)
-    gone = shown(entry for stream in team_streams for entry in stream_history(svc, stream))
+    gone = shown([entry for stream in team_streams for entry in stream_history(svc, stream)])
     assert gone and all(values == {ERASED_PLACEHOLDER} for values in gone.values())
     text = json.dumps([vars(e) for e in everything()], default=str)
     for value in [*PERSONAL, SECRET]:

@@ -193,6 +193,7 @@ def test_create_with_a_bad_client_user_id_is_422(
 ) -> None:
     for case in BAD_CLIENT_USER_IDS:
         value, error_type = case.values
+        assert error_type is None or isinstance(error_type, str)
         with case_named(str(case.id)):
             body = body_with("client_user_id", value, fallback_time_zone="UTC")
             with nothing_changes(service, client, team, user["user_id"]):
@@ -210,6 +211,7 @@ def test_patch_to_a_bad_client_user_id_is_422(
 ) -> None:
     for case in [p for p in BAD_CLIENT_USER_IDS if p.id not in ("missing", "null")]:
         value, error_type = case.values
+        assert error_type is None or isinstance(error_type, str)
         with case_named(str(case.id)):
             with nothing_changes(service, client, team, user["user_id"]):
                 response = client.patch(
@@ -363,6 +365,7 @@ def test_an_invalid_iana_time_zone_is_422(
     for operation in ["create", "patch"]:
         for case in BAD_TIME_ZONES:
             value, error_type = case.values
+            assert error_type is None or isinstance(error_type, str)
             with case_named(f"{operation}-{case.id}"):
                 with nothing_changes(service, client, team, user["user_id"]):
                     if operation == "create":
@@ -752,6 +755,7 @@ def test_a_body_that_is_not_a_json_object_is_422(
         }[target]
         for case in NOT_AN_OBJECT:
             content, content_type, error_type = case.values
+            assert error_type is None or isinstance(error_type, str)
             case_id = f"{target}-{case.id}"
             headers = {**team.headers, **({"content-type": content_type} if content_type else {})}
             with case_named(case_id):

@@ -358,8 +358,8 @@ def test_two_records_swapped_are_caught_as_reordered(
     first, second = row_at(service, 8), row_at(service, 11)
     # Everything but the notification id trades places (the second is parked first, as
     # both the stream version and the position are unique).
-    moved = ("originator_id", "originator_version", "topic", "state", "timestamp")
-    moved += ("chain_position", "chain_hash")
+    moved: tuple[str, ...] = ("originator_id", "originator_version", "topic", "state")
+    moved += ("timestamp", "chain_position", "chain_hash")
     by_id = stored_events.c.notification_id
     execute(
         service,

@@ -30,6 +30,7 @@ from healthledger.domain.errors import (
     UserNotFound,
 )
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
+from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets
 from healthledger.domain.teams.directory import DEFAULT_ORG_ID
 from healthledger.domain.teams.teams import Team as TeamAggregate
 from healthledger.domain.users.client_user_ids import client_user_id_digest
@@ -37,6 +38,7 @@ from healthledger.domain.users.user import ClientUserIdClaim, User
 from sqlalchemy import select
 
 from tests.conftest import Team
+from tests.recorded import loaded
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # What teams put in client_user_id whatever the spec asks: a value that names a person.
@@ -331,7 +333,7 @@ def write_legacy_team(service: Service, *values: str) -> Legacy:
             ),
         ]
     mapper = service.ledger.mapper
-    service.recorder.insert_events(rows, aggregate_events=[mapper.to_domain_event(r) for r in rows])
+    service.recorder.insert_events(rows, aggregate_events=[loaded(mapper, r) for r in rows])
     assert first is not None
     return first
 
@@ -434,9 +436,13 @@ def test_two_processes_creating_a_teams_secret_record_one_and_both_use_it(
     seen_by_first = team_aggregate(first, legacy.team_id)
     seen_by_second = team_aggregate(second, legacy.team_id)
     assert seen_by_first.sealed_client_user_id_secret is None
-    first.users.client_user_ids.secrets.create_secret(ctx, seen_by_first)
+    first_secrets = first.users.client_user_ids.secrets
+    second_secrets = second.users.client_user_ids.secrets
+    assert isinstance(first_secrets, ClientUserIdSecrets)
+    assert isinstance(second_secrets, ClientUserIdSecrets)
+    first_secrets.create_secret(ctx, seen_by_first)
     with pytest.raises(IntegrityError):
-        second.users.client_user_ids.secrets.create_secret(ctx, seen_by_second)
+        second_secrets.create_secret(ctx, seen_by_second)
     assert len(secret_events(first, legacy.team_id)) == 1
     # The loser reads the team again and uses the winner's secret.
     assert second.users.client_user_ids.secrets.secret_of(ctx, legacy.team_id) == (

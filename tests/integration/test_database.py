@@ -9,6 +9,7 @@ import sqlite3
 import threading
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from healthledger.adapters.composition import Service
@@ -143,12 +144,12 @@ def test_an_invalidated_writer_connection_is_replaced(service: Service) -> None:
 def test_a_compiled_statement_stores_the_row_sqlalchemy_stores(service: Service) -> None:
     # The same values through `conn.execute` (SQLAlchemy's own parameter processing)
     # and through a statement compiled once: the same stored row, byte for byte.
-    columns = ("user_id", "team_id", "client_user_id", "status", "created_on")
+    columns: tuple[str, ...] = ("user_id", "team_id", "client_user_id", "status", "created_on")
     columns += ("fallback_time_zone", "ingestion_start", "ingestion_end", "version")
     compiled = CompiledStatement(insert_of(users, columns))
     rng = random.Random(11)
     team_id = uuid.uuid4()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(60):
         zone = timezone(timedelta(minutes=rng.randrange(-720, 720)))
         rows.append(

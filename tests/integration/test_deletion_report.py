@@ -388,6 +388,7 @@ def test_an_erased_user_shows_its_erasure_the_checks_again_and_the_horizon(
     assert erasure["horizon"]["rotated_at"] is None
     clock.advance(timedelta(hours=2))
     rotation = svc.key_store.rotate_master_key()
+    assert rotation is not None
     horizon = verified(report_of(api, home, user_id))["erasure"]["horizon"]
     assert horizon["passed"] is True
     assert horizon["rotated_at"] == clock.now.isoformat(timespec="microseconds")

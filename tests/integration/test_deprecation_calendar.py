@@ -30,6 +30,8 @@ from healthledger.domain.webhooks.deprecation_calendar import (
     DeprecationCalendar,
 )
 
+from tests.recorded import logged_events
+
 IS_FINAL_DATE = datetime(2024, 6, 30, tzinfo=UTC)
 SOURCE_DATE = datetime(2024, 7, 31, tzinfo=UTC)
 HYPNOGRAM_DATE = datetime(2025, 1, 31, tzinfo=UTC)
@@ -123,7 +125,7 @@ def _applied(service: Service) -> list[str]:
 def _calendar_events(service: Service) -> list[tuple[str, str, str]]:
     return [
         (type(e).__qualname__, getattr(e, "key", ""), e.actor)
-        for e in service.ledger.events.get(CALENDAR_ID)
+        for e in logged_events(service.ledger, CALENDAR_ID)
     ]
 
 

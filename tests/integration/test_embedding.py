@@ -256,8 +256,8 @@ def test_apps_of_two_services_in_one_process_each_answer_from_their_own(
         settings = Settings(database_url=f"sqlite:///{path}", master_key_file=tmp_path / name / "k")
         services.append(build_service(settings))
     try:
-        booted = [service.bootstrap() for service in services]
-        assert booted[0] is not None and booted[1] is not None
+        booted = [b for b in (service.bootstrap() for service in services) if b is not None]
+        assert len(booted) == 2
         team = [{"x-service-api-key": b.team_api_key.plain} for b in booted]
         management = [{"X-Management-Key": b.management_key.plain} for b in booted]
         with (

@@ -26,12 +26,14 @@ from healthledger.adapters.persistence.engine.schema import (
 )
 from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
+from healthledger.adapters.persistence.eventstore.subscription import PollingSubscription
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.domain.context import CommandContext
 from healthledger.domain.ledger import Ledger
 from healthledger.domain.users.user import ClientUserIdClaim
 
 from tests.conftest import Team
+from tests.recorded import loaded
 
 LEGACY = Path(__file__).resolve().parents[1] / "data" / "legacy_main" / "sqlite-ledger.db.gz"
 
@@ -48,6 +50,8 @@ def _next_within(subscription: Any, seconds: float) -> Notification:
 def test_a_subscription_follows_the_log(service: Service, team: Team, ctx: CommandContext) -> None:
     start = service.recorder.max_notification_id() or 0
     with service.recorder.subscribe(gt=start) as subscription:
+        # Ours: woken by this process's commits (as well as by its poll).
+        assert isinstance(subscription, PollingSubscription)
         user = service.users.create_user(ctx, team.team_id, client_user_id="followed")
         created = [_next_within(subscription, 5) for _ in range(2)]
         assert [n.id for n in created] == [start + 1, start + 2]
@@ -101,7 +105,7 @@ def test_events_are_stored_as_the_previous_main_stored_them(
         _, fresh = _ledger(fresh_db)
         notifications = legacy.select_notifications(1, 100_000)
         assert len(notifications) > 300
-        events = [ledger.mapper.to_domain_event(n) for n in notifications]
+        events = [loaded(ledger.mapper, n) for n in notifications]
         stored = [ledger.mapper.to_stored_event(e) for e in events]
         ids = fresh.insert_events(stored, aggregate_events=events)
         assert ids == [n.id for n in notifications]

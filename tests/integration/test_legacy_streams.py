@@ -13,9 +13,11 @@ from contextlib import closing
 from pathlib import Path
 from uuid import UUID
 
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import StoredEvent
 from healthledger.domain.users.user import ACTIVE, ERASED, PENDING_ERASURE, User
 
+from tests.recorded import loaded
 from tests.unit.stored_form import MAPPER
 
 # The modules of the aggregates not imported above: a stored event's topic resolves to its
@@ -52,12 +54,12 @@ def test_every_stream_of_a_database_written_by_the_previous_main_replays(
         stream = UUID(str(originator_id))
         streams[stream].append(StoredEvent(stream, version, topic, bytes(state)))
 
-    aggregates = []
+    aggregates: list[Aggregate] = []
     for stream, stored in streams.items():
         aggregate = None
         for record in stored:
-            aggregate = MAPPER.to_domain_event(record).mutate(aggregate)
-        assert aggregate is not None and aggregate.id == stream
+            aggregate = loaded(MAPPER, record).mutate(aggregate)
+        assert isinstance(aggregate, Aggregate) and aggregate.id == stream
         assert aggregate.version == stored[-1].originator_version
         aggregates.append(aggregate)
 

@@ -36,9 +36,9 @@ def test_create_writes_events_and_read_model_in_one_go(
     assert count(service, stored_events) == before + 2  # claim created + user created
     resolved = service.user_queries.resolved_user(team.team_id, user.id)
     assert resolved["client_user_id"] == "c-1"
-    events = list(service.ledger.events.get(user.id))
-    assert [type(e) for e in events] == [User.Created]
-    assert events[0].actor == "test:actor" and events[0].request_id == "req-test"
+    (created,) = service.ledger.events.get(user.id)
+    assert isinstance(created, User.Created)
+    assert created.actor == "test:actor" and created.request_id == "req-test"
 
 
 def test_duplicate_client_user_id_reports_the_holder(
@@ -176,6 +176,7 @@ def test_grace_period_is_a_setting(settings: Settings, team: Team, ctx: CommandC
     try:
         user = short.users.create_user(ctx, team.team_id, client_user_id="g")
         deleted = short.users.delete_user(ctx, team.team_id, user.id)
+        assert deleted.erasure_due_at is not None and deleted.deleted_at is not None
         assert deleted.erasure_due_at - deleted.deleted_at == timedelta(hours=1)
     finally:
         short.close()
@@ -191,7 +192,8 @@ def test_snapshots_are_taken_for_long_lived_users(
             svc.users.update_user(ctx, team.team_id, user.id, {"fallback_time_zone": zone})
         assert svc.ledger.snapshots is not None
         assert list(svc.ledger.snapshots.get(user.id))
-        assert svc.users.load(team.team_id, user.id).fallback_time_zone[0] == "Asia/Tokyo"
+        latest = svc.users.load(team.team_id, user.id).fallback_time_zone
+        assert latest is not None and latest[0] == "Asia/Tokyo"
     finally:
         svc.close()
 

@@ -18,7 +18,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.link_page import create_link_app, outcome_url
 from healthledger.adapters.persistence.engine.schema import link_tokens
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connecting import Connections
+from healthledger.domain.connections.connecting import Connections, PreparedConnection
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.link_tokens import LinkToken, LinkTokenRejected
 from healthledger.domain.context import CommandContext
@@ -595,7 +595,7 @@ def test_a_use_that_loses_the_race_connects_nothing(
     other = build_service(settings)
     prepare = Connections.prepare_demo
 
-    def prepare_and_lose(self: Connections, *args: Any, **kwargs: Any) -> Connection:
+    def prepare_and_lose(self: Connections, *args: Any, **kwargs: Any) -> PreparedConnection:
         prepared = prepare(self, *args, **kwargs)
         if self is service.connections:
             other.link_tokens.connect_demo(token, "req-winner", "fitbit", ["sleep"])

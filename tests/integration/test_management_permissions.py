@@ -73,7 +73,7 @@ MATRIX: dict[str, tuple[int, int, int, int, int, int, int]] = {
 }  # fmt: skip
 
 TEAM_FIELDS = {"id", "name", "created_on", "region", "org_id", "settings", "features"}
-KEY_FIELDS = {"id", "label", "role", "team_role_bindings", "created_on"}
+KEY_FIELDS = frozenset({"id", "label", "role", "team_role_bindings", "created_on"})
 WEBHOOK_FIELDS = frozenset(
     {
         "id",

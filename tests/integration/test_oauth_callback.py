@@ -277,6 +277,7 @@ def test_a_person_connects_through_the_maker_with_the_team_s_own_client(
     assert row.connection_id == Connection.id_for(uuid.UUID(user_id), "oura")
     assert row.client_id == TEAM_CLIENT and row.version == 1
     opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_tokens)
+    assert opened is not None
     assert [opened["access_token"], opened["refresh_token"]] == maker.issued
     assert row.expires_at == svc.clock() + timedelta(seconds=maker.expires_in)
     # ... and nowhere in clear: not in any table, not in the database's files.
@@ -518,4 +519,4 @@ def test_a_team_s_deregistration_deletes_the_tokens_and_a_reconnection_stores_ne
     assert again.status_code == 200  # no redirect_url: a page
     [row] = token_rows(svc, user_id)
     opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_tokens)
-    assert opened["access_token"] == maker.issued[-2]  # the second grant's
+    assert opened is not None and opened["access_token"] == maker.issued[-2]  # the second grant's

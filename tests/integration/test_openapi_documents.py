@@ -106,7 +106,7 @@ def test_every_operation_declares_its_error_responses(document: tuple[str, Any])
 def test_every_named_response_schema_has_an_example(document: tuple[str, Any]) -> None:
     name, doc = document
     schemas = doc.get("components", {}).get("schemas", {})
-    named = set()
+    named: set[str] = set()
     for _, _, operation in operations(doc):
         for response in operation.get("responses", {}).values():
             for content in response.get("content", {}).values():

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 from eventsourcing.domain import AggregateEvent, CanMutateAggregate
@@ -68,7 +68,7 @@ class AsTheLedgerCalls(LedgerRecorder):
             now = datetime.now(UTC)
             aggregate_events = [
                 AggregateEvent(
-                    originator_id=stored.originator_id,
+                    originator_id=UUID(str(stored.originator_id)),
                     originator_version=stored.originator_version,
                     timestamp=now,
                 )

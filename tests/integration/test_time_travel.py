@@ -107,7 +107,7 @@ def ok(response: Any) -> None:
 def test_as_of_answers_what_each_read_answered_at_every_step_of_a_users_life(
     service: Service, client: TestClient, team: Team, other_team: Team
 ) -> None:
-    steps: list[tuple[str, Callable[[], None]]] = []
+    steps: list[tuple[str, Callable[[], object]]] = []
     user: dict[str, str] = {}
     h = team.headers
 
@@ -272,11 +272,12 @@ def test_as_of_is_an_iso_instant_with_an_offset_and_not_in_the_future(
                 assert problem["loc"] == ["query", "as_of"]
                 assert any(word in problem["msg"] for word in ("ISO 8601", "offset", "range"))
         future = (T0 + timedelta(seconds=1)).isoformat()
-        for path, query in (
+        reads: tuple[tuple[str, dict[str, str]], ...] = (
             (f"/v2/user/{user_id}", {}),
             (f"/v2/user/providers/{user_id}", {}),
             ("/v2/introspect/historical_pull", {}),
-        ):
+        )
+        for path, query in reads:
             response = client.get(path, params={**query, "as_of": future}, headers=team.headers)
             assert response.status_code == 422, response.text
             assert "future" in response.json()["detail"][0]["msg"]

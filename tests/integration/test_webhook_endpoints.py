@@ -19,9 +19,11 @@ from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.persistence.engine.schema import webhook_endpoints
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import SCHEDULER, CommandContext
-from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE
+from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE, WebhookEndpoint
 from httpx import Response
 from sqlalchemy import select
+
+from tests.recorded import logged_events
 
 VIEW_FIELDS = {
     "id",
@@ -74,7 +76,7 @@ class Org:
     def events(self, aggregate_id: Any) -> list[tuple[str, str]]:
         return [
             (type(e).__qualname__, e.actor)
-            for e in self.service.ledger.events.get(UUID(str(aggregate_id)))
+            for e in logged_events(self.service.ledger, UUID(str(aggregate_id)))
         ]
 
 
@@ -150,9 +152,10 @@ def test_events_carry_the_request_id_and_the_changed_fields_only(org: Org) -> No
         headers={"x-request-id": "req-webhook-patch"},
     )
     assert response.status_code == 200
-    events = list(org.service.ledger.events.get(UUID(endpoint["id"])))
-    assert events[-1].request_id == "req-webhook-patch"
-    assert events[-1].changes == {"description": "two"}
+    *_, updated = org.service.ledger.events.get(UUID(endpoint["id"]))
+    assert isinstance(updated, WebhookEndpoint.Updated)
+    assert updated.request_id == "req-webhook-patch"
+    assert updated.changes == {"description": "two"}
     # The same patch again changes nothing and records nothing.
     before = org.log_position()
     again = org.call("PATCH", f"/{endpoint['id']}", json={"description": "two"})
@@ -191,7 +194,7 @@ def test_another_teams_endpoint_is_not_found_under_this_team(org: Org) -> None:
         ("GET", "/secret"),
         ("POST", "/secret/rotate"),
     ):
-        kwargs = {"json": {"description": "hijacked"}} if method == "PATCH" else {}
+        kwargs: dict[str, Any] = {"json": {"description": "hijacked"}} if method == "PATCH" else {}
         response = org.call(method, f"/{theirs['id']}{path}", **kwargs)
         assert (response.status_code, response.json()) == (404, NOT_FOUND), (method, path)
     assert org.log_position() == before
@@ -209,9 +212,9 @@ def test_disable_and_enable_record_a_reason(org: Org) -> None:
     org.service.webhooks.disable(ctx, UUID(endpoint["id"]), ENDPOINT_GONE)
     shown = org.call("GET", f"/{endpoint['id']}").json()
     assert (shown["disabled"], shown["disabled_reason"]) == (True, ENDPOINT_GONE)
-    events = list(org.service.ledger.events.get(UUID(endpoint["id"])))
-    assert type(events[-1]).__qualname__ == "WebhookEndpoint.Disabled"
-    assert (events[-1].actor, events[-1].reason) == (SCHEDULER, ENDPOINT_GONE)
+    *_, disabled = org.service.ledger.events.get(UUID(endpoint["id"]))
+    assert isinstance(disabled, WebhookEndpoint.Disabled)
+    assert (disabled.actor, disabled.reason) == (SCHEDULER, ENDPOINT_GONE)
     # Disabling a disabled endpoint records nothing.
     before = org.log_position()
     org.service.webhooks.disable(ctx, UUID(endpoint["id"]), ENDPOINT_GONE)

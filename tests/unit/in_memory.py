@@ -73,7 +73,9 @@ class World:
 
     def __init__(self) -> None:
         self.recorder = Saves()
-        self.ledger = Ledger(Factory(self.recorder))
+        # The ledger takes an InfrastructureFactory of its default recorder type; eventsourcing's
+        # POPOFactory is generic in its own (POPOTrackingRecorder), and the parameter invariant.
+        self.ledger = Ledger(Factory(self.recorder))  # type: ignore[arg-type]
         self.clock = Clock(T0)
         self.vault = DictVault()
         self.targets: dict[str, list[UUID]] = {}

@@ -18,6 +18,8 @@ from eventsourcing.persistence import (
 )
 from healthledger.adapters.persistence.eventstore.transcoder import DateAsISO
 
+from tests.recorded import loaded
+
 
 def stock_transcoder() -> JSONTranscoder:
     """eventsourcing's JSON transcoder with the transcodings the ledger registers."""
@@ -38,7 +40,7 @@ def replayed(events: Iterable[DomainEventProtocol[UUID]]) -> Any:
     """The aggregate that `events` make, each one stored and loaded back first."""
     aggregate: Any = None
     for event in events:
-        aggregate = MAPPER.to_domain_event(stored(event)).mutate(aggregate)
+        aggregate = loaded(MAPPER, stored(event)).mutate(aggregate)
     return aggregate
 
 
@@ -46,6 +48,6 @@ def assert_replays(aggregate: Aggregate, earlier: Iterable[Any] = ()) -> list[An
     """Collect the aggregate's pending events and check that replaying them, after the
     `earlier` ones already collected, through their stored form rebuilds it equal
     (same class, same attributes). Returns the events collected."""
-    events = aggregate.collect_events()
+    events = list(aggregate.collect_events())
     assert replayed([*earlier, *events]) == aggregate
     return events

@@ -29,6 +29,8 @@ from healthledger.domain.users.lifecycle import ERASURE_REMOVES
 from healthledger.domain.users.user import ClientUserIdClaim, User
 from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES
 
+from tests.recorded import audited
+
 
 def test_every_aggregate_of_the_domain_is_audited_and_declares_its_stream() -> None:
     aggregates = audited_aggregates()
@@ -49,6 +51,7 @@ def test_the_adapters_tables_are_derived_from_the_declarations() -> None:
     assert set(ANNOUNCING_EVENTS) == announcing
     # The lifecycle's own webhook types, as announcements.py maps them.
     for event_class, event_type in LIFECYCLE_EVENT_TYPES.items():
+        assert issubclass(event_class, Audited.Event)
         assert (event_type,) == event_class.ANNOUNCES
     assert set(OWNED_STREAMS.values()) == {
         "user",
@@ -153,6 +156,6 @@ def test_a_declared_aggregate_records_under_its_context() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     org = Organization.found(ctx, now, "Acme")
     org.rename(ctx, now, "Acme 2")
-    events = org.collect_events()
+    events = audited(org.collect_events())
     assert [(e.actor, e.request_id) for e in events] == [("system:cli", "req-1")] * 2
     assert isinstance(events[1], Organization.Renamed) and events[1].name == "Acme 2"

@@ -439,33 +439,39 @@ def test_what_the_client_sends_is_accepted() -> None:
     """The client's own models, serialised as `aggregate.query_one` sends them."""
     query = client_types.Query(
         select=[
-            client_types.GroupKeyColumnExpr(group_key="*"),
+            client_types.GroupKeyColumnExpr(group_key=client_types.Select("*")),
             client_types.AggregateExpr(
-                arg=client_types.SleepColumnExpr(sleep="hrv_mean_rmssd"), func="median"
+                arg=client_types.SleepColumnExpr(
+                    sleep=client_types.SleepColumnExprSleep("hrv_mean_rmssd")
+                ),
+                func=client_types.AggregateExprFunc("median"),
             ),
             client_types.AggregateExpr(
-                arg=client_types.IndexColumnExpr(index="sleep"), func="count"
+                arg=client_types.IndexColumnExpr(index=client_types.IndexColumnExprIndex("sleep")),
+                func=client_types.AggregateExprFunc("count"),
             ),
         ],
         group_by=[
             client_types.DateTruncExpr(
-                date_trunc=client_types.Period(unit="week"),
-                arg=client_types.IndexColumnExpr(index="sleep"),
+                date_trunc=client_types.Period(unit=client_types.PeriodUnit("week")),
+                arg=client_types.IndexColumnExpr(index=client_types.IndexColumnExprIndex("sleep")),
             ),
             client_types.DatePartExpr(
-                date_part="weekday", arg=client_types.IndexColumnExpr(index="sleep")
+                date_part=client_types.DatePartExprDatePart("weekday"),
+                arg=client_types.IndexColumnExpr(index=client_types.IndexColumnExprIndex("sleep")),
             ),
         ],
         where="score >= 70 AND source_provider != 'fitbit'",
     )
     body = {
         "timeframe": client_types.RelativeTimeframe(
-            anchor="2024-06-30", past=client_types.Period(value=3, unit="month")
+            anchor="2024-06-30",
+            past=client_types.Period(value=3, unit=client_types.PeriodUnit("month")),
         ).model_dump(mode="json", exclude_unset=True),
         "queries": [query.model_dump(mode="json", exclude_unset=True)],
-        "config": client_types.QueryConfig(provider_priority_overrides=["oura"]).model_dump(
-            mode="json", exclude_unset=True
-        ),
+        "config": client_types.QueryConfig(
+            provider_priority_overrides=[client_types.Providers("oura")]
+        ).model_dump(mode="json", exclude_unset=True),
     }
     (plan,) = plan_request(AggregateQueryRequest.model_validate(body))
     assert plan.group_keys == (DateTrunc(1, "week"), DatePartKey("weekday"))

@@ -21,15 +21,22 @@ from healthledger.domain.ledger import Ledger, command
 
 
 class Counter(Aggregate):
+    # Declared (rather than named in @event) so that the tests can name them, typed.
+    class Incremented(Aggregate.Event):
+        pass
+
+    class Sealed(Aggregate.Event):
+        pass
+
     def __init__(self) -> None:
         self.count = 0
         self.sealed = False
 
-    @event("Incremented")
+    @event(Incremented)
     def increment(self) -> None:
         self.count += 1
 
-    @event("Sealed")
+    @event(Sealed)
     def seal(self) -> None:
         self.sealed = True
 
@@ -39,7 +46,10 @@ class Counter(Aggregate):
 
 
 class Other(Aggregate):
-    @event("Touched")
+    class Touched(Aggregate.Event):
+        pass
+
+    @event(Touched)
     def touch(self) -> None:
         pass
 
@@ -74,7 +84,9 @@ class Factory(POPOFactory):
 
 def _ledger(**options: Any) -> tuple[Ledger, Recorder]:
     recorder = Recorder()
-    return Ledger(Factory(recorder), **options), recorder
+    # The ledger takes an InfrastructureFactory of its default recorder type; eventsourcing's
+    # POPOFactory is generic in its own (POPOTrackingRecorder), and the parameter invariant.
+    return Ledger(Factory(recorder), **options), recorder  # type: ignore[arg-type]
 
 
 def test_the_recorder_gets_the_domain_events_with_their_stored_form() -> None:

@@ -286,5 +286,6 @@ def test_a_version_1_snapshot_is_upcast() -> None:
         state=state,
     )
     restored = legacy.mutate(None)
+    assert isinstance(restored, MirroredUser)
     assert restored == user
     assert restored.status == ACTIVE and restored.sealed_client_user_id is None

@@ -10,8 +10,10 @@ from uuid import UUID
 
 import pytest
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERIES
+from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.user_deletion import DROPPED_BY_ERASURE
 
+from tests.recorded import loaded
 from tests.unit.in_memory import CTX, GRACE, SWEEP, T0, TEAM, World
 
 
@@ -135,9 +137,10 @@ def test_an_erasure_of_one_user_is_idempotent(world: World) -> None:
 def _checked(world: World, user_id: UUID) -> dict[str, int]:
     """The `checked` of the user's Erased event, as stored."""
     (erased,) = [
-        world.ledger.mapper.to_domain_event(e)
+        loaded(world.ledger.mapper, e)
         for save in world.recorder.saves
         for e in save
         if e.originator_id == user_id and e.topic.startswith("healthledger:User.Erased")
     ]
+    assert isinstance(erased, User.Erased)
     return dict(erased.checked)

@@ -23,6 +23,7 @@ from healthledger.domain.errors import (
     UserNotFound,
     UserScheduledForDeletion,
 )
+from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.client_user_ids import client_user_id_digest
 from healthledger.domain.users.user import ACTIVE, ERASED, PENDING_ERASURE, ClientUserIdClaim, User
@@ -67,7 +68,7 @@ def test_a_user_holds_its_client_user_id_sealed_and_its_claim_by_the_teams_diges
     world: World, team: UUID
 ) -> None:
     user = world.users.create_user(CTX, team, client_user_id="patient-4711")
-    assert user.status == ACTIVE
+    assert user.status == ACTIVE and user.sealed_client_user_id is not None
     assert world.vault.open(user.id, user.sealed_client_user_id) == "patient-4711"
     digest = world.users.client_user_ids.digest(CTX, team, "patient-4711")
     claim = claim_of(world, user)
@@ -126,7 +127,9 @@ def test_a_team_without_a_secret_gets_one_on_first_need_and_keeps_it(world: Worl
     world.save(team)
     ids = world.users.client_user_ids
     first = ids.digest(CTX, team.id, "bob")
-    ids.secrets.known.clear()  # another process, which has not opened it: it reads the same one
+    secrets = ids.secrets
+    assert isinstance(secrets, ClientUserIdSecrets)
+    secrets.known.clear()  # another process, which has not opened it: it reads the same one
     assert ids.digest(CTX, team.id, "bob") == first
     recorded = [
         e for e in world.ledger.events.get(team.id) if isinstance(e, Team.ClientUserIdSecretCreated)
@@ -145,6 +148,7 @@ def test_a_change_of_client_user_id_moves_the_claim_and_frees_the_old_value(
     old_claim_id = user.claim_id
     world.users.update_user(CTX, team, user.id, {"client_user_id": "after"})
     moved = world.users.load_live(team, user.id)
+    assert moved.sealed_client_user_id is not None
     assert world.vault.open(user.id, moved.sealed_client_user_id) == "after"
     assert claim_of(world, moved).holder == user.id
     old = world.find(old_claim_id)
