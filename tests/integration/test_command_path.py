@@ -88,7 +88,8 @@ class Wire:
     def pipeline(self, driver: psycopg.Connection[Any], original: Any) -> Iterator[Any]:
         """One of psycopg's pipelines: whatever is queued in it goes in one round trip,
         ended by its Sync."""
-        self.piped[id(driver)] = queued = []
+        queued: list[str] = []
+        self.piped[id(driver)] = queued
         try:
             with original() as pipeline:
                 yield pipeline
