@@ -1,21 +1,30 @@
 """Use cases of pulling data: historical pulls on connection, and the daily sync after.
 
 Workers find what is due from our own tables (the `due` queries are injected) and call
-`run` / `sync` for each id. Both are idempotent and claim their work through the event
-store's optimistic concurrency: two workers that pick the same pull both try to record
-`PullStarted` at the same version, and only one succeeds. A worker that dies mid-pull
-leaves the pull `in_progress`; once its lease ends the pull is due again and is taken over
-(chunks already stored are stored again unchanged, and success is recorded once).
+`run` / `sync` for each id. Both are idempotent. A historical pull is started only from a
+state that allows it, read from the event store when the worker claims it: scheduled,
+retrying with its retry time come, or in progress with its lease ended (`_is_due`); a pull
+that ended (success, failure) is never started again, only a new PullScheduled (a
+reconnection) makes a new one. The claim is the `PullStarted` event, recorded at the
+version the worker read: two workers that pick the same pull both try to record it at the
+same version and only one succeeds; the loser reads the pull again and goes by what it
+finds. A worker that dies mid-pull leaves the pull `in_progress`; once its lease ends the
+pull is due again and is taken over (chunks already stored are stored again unchanged,
+and success is recorded once: by the attempt that is the pull's latest).
+
+Each `PullStarted` carries the worker in its request id (`pull-<pid>-<holder>-...`), so
+which process started an attempt can be read from the log.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.connections.connection import Connection
@@ -31,6 +40,7 @@ from healthledger.domain.connections.providers import (
 from healthledger.domain.connections.resource_feeds import (
     IN_PROGRESS,
     RETRYING,
+    SCHEDULED,
     SUCCESS,
     ResourceFeed,
 )
@@ -59,6 +69,22 @@ class _Outcome:
 
 
 @dataclass(frozen=True)
+class _Synced:
+    """One DailySynced a sync records."""
+
+    created_days: list[date]
+    updated_days: list[date]
+    session: str | None
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "created_days": self.created_days,
+            "updated_days": self.updated_days,
+            "session": self.session,
+        }
+
+
+@dataclass(frozen=True)
 class PullPolicy:
     # Delays before the 2nd, 3rd... try of a pull that failed for a passing reason; a
     # failure after the last one is retry_quota_exhausted.
@@ -80,6 +106,7 @@ class Pulls:
         due_pulls: DueIds,
         due_syncs: DueIds,
         policy: PullPolicy = PullPolicy(),
+        holder: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.clock = clock
@@ -88,6 +115,12 @@ class Pulls:
         self.due_pulls = due_pulls
         self.due_syncs = due_syncs
         self.policy = policy
+        # Who this worker is, in the request id of what it records (one per process by
+        # default, as the webhook sender's lease holder).
+        self.holder = holder or f"{os.getpid()}-{uuid4().hex[:12]}"
+
+    def _context(self) -> CommandContext:
+        return CommandContext.system(SCHEDULER, f"pull-{self.holder}-{uuid4().hex[:8]}")
 
     # -- scheduling (in the connect's transaction) --------------------------------------
 
@@ -163,10 +196,11 @@ class Pulls:
         of every resource, and one for the outcomes: a connection's 50 pulls cost a dozen
         commits instead of hundreds. Each pull still succeeds or fails on its own, and its
         completion is recorded after all its chunks are stored. When a batch write loses
-        to another writer (a worker claimed one of the pulls, a reconnection rescheduled
-        one), each pull is redone on its own from the stored state.
+        to another writer (a worker claimed one of the pulls, or ran it to its end; a
+        reconnection rescheduled one), each pull is read again and redone on its own if,
+        as stored now, it is still due.
         """
-        ctx = CommandContext.system(SCHEDULER)
+        ctx = self._context()
         now = self.clock()
         feeds = [feed for feed in feeds if self._is_due(feed, now)]
         if not feeds:
@@ -180,7 +214,7 @@ class Pulls:
             if not self._save(*feeds):
                 for feed in feeds:  # one at a time, from the stored state
                     fresh = self._reload(feed)
-                    if fresh.is_pending:
+                    if self._is_due(fresh, now):
                         fresh.fail(ctx, now, code=NON_RETRIABLE, reason=reason)
                         self._save(fresh)
             return set()
@@ -188,7 +222,9 @@ class Pulls:
             feed.start_attempt(ctx, now)
         if not self._save(*feeds):
             if len(feeds) == 1:
-                return set()  # another worker claimed it
+                return set()  # another worker claimed it, or ran it to its end
+            # One of them was moved on: each from the stored state, if it is still due
+            # (`_run_together` checks it again; a pull another worker ended is not).
             claimed: set[UUID] = set()
             for feed in feeds:
                 claimed |= self._run_together([self._reload(feed)])
@@ -202,11 +238,16 @@ class Pulls:
         if self._save(*feeds, *others):
             return {feed.id for feed in feeds}
         # Something moved one of the streams on meanwhile (a reconnection rescheduled a
-        # pull, a deregistration): record each outcome on its own where the attempt this
-        # worker claimed is still the pull's latest.
+        # pull, a deregistration, another worker took an attempt over after its lease):
+        # record each outcome on its own where the attempt this worker claimed is still
+        # the pull's latest.
         for feed in feeds:
             fresh = self._reload(feed)
-            if fresh.status == IN_PROGRESS and fresh.attempts == feed.attempts:
+            if (
+                fresh.status == IN_PROGRESS
+                and fresh.pull_number == feed.pull_number
+                and fresh.attempts == feed.attempts
+            ):
                 fresh_connection = self._reload(connection)
                 self._record_outcome(ctx, fresh, fresh_connection, outcomes[feed.id], ended)
                 extra = [fresh_connection] if fresh_connection.pending_events else []
@@ -243,11 +284,16 @@ class Pulls:
             feed.fail(ctx, now, code=UNEXPECTED, reason=type(error).__name__)
 
     def _is_due(self, feed: ResourceFeed, now: datetime) -> bool:
-        if feed.status == IN_PROGRESS:
-            return feed.modified_on + self.policy.lease <= now
+        """Whether a worker may start the pull now, by its state as read: scheduled,
+        retrying with its retry time come, or in progress with its lease ended (the
+        worker that started it is presumed dead). A pull that ended is never due."""
+        if feed.status == SCHEDULED:
+            return True
         if feed.status == RETRYING:
             return feed.retry_at <= now
-        return True
+        if feed.status == IN_PROGRESS:
+            return feed.modified_on + self.policy.lease <= now
+        return False
 
     def _pull(
         self, connection: Connection, feeds: list[ResourceFeed], now: datetime
@@ -293,17 +339,28 @@ class Pulls:
     def sync_due(self, limit: int = 500) -> tuple[int, int]:
         """Sync the feeds that are due: (how many were looked at, how many synced). A feed
         whose sync failed stays due for the next round."""
-        now = self.clock()
-        ids = self.due_syncs(now - self.policy.sync_interval, limit)
-        synced = sum(1 for feed_id in ids if self.sync(feed_id) is not None)
+        synced_before = self.clock() - self.policy.sync_interval
+        ids = self.due_syncs(synced_before, limit)
+        synced = sum(
+            1 for feed_id in ids if self.sync(feed_id, synced_before=synced_before) is not None
+        )
         return len(ids), synced
 
-    def sync(self, feed_id: UUID) -> tuple[list[date], list[date]] | None:
-        """Fetch the days since the feed's newest data; record what is new and changed."""
-        ctx = CommandContext.system(SCHEDULER)
+    def sync(
+        self, feed_id: UUID, *, synced_before: datetime | None = None
+    ) -> tuple[list[date], list[date]] | None:
+        """Fetch the days since the feed's newest data; record what is new and changed.
+
+        With `synced_before` (the sweep's), the feed is synced only if, as stored now, it
+        was last brought up to date at or before that instant: another process's sweep,
+        which read the same due list, may have synced it meanwhile.
+        """
+        ctx = self._context()
         feed = self.ledger.find(feed_id)
         if not isinstance(feed, ResourceFeed) or feed.status != SUCCESS:
             return None  # the historical pull covers it (or failed: nothing to sync)
+        if synced_before is not None and (feed.synced_at or synced_before) > synced_before:
+            return None  # synced since the due list was read
         connection = self.ledger.find(feed.connection_id)
         user = self.ledger.find(feed.user_id)
         if not isinstance(connection, Connection) or not connection.is_pulling:
@@ -347,28 +404,58 @@ class Pulls:
             if sessions
             else []
         )
-        for change in changes:
-            feed.synced(
-                ctx,
-                now,
+        recorded = [
+            _Synced(
                 created_days=[change.day] if change.created else [],
                 updated_days=[] if change.created else [change.day],
                 session=change.key,
             )
+            for change in changes
+        ]
         if not changes:
             # A plain resource's days; or no session changed (one removed, or nothing):
             # the sync is recorded all the same, it is when the feed was last synced.
             created, updated = ([], []) if sessions else (stored.created, stored.updated)
-            feed.synced(ctx, now, created_days=created, updated_days=updated)
-        self._save(feed)
+            recorded.append(_Synced(created_days=created, updated_days=updated, session=None))
+        for synced in recorded:
+            feed.synced(ctx, now, **synced.fields())
+        if not self._save(feed):
+            self._record_created_on_fresh(ctx, feed, now, recorded)
         return stored.created, stored.updated
+
+    def _record_created_on_fresh(
+        self, ctx: CommandContext, feed: ResourceFeed, now: datetime, recorded: list[_Synced]
+    ) -> None:
+        """A sync's record lost to another writer (most often another process syncing the
+        same feed at the same moment). The days this sync created in the store were
+        created by no one else (the store inserts a day once), so no other record
+        announces them: they are recorded on the feed as stored now, while its pull is
+        the one this sync followed (a reconnection's new pull covers them otherwise). The
+        days it found changed are not: the writer that won stored the same days and
+        recorded the changes it saw."""
+        kept = [
+            _Synced(created_days=s.created_days, updated_days=[], session=s.session)
+            for s in recorded
+            if s.created_days
+        ]
+        for _ in range(3):
+            if not kept:
+                return
+            fresh = self._reload(feed)
+            if fresh.status != SUCCESS or fresh.pull_number != feed.pull_number:
+                return
+            for synced in kept:
+                fresh.synced(ctx, now, **synced.fields())
+            if self._save(fresh):
+                return
+        log.warning("sync of feed %s: new days not recorded after 3 tries", feed.id)
 
     # -- connection pauses ----------------------------------------------------------------
 
     def apply_ingestion_bounds(self, connection_ids: Sequence[UUID]) -> int:
         """Pause the connections whose user's ingestion_end has passed; resume the paused
         ones whose user's ingestion_end was moved on or cleared. How many changed."""
-        ctx = CommandContext.system(SCHEDULER)
+        ctx = self._context()
         changed = 0
         for connection_id in connection_ids:
             connection = self.ledger.find(connection_id)

@@ -83,6 +83,7 @@ class ResourceFeed(Audited):
             feed.scheduled_at = self.timestamp
             feed.started_at = None
             feed.ended_at = None
+            feed.synced_at = None
             feed.attempts = 0
             feed.failures = 0
             feed.error_code = None
@@ -125,6 +126,7 @@ class ResourceFeed(Audited):
         def apply(self, feed: ResourceFeed) -> None:
             feed.status = SUCCESS
             feed.ended_at = self.timestamp
+            feed.synced_at = self.timestamp
             feed.error_code = None
             feed.days_with_data = self.days_with_data
             _widen(feed, self.oldest_day, self.newest_day)
@@ -160,6 +162,7 @@ class ResourceFeed(Audited):
             state["session"] = None
 
         def apply(self, feed: ResourceFeed) -> None:
+            feed.synced_at = self.timestamp
             days = [*self.created_days, *self.updated_days]
             if days:
                 _widen(feed, min(days), max(days))
@@ -187,6 +190,9 @@ class ResourceFeed(Audited):
         self.pull_number: int = 0
         # One of PULL_STATES, or None before the first pull is scheduled.
         self.status: str | None = None
+        # When the data was last brought up to date: the last pull's success or the last
+        # sync (as the read model's `synced_at`); None before a pull succeeded.
+        self.synced_at: datetime | None = None
         # The days with data found so far, over every pull and sync.
         self.oldest_day: date | None = None
         self.newest_day: date | None = None
@@ -261,6 +267,11 @@ class ResourceFeed(Audited):
         return self.status in (SCHEDULED, RETRYING, IN_PROGRESS)
 
     def start_attempt(self, ctx: CommandContext, now: datetime) -> None:
+        """Start the pending pull's next attempt. A pull that ended (success, failure) or
+        was never scheduled is not started again: only a new PullScheduled (a
+        reconnection) makes a new pull."""
+        if not self.is_pending:
+            raise PullNotPending(self.id, self.status)
         self.record(ctx, now, self.PullStarted, attempt=self.attempts + 1)
 
     def attempt_failed(
@@ -330,6 +341,13 @@ class ResourceFeed(Audited):
             updated_days=updated_days,
             session=session,
         )
+
+
+class PullNotPending(Exception):
+    """A defect of the caller: only a scheduled, retrying or in-progress pull is started."""
+
+    def __init__(self, feed_id: UUID, status: str | None) -> None:
+        super().__init__(f"pull of feed {feed_id} is {status}: not started again")
 
 
 def _widen(feed: ResourceFeed, oldest: date | None, newest: date | None) -> None:
