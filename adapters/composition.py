@@ -34,6 +34,7 @@ from healthledger.adapters.persistence.projections.erasure import (
     erasure_effects,
 )
 from healthledger.adapters.persistence.projections.read_models import ReadModels
+from healthledger.adapters.persistence.projections.users import seal_client_user_ids
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
 from healthledger.adapters.persistence.queries.deletion_cascade import deletion_targets
 from healthledger.adapters.persistence.queries.directory import TeamQueries, UserQueries
@@ -76,7 +77,11 @@ from healthledger.domain.labs.user_deletion import UserOrders
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
-from healthledger.domain.users.client_user_ids import DIGESTS, ClientUserIds
+from healthledger.domain.users.client_user_ids import (
+    DIGESTS,
+    ClientUserIds,
+    client_user_id_digest,
+)
 from healthledger.domain.users.lifecycle import UserLifecycle
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecations import Deprecations
@@ -186,6 +191,20 @@ class Service:
         self.db.dispose()
 
 
+def _user_or_none(ledger: Ledger, user_id: UUID) -> User | None:
+    found = ledger.find(user_id)
+    return found if isinstance(found, User) else None
+
+
+def _digest_or_none(users: UserLifecycle, team_id: UUID, value: str) -> str | None:
+    """The team's digest, recording the secret of a team created before digests (outside
+    any transaction: the conversion of revision 0015's rows); None for a deleted team."""
+    try:
+        return users.client_user_ids.digest(CommandContext.system(DIGESTS), team_id, value)
+    except TeamNotFound:
+        return None
+
+
 def own_addresses(settings: Settings) -> set[tuple[str, int]]:
     """Every (host, port) this service answers on or is reached at: a webhook URL must
     point elsewhere, or the service would post its events to itself."""
@@ -233,8 +252,6 @@ def build_service(
     )
     master_key = open_master_key(db, key_source)
     key_store = KeyStore(db, master_key, clock, key_source)
-    # The users read model opens the client_user_ids that events hold sealed.
-    read_models = ReadModels(db, key_store.open_on, key_store.opener_on)
     provider_tokens = SqlProviderTokenStore(db, key_store, clock)
 
     def on_record(conn: Connection, events: Sequence[Any]) -> None:
@@ -263,6 +280,23 @@ def build_service(
             else None
         ),
     )
+    client_user_id_secrets = ClientUserIdSecrets(ledger, key_store, clock)
+
+    def recorded_digest(team_id: UUID, value: str) -> str | None:
+        # A team's digest with the secret it has recorded (None: a deleted team's): what
+        # the users rows are found by (a read or a projection never records a secret).
+        secret = client_user_id_secrets.recorded(team_id)
+        return None if secret is None else client_user_id_digest(secret.secret, value)
+
+    def seal_on(conn: Connection, user_id: UUID, value: str) -> str | None:
+        cipher = key_store.cipher_on(conn, user_id)
+        return None if cipher is None else cipher.seal(value)
+
+    # The users read model holds a client_user_id sealed and as the team's digest (ADR
+    # 0017): it opens what events hold sealed to digest it; `on_record` projects with it.
+    read_models = ReadModels(
+        db, key_store.open_on, key_store.opener_on, seal=seal_on, digest=recorded_digest
+    )
     catalog = {entry.slug: entry for entry in provider_catalog()}
     # Read and checked here, so that a broken lab data file stops the service at start.
     lab_catalog, area_index = shipped_labs()
@@ -281,7 +315,7 @@ def build_service(
         key_store,
         clock,
         settings.grace_period,
-        ClientUserIds(ledger, ClientUserIdSecrets(ledger, key_store, clock)),
+        ClientUserIds(ledger, client_user_id_secrets),
         erasure_inventory=erasure_places.inventories,
         # What ends with a user, in this order: a deletion deregisters its connections
         # and cancels its open lab test orders (issue 14), reading both at once; an
@@ -293,7 +327,22 @@ def build_service(
         ],
         deletion_targets=partial(deletion_targets, db),
     )
-    user_queries = UserQueries(db, key_store, connection_queries.connected_sources)
+    user_queries = UserQueries(
+        db,
+        key_store,
+        connection_queries.connected_sources,
+        digest=recorded_digest,
+        open_in_bulk=key_store.opener_on,
+    )
+    # Users rows written before revision 0015, which dropped their clear client_user_id:
+    # sealed and digested again from their events (none on an up-to-date database).
+    seal_client_user_ids(
+        db,
+        user_of=lambda user_id: _user_or_none(ledger, user_id),
+        seal=key_store.seal,
+        open_sealed=key_store.open,
+        digest=lambda team_id, value: _digest_or_none(users, team_id, value),
+    )
     health_data = SqlHealthDataStore(db, key_store, clock)
     pull_queries = PullQueries(db, settings.pull_lease)
     demo_provider = DemoProvider()

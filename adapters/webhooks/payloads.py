@@ -98,16 +98,20 @@ class Payloads:
         if event_type in _LIFECYCLE_TYPES:
             return self._lifecycle(event_type, user_id, team_id, source_version)
         with self.db.read() as conn:
-            row = conn.execute(
-                select(users.c.client_user_id).where(users.c.user_id == user_id)
-            ).first()
-        if row is None:
+            sealed = conn.execute(
+                select(users.c.sealed_client_user_id).where(users.c.user_id == user_id)
+            ).scalar()
+        # The row holds the client_user_id sealed with the user's key (ADR 0017): none,
+        # or no key to open it, is a user gone (erased).
+        opened = None if sealed is None else self.key_store.open(user_id, sealed)
+        if opened is None:
             return None
+        client_user_id = str(opened)
         if event_type in _ORDER_TYPES:
             order_data = self._order(event_type, source_id, source_version)
             if order_data is None:
                 return None
-            return _body(event_type, order_data, user_id, row.client_user_id, team_id)
+            return _body(event_type, order_data, user_id, client_user_id, team_id)
         (stored,) = self.ledger.events.get(source_id, gt=source_version - 1, lte=source_version)
         event = attributed(stored)
         # Who and what a stream is does not change; a pull's range does (a reconnection
@@ -118,7 +122,7 @@ class Payloads:
         data = self._data(event_type, event, stream, user_id, day, rules)
         if data is None:
             return None
-        return _body(event_type, data, user_id, row.client_user_id, team_id)
+        return _body(event_type, data, user_id, client_user_id, team_id)
 
     def _order(self, event_type: str, order_id: UUID, version: int) -> dict[str, Any] | None:
         """The order as the announced event left it (ClientFacingOrder), or a critical

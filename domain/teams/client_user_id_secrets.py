@@ -65,6 +65,23 @@ class ClientUserIdSecrets:
             return self._opened(team)
         raise ConcurrentChange()
 
+    def recorded(self, team_id: UUID) -> TeamSecret | None:
+        """The team's secret if it has one recorded, else None (never records one): what
+        a read and a projection compute digests with (a team without a secret has no
+        user whose value was digested; a deleted team's secret is gone)."""
+        known = self.known.get(team_id)
+        if known is not None:
+            return known
+        team = self.ledger.find(team_id)
+        if not isinstance(team, Team) or team.deleted_at is not None:
+            return None
+        if team.sealed_client_user_id_secret is None:
+            return None
+        try:
+            return self._opened(team)
+        except TeamNotFound:
+            return None
+
     def create_secret(self, ctx: CommandContext, team: Team) -> None:
         """Record a secret for a team that has none, created before digests: its claims
         made before may still be found by the clear value. Raises eventsourcing's

@@ -176,22 +176,21 @@ def test_replay_builds_the_read_models_as_of_an_instant_into_a_new_file(
     replayed = create_engine(f"sqlite:///{target}")
     try:
         got = rows(replayed)
-        # Every read model as it was then; the users' client_user_ids, which their events
-        # hold sealed and the copy holds no key for, as placeholders (the one of the user
-        # erased since, erased).
+        # Every read model as it was then: the users' client_user_ids sealed as their
+        # events hold them (never in clear); the copy holds no key nor team secret to
+        # digest them with.
         with replayed.connect() as conn:
-            shown = dict(conn.execute(select(users.c.user_id, users.c.client_user_id)).all())
-        assert shown == {kept.id: SEALED_PLACEHOLDER, gone.id: ERASED_PLACEHOLDER}
-        names = [c.name for c in users.columns]
-        hide = names.index("client_user_id")
+            shown = dict(conn.execute(select(users.c.user_id, users.c.client_user_id_digest)).all())
+        assert shown == {kept.id: None, gone.id: None}
+        hide = [c.name for c in users.columns].index("client_user_id_digest")
 
-        def without_client_user_id(tables: dict[str, list[tuple[Any, ...]]]) -> Any:
+        def without_digest(tables: dict[str, list[tuple[Any, ...]]]) -> Any:
             return {
                 **tables,
                 "users": sorted((r[:hide] + r[hide + 1 :] for r in tables["users"]), key=repr),
             }
 
-        assert without_client_user_id(got) == without_client_user_id(then)
+        assert without_digest(got) == without_digest(then)
         assert then != now  # the source moved on, the copy did not
         with replayed.connect() as conn:
             copied = conn.execute(select(func.count()).select_from(stored_events)).scalar_one()

@@ -82,9 +82,11 @@ def test_concurrent_creates_of_one_client_user_id_make_exactly_one_user(
         thread.join()
     other.close()
     assert sorted(outcomes) == ["created"] + ["taken"] * 7
+    # The users rows hold the team's digest of the value, never the value.
+    digest = service.client_user_id_digest(team.team_id, "race")
     with service.db.read() as conn:
         holders = conn.execute(
-            select(func.count()).select_from(users).where(users.c.client_user_id == "race")
+            select(func.count()).select_from(users).where(users.c.client_user_id_digest == digest)
         ).scalar_one()
     assert holders == 1
 

@@ -38,6 +38,7 @@ from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
+from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.user import User
 
 from tests.conftest import (
@@ -155,7 +156,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0014")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0015")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -167,6 +168,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0012",
         "0006",
         "0014",
+        "0015",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -177,8 +179,11 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     try:
         # Every stored event: counted, and each one decodes through the ledger's mapper.
         notifications = service.recorder.select_notifications(start=1, limit=events_before + 10)
-        assert len(notifications) == events_before
+        # And one more: the start gave the legacy team its client_user_id secret, to
+        # digest its users' values in the users rows (revision 0015 dropped them in clear).
+        assert len(notifications) == events_before + 1
         events = [service.ledger.mapper.to_domain_event(n) for n in notifications]
+        assert isinstance(events[-1], Team.ClientUserIdSecretCreated)
         created = {
             event.client_user_id: event.originator_id
             for event in events
@@ -216,6 +221,9 @@ def check_users_through_the_team_api(service: Service, created: dict[str, UUID])
             response = client.get(f"/v2/user/{created[client_user_id]}", headers=headers)
             assert response.status_code == 200, response.text
             assert response.json()["client_user_id"] == client_user_id
+            # Found by the team's digest of the value, which the start computed.
+            resolved = client.get(f"/v2/user/resolve/{client_user_id}", headers=headers)
+            assert resolved.json()["user_id"] == str(created[client_user_id])
         assert (
             client.get(f"/v2/user/{created['legacy-1']}", headers=headers)
             .json()["ingestion_start"]
@@ -306,13 +314,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0014" in status
+    assert "written before migrations" in status and "head      0015" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0014" in capsys.readouterr().out
+    assert "nothing to apply: already at 0015" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -337,13 +345,17 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0012",
         "0006",
         "0014",
+        "0015",
     ]
 
     done = upgrade(empty_database.url)
     assert (done.stamped, [r.revision for r in done.applied], done.after) == (
         None,
-        ["0001", "0002", "0003", "0004", "0005", "0013", "0010", "0007", "0012", "0006", "0014"],
-        "0014",
+        [
+            *("0001", "0002", "0003", "0004", "0005", "0013", "0010", "0007", "0012", "0006"),
+            *("0014", "0015"),
+        ],
+        "0015",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -381,7 +393,7 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     monkeypatch.setenv("HEALTHLEDGER_MIGRATE_ON_START", "refuse")
     assert main(["serve"]) == 1
     refused = capsys.readouterr().err
-    pending = "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014"
+    pending = "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015"
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused
     assert main(["erase-due"]) == 1
@@ -421,8 +433,8 @@ def test_processes_starting_together_migrate_once(empty_database: ScratchDatabas
     for thread in threads:
         thread.join()
     assert errors == []
-    # One starter applies every revision (0001 to 0014); the others find nothing to do.
-    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [11]
+    # One starter applies every revision (0001 to 0015); the others find nothing to do.
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [12]
     assert schema_state(empty_database.url).up_to_date
 
 

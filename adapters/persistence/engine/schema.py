@@ -143,9 +143,15 @@ users = Table(
     metadata,
     Column("user_id", Uuid, primary_key=True),
     Column("team_id", Uuid, nullable=False),
-    Column("client_user_id", String(255), nullable=False),
     Column("status", String(20), nullable=False),
     Column("created_on", UTCDateTime, nullable=False),
+    # The client_user_id is never here in clear (revision 0015, ADR 0017): sealed with the
+    # user's data key (opened to answer, so it goes with the key), and the team's keyed
+    # digest of it (HMAC-SHA256 under the team's secret, as the claims name it) to find a
+    # user by the value. NULL only until `seal_client_user_ids` converts a row written
+    # before (and the digest of a user of a deleted team, whose secret is gone).
+    Column("sealed_client_user_id", Text),
+    Column("client_user_id_digest", String(64)),
     Column("fallback_time_zone", String(64)),
     Column("fallback_time_zone_source", String(64)),
     Column("fallback_time_zone_updated_at", UTCDateTime),
@@ -162,7 +168,7 @@ users = Table(
     # The environment of the key that created the user: its webhooks go to that
     # environment's endpoints (migration 0002).
     Column("environment", String(16)),
-    Index("ix_users_team_client_user_id", "team_id", "client_user_id"),
+    Index("ix_users_team_client_user_id_digest", "team_id", "client_user_id_digest"),
     # Status stays out of the index: delete and undo then move no index entry.
     Index("ix_users_team_created", "team_id", "created_on"),
     # Keyed by user_id itself (no hidden rowid b-tree beside the primary key): one

@@ -6,6 +6,7 @@ the live ones at its end (`rebuild.py`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -45,17 +46,28 @@ class ReadModels:
         db: Database,
         open_sealed: users.OpenSealed | None = None,
         open_sealed_in_bulk: OpenSealedInBulk | None = None,
+        *,
+        seal: users.SealOn | None = None,
+        digest: users.DigestOf | None = None,
     ) -> None:
-        """`open_sealed` (the key store's `open_on`) opens the client_user_ids that users'
-        events hold sealed; a log with none (written before they were) needs none.
-        `open_sealed_in_bulk` (its `opener_on`), if given, opens a rebuild's page."""
+        """`open_sealed` (the key store's `open_on`) opens the values that events hold
+        sealed (the users' client_user_ids, for their digests; orders' interpretations).
+        `open_sealed_in_bulk` (its `opener_on`), if given, opens a rebuild's page. The
+        users rows hold a client_user_id sealed and as the team's keyed digest, never in
+        clear: `seal` (the key store's, on the connection) seals one an older event holds
+        in clear, `digest` is the team's digest of it (without them, NULLs)."""
         self.db = db
         self.open_sealed_in_bulk = open_sealed_in_bulk
+        self.client_user_id_keys = users.ClientUserIdKeys(
+            open_sealed=open_sealed or users.ClientUserIdKeys.open_sealed,
+            seal=seal or users.ClientUserIdKeys.seal,
+            digest=digest,
+        )
         # Each context's module declares its handlers (`@handles`); those that open a
         # sealed value are bound to the key store over them.
         self.handlers = {
             **declared_handlers(),
-            **(users.opening_handlers(open_sealed) if open_sealed is not None else {}),
+            **users.opening_handlers(self.client_user_id_keys),
             **(orders.opening_handlers(open_sealed) if open_sealed is not None else {}),
         }
 
@@ -91,10 +103,8 @@ class ReadModels:
         owners = {e.originator_id for e in events if type(e) in users.OPENING}
         if not owners:
             return self.handlers
-        return {
-            **self.handlers,
-            **users.opening_handlers(self.open_sealed_in_bulk(conn, owners)),
-        }
+        keys = replace(self.client_user_id_keys, open_sealed=self.open_sealed_in_bulk(conn, owners))
+        return {**self.handlers, **users.opening_handlers(keys)}
 
     def rebuild(
         self,

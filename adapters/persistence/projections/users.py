@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from uuid import UUID
 
+from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
     pending_erasures,
     team_api_keys,
@@ -21,7 +23,6 @@ from healthledger.adapters.persistence.engine.statements import (
 from healthledger.adapters.persistence.projections import Handlers, handles
 from healthledger.adapters.persistence.projections.erasure import DELETED, READ_MODEL_PLACE
 from healthledger.domain.context import DEFAULT_ENVIRONMENT
-from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.users.user import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
 from sqlalchemy import Connection, bindparam, delete, select, update
 
@@ -33,7 +34,8 @@ UPDATE_USER = UpdatesByKey(users, "user_id")
 USER_COLUMNS = (
     "user_id",
     "team_id",
-    "client_user_id",
+    "sealed_client_user_id",
+    "client_user_id_digest",
     "status",
     "created_on",
     "fallback_time_zone",
@@ -59,6 +61,8 @@ SET_STATUS = CompiledStatement(
     )
 )
 INSERT_PENDING = CompiledStatement(insert_of(pending_erasures, ("user_id", "due_at")))
+# A change's team, for its digest (a read: it runs the writes held before it).
+TEAM_OF_USER = CompiledStatement(select(users.c.team_id).where(users.c.user_id == bindparam("uid")))
 DELETE_PENDING = CompiledStatement(
     delete(pending_erasures).where(pending_erasures.c.user_id == bindparam("uid"))
 )
@@ -67,44 +71,78 @@ DELETE_PENDING = CompiledStatement(
 # Opens a user's sealed value on the recording (or rebuilding) transaction's connection:
 # (conn, user_id, sealed) -> the value, or None once the user's key is destroyed.
 OpenSealed = Callable[[Connection, UUID, str], Any]
+# Seals a value with the user's stored key on that connection: (conn, user_id, value) ->
+# the sealed text, or None when the user has no key (never creates one).
+SealOn = Callable[[Connection, UUID, str], str | None]
+# The team's keyed digest of a client_user_id: (team_id, value) -> hex, or None when the
+# team has no secret to compute it with (deleted; never creates one).
+DigestOf = Callable[[UUID, str], str | None]
 
 
 def _no_key_store(conn: Connection, user_id: UUID, sealed: str) -> Any:
     raise RuntimeError("projecting a sealed client_user_id needs the key store (ReadModels)")
 
 
-def client_user_id_of(
+def _no_seal(conn: Connection, user_id: UUID, value: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class ClientUserIdKeys:
+    """What the users projection keeps a client_user_id with: never in clear (ADR 0017).
+
+    `open_sealed` opens the value an event holds sealed (to compute its digest); `seal`
+    seals a value an event holds in clear (recorded before it was sealed) with the
+    user's key; `digest` is the team's keyed digest. A copy without keys (`replay`) or
+    secrets gets NULLs where it cannot compute: never the clear value."""
+
+    open_sealed: OpenSealed = _no_key_store
+    seal: SealOn = _no_seal
+    digest: DigestOf | None = None
+
+
+def client_user_id_columns(
     conn: Connection,
     user_id: UUID,
+    team_id: UUID | None,
     clear: str | None,
     sealed: str | None,
-    open_sealed: OpenSealed,
-) -> str:
-    """The client_user_id the users row holds in clear (for lookups and answers): as
-    recorded before it was sealed, else opened with the user's key. A rebuild meets an
-    erased user's key gone: its row gets the placeholder, and the user's Erased event,
-    later in the same rebuild, deletes the row."""
-    if clear is not None:
-        return clear
-    assert sealed is not None, "an event holds the client_user_id in clear or sealed"
-    opened = open_sealed(conn, user_id, sealed)
-    return ERASED_PLACEHOLDER if opened is None else str(opened)
+    keys: ClientUserIdKeys,
+) -> dict[str, str | None]:
+    """The users row's client_user_id columns of an event's value: the sealed text (as
+    the event recorded it, or the clear value of an older event sealed with the user's
+    key) and the team's digest of the value. A rebuild meets an erased user's key gone:
+    the digest is NULL then, and the user's Erased event, later in the same rebuild,
+    deletes the row."""
+    value = clear
+    if clear is None:
+        assert sealed is not None, "an event holds the client_user_id in clear or sealed"
+        if keys.digest is not None:
+            opened = keys.open_sealed(conn, user_id, sealed)
+            value = None if opened is None else str(opened)
+    else:
+        sealed = keys.seal(conn, user_id, clear)
+    digest = None
+    if value is not None and keys.digest is not None:
+        assert team_id is not None, "a digest is of a team's value"
+        digest = keys.digest(team_id, value)
+    return {"sealed_client_user_id": sealed, "client_user_id_digest": digest}
 
 
 @handles(User.Created)
 def user_created(
-    conn: Connection, e: User.Created, open_sealed: OpenSealed = _no_key_store
+    conn: Connection, e: User.Created, keys: ClientUserIdKeys = ClientUserIdKeys()
 ) -> None:
     timezone, sealed = e.fallback_time_zone, e.sealed_birth_date
-    client_user_id = client_user_id_of(
-        conn, e.originator_id, e.client_user_id, e.sealed_client_user_id, open_sealed
+    client_user_id = client_user_id_columns(
+        conn, e.originator_id, e.team_id, e.client_user_id, e.sealed_client_user_id, keys
     )
     INSERT_USER.execute(
         conn,
         {
             "user_id": e.originator_id,
             "team_id": e.team_id,
-            "client_user_id": client_user_id,
+            **client_user_id,
             "status": ACTIVE,
             "created_on": e.timestamp,
             "fallback_time_zone": timezone,
@@ -153,14 +191,15 @@ def user_settings_changed(conn: Connection, e: User.SettingsChanged) -> None:
 
 @handles(User.ClientUserIdChanged)
 def user_client_user_id_changed(
-    conn: Connection, e: User.ClientUserIdChanged, open_sealed: OpenSealed = _no_key_store
+    conn: Connection, e: User.ClientUserIdChanged, keys: ClientUserIdKeys = ClientUserIdKeys()
 ) -> None:
-    client_user_id = client_user_id_of(
-        conn, e.originator_id, e.new_client_user_id, e.sealed_new_client_user_id, open_sealed
+    team_id = None
+    if keys.digest is not None:
+        ((team_id,),) = TEAM_OF_USER.rows(conn, {"uid": e.originator_id})
+    client_user_id = client_user_id_columns(
+        conn, e.originator_id, team_id, e.new_client_user_id, e.sealed_new_client_user_id, keys
     )
-    UPDATE_USER.execute(
-        conn, e.originator_id, {"client_user_id": client_user_id, "version": e.originator_version}
-    )
+    UPDATE_USER.execute(conn, e.originator_id, {**client_user_id, "version": e.originator_version})
 
 
 @handles(User.DemographicsRecorded)
@@ -228,14 +267,95 @@ def user_erased(conn: Connection, e: User.Erased) -> None:
         statement.execute(conn, {"row_key": e.originator_id})
 
 
-def opening_handlers(open_sealed: OpenSealed) -> Handlers:
-    """The handlers of the events that hold a sealed client_user_id, bound to the key
-    store's opener (`ReadModels` puts them over the declared ones)."""
+def opening_handlers(keys: ClientUserIdKeys) -> Handlers:
+    """The handlers of the events that hold a client_user_id, bound to the key store's
+    opener and sealer and the teams' digests (`ReadModels` puts them over the declared
+    ones)."""
     return {
-        User.Created: partial(user_created, open_sealed=open_sealed),
-        User.ClientUserIdChanged: partial(user_client_user_id_changed, open_sealed=open_sealed),
+        User.Created: partial(user_created, keys=keys),
+        User.ClientUserIdChanged: partial(user_client_user_id_changed, keys=keys),
     }
 
 
 # The events whose handlers open a sealed value: a rebuild reads their users' keys at once.
-OPENING = frozenset(opening_handlers(_no_key_store))
+OPENING = frozenset(opening_handlers(ClientUserIdKeys()))
+
+
+# -- rows written before revision 0015 -------------------------------------------------
+
+# The rows to convert, a batch at a time (NULL sealed value: written before revision
+# 0015, which dropped their clear value).
+UNSEALED_ROWS = (
+    select(users.c.user_id, users.c.team_id)
+    .where(users.c.sealed_client_user_id.is_(None), users.c.user_id > bindparam("after"))
+    .order_by(users.c.user_id)
+)
+SET_SEALED = CompiledStatement(
+    update(users)
+    .where(users.c.user_id == bindparam("uid"), users.c.sealed_client_user_id.is_(None))
+    .values(
+        sealed_client_user_id=bindparam("sealed"),
+        client_user_id_digest=bindparam("digest"),
+    )
+)
+CONVERT_BATCH = 500
+
+
+def seal_client_user_ids(
+    db: Database,
+    user_of: Callable[[UUID], User | None],
+    seal: Callable[[UUID, str], str],
+    open_sealed: Callable[[UUID, str], Any],
+    digest: Callable[[UUID, str], str | None],
+    batch: int = CONVERT_BATCH,
+) -> int:
+    """At start, after revision 0015 dropped the users rows' clear client_user_id: give
+    each row written before its sealed value and digest again, from the user's events
+    (the migration cannot: it has no master key, and its offline SQL reads nothing).
+    `user_of` loads the user (its value as its events hold it: sealed, or in clear if
+    recorded before it was sealed); `seal` seals a clear one with the user's key (making
+    the key of a user that had no personal data before); `digest` is the team's (recording
+    the secret of a team that has none yet; None for a deleted team). Several processes
+    may run it at once: a row is set only while still NULL. Returns the rows set; on an
+    up-to-date database, one query that finds none."""
+    converted, after = 0, UUID(int=0)
+    while True:
+        with db.read() as conn:
+            pending = conn.execute(UNSEALED_ROWS.limit(batch), {"after": after}).all()
+        if not pending:
+            break
+        after = pending[-1].user_id
+        values = []
+        for user_id, team_id in pending:
+            user = user_of(user_id)
+            if user is None:
+                continue  # erased meanwhile: its row is gone
+            sealed, clear = user.sealed_client_user_id, user.client_user_id
+            if sealed is None:
+                assert clear is not None, "a user holds its client_user_id in clear or sealed"
+                sealed = seal(user_id, clear)
+            value = clear if clear is not None else open_sealed(user_id, sealed)
+            found = None if value is None else digest(team_id, str(value))
+            values.append({"uid": user_id, "sealed": sealed, "digest": found})
+        with db.write() as conn:
+            for row in values:
+                SET_SEALED.execute(conn, row)
+        converted += len(values)
+        if len(pending) < batch:
+            break
+    if converted:
+        leave_no_dropped_values(db)
+    return converted
+
+
+def leave_no_dropped_values(db: Database) -> None:
+    """After converting the rows of revision 0015: no page of the users table that this
+    database reaches keeps the clear values it dropped. PostgreSQL: DROP COLUMN left them
+    in the old row versions; `VACUUM FULL` writes the table (and its indexes) into new
+    files. SQLite: the migration overwrote them (secure_delete); the WAL's older page
+    images go with a checkpoint."""
+    if db.is_sqlite:
+        db.vacuum_key_store()  # a WAL checkpoint (TRUNCATE), whatever the table
+        return
+    with db.writer.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM FULL users")

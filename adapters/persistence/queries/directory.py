@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,9 +22,9 @@ from healthledger.domain.errors import (
     UserNotFound,
     UserScheduledForDeletion,
 )
-from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER, PersonalDataVault
 from healthledger.domain.users.user import ACTIVE, PENDING_ERASURE, client_user_id_problem
-from sqlalchemy import Row, bindparam, func, select
+from sqlalchemy import Connection, Row, bindparam, func, select
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,17 @@ MANAGEMENT_KEY_BY_ID = select(management_keys).where(
 
 # user ids -> each user's spec 2.3 connected_sources (one query for a whole page).
 ConnectedSources = Callable[[list[UUID]], dict[UUID, list[dict[str, Any]]]]
+# The team's keyed digest of a client_user_id (None: the team has no secret, so no user).
+Digest = Callable[[UUID, str], str | None]
+# The key store's `opener_on`: the keys of these users read on the connection in one
+# query; the opener then opens their sealed values (conn, user_id, sealed).
+OpenInBulk = Callable[[Connection, Collection[UUID]], Callable[[Connection, UUID, str], Any]]
+# Opens one user's sealed value: (user_id, sealed) -> the value, or None without its key.
+Open = Callable[[UUID, str], Any]
+
+
+def _no_digest(team_id: UUID, value: str) -> str | None:
+    raise RuntimeError("finding a user by its client_user_id needs the teams' digests")
 
 
 class UserQueries:
@@ -107,34 +118,71 @@ class UserQueries:
         db: Database,
         vault: PersonalDataVault,
         connected_sources: ConnectedSources = lambda user_ids: {},
+        *,
+        digest: Digest = _no_digest,
+        open_in_bulk: OpenInBulk | None = None,
     ) -> None:
+        """The users rows hold the client_user_id sealed with the user's key and as the
+        team's `digest` of it (ADR 0017), never in clear: rows are found by the digest,
+        and answered with the value opened, the keys of a page read at once
+        (`open_in_bulk`, the key store's `opener_on`; without it, one by one)."""
         self.db = db
         self.vault = vault
         self.connected_sources = connected_sources
+        self.digest = digest
+        self.open_in_bulk = open_in_bulk
 
     def resolved_user(self, team_id: UUID, user_id: UUID, *, new: bool = False) -> dict[str, Any]:
         """The resolved user; `new` (just created) skips looking up its connections."""
-        row = self._require_live(self._user_row(team_id, user_id))
-        sources = {} if new else self.connected_sources([row.user_id])
-        return self.render(row, sources.get(row.user_id, []))
-
-    def _user_row(self, team_id: UUID, user_id: UUID) -> Any:
-        # Every read of one user (and the answer to every create) comes through here.
         with self.db.read() as conn:
-            return conn.execute(USER_BY_ID, {"user_id": user_id, "team_id": team_id}).first()
+            row = self._require_live(self._user_row(conn, team_id, user_id))
+            open_ = self._opener(conn, [row])
+        sources = {} if new else self.connected_sources([row.user_id])
+        return self._render_opened(row, sources.get(row.user_id, []), open_, single=True)
+
+    @staticmethod
+    def _user_row(conn: Connection, team_id: UUID, user_id: UUID) -> Any:
+        # Every read of one user (and the answer to every create) comes through here.
+        return conn.execute(USER_BY_ID, {"user_id": user_id, "team_id": team_id}).first()
+
+    def _opener(self, conn: Connection, rows: Sequence[Any]) -> Open:
+        """Opens the sealed values of these rows' users: their keys read on `conn` in one
+        query (a page of the listing: one read of the key store, not one per row)."""
+        if self.open_in_bulk is None:
+            return self.vault.open
+        opener = self.open_in_bulk(conn, [r.user_id for r in rows])
+        return lambda user_id, sealed: opener(conn, user_id, sealed)
+
+    def _render_opened(
+        self, row: Any, connected_sources: list[dict[str, Any]], open_: Open, single: bool
+    ) -> dict[str, Any]:
+        """`render` of a users row, its client_user_id opened with the user's key. A key
+        gone since the row was read (the user erased meanwhile) is a 404 for one user,
+        and the erased placeholder in a page."""
+        sealed = row.sealed_client_user_id
+        opened = None if sealed is None else open_(row.user_id, sealed)
+        if opened is None and single:
+            raise UserNotFound()
+        client_user_id = ERASED_PLACEHOLDER if opened is None else str(opened)
+        return self.render(row, connected_sources, client_user_id=client_user_id, open_=open_)
 
     def resolve(self, team_id: UUID, client_user_id: str) -> dict[str, Any]:
         """The live user holding `client_user_id`; else 404 (scheduled-for-deletion if so)."""
         _require_possible(client_user_id)
+        digest = self.digest(team_id, client_user_id)
+        if digest is None:
+            raise UserNotFound()
         with self.db.read() as conn:
             rows = conn.execute(
                 select(users)
-                .where(users.c.team_id == team_id, users.c.client_user_id == client_user_id)
+                .where(users.c.team_id == team_id, users.c.client_user_id_digest == digest)
                 .order_by(users.c.created_on.desc())
             ).all()
-        live = [r for r in rows if r.status == ACTIVE]
-        row = self._require_live(live[0] if live else (rows[0] if rows else None))
-        return self.render(row, self.connected_sources([row.user_id]).get(row.user_id, []))
+            live = [r for r in rows if r.status == ACTIVE]
+            row = self._require_live(live[0] if live else (rows[0] if rows else None))
+            open_ = self._opener(conn, [row])
+        sources = self.connected_sources([row.user_id])
+        return self._render_opened(row, sources.get(row.user_id, []), open_, single=True)
 
     def list_users(
         self, team_id: UUID, offset: int, limit: int
@@ -149,18 +197,25 @@ class UserQueries:
                 .offset(offset)
                 .limit(limit)
             ).all()
+            # The page's client_user_ids (and birth dates): one read of the key store.
+            open_ = self._opener(conn, rows)
         sources = self.connected_sources([r.user_id for r in rows])
-        return [self.render(r, sources.get(r.user_id, [])) for r in rows], total
+        return [
+            self._render_opened(r, sources.get(r.user_id, []), open_, single=False) for r in rows
+        ], total
 
     def pending_user_id(self, team_id: UUID, client_user_id: str) -> UUID:
         """The most recently deleted user of the team that held `client_user_id`."""
         _require_possible(client_user_id)
+        digest = self.digest(team_id, client_user_id)
+        if digest is None:
+            raise UserNotFound()
         with self.db.read() as conn:
             user_id = conn.execute(
                 select(users.c.user_id)
                 .where(
                     users.c.team_id == team_id,
-                    users.c.client_user_id == client_user_id,
+                    users.c.client_user_id_digest == digest,
                     users.c.status == PENDING_ERASURE,
                 )
                 .order_by(users.c.deleted_at.desc())
@@ -171,7 +226,8 @@ class UserQueries:
         return user_id
 
     def demographics(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
-        row = self._require_live(self._user_row(team_id, user_id))
+        with self.db.read() as conn:
+            row = self._require_live(self._user_row(conn, team_id, user_id))
         if row.sealed_demographics is None:
             raise DemographicsNotFound()
         value = self.vault.open(row.user_id, row.sealed_demographics)
@@ -203,9 +259,18 @@ class UserQueries:
             raise UserScheduledForDeletion()
         return row
 
-    def render(self, row: Any, connected_sources: list[dict[str, Any]]) -> dict[str, Any]:
-        """Spec 2.3, the resolved user, of a users row (the read model's, or a user as of
-        an instant: `adapters/compliance/time_travel.py`)."""
+    def render(
+        self,
+        row: Any,
+        connected_sources: list[dict[str, Any]],
+        *,
+        client_user_id: str | None = None,
+        open_: Open | None = None,
+    ) -> dict[str, Any]:
+        """Spec 2.3, the resolved user, of a users row (the read model's, its
+        `client_user_id` opened by the caller; or a user as of an instant, which holds it:
+        `adapters/compliance/time_travel.py`). `open_` opens its birth date (the vault's
+        by default)."""
         time_zone = None
         if row.fallback_time_zone is not None:
             time_zone = {
@@ -215,7 +280,7 @@ class UserQueries:
             }
         birth_date = None
         if row.sealed_birth_date is not None:
-            value = self.vault.open(row.user_id, row.sealed_birth_date)
+            value = (open_ or self.vault.open)(row.user_id, row.sealed_birth_date)
             if value is not None:
                 birth_date = {
                     "value": value,
@@ -225,7 +290,7 @@ class UserQueries:
         return {
             "user_id": row.user_id,
             "team_id": row.team_id,
-            "client_user_id": row.client_user_id,
+            "client_user_id": row.client_user_id if client_user_id is None else client_user_id,
             "created_on": row.created_on,
             "connected_sources": connected_sources,
             "fallback_time_zone": time_zone,
