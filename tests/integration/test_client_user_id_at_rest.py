@@ -33,7 +33,7 @@ CONTROL = "America/Argentina/Ushuaia"
 
 def read_model_values(service: Service) -> list[tuple[str, str, Any]]:
     """Every value of every read-model row, as (table, column, value)."""
-    found = []
+    found: list[tuple[str, str, Any]] = []
     with service.db.read() as conn:
         for table in READ_MODEL_TABLES:
             for row in conn.execute(select(table)).mappings():
