@@ -308,9 +308,13 @@ def _audit(args: argparse.Namespace, service: Service) -> int:
 
 def _audit_as_of(args: argparse.Namespace, service: Service) -> int:
     """`audit ID --as-of INSTANT`: the stream's state at that instant."""
-    from healthledger.adapters.compliance.time_travel import state_as_of
+    from healthledger.adapters.compliance.time_travel import state_as_of, stream_refusal
 
     out = sys.stdout
+    refused = stream_refusal(service, args.user_id, args.as_of)
+    if refused is not None:  # the API's 422, in its words
+        print(f"--as-of: {refused}", file=sys.stderr)
+        return 2
     state = state_as_of(service, args.user_id, args.as_of)
     if state is None:
         print(f"no stream {args.user_id} at {args.as_of.isoformat()}", file=sys.stderr)

@@ -75,6 +75,59 @@ def parse_instant(text: str) -> datetime:
         raise ValueError("the instant is out of range") from None
 
 
+# -- which instants an answer about the past may be asked for ------------------------------
+
+# One message per case, the same in the API (a 422 on `as_of`) and the CLI (`--as-of`).
+FUTURE = "as_of is in the future: give a past instant."
+NOT_TRAVELLING = (
+    "this read does not travel in time: as_of is not supported here (yet); ask without it."
+)
+
+
+def before_message(what: str, began: datetime) -> str:
+    return (
+        f"as_of is before the {what} existed (created at {began.isoformat()}): "
+        "give a later instant."
+    )
+
+
+def stream_began(service: Service, stream_id: UUID) -> datetime | None:
+    """When a stream's first event was recorded (a team's or organization's creation;
+    None for no stream)."""
+    c = service.recorder.tables.events.c
+    with service.db.read() as conn:
+        found: datetime | None = conn.execute(
+            select(c.timestamp).where(c.originator_id == stream_id, c.originator_version == 1)
+        ).scalar()
+    return found
+
+
+def refuse_instant(
+    service: Service, instant: datetime, *, began: datetime | None, what: str = "team"
+) -> None:
+    """InvalidRequest (a 422 on `as_of`) for an instant no answer is given about: in the
+    future (what the log will hold then is not known, and an answer about an instant must
+    not change once given), or before the team (organization) existed."""
+    if instant > service.clock():
+        raise InvalidRequest(FUTURE, "as_of", "query")
+    if began is not None and instant < began:
+        raise InvalidRequest(before_message(what, began), "as_of", "query")
+
+
+def stream_refusal(service: Service, stream_id: UUID, instant: datetime) -> str | None:
+    """Why no state of a stream is given at `instant` (`audit ID --as-of`), in the API's
+    words, or None: in the future, or before the team the stream belongs to existed."""
+    try:
+        refuse_instant(service, instant, began=None)
+        now = service.ledger.find(stream_id)
+        team_id = getattr(now, "team_id", None)
+        if isinstance(team_id, UUID):
+            refuse_instant(service, instant, began=stream_began(service, team_id))
+    except InvalidRequest as exc:
+        return exc.message
+    return None
+
+
 # -- one aggregate ---------------------------------------------------------------------
 
 
@@ -338,8 +391,7 @@ def reads_as_of(service: Service, instant: datetime) -> ReadsAsOf:
     """The team API's reads as of `instant`. A future instant is refused (422): what the
     log will hold then is not known, and an answer about an instant must not change once
     given."""
-    if instant > service.clock():
-        raise InvalidRequest("as_of is in the future: give a past instant.", "as_of", "query")
+    refuse_instant(service, instant, began=None)
     return ReadsAsOf(service, instant)
 
 

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -103,6 +104,7 @@ router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
 # runs on the event loop instead of a worker thread.
 @router.get(
     AREA_INFO_PATH,
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=AreaInfo,
     responses=error_responses(
         401,

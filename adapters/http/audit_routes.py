@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Query
 from healthledger.adapters.compliance.audit import USER_EVENT_TYPES, user_audit, user_team
-from healthledger.adapters.http.as_of import Instant
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, Instant
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
@@ -85,6 +85,7 @@ router = APIRouter(tags=["audit"], route_class=LedgerRoute)
 
 @router.get(
     "/v2/audit/user/{user_id:uuid}",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=UserAuditPage,
     responses=error_responses(
         400, 401, 404, 422, described={404: "Unknown user, or another team's user."}

@@ -5,7 +5,7 @@ from typing import Any
 from uuid import UUID
 
 from fastapi import APIRouter
-from healthledger.adapters.http.as_of import AsOf
+from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -43,7 +43,7 @@ def connect_demo(service: CurrentService, body: DemoConnectRequest, caller: Team
     responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
 )
 def user_providers(
-    service: CurrentService, user_id: UUID, caller: TeamApiCaller, as_of: AsOf = None
+    service: CurrentService, user_id: UUID, caller: TeamApiCaller, as_of: TeamAsOf
 ) -> Any:
     """Spec 2.2: the user's connections (deregistered ones are not listed)."""
     return operations.user_providers(service, caller.team_id, user_id, as_of=as_of)

@@ -10,7 +10,7 @@ from uuid import UUID
 from fastapi import APIRouter, Query
 from healthledger.adapters.compliance.time_travel import reads_as_of
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import AsOf
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
@@ -107,12 +107,12 @@ def historical_pull(
     service: CurrentService,
     cursors: Cursors,
     caller: TeamApiCaller,
+    as_of: TeamAsOf,
     user_id: UUID | None = None,
     provider: str | None = None,
     user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
     next_cursor: Annotated[str | None, Query(max_length=512)] = None,
     cursor: Annotated[str | None, CURSOR_ALIAS] = None,
-    as_of: AsOf = None,
 ) -> Any:
     """Each live connection's historical pulls, one per resource (gaps.md shape)."""
     reads = LiveReads(service) if as_of is None else reads_as_of(service, as_of)
@@ -160,7 +160,12 @@ def historical_pull(
     )
 
 
-@router.get("/v2/introspect/resources", response_model=UserResourcesPage, responses=RESPONSES)
+@router.get(
+    "/v2/introspect/resources",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
+    response_model=UserResourcesPage,
+    responses=RESPONSES,
+)
 def resources(
     service: CurrentService,
     cursors: Cursors,

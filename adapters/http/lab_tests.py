@@ -19,6 +19,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -437,7 +438,12 @@ router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
 
 # The catalog's routes are `async`: they read only memory (a fraction of a
 # millisecond), so they run on the event loop instead of a worker thread.
-@router.get(LABS_PATH, response_model=list[LabResponse], responses=error_responses(401, 422))
+@router.get(
+    LABS_PATH,
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
+    response_model=list[LabResponse],
+    responses=error_responses(401, 422),
+)
 async def list_labs(rendering: Rendering, caller: TeamApiCaller) -> Any:
     """The labs (spec 2.9): central labs with patient service centers and at-home
     test-kit labs, by id."""
@@ -446,6 +452,7 @@ async def list_labs(rendering: Rendering, caller: TeamApiCaller) -> Any:
 
 @router.get(
     MARKERS_PATH,
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=MarkersPage,
     responses=error_responses(
         401,
@@ -521,6 +528,7 @@ def list_order_set_markers(
 
 @router.get(
     LAB_TESTS_PATH,
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=list[LabTestResponse],
     responses=error_responses(401, 422),
 )
@@ -623,6 +631,7 @@ def create_lab_test(
 
 @router.get(
     LAB_TESTS_PATH + "/{lab_test_id:uuid}",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=LabTestResponse,
     responses=error_responses(401, 404, 422, described={404: "Unknown lab test."}),
 )
@@ -638,6 +647,7 @@ def get_lab_test(
 
 @router.get(
     LAB_TESTS_PATH + "/{lab_test_id:uuid}/markers",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=MarkersPage,
     responses=error_responses(
         401, 404, 422, described={404: "Unknown lab test.", 422: "A page past the last."}

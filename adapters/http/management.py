@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Query
+from healthledger.adapters.http.as_of import MANAGEMENT_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import ManagementApiCaller, ManagementCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
@@ -169,7 +170,7 @@ ORG_PATCHES = error_responses(400, 401, 403, 404, 409, 422)
 # -- the organization ---------------------------------------------------------------
 
 
-@router.get("", responses=ORG_READS)
+@router.get("", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=ORG_READS)
 def get_organization(service: CurrentService, org_id: UUID, caller: ManagementApiCaller) -> Any:
     caller.require_org(org_id)
     caller.require_org_admin()
@@ -192,7 +193,12 @@ def patch_organization(
 # -- teams ----------------------------------------------------------------------------
 
 
-@router.get("/team", response_model=TeamPage, responses=LISTINGS)
+@router.get(
+    "/team",
+    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
+    response_model=TeamPage,
+    responses=LISTINGS,
+)
 def list_teams(
     service: CurrentService,
     cursors: Cursors,
@@ -236,7 +242,12 @@ def create_team(
     return service.team_queries.team(team_id)
 
 
-@router.get("/team/{team_id}", response_model=Team, responses=READS)
+@router.get(
+    "/team/{team_id}",
+    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
+    response_model=Team,
+    responses=READS,
+)
 def get_team(
     service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
 ) -> Any:
@@ -272,7 +283,9 @@ def delete_team(
 # -- closed-beta switches -------------------------------------------------------------
 
 
-@router.get("/team/{team_id}/features", responses=READS)
+@router.get(
+    "/team/{team_id}/features", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=READS
+)
 def get_features(
     service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
 ) -> Any:
@@ -311,7 +324,7 @@ def disable_feature(
 # -- management keys ------------------------------------------------------------------
 
 
-@router.get("/management_key", responses=ORG_READS)
+@router.get("/management_key", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=ORG_READS)
 def list_management_keys(service: CurrentService, org_id: UUID, caller: ManagementApiCaller) -> Any:
     caller.require_org(org_id)
     caller.require_org_admin()
@@ -371,7 +384,9 @@ def revoke_management_key(
 # -- team API keys ----------------------------------------------------------------------
 
 
-@router.get("/team_api_keys/{env}/{region}", responses=READS)
+@router.get(
+    "/team_api_keys/{env}/{region}", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=READS
+)
 def list_team_api_keys(
     service: CurrentService,
     org_id: UUID,
@@ -424,7 +439,11 @@ def revoke_team_api_key(
 # -- custom provider credentials ------------------------------------------------------
 
 
-@router.get("/team_custom_credentials/{team_id}", responses=READS)
+@router.get(
+    "/team_custom_credentials/{team_id}",
+    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
+    responses=READS,
+)
 def list_credentials(
     service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
 ) -> Any:

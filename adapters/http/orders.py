@@ -20,7 +20,7 @@ from healthledger.adapters.compliance.time_travel import (
     reads_as_of,
 )
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import AsOf
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.order_schemas import (
@@ -163,7 +163,7 @@ def place_order(
     responses=error_responses(401, 404, 422, described=_ORDER_NOT_FOUND),
 )
 def get_order(
-    service: CurrentService, order_id: UUID, caller: TeamApiCaller, as_of: AsOf = None
+    service: CurrentService, order_id: UUID, caller: TeamApiCaller, as_of: TeamAsOf
 ) -> Any:
     """The order (with `as_of`: as it was at that instant, from the log)."""
     if as_of is None:
@@ -178,6 +178,7 @@ def get_order(
 
 @router.get(
     "/v3/orders",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=OrdersPage,
     responses=error_responses(401, 422),
 )
@@ -268,6 +269,7 @@ def advance_order(
 
 @router.get(
     "/v3/order/{order_id:uuid}/result",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=OrderResults,
     responses=error_responses(
         401,

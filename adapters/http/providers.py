@@ -5,6 +5,7 @@ import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -100,6 +101,7 @@ router.add_api_route(
     PROVIDERS_PATH,
     list_providers,
     methods=["GET"],
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=list[ProviderCatalogEntry],
     responses=error_responses(401, 422),
     name="list_providers",

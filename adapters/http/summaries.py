@@ -17,6 +17,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Response
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.date_ranges import (
     EndDate,
@@ -316,6 +317,7 @@ def _add_list_route(resource: str, key: str, model: type[BaseModel]) -> None:
         f"/v2/summary/{resource}/{{user_id}}",
         get_summaries,
         methods=["GET"],
+        dependencies=[TEAM_READ_REFUSES_AS_OF],
         response_model=model,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
@@ -327,6 +329,7 @@ for resource, (key, model) in LISTS.items():
 
 @router.get(
     "/v2/summary/profile/{user_id}",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=ProfileSummary,
     responses=error_responses(
         401,

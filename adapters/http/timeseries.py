@@ -17,6 +17,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Response
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.date_ranges import DateRange, EndDate, StartDate, date_range
@@ -151,6 +152,7 @@ RESPONSES = error_responses(401, 404, 422, described=USER_NOT_FOUND)
 
 @router.get(
     "/v2/timeseries/{user_id}/{resource}",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=list[TimeseriesSample],
     responses=RESPONSES,
 )
@@ -175,6 +177,7 @@ def get_timeseries(
 
 @router.get(
     "/v2/timeseries/{user_id}/{resource}/grouped",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=GroupedSamples,
     responses=error_responses(400, 401, 404, 422, described=USER_NOT_FOUND),
 )

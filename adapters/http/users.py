@@ -6,7 +6,7 @@ from uuid import UUID
 from fastapi import APIRouter, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from healthledger.adapters.http.as_of import AsOf
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -35,7 +35,12 @@ def create_user(service: CurrentService, body: CreateUserRequest, caller: TeamAp
     return operations.create_user(service, caller.ctx, caller.team_id, body)
 
 
-@router.get("/v2/user", response_model=UserList, responses=error_responses(401, 422))
+@router.get(
+    "/v2/user",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
+    response_model=UserList,
+    responses=error_responses(401, 422),
+)
 def list_users(
     service: CurrentService,
     caller: TeamApiCaller,
@@ -48,6 +53,7 @@ def list_users(
 # `:path` so that a client_user_id holding a slash can be resolved too.
 @router.get(
     "/v2/user/resolve/{client_user_id:path}",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=ResolvedUser,
     responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
 )
@@ -75,9 +81,7 @@ def undo_delete(
     response_model=ResolvedUser,
     responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
 )
-def get_user(
-    service: CurrentService, user_id: UUID, caller: TeamApiCaller, as_of: AsOf = None
-) -> Any:
+def get_user(service: CurrentService, user_id: UUID, caller: TeamApiCaller, as_of: TeamAsOf) -> Any:
     return operations.resolved_user(service, caller.team_id, user_id, as_of=as_of)
 
 
@@ -126,6 +130,7 @@ def patch_demographics(
 
 @router.get(
     "/v2/user/{user_id:uuid}/info/latest",
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=DemographicsAnswer,
     responses=error_responses(401, 403, 404, 422, described=USER_NOT_FOUND),
 )

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from fastapi import APIRouter
 from healthledger.adapters.composition import Service
+from healthledger.adapters.http.as_of import MANAGEMENT_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import ManagementApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.management import Environment, reachable_team
@@ -170,7 +171,12 @@ def create_endpoint(
     return _view(service, endpoint.id)
 
 
-@router.get("", response_model=WebhookEndpointList, responses=READS)
+@router.get(
+    "",
+    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
+    response_model=WebhookEndpointList,
+    responses=READS,
+)
 def list_endpoints(
     service: CurrentService,
     org_id: UUID,
@@ -182,7 +188,12 @@ def list_endpoints(
     return {"webhook_endpoints": service.webhook_queries.endpoints(team_id, env)}
 
 
-@router.get("/{endpoint_id}", response_model=WebhookEndpointView, responses=READS)
+@router.get(
+    "/{endpoint_id}",
+    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
+    response_model=WebhookEndpointView,
+    responses=READS,
+)
 def get_endpoint(
     service: CurrentService,
     org_id: UUID,
@@ -227,7 +238,12 @@ def delete_endpoint(
     return {"success": True}
 
 
-@router.get("/{endpoint_id}/secret", response_model=SigningSecret, responses=READS)
+@router.get(
+    "/{endpoint_id}/secret",
+    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
+    response_model=SigningSecret,
+    responses=READS,
+)
 def get_secret(
     service: CurrentService,
     org_id: UUID,

@@ -25,6 +25,16 @@ def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(settings.master_key_file))
 
 
+@pytest.fixture
+def team(service: Service) -> Team:
+    """The first-run team, made before the instants the tests travel to (an --as-of
+    before the team existed is refused)."""
+    with freeze_time(T0 - timedelta(days=60)):
+        created = service.bootstrap()
+    assert created is not None
+    return Team(created.team_id, created.team_api_key.plain)
+
+
 def test_audit_prints_history_and_state_as_of(
     service: Service, team: Team, ctx: CommandContext, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,6 +13,7 @@ from uuid import UUID
 import pytest
 from freezegun import freeze_time
 from healthledger.adapters.cli import main
+from healthledger.adapters.compliance.time_travel import FUTURE, before_message, stream_began
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.schema import READ_MODEL_TABLES, stored_events, users
 from healthledger.adapters.settings import Settings
@@ -126,6 +127,30 @@ def test_audit_as_of_shows_every_kind_of_stream_as_it_was(
     assert main(["audit", str(feed_id), "--as-of", at(2.5).isoformat()]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split() == ["status", "success"] for line in lines)
+
+
+def test_audit_as_of_refuses_what_the_api_refuses_in_its_words(
+    service: Service, team: Team, ctx: CommandContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with freeze_time(at(0)):
+        user = service.users.create_user(ctx, team.team_id, client_user_id="tt-refused")
+    with freeze_time(at(1)):
+        # In the future: refused, as the API refuses it (a 422 there).
+        assert main(["audit", str(user.id), "--as-of", at(1.5).isoformat()]) == 2
+        assert capsys.readouterr().err.strip() == f"--as-of: {FUTURE}"
+        # Before the user's team existed: the API's message too.
+        assert main(["audit", str(user.id), "--as-of", at(-2).isoformat()]) == 2
+        began = stream_began(service, team.team_id)
+        assert began is not None
+        err = capsys.readouterr().err.strip()
+        assert err == f"--as-of: {before_message('team', began)}"
+        # Unparseable: argparse's usage error, with the API's words.
+        with pytest.raises(SystemExit) as bad:
+            main(["audit", str(user.id), "--as-of", "garbage"])
+        assert bad.value.code == 2
+        assert "ISO 8601 with an offset" in capsys.readouterr().err
+        # Now is the past's last instant: answered.
+        assert main(["audit", str(user.id), "--as-of", at(1).isoformat(), "--json"]) == 0
 
 
 def rows(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:

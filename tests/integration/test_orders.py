@@ -83,6 +83,15 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
+def team(service: Service) -> Team:
+    # Made before the instants the tests travel to: an as_of before the team is a 422.
+    with freeze_time(T0 - timedelta(days=1)):
+        created = service.bootstrap()
+    assert created is not None
+    return Team(created.team_id, created.team_api_key.plain)
+
+
+@pytest.fixture
 def user(client: TestClient, team: Team, service: Service) -> str:
     """A live user of the team with demographics."""
     service.teams.set_feature(CTX, team.team_id, "demographics", True)

@@ -38,6 +38,26 @@ GRACE = timedelta(days=7)  # the settings fixture's grace period
 Answer = tuple[int, Any]
 
 
+# The teams are made before the instants the tests travel to: an as_of before the team
+# existed is a 422.
+@pytest.fixture
+def team(service: Service) -> Team:
+    with freeze_time(T0 - timedelta(days=1)):
+        created = service.bootstrap()
+    assert created is not None
+    return Team(created.team_id, created.team_api_key.plain)
+
+
+@pytest.fixture
+def other_team(service: Service, team: Team) -> Team:
+    ctx = CommandContext.system("test:setup")
+    with freeze_time(T0 - timedelta(days=1)):
+        org_id = service.teams.create_organization(ctx, "Other org")
+        team_id = service.teams.create_team(ctx, org_id, "Other team", "eu")
+        issued = service.teams.issue_team_api_key(ctx, team_id)
+    return Team(team_id, issued.plain)
+
+
 def routes(user_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
     """Every read that takes `as_of`, as (path, query) by name."""
     return {
