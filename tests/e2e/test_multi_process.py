@@ -13,9 +13,16 @@ both, with a real local webhook receiver.
   twice is one that a dead process held.
 - `serve --workers 2` serves the team API from two processes on one port and replaces
   a worker that dies; on SQLite it is refused.
+- Historical pulls run exactly once (issue 30), on PostgreSQL and on SQLite (two `serve`
+  processes on one file): hundreds of demo connections, each of several resources, made
+  while both processes' pull workers run; every pull is started once, succeeds once, and
+  is announced once (one `historical.data.*.created` message per feed and resource), and
+  again with one of the processes killed with SIGKILL midway (see
+  `test_pulls_run_once_across_processes_and_a_kill`).
 
-PostgreSQL only (skipped without HEALTHLEDGER_TEST_POSTGRES_URL), except the refusal.
-Leases, grace periods and sweep intervals are short, so that it stays bounded.
+PostgreSQL only (skipped without HEALTHLEDGER_TEST_POSTGRES_URL), except the refusal and
+the pulls' test on SQLite. Leases, grace periods and sweep intervals are short, so that
+it stays bounded.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -52,6 +59,7 @@ from healthledger.adapters.persistence.engine.schema import (
 )
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import TRACKING_NAME
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deliveries import WebhookDelivery
@@ -702,3 +710,212 @@ def test_serve_refuses_several_workers_on_sqlite(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--workers 2 needs PostgreSQL" in done.stderr and "one writer" in done.stderr
     assert not (tmp_path / "db").exists()  # refused before touching anything
+
+
+# -- historical pulls: exactly once across processes and a kill (issue 30) -----------------
+
+# Connections per phase (each of PULL_RESOURCES: their pulls run together, so that two
+# workers claiming one connection's pulls at once is the common case, not a rare one).
+PULL_CONNECTIONS = 100
+PULL_PROVIDER = "oura"
+PULL_RESOURCES = ("activity", "body", "sleep")
+# Long enough that no live process is overtaken on a loaded machine (a connection's pulls
+# take a fraction of a second), short enough to wait for after the kill.
+PULL_LEASE_SECONDS = 10
+PULL_TIMEOUTS = {
+    "HEALTHLEDGER_PULL_LEASE": str(PULL_LEASE_SECONDS),
+    "HEALTHLEDGER_PULL_POLL_INTERVAL": "0.3",
+    "HEALTHLEDGER_WEBHOOK_POLL_INTERVAL": "0.3",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The pulls' test on each database that runs several processes: PostgreSQL, and
+    SQLite (several processes on one file; only `--workers` is refused there)."""
+    if request.param == "sqlite":
+        (tmp_path / "db").mkdir()
+        return f"sqlite:///{tmp_path / 'db' / 'ledger.db'}"
+    if POSTGRES_URL is None:
+        pytest.skip("needs HEALTHLEDGER_TEST_POSTGRES_URL")
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+def fast_receiver() -> Iterator[Receiver]:
+    with http_receiver() as running:
+        yield running
+
+
+def connect_many(service: Service, team: UUID, prefix: str, count: int) -> list[UUID]:
+    """Users, each with a demo connection of PULL_RESOURCES, made by the test's own
+    service (their pulls are picked up by the processes' pull workers); the feeds' ids."""
+    feeds: list[UUID] = []
+    for n in range(count):
+        user = service.users.create_user(CTX, team, client_user_id=f"{prefix}-{n}")
+        connected = service.connections.connect_demo(
+            CTX, team, user.id, PULL_PROVIDER, PULL_RESOURCES
+        )
+        feeds.extend(feed.id for feed in connected.feeds)
+    return feeds
+
+
+def feed_events(service: Service, feed_ids: Sequence[UUID]) -> dict[UUID, list[Any]]:
+    return {feed_id: list(service.ledger.events.get(feed_id)) for feed_id in feed_ids}
+
+
+def started_by(event: Any) -> int:
+    """The process that recorded a PullStarted: its request id is pull-<pid>-<holder>-<n>."""
+    prefix, pid, *_ = event.request_id.split("-")
+    assert prefix == "pull", event.request_id
+    return int(pid)
+
+
+def historical_messages(service: Service, receiver: Receiver) -> dict[UUID, Counter[str]]:
+    """Per feed (the announced stream: one connection's resource), the historical
+    messages the receiver got: message id -> times posted."""
+    rows = {r.message_id: r for r in delivery_rows(service)}
+    found: dict[UUID, Counter[str]] = {}
+    for received in receiver.received:
+        row = rows[received.headers["webhook-id"]]
+        assert row.event_type.startswith("historical."), row
+        found.setdefault(row.source_id, Counter())[row.message_id] += 1
+    return found
+
+
+def in_progress_by(service: Service, pid: int) -> list[UUID]:
+    """The pulls in progress whose attempt the process started."""
+    f = resource_feeds.c
+    with service.db.read() as conn:
+        running = list(conn.execute(select(f.feed_id).where(f.status == "in_progress")).scalars())
+    held = []
+    for feed_id in running:
+        *_, last = service.ledger.events.get(feed_id)
+        if isinstance(last, ResourceFeed.PullStarted) and started_by(last) == pid:
+            held.append(feed_id)
+    return held
+
+
+def ended_count(service: Service, feed_ids: Sequence[UUID]) -> int:
+    f = resource_feeds.c
+    with service.db.read() as conn:
+        return conn.execute(
+            select(func.count()).where(
+                f.feed_id.in_(list(feed_ids)), f.status.in_(("success", "failure"))
+            )
+        ).scalar_one()
+
+
+def test_pulls_run_once_across_processes_and_a_kill(
+    any_database: str, tmp_path: Path, fast_receiver: Receiver
+) -> None:
+    """Two `serve` processes pull the same due pulls. Phase 1, both alive: every pull is
+    started exactly once, succeeds once and is announced by exactly one message, posted
+    once. Phase 2, one process killed with SIGKILL while it holds pulls in progress: every
+    pull still succeeds once and is announced by exactly one message id. A pull is
+    started twice only where the killed process had started it and died before its end:
+    the first PullStarted is the dead process's, the second the survivor's, recorded once
+    the lease ran out (not before), and the success after it the survivor's. A message is
+    posted twice only if it is a delivery the dead process held a lease on (at-least-once
+    delivery across a crash, under one stable message id: ADR 0019)."""
+    began = time.monotonic()
+    (tmp_path / "keys").mkdir()
+    one = serve_process("one", any_database, tmp_path)
+    two = serve_process("two", any_database, tmp_path)
+    for process in (one, two):
+        process.env.update(PULL_TIMEOUTS)
+    processes = [one, two]
+    with ExitStack() as cleanup:
+        cleanup.callback(kill_all, processes)
+        one.start()
+        two.start()
+        one.wait_ready()
+        two.wait_ready()
+        observing = cleanup.enter_context(observer(any_database, tmp_path))
+        team = scalar(observing, select(teams.c.team_id))
+        observing.webhooks.create(
+            CTX, team, "sandbox", url=fast_receiver.url("ok"), filter_types=["historical.*"]
+        )
+        started_seconds = time.monotonic() - began
+
+        # Phase 1: both processes alive.
+        first = connect_many(observing, team, "both", PULL_CONNECTIONS)
+        wait_settled(observing, processes, timeout=240)
+        events = feed_events(observing, first)
+        starts = Counter(
+            sum(isinstance(e, ResourceFeed.PullStarted) for e in feed) for feed in events.values()
+        )
+        successes = Counter(
+            sum(isinstance(e, ResourceFeed.PullSucceeded) for e in feed) for feed in events.values()
+        )
+        by_process = Counter(
+            started_by(e)
+            for feed in events.values()
+            for e in feed
+            if isinstance(e, ResourceFeed.PullStarted)
+        )
+        messages = historical_messages(observing, fast_receiver)
+        assert starts == {1: len(first)}, starts
+        assert successes == {1: len(first)}, successes
+        assert set(messages) == set(first)
+        assert {feed: len(ids) for feed, ids in messages.items()} == dict.fromkeys(first, 1)
+        posts_first = Counter(n for ids in messages.values() for n in ids.values())
+        assert posts_first == {1: len(first)}, posts_first
+        assert set(by_process) == {one.pid, two.pid}, by_process  # both took part
+        phase_one_seconds = time.monotonic() - began - started_seconds
+
+        # Phase 2: `two` is killed midway, while it holds pulls in progress.
+        second = connect_many(observing, team, "kill", PULL_CONNECTIONS)
+        deadline = time.monotonic() + 120
+        while ended_count(observing, second) < len(second) // 4 or not in_progress_by(
+            observing, two.pid
+        ):
+            assert time.monotonic() < deadline, "the victim never held a pull in progress"
+            time.sleep(0.02)
+        two.kill()
+        killed_at = datetime.now(UTC)
+        leases = dead_leases(observing, two.pid)
+        wait_settled(observing, [one], timeout=240)
+
+        events = feed_events(observing, second)
+        held = 0
+        for feed_id, feed in events.items():
+            kinds = [type(e).__name__ for e in feed]
+            assert kinds.count("PullSucceeded") == 1 and "PullFailed" not in kinds, kinds
+            started = [e for e in feed if isinstance(e, ResourceFeed.PullStarted)]
+            assert len(started) in (1, 2), kinds
+            if len(started) == 2:
+                held += 1
+                dead, taker = started
+                assert kinds == [
+                    "Created",
+                    "PullScheduled",
+                    "PullStarted",
+                    "PullStarted",
+                    "PullSucceeded",
+                ], kinds
+                assert started_by(dead) == two.pid and started_by(taker) == one.pid, feed_id
+                assert dead.timestamp < killed_at
+                assert taker.timestamp >= dead.timestamp + timedelta(seconds=PULL_LEASE_SECONDS)
+                assert feed[-1].request_id == taker.request_id  # the survivor's success
+        assert held >= 1, "no pull was taken over: the kill found none in progress"
+        messages = historical_messages(observing, fast_receiver)
+        assert set(messages) == set(first) | set(second)
+        assert {feed: len(ids) for feed, ids in messages.items()} == dict.fromkeys(
+            [*first, *second], 1
+        )
+        rows = {str(r.delivery_id): r.message_id for r in delivery_rows(observing)}
+        held_messages = {rows[delivery_id] for delivery_id in leases}
+        posted_again = {m for ids in messages.values() for m, n in ids.items() if n > 1}
+        assert posted_again <= held_messages, posted_again - held_messages
+        print(
+            f"\n{any_database.split(':')[0]}: {len(first)} pulls with both processes "
+            f"(started once each; {dict(by_process.most_common())} by process), "
+            f"{len(second)} with a kill: {held} started twice (held by the dead process, "
+            f"taken over after the lease), {len(posted_again)} messages posted again "
+            f"({len(leases)} deliveries leased by the dead process); "
+            f"start {started_seconds:.0f} s, phase 1 {phase_one_seconds:.0f} s, "
+            f"total {time.monotonic() - began:.0f} s"
+        )
+        assert one.stop() == 0
