@@ -7,10 +7,15 @@ off (`isolation_level=None`) and a `"begin"` engine event emits the BEGIN, as
 SQLAlchemy's documentation shows for pysqlite: the writer's transactions begin
 IMMEDIATE, so writers queue on SQLite's lock instead of failing to upgrade a read lock;
 readers begin a plain (deferred) transaction.
+
+The database file is created here, before SQLite opens it, readable and writable by its
+owner only (0600): it holds personal data, sealed or not, and the usual umask would give
+it 0644. SQLite creates the -wal and -shm files with the database file's mode.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -29,9 +34,32 @@ PRAGMAS = (
 )
 
 
+# The mode of a database file the service creates (its -wal and -shm files follow it).
+FILE_MODE = 0o600
+
+
+def create_private(url: URL) -> None:
+    """Create the SQLite file `url` names, empty (SQLite's empty database) and 0600, if it
+    does not exist yet; an existing file is left as it is. Nothing for an in-memory or
+    URI-named database, or a directory that does not exist (SQLite then says so)."""
+    path = url.database
+    if not path or path == ":memory:" or path.startswith("file:") or url.query.get("uri"):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except (FileExistsError, FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)  # whatever the umask took away or not
+    finally:
+        os.close(fd)
+
+
 def sqlite_engine(url: URL, *, begin: Callable[[], str], **options: Any) -> Engine:
     """An engine whose connections get `PRAGMAS` and whose transactions begin with the
-    statement `begin()` names ("BEGIN IMMEDIATE" for a write, "BEGIN" for a read)."""
+    statement `begin()` names ("BEGIN IMMEDIATE" for a write, "BEGIN" for a read); its
+    file is created 0600 if it does not exist (`create_private`)."""
+    create_private(url)
     engine = create_engine(
         url,
         connect_args={"isolation_level": None, "check_same_thread": False, "timeout": 30},
