@@ -86,7 +86,12 @@ from healthledger.domain.users.lifecycle import UserLifecycle
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecations import Deprecations
 from healthledger.domain.webhooks.event_types import EventTypeCatalog
-from healthledger.domain.webhooks.management import WebhookEndpoints, address, url_address
+from healthledger.domain.webhooks.management import (
+    Destinations,
+    WebhookEndpoints,
+    address,
+    url_address,
+)
 from healthledger.domain.webhooks.redelivery import Redeliveries
 from healthledger.domain.webhooks.user_deletion import UserDeliveries
 from healthledger.scheduler.deprecations import apply_cut_overs
@@ -402,7 +407,13 @@ def build_service(
     webhook_queries = WebhookQueries(db)
     deprecations = Deprecations(ledger, clock, deprecation_calendar())
     webhooks = WebhookEndpoints(
-        ledger, clock, key_store, teams, event_types, own_addresses(settings)
+        ledger,
+        clock,
+        key_store,
+        teams,
+        event_types,
+        own_addresses(settings),
+        Destinations.parse(settings.webhook_allowed_destinations),
     )
     # Lab test orders (issue 14): their answers, the use cases, and the simulated lab that
     # moves sandbox orders (docs/labs.md#orders).

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from healthledger.adapters.persistence.keys.master_key import default_master_key_file
+from healthledger.domain.webhooks.management import Destinations
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -34,6 +35,18 @@ def _seconds_or_iso(value: Any) -> Any:
 
 
 Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
+
+
+def _comma_list(value: Any) -> Any:
+    # From the environment: "hooks.internal, 10.0.0.0/8".
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _destinations(value: list[str]) -> list[str]:
+    Destinations.parse(value)  # a malformed entry is a ValueError naming it
+    return value
 
 
 def _interval_or_off(value: Any) -> Any:
@@ -158,6 +171,14 @@ class Settings(BaseSettings):
     # holder died is taken over after the lease (ADR 0019). At least 4 timeouts.
     webhook_timeout: Duration = Field(default=timedelta(seconds=15), gt=timedelta(0))
     webhook_lease: Duration = Field(default=timedelta(minutes=2), gt=timedelta(0))
+    # Webhooks go to public addresses only: a URL written with (or a host name that
+    # resolves, when each webhook is sent, to) a loopback, private, link-local, reserved,
+    # multicast or unspecified address is refused. For receivers on premises: host names
+    # (allowed whatever they resolve to) and IP addresses or CIDR ranges allowed all the
+    # same, comma-separated ("hooks.internal,10.20.0.0/16,fd00::/8").
+    webhook_allowed_destinations: Annotated[
+        list[str], NoDecode, BeforeValidator(_comma_list), AfterValidator(_destinations)
+    ] = Field(default_factory=list)
     # Connected feeds are synced this long after their last pull or sync; the sync sweep
     # runs every daily_sync_sweep_interval.
     daily_sync_interval: Duration = Field(default=timedelta(days=1), gt=timedelta(0))

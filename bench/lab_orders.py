@@ -246,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 database_url=args.database_url or f"sqlite:///{workdir / 'db' / 'orders.db'}",
                 master_key_file=workdir / "master.key",
                 lab_order_step_delays=[0.0],
+                # The receiver listens on loopback, refused unless allowed.
+                webhook_allowed_destinations=["127.0.0.1"],
             )
             service = build_service(settings)
             try:

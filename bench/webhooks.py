@@ -93,6 +93,9 @@ def new_service(workdir: Path, name: str) -> Service:
         Settings(
             database_url=f"sqlite:///{workdir / f'{name}.db'}",
             master_key_file=workdir / "keys" / f"{name}.key",
+            # The receiver listens on this machine's loopback, which webhooks are not
+            # sent to unless allowed (docs/operations.md).
+            webhook_allowed_destinations=["127.0.0.1"],
         )
     )
     service.bootstrap()

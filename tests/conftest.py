@@ -52,6 +52,14 @@ with warnings.catch_warnings():
 # days away from the real clock, and never wake to shut down.
 freezegun.configure(extend_ignore_list=["vital", "asyncio"])
 
+# Webhooks go to public addresses only by default; the tests' receivers (tests/receivers.py)
+# listen on this machine's loopback, which the tests therefore allow explicitly, as an
+# operator allows a receiver on premises. Every Settings the tests build reads it, and so
+# does every process they start (their environment is this one's). A test of the default
+# refusal passes webhook_allowed_destinations=[] (a value given beats the environment).
+TEST_WEBHOOK_DESTINATIONS = "127.0.0.0/8,::1,localhost"
+os.environ["HEALTHLEDGER_WEBHOOK_ALLOWED_DESTINATIONS"] = TEST_WEBHOOK_DESTINATIONS
+
 POSTGRES_URL = os.environ.get("HEALTHLEDGER_TEST_POSTGRES_URL")
 BACKENDS = ["sqlite", *(["postgres"] if POSTGRES_URL else [])]
 LINES = (SERVICE, MIRROR)

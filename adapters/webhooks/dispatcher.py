@@ -33,6 +33,11 @@ from healthledger.adapters.persistence.engine.schema import team_api_keys, users
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.leases.webhook_deliveries import DeliveryLeases
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
+from healthledger.adapters.webhooks.destinations import (
+    DestinationRefused,
+    GuardedBackend,
+    GuardedTransport,
+)
 from healthledger.adapters.webhooks.payloads import Payloads, RulesAt
 from healthledger.adapters.webhooks.signing import signed_headers
 from healthledger.domain.audited import audited_events, topic_of
@@ -122,14 +127,19 @@ class Dispatcher:
         # This sender's name on its leases (and in its records' request ids): the process
         # and this dispatcher, so that an operator can tell whose claim a lease is.
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        # Redirects are failures (never followed); no proxies from the environment.
+        # Redirects are failures (never followed); no proxies from the environment. Each
+        # connection goes to an address checked when it is made (`destinations.py`).
+        limits = httpx.Limits(max_connections=senders * 2, max_keepalive_connections=senders)
         self.client = httpx.Client(
             timeout=timeout.total_seconds(),
             follow_redirects=False,
             trust_env=False,
-            verify=tls_context(trust_env=False),
             headers={"user-agent": _USER_AGENT},
-            limits=httpx.Limits(max_connections=senders * 2, max_keepalive_connections=senders),
+            transport=GuardedTransport(
+                GuardedBackend(endpoints.destinations, endpoints.own_addresses),
+                verify=tls_context(trust_env=False),
+                limits=limits,
+            ),
         )
         self._environments: dict[UUID, str] = {}
 
@@ -332,6 +342,8 @@ class Dispatcher:
         started = time.perf_counter()
         try:
             response = self.client.post(url, content=body, headers=headers)
+        except DestinationRefused as refused:  # nothing was sent
+            return PostResult(None, _ms(started), f"address_refused: {refused}")
         except httpx.TimeoutException:
             return PostResult(None, _ms(started), "timeout")
         except httpx.TransportError:  # refused, reset, garbage that is not HTTP

@@ -4,6 +4,7 @@ signing secret (management API, per team and environment; gaps.md Webhooks)."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,14 +27,136 @@ _SECRET_FIELD = "webhook_secret"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK = "loopback"
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-def address(host: str, port: int) -> tuple[str, int]:
-    """A (host, port) pair compared case-free, with every loopback or wildcard name as one."""
+# One part of an IPv4 address as inet_aton reads it (and so getaddrinfo, and a browser's
+# URL parser): decimal, 0x hexadecimal, or 0-prefixed octal.
+_INET_ATON_PART = re.compile(r"0[xX][0-9a-fA-F]*|0[0-7]*|[1-9][0-9]*")
+# A host name as an allowed destination names it (case-free, no trailing dot).
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*"
+)
+
+
+def _aton_part(part: str) -> int:
+    if part[:2].lower() == "0x":
+        return int(part[2:] or "0", 16)
+    return int(part, 8) if part.startswith("0") else int(part)
+
+
+def _inet_aton(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a host such as `127.1`, `0x7f.0.0.1`, `0177.0.0.1` or
+    `2130706433` stands for (inet_aton's shorthand forms, which resolvers and HTTP
+    clients accept), or None if it is not one."""
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4 or not all(_INET_ATON_PART.fullmatch(p) for p in parts):
+        return None
+    values = [_aton_part(p) for p in parts]
+    *leading, last = values
+    if any(v > 255 for v in leading) or last >= 256 ** (5 - len(values)):
+        return None
+    number = 0
+    for v in leading:
+        number = number * 256 + v
+    number = number * 256 ** (5 - len(values)) + last
+    return ipaddress.IPv4Address(number)
+
+
+def host_ip(host: str) -> IPAddress | None:
+    """The IP address a URL's host is written as (brackets, a trailing dot, an IPv6 zone
+    and inet_aton's shorthand forms allowed), or None for a name."""
     host = host.strip("[]").rstrip(".").lower()
     try:
-        ip = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        return (_LOOPBACK if host == "localhost" else host, port)
+        return _inet_aton(host)
+
+
+def unwrapped(ip: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv4-mapped (::ffff:a.b.c.d) or 6to4 IPv6 address carries, else
+    the address itself."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        return ip.ipv4_mapped or ip.sixtofour or ip
+    return ip
+
+
+def special_range(ip: IPAddress) -> str | None:
+    """Which range that webhooks are not posted to by default holds `ip` (a name for a
+    message), or None for a public address."""
+    # A mapped address is the IPv4 address it carries; a 6to4 one is judged both ways.
+    mapped = isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None
+    for candidate in dict.fromkeys((unwrapped(ip),) if mapped else (unwrapped(ip), ip)):
+        if candidate.is_unspecified:
+            return "unspecified"
+        if candidate.is_loopback:
+            return "loopback"
+        if candidate.is_link_local:
+            return "link-local"
+        if candidate.is_multicast:
+            return "multicast"
+        if candidate.is_private:
+            return "private"
+        if candidate.is_reserved:
+            return "reserved"
+        if not candidate.is_global:
+            return "not publicly routable"
+    return None
+
+
+@dataclass(frozen=True)
+class Destinations:
+    """Where webhooks may go besides public addresses: the operator's named hosts (any
+    address they resolve to) and CIDR ranges (HEALTHLEDGER_WEBHOOK_ALLOWED_DESTINATIONS),
+    for receivers on premises. Empty: public addresses only."""
+
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> Destinations:
+        """From entries such as `hooks.internal`, `10.0.0.0/8`, `127.0.0.1`, `fd00::/8`;
+        ValueError naming a malformed one."""
+        hosts: set[str] = set()
+        networks: list[IPNetwork] = []
+        for raw in entries:
+            entry = raw.strip().rstrip(".").lower()
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                continue
+            except ValueError:
+                pass
+            if not _HOST_NAME.fullmatch(entry) or host_ip(entry) is not None:
+                raise ValueError(f"{raw!r} is neither a host name nor an IP address or CIDR range")
+            hosts.add(entry)
+        return cls(frozenset(hosts), tuple(networks))
+
+    def allows_host(self, host: str) -> bool:
+        """Whether `host` is a name the operator allows whatever it resolves to."""
+        return host.strip("[]").rstrip(".").lower() in self.hosts
+
+    def refusal(self, ip: IPAddress) -> str | None:
+        """Why `ip` may not receive webhooks (`loopback`, `private`...), or None."""
+        if any(
+            c in network
+            for c in (ip, unwrapped(ip))
+            for network in self.networks
+            if c.version == network.version
+        ):
+            return None
+        return special_range(ip)
+
+
+def address(host: str, port: int) -> tuple[str, int]:
+    """A (host, port) pair compared case-free, with every loopback or wildcard name as one
+    (an address in any of its spellings: `127.1`, `::ffff:127.0.0.1`...)."""
+    name = host.strip("[]").rstrip(".").lower()
+    ip = host_ip(name)
+    if ip is None:
+        return (_LOOPBACK if name == "localhost" else name, port)
+    ip = unwrapped(ip)
     return (_LOOPBACK if ip.is_loopback or ip.is_unspecified else str(ip), port)
 
 
@@ -49,8 +172,14 @@ def url_address(url: str) -> tuple[str, int] | None:
     return address(parts.hostname, port or _DEFAULT_PORTS[parts.scheme])
 
 
-def url_problem(url: str, own_addresses: Iterable[tuple[str, int]]) -> str | None:
-    """Why `url` cannot receive webhooks (a message), or None."""
+def url_problem(
+    url: str,
+    own_addresses: Iterable[tuple[str, int]],
+    destinations: Destinations = Destinations(),
+) -> str | None:
+    """Why `url` cannot receive webhooks (a message), or None. A host written as an
+    address (or `localhost`) must be a public one, unless `destinations` allows it; a
+    name is checked when each webhook is sent, against what it resolves to then."""
     if any(c.isspace() or not c.isprintable() for c in url):
         return "url must not contain spaces or control characters."
     reached = url_address(url)
@@ -58,6 +187,15 @@ def url_problem(url: str, own_addresses: Iterable[tuple[str, int]]) -> str | Non
         return "url must be an absolute http or https URL with a host."
     if reached in set(own_addresses):
         return "url points at this service itself; webhooks must go to your own receiver."
+    host = urlsplit(url).hostname or ""
+    if destinations.allows_host(host):
+        return None
+    ip = host_ip(host)
+    if ip is None and reached[0] == _LOOPBACK:
+        ip = ipaddress.IPv4Address("127.0.0.1")
+    refused = None if ip is None else destinations.refusal(ip)
+    if refused is not None:
+        return f"url points at a {refused} address; webhooks are sent to public addresses only."
     return None
 
 
@@ -83,6 +221,7 @@ class WebhookEndpoints:
         teams: TeamDirectory,
         catalog: EventTypeCatalog,
         own_addresses: Iterable[tuple[str, int]],
+        destinations: Destinations = Destinations(),
     ) -> None:
         self.ledger = ledger
         self.clock = clock
@@ -90,6 +229,10 @@ class WebhookEndpoints:
         self.teams = teams
         self.catalog = catalog
         self.own_addresses = frozenset(own_addresses)
+        # Where webhooks may go besides public addresses: checked at registration for a
+        # URL written with an address, and by the dispatcher at each send (what the
+        # URL's host resolves to then).
+        self.destinations = destinations
 
     def create(
         self,
@@ -245,7 +388,7 @@ class WebhookEndpoints:
             )
 
     def _check_url(self, url: str) -> None:
-        problem = url_problem(url, self.own_addresses)
+        problem = url_problem(url, self.own_addresses, self.destinations)
         if problem is not None:
             raise InvalidRequest(problem, "url")
 

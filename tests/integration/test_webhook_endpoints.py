@@ -278,6 +278,15 @@ BAD_URLS: list[tuple[str, str]] = [
     ("http://[::1]:8002/", "url points at this service itself"),
     ("https://api.ledger.example/hook", "url points at this service itself"),
     ("http://LINK.ledger.example:8443/x", "url points at this service itself"),
+    # Other spellings of this host (issue 30): the tests allow loopback, not these ports.
+    ("http://127.1:8000/hook", "url points at this service itself"),
+    ("http://[::ffff:127.0.0.1]:8001/hook", "url points at this service itself"),
+    ("http://0x7f000001:8002/hook", "url points at this service itself"),
+    # Ranges the tests do not allow: refused as by default.
+    ("http://169.254.169.254/latest/meta-data/", "url points at a link-local address"),
+    ("http://[::ffff:10.0.0.1]/hook", "url points at a private address"),
+    ("https://192.168.1.20/hook", "url points at a private address"),
+    ("http://[fd00::1]/hook", "url points at a private address"),
 ]
 
 

@@ -41,7 +41,7 @@ from healthledger.domain.webhooks.endpoints import (
     new_signing_secret,
 )
 from healthledger.domain.webhooks.event_types import filter_matches, subscribed
-from healthledger.domain.webhooks.management import address, url_problem
+from healthledger.domain.webhooks.management import Destinations, address, url_problem
 
 from tests.unit.stored_form import assert_replays
 
@@ -155,6 +155,8 @@ def test_no_filter_entries_means_every_event_type() -> None:
 # -- URLs -------------------------------------------------------------------------------
 
 OWN = {address("127.0.0.1", 8000), address("api.example", 443)}
+# Loopback allowed, as for a receiver on this machine: the own-address guard still holds.
+LOOPBACK_ALLOWED = Destinations.parse(["127.0.0.0/8", "::1"])
 
 
 @pytest.mark.parametrize(
@@ -167,6 +169,16 @@ OWN = {address("127.0.0.1", 8000), address("api.example", 443)}
         ("http://localhost:8000", True),
         ("http://0.0.0.0:8000/", True),
         ("http://127.0.0.2:8000/", True),
+        # Other spellings of this host (issue 30): inet_aton's shorthand, IPv4-mapped IPv6.
+        ("http://127.1:8000/", True),
+        ("http://[::ffff:127.0.0.1]:8000/", True),
+        ("http://[::ffff:7f00:1]:8000/", True),
+        ("http://0x7f.0.0.1:8000/", True),
+        ("http://0177.0.0.1:8000/", True),
+        ("http://2130706433:8000/", True),
+        ("http://[::1]:8000/", True),
+        ("http://[::]:8000/", True),
+        ("http://127.1:8080/", False),
         ("https://API.example./hook", True),
         ("https://api.example:443/hook", True),
         ("http://api.example/hook", False),
@@ -175,7 +187,7 @@ OWN = {address("127.0.0.1", 8000), address("api.example", 443)}
     ],
 )
 def test_url_rules(url: str, refused: bool) -> None:
-    assert (url_problem(url, OWN) is not None) is refused
+    assert (url_problem(url, OWN, LOOPBACK_ALLOWED) is not None) is refused
 
 
 # -- the aggregate ----------------------------------------------------------------------
