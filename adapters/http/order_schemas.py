@@ -8,16 +8,33 @@ the client parses every one (docs/compatibility.md).
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
 from typing import Any, Literal
 from uuid import UUID
 
 from healthledger.adapters.operations.schemas import ErasedValue
+from healthledger.adapters.reference.labs.areas import ZIP_CODE, zip_centroids
 from healthledger.domain.labs.patients import PatientAddress, PatientDetails
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 CollectionMethod = Literal["testkit", "walk_in_test", "at_home_phlebotomy", "on_site_collection"]
 Interpretation = Literal["normal", "abnormal", "critical"]
+
+
+class OrderPatientAddress(PatientAddress):
+    """The patient's address of an order: the labs are US labs, so its zip code is checked
+    as area info checks one (`/v3/order/area/info`): five digits or ZIP+4, and an active
+    US Postal Service zip code (the `zipcodes` data)."""
+
+    @field_validator("zip_code")
+    @classmethod
+    def _us_zip_code(cls, value: str) -> str:
+        if not re.fullmatch(ZIP_CODE, value, re.ASCII):  # ASCII digits only
+            raise ValueError("zip_code must be a US zip code: five digits, or ZIP+4.")
+        if value[:5] not in zip_centroids():
+            raise ValueError("zip_code is well-formed but is not an existing US zip code.")
+        return value
 
 
 class OrderCreate(BaseModel):
@@ -29,7 +46,7 @@ class OrderCreate(BaseModel):
     lab_test_id: UUID = Field(description="The team's lab test, or a shared demo test.")
     collection_method: CollectionMethod | None = None
     patient_details: PatientDetails | None = None
-    patient_address: PatientAddress | None = None
+    patient_address: OrderPatientAddress | None = None
 
 
 class SimulationFlags(BaseModel):

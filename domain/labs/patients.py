@@ -24,6 +24,16 @@ from healthledger.domain.personal_data import (
 )
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
 
+# Text that must say something: a name, a city... (a single space is not one).
+_NOT_BLANK = "must not be blank"
+
+
+def _not_blank(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError(_NOT_BLANK)
+    return value
+
+
 # The demographics fields that are the patient's details (all but the address).
 _DETAIL_FIELDS = tuple(name for name in Demographics.model_fields if name != "address")
 _Text = Field(min_length=1, max_length=255)
@@ -32,7 +42,8 @@ _PHONE = r"^\+?[0-9 ()./\-]+$"
 
 class PatientDetails(BaseModel):
     """The demographics without the address (spec 2.1's fields and rules), plus what the
-    client's patient details carry beside them (household income and size)."""
+    client's patient details carry beside them (household income and size). Names and
+    gender must say something (not blank)."""
 
     model_config = ConfigDict(extra="forbid")
     first_name: FreeText = _Text
@@ -49,6 +60,8 @@ class PatientDetails(BaseModel):
     household_income: int | None = Field(default=None, ge=0, le=10**9)
     household_size: int | None = Field(default=None, ge=1, le=100)
 
+    _names_not_blank = field_validator("first_name", "last_name", "gender")(_not_blank)
+
     @field_validator("dob")
     @classmethod
     def _dob_in_the_past(cls, value: date) -> date:
@@ -59,11 +72,17 @@ class PatientDetails(BaseModel):
 
 class PatientAddress(Address):
     """A postal address (the client's spelling `zip` accepted), plus the client's
-    optional receiver name and phone number."""
+    optional receiver name and phone number. Its lines, city and state must say
+    something (not blank). The order request checks the zip code against the US zip
+    codes too (`adapters/http/order_schemas.py`)."""
 
     model_config = ConfigDict(extra="forbid")
     receiver_name: Annotated[FreeText, Field(min_length=1, max_length=255)] | None = None
     phone_number: str | None = Field(default=None, min_length=3, max_length=40, pattern=_PHONE)
+
+    _text_not_blank = field_validator(
+        "first_line", "city", "state", "zip_code", "country", "receiver_name"
+    )(_not_blank)
 
 
 def details_from_demographics(demographics: Mapping[str, Any]) -> dict[str, Any]:
