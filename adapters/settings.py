@@ -127,6 +127,11 @@ class Settings(BaseSettings):
     oauth_cookie_domain: str | None = None
     # How long a call to a maker's token endpoint may take.
     oauth_timeout: Duration = Field(default=timedelta(seconds=10), gt=timedelta(0))
+    # Oura's data API (API v2, docs/makers/oura.md): its base URL. Tests and the sandbox
+    # point it at the fake Oura (healthledger.adapters.makers.fake_oura).
+    oura_api_url: str = "https://api.ouraring.com"
+    # How long one call to a maker's data API may take before it counts as a timeout.
+    maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
