@@ -348,7 +348,7 @@ def _declare_report(add_parser: AddParser) -> None:
 
 
 def _deletion_report(args: argparse.Namespace, service: Service) -> int:
-    from healthledger.adapters.compliance.deletion_report import deletion_report
+    from healthledger.adapters.compliance.deletion_report import LogNotSound, deletion_report
     from healthledger.adapters.compliance.report_rendering import (
         PdfUnavailable,
         render_html,
@@ -365,6 +365,10 @@ def _deletion_report(args: argparse.Namespace, service: Service) -> int:
         report = deletion_report(service, user_id, _cli_context())
     except UserNotFound:
         print(f"no user {user_id} in the event log", file=sys.stderr)
+        return 1
+    except LogNotSound as refused:
+        # The API's 409 says the same; nothing was signed or written.
+        print(f"healthledger: {refused.message}", file=sys.stderr)
         return 1
     if args.format == "json":
         content: str | bytes = json.dumps(report, indent=2) + "\n"

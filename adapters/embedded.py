@@ -244,10 +244,18 @@ class HealthLedger:
         body = UpdateUserRequest.model_validate(changes)
         operations.update_user(self.service, self._ctx(), self.team_id, user_id, body)
 
-    def delete_user(self, user_id: UUID) -> Success:
+    def delete_user(
+        self, user_id: UUID, *, reason: str | None = None, ticket: str | None = None
+    ) -> Success:
         """DELETE /v2/user/{user_id}: start the grace period, deregister the connections.
-        The user is erased when the period ends (by the erasure sweep) unless undone."""
-        return operations.delete_user(self.service, self._ctx(), self.team_id, user_id)
+        The user is erased when the period ends (by the erasure sweep) unless undone.
+        `reason` (free text, at most 500 characters, sealed with the user's key: it goes
+        with the erasure) and `ticket` (a reference into your records, 1 to 128 letters,
+        digits or `._:#/-`, kept in clear) are the `X-Deletion-Reason` and
+        `X-Deletion-Ticket` headers: recorded on the deletion, shown in its report."""
+        return operations.delete_user(
+            self.service, self._ctx(), self.team_id, user_id, reason=reason, ticket=ticket
+        )
 
     def undo_delete(
         self, user_id: UUID | None = None, *, client_user_id: str | None = None

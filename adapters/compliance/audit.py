@@ -124,9 +124,12 @@ def _is_personal(name: str, personal: frozenset[str]) -> bool:
 
 def _entry(event: AttributedEvent, kind: str, key_owner: UUID, keys: _Keys) -> AuditEntry:
     personal = frozenset(getattr(type(event), "PERSONAL_FIELDS", ()))
+    # Fields a later version added as optional (an event's AUDIT_OMITS_NONE): left out
+    # while None, so that an event stored before them reads as it always did.
+    omitted = frozenset(getattr(type(event), "AUDIT_OMITS_NONE", ()))
     changes: dict[str, Any] = {}
     for name, value in vars(event).items():
-        if name in _BASE_FIELDS:
+        if name in _BASE_FIELDS or (value is None and name in omitted):
             continue
         if _is_personal(name, personal) and value is not None:
             changes[name] = keys.placeholder(key_owner)

@@ -13,6 +13,18 @@ pending erasure, erased). Three parts:
 - the proof: every event of the user and of its related streams with its place in the
   hash chain, the signed head that covers them, the service's public key.
 
+Format 2 adds what the data was and where it went: `categories` (demographics,
+identifiers, health data by resource, lab orders and results: what was held, and each
+one's erasure checks) and `recipients` (every webhook endpoint that received data about
+the user, GDPR art. 19); a deletion's reason and ticket reference; the horizon's
+condition; and `webhooks.user_erased_acknowledged` in place of format 1's `mirror_told`
+(it only ever meant that an endpoint answered 2xx to `user.erased`).
+
+Nothing is signed over a log that does not verify: before the report is signed, the
+chain is walked from the first record it cites to the signed head that covers the last
+(`Chain.check_span`), every signed head there checked; a problem is `LogNotSound`,
+naming the first bad record, and no head and no report is signed.
+
 The report is signed with the service's Ed25519 key: a detached signature over the
 canonical JSON of the report without its `signature` field, which
 `report_verification.py` (and the script in docs/compliance-verify.md) checks offline.
@@ -24,30 +36,49 @@ value can check.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
+import logging
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
+from healthledger.adapters.persistence.engine.schema import health_data, webhook_endpoints
+from healthledger.adapters.persistence.eventstore.chain import (
+    REMOVED,
+    ChainLink,
+    ChainProblem,
+    SignedHead,
+)
 from healthledger.adapters.persistence.keys.key_store import canonical_json
 from healthledger.adapters.persistence.projections.erasure import ErasurePlaces
 from healthledger.adapters.persistence.projections.stream_owners import WEBHOOK_DELIVERY
 from healthledger.adapters.persistence.queries.audit import AuditQueries, OwnedEvent
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.link_tokens import LinkToken
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext, attributed
 from healthledger.domain.errors import UserNotFound
 from healthledger.domain.labs.orders import BY_USER_DELETION as ORDER_BY_USER_DELETION
 from healthledger.domain.labs.orders import Order
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERIES
 from healthledger.domain.users.user import ERASED, User
 from healthledger.domain.webhooks.announcements import USER_ERASED
-from healthledger.domain.webhooks.deliveries import PENDING, SUCCEEDED
+from healthledger.domain.webhooks.deliveries import PENDING, SUCCEEDED, WebhookDelivery
+from sqlalchemy import func, select
 
 if TYPE_CHECKING:
     from healthledger.adapters.composition import Service
 
+log = logging.getLogger("healthledger.compliance")
+
 REPORT_KIND = "healthledger.deletion_report"
-REPORT_FORMAT = 1
+# Format 1: before categories, recipients, the deletion's reason, the horizon's condition
+# and user_erased_acknowledged (which was mirror_told). verify-report reads both.
+REPORT_FORMAT = 2
+FORMATS = (1, 2)
 SIGNATURE_FIELD = "signature"
 SIGNATURE_ALGORITHM = "Ed25519"
 # What each check of an erased user looks at, by the erasure's own names for the places
@@ -78,8 +109,23 @@ _USER_FACTS = frozenset(
         User.Erased,
     )
 )
-_CONNECTION_FACTS = frozenset({Connection.Created.TOPIC, Connection.Deregistered.TOPIC})
+_CONNECTION_FACTS = frozenset(
+    {Connection.Created.TOPIC, Connection.Reconnected.TOPIC, Connection.Deregistered.TOPIC}
+)
 _ORDER_FACTS = frozenset({Order.Cancelled.TOPIC})
+# Decoded for the categories and the recipients.
+_DATA_FACTS = frozenset(
+    event.TOPIC
+    for event in (
+        User.SettingsChanged,
+        ResourceFeed.Created,
+        ResourceFeed.PullSucceeded,
+        ResourceFeed.DailySynced,
+        WebhookDelivery.Created,
+        WebhookDelivery.AttemptMade,
+    )
+)
+_DECODED = _USER_FACTS | _CONNECTION_FACTS | _ORDER_FACTS | _DATA_FACTS
 
 ORDERS_NOTE = (
     "The user's open lab test orders, cancelled by its deletion in the deletion's own "
@@ -88,9 +134,48 @@ ORDERS_NOTE = (
 )
 HORIZON_MEANING = (
     "Until the first master key rotation after the erasure, a copy of the user's wrapped "
-    "data key left in a database WAL, replica or backup could still be opened with the "
-    "master key of the time; the rotation destroys that master key, and after it no copy "
-    "anywhere can be opened."
+    "data key left in a database WAL, replica or backup can be opened with the master key "
+    "of the time. The rotation rewraps the live keys under a new master key and destroys "
+    "the service's copy of the old one."
+)
+HORIZON_CONDITION = (
+    "The horizon holds only if every older copy of the master key is destroyed too. The "
+    "rotation destroys the service's own copy; copies outside it (earlier versions kept "
+    "by a secrets manager, backups of the key file) must be purged by the operator, and "
+    "the service cannot see them. Database backups made before the rotation still hold "
+    "the user's wrapped data key: they are out of the service's reach, and open with an "
+    "older master key only."
+)
+ACKNOWLEDGED_MEANS = (
+    "An endpoint of the team answered 2xx to a user.erased delivery about this user: the "
+    "message was received. What the receiver did with it (a mirror forgetting the user) "
+    "is the team's to show."
+)
+REASON_NOTE = (
+    "A deletion's reason is the caller's free text, sealed with the user's key (it may "
+    "name the person): shown while the key exists, erased with it. Its ticket is a "
+    "reference into the caller's own records, kept in clear."
+)
+CATEGORIES_NOTE = (
+    "What the service held about the user, by category, as its log and tables record it, "
+    "and for an erased user the checks of the places each category was held in (found "
+    "0 expected). Personal values are sealed with the user's data key, so the data key's "
+    "check covers every sealed copy, in the log and in backups (see the horizon)."
+)
+HEALTH_NAMES_ERASED = (
+    "After the erasure no resource or provider is named: which resources a person's data "
+    "came from is itself health data. Each is named by its pull stream, among the proof's "
+    "events."
+)
+RECIPIENTS_NOTE = (
+    "Every webhook endpoint that was sent data about the user (GDPR art. 19), from the "
+    "deliveries' own histories: POSTs made, how many the endpoint acknowledged (2xx), the "
+    "first and the last. An endpoint is named by its id and the origin of its URL (no "
+    "path or query: they may hold a secret of the team's)."
+)
+EVENT_DESTINATIONS_NOTE = (
+    "The service has no other kind of event destination (queues, streams): webhooks are "
+    "the only way data about a user leaves it, besides the API's answers to the team."
 )
 PROOF_SCOPE = (
     "Each event's hash covers its stream, version, topic, time and the SHA-256 of its "
@@ -109,11 +194,38 @@ def instant(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
+class LogNotSound(Exception):
+    """The chain does not verify over the records a report would cite: no report is
+    made. `message` names the first bad record (its stream only when it is one of the
+    user's: a record of another stream is named by its position); `record` is the same
+    as data, for the API's 409."""
+
+    def __init__(self, problem: ChainProblem, own_streams: Collection[UUID]) -> None:
+        self.problem = problem
+        own = problem.originator_id is not None and problem.originator_id in own_streams
+        self.record: dict[str, Any] = {"position": problem.position, "problem": problem.kind}
+        where = f"{problem.kind} at position {problem.position}"
+        if own:
+            self.record.update(
+                stream_id=str(problem.originator_id), version=problem.originator_version
+            )
+            where += f" (stream {problem.originator_id}, version {problem.originator_version})"
+        elif problem.originator_id is not None:
+            where += " (a record of another stream)"
+        self.message = (
+            "no report was made: the event log does not verify over the records the report "
+            f"would cite and the signed heads covering them. {where}: {problem.detail}. Run "
+            "`healthledger verify` and restore the log before asking again."
+        )
+        super().__init__(self.message)
+
+
 def deletion_report(
     service: Service, user_id: UUID, ctx: CommandContext, *, team_id: UUID | None = None
 ) -> dict[str, Any]:
     """The signed report of `user_id`; with `team_id`, only of a user of that team (the
-    team API): another team's user, like an unknown one, is UserNotFound."""
+    team API): another team's user, like an unknown one, is UserNotFound. LogNotSound,
+    and nothing signed, when the chain over what it cites does not verify."""
     queries = AuditQueries(service.db)
     owner = queries.user_team(user_id)
     if owner is None or (team_id is not None and owner != team_id):
@@ -127,34 +239,90 @@ def deletion_report(
     # The user as of its last event read here, so that every section tells of the same
     # moment even if the user changes meanwhile.
     last = max(r.stored.originator_version for r in owned if r.stored.originator_id == user_id)
+    links = sorted(service.chain.links(list(kinds)), key=lambda link: link.position)
+    # Before anything is read from the events or signed: the chain over every record the
+    # report cites, up to the signed head that covers them.
+    head = _sound_head(service, links, kinds)
     user = service.ledger.find(user_id, version=last)
     assert isinstance(user, User)
-    links = sorted(service.chain.links(list(kinds)), key=lambda link: link.position)
-    # Only the events the request's facts come from are decoded (a long-lived user's
-    # settings changes, its pulls and deliveries are not).
+    # Only the events the report's facts come from are decoded (a long-lived user's
+    # settings changes and pulls' steps are not).
     to_event = service.ledger.mapper.to_domain_event
-    events = [attributed(to_event(r.stored)) for r in owned if r.stored.topic in _USER_FACTS]
-    connection_events = [
-        attributed(to_event(r.stored)) for r in owned if r.stored.topic in _CONNECTION_FACTS
-    ]
-    order_events = [attributed(to_event(r.stored)) for r in owned if r.stored.topic in _ORDER_FACTS]
+    decoded = [attributed(to_event(r.stored)) for r in owned if r.stored.topic in _DECODED]
+    events = [e for e in decoded if type(e).TOPIC in _USER_FACTS]
+    topics = Counter(r.stored.topic for r in owned)
+    erased = user.status == ERASED
+    checks = (
+        _checks_now(service, user.id, [i for i, kind in kinds.items() if kind == WEBHOOK_DELIVERY])
+        if erased
+        else None
+    )
     report: dict[str, Any] = {
         "kind": REPORT_KIND,
         "format": REPORT_FORMAT,
         "generated_at": instant(service.clock()),
         "generated_by": {"actor": ctx.actor, "request_id": ctx.request_id},
         "user": _user_section(service, user, events),
-        "request": _request_section(events, connection_events, order_events),
+        "request": _request_section(
+            events, decoded, decoded, reason_of=_reason_opener(service, user.id), erased=erased
+        ),
+        "categories": _categories(service, user, decoded, topics, checks),
+        "recipients": _recipients(service, decoded),
         "erasure": (
             _erasure_section(
-                service, user, events, [i for i, kind in kinds.items() if kind == WEBHOOK_DELIVERY]
+                service,
+                user,
+                events,
+                [i for i, kind in kinds.items() if kind == WEBHOOK_DELIVERY],
+                checks or [],
             )
-            if user.status == ERASED
+            if erased
             else None
         ),
-        "proof": _proof_section(service, links, kinds),
+        "proof": _proof_section(service, links, kinds, head),
     }
     return sign_report(service, report)
+
+
+def _sound_head(service: Service, links: Sequence[ChainLink], kinds: dict[UUID, str]) -> SignedHead:
+    """The signed head that covers the report's events, after checking the chain from
+    the first of them to it (and every signed head in between); when no head covers them
+    yet, the chain to its current head is checked and that head signed. LogNotSound, and
+    nothing signed, on the first bad record."""
+    chain = service.chain
+    if not links:
+        raise LogNotSound(
+            ChainProblem(REMOVED, 1, "none of the user's events holds a place in the chain"),
+            kinds,
+        )
+    first, last = links[0].position, links[-1].position
+    covering = chain.covering_head(last)
+    if covering is not None:
+        end = covering.position
+    else:
+        with service.db.read() as conn:
+            end, _ = chain.writer.head(conn)
+        end = max(end, last)
+    problem = chain.check_span(first, end)
+    if problem is not None:
+        log.warning(
+            "deletion report refused: the chain does not verify (%s at position %s)",
+            problem.kind,
+            problem.position,
+        )
+        raise LogNotSound(problem, kinds)
+    return covering if covering is not None else chain.sign_head(at=end)
+
+
+def _reason_opener(service: Service, user_id: UUID) -> Callable[[str], str]:
+    """A deletion's sealed reason, opened with the user's key, or the placeholder that
+    says the key is gone."""
+
+    def reason(sealed: str) -> str:
+        opened = service.key_store.open(user_id, sealed)
+        return ERASED_PLACEHOLDER if opened is None else str(opened)
+
+    return reason
 
 
 def sign_report(service: Service, report: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +379,12 @@ def _owned_events(queries: AuditQueries, user_id: UUID) -> list[OwnedEvent]:
 
 
 def _request_section(
-    events: Sequence[Any], connection_events: Sequence[Any], order_events: Sequence[Any] = ()
+    events: Sequence[Any],
+    connection_events: Sequence[Any],
+    order_events: Sequence[Any] = (),
+    *,
+    reason_of: Callable[[str], str],
+    erased: bool,
 ) -> dict[str, Any]:
     deletions: list[dict[str, Any]] = []
     undos: list[dict[str, Any]] = []
@@ -227,6 +400,10 @@ def _request_section(
                     ),
                     "grace_period_ends_at": instant(event.erasure_due_at),
                     "outcome": "pending",
+                    "reason": (
+                        None if event.sealed_reason is None else reason_of(event.sealed_reason)
+                    ),
+                    "ticket": event.ticket,
                 }
             )
         elif isinstance(event, User.DeletionUndone):
@@ -240,7 +417,8 @@ def _request_section(
         "deletions": deletions,
         "undos": undos,
         "refused_undos": refused,
-        "connections_deregistered": _deregistrations(connection_events),
+        "reason_note": REASON_NOTE,
+        "connections_deregistered": _deregistrations(connection_events, named=not erased),
         "orders": {
             "supported": True,
             "cancelled": _orders_cancelled(order_events),
@@ -265,8 +443,9 @@ def _orders_cancelled(events: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _deregistrations(events: Sequence[Any]) -> list[dict[str, Any]]:
-    """Each deregistration of one of the user's connections (events in time order)."""
+def _deregistrations(events: Sequence[Any], *, named: bool = True) -> list[dict[str, Any]]:
+    """Each deregistration of one of the user's connections (events in time order); the
+    provider only while the user is not erased (it can say what the person lives with)."""
     providers: dict[UUID, str] = {}
     found: list[dict[str, Any]] = []
     for event in events:
@@ -276,7 +455,7 @@ def _deregistrations(events: Sequence[Any]) -> list[dict[str, Any]]:
             found.append(
                 {
                     "connection_id": str(event.originator_id),
-                    "provider": providers.get(event.originator_id),
+                    "provider": providers.get(event.originator_id) if named else None,
                     "at": instant(event.timestamp),
                     "reason": event.reason,
                     **_by(event),
@@ -286,7 +465,11 @@ def _deregistrations(events: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def _erasure_section(
-    service: Service, user: User, events: Sequence[Any], delivery_ids: Sequence[UUID]
+    service: Service,
+    user: User,
+    events: Sequence[Any],
+    delivery_ids: Sequence[UUID],
+    checks: list[dict[str, Any]],
 ) -> dict[str, Any]:
     erased = next(e for e in reversed(events) if isinstance(e, User.Erased))
     deliveries = service.webhook_queries.deliveries(delivery_ids)
@@ -296,16 +479,19 @@ def _erasure_section(
         "removed": list(erased.removed),
         # Empty for an erasure recorded before erasures counted what they found.
         "checked_at_erasure": dict(erased.checked),
-        "checks_now": _checks_now(service, user.id, deliveries),
+        "checks_now": checks,
         "horizon": _horizon(service, erased.timestamp),
         "webhooks": _webhooks(deliveries),
     }
 
 
-def _checks_now(service: Service, user_id: UUID, deliveries: Sequence[Any]) -> list[dict[str, Any]]:
+def _checks_now(
+    service: Service, user_id: UUID, delivery_ids: Sequence[UUID]
+) -> list[dict[str, Any]]:
     """Every place an erasure empties, looked at again: the rows found (0 expected). The
     `user.erased` deliveries are left out of the queued ones: they are the message that
     tells a mirror, sent after the erasure."""
+    deliveries = service.webhook_queries.deliveries(delivery_ids)
     found = ErasurePlaces(service.db).inventory(user_id)
     found[QUEUED_DELIVERIES] = sum(
         1 for row in deliveries if row.status == PENDING and row.event_type != USER_ERASED
@@ -324,7 +510,8 @@ def _checks_now(service: Service, user_id: UUID, deliveries: Sequence[Any]) -> l
 
 def _webhooks(deliveries: Sequence[Any]) -> dict[str, Any]:
     """The user's deliveries by status, and each `user.erased` delivery (the message that
-    tells a team's mirror to forget the user) with its outcome."""
+    tells a team's mirror to forget the user) with its outcome; whether an endpoint
+    acknowledged one (format 1 called it `mirror_told`)."""
     by_status: dict[str, int] = {}
     for row in deliveries:
         by_status[row.status] = by_status.get(row.status, 0) + 1
@@ -343,7 +530,8 @@ def _webhooks(deliveries: Sequence[Any]) -> dict[str, Any]:
     return {
         "deliveries_by_status": dict(sorted(by_status.items())),
         "user_erased": erased,
-        "mirror_told": any(d["status"] == SUCCEEDED for d in erased),
+        "user_erased_acknowledged": any(d["status"] == SUCCEEDED for d in erased),
+        "user_erased_acknowledged_means": ACKNOWLEDGED_MEANS,
     }
 
 
@@ -356,15 +544,14 @@ def _horizon(service: Service, erased_at: datetime) -> dict[str, Any]:
         "master_key_id": None if first is None else str(first.master_key_id),
         "keys_rewrapped": None if first is None else first.keys_rewrapped,
         "meaning": HORIZON_MEANING,
+        "condition": HORIZON_CONDITION,
     }
 
 
 def _proof_section(
-    service: Service, links: Sequence[Any], kinds: dict[UUID, str]
+    service: Service, links: Sequence[Any], kinds: dict[UUID, str], head: SignedHead
 ) -> dict[str, Any]:
     chain = service.chain
-    last = links[-1].position
-    head = chain.covering_head(last) or chain.sign_head()
     return {
         "algorithm": "hl-chain-v1: SHA-256 links, Ed25519 signed heads",
         "public_key": chain.public_key().hex(),
@@ -392,3 +579,233 @@ def _proof_section(
         },
         "scope": PROOF_SCOPE,
     }
+
+
+# -- what was held, and where it went (format 2) ---------------------------------------------
+
+
+def _category(
+    name: str,
+    what: str,
+    held: int | None,
+    items: dict[str, int] | None,
+    places: Sequence[str],
+    checks: Sequence[dict[str, Any]] | None,
+    counted: dict[str, int] | None,
+) -> dict[str, Any]:
+    """One category: what it is, how much was held (`items` by kind), where it was held
+    (`places`, the erasure's names), and for an erased user what the erasure counted
+    there and the checks run again now."""
+    chosen = [c for c in checks or () if c["check"] in places]
+    return {
+        "category": name,
+        "what": what,
+        "held": held,
+        "items": items,
+        "places": list(places),
+        "counted_at_erasure": (
+            None if counted is None else {p: counted[p] for p in places if p in counted}
+        ),
+        "erasure_check": (
+            None
+            if checks is None
+            else {
+                "checks": [c["check"] for c in chosen],
+                "found": sum(c["found"] for c in chosen),
+                "passed": all(c["passed"] for c in chosen),
+            }
+        ),
+    }
+
+
+def _categories(
+    service: Service,
+    user: User,
+    decoded: Sequence[Any],
+    topics: Counter[str],
+    checks: Sequence[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """The data categories held about the user, each with its count and, once the user
+    is erased, its erasure checks (`checks`: the checks run now; None before erasure)."""
+    erased = next((e for e in reversed(decoded) if isinstance(e, User.Erased)), None)
+    counted = None if erased is None else dict(erased.checked)
+    birth_dates = sum(
+        1
+        for e in decoded
+        if (isinstance(e, User.Created) and e.sealed_birth_date is not None)
+        or (isinstance(e, User.SettingsChanged) and e.changes.get("sealed_birth_date") is not None)
+    )
+    provider_ids = sum(
+        1
+        for e in decoded
+        if isinstance(e, Connection.Created | Connection.Reconnected)
+        and e.sealed_external_user_id is not None
+    )
+    identifiers = {
+        "client_user_id": topics[User.Created.TOPIC] + topics[User.ClientUserIdChanged.TOPIC],
+        "birth_date": birth_dates,
+        "provider_user_ids": provider_ids,
+        "link_tokens": topics[LinkToken.Issued.TOPIC],
+    }
+    health = _health_data(service, user.id, decoded, named=erased is None)
+    rows_now = sum(r["rows_now"] for r in health)
+    health_held = (
+        rows_now if erased is None else (counted or {}).get("health_data")
+    )  # None: an erasure recorded before erasures counted
+    orders = {"orders": topics[Order.Created.TOPIC], "results": topics[Order.Completed.TOPIC]}
+    categories = [
+        _category(
+            "demographics",
+            "name, contact details, address, birth date, gender (spec 2.1): the versions "
+            "recorded, sealed",
+            topics[User.DemographicsRecorded.TOPIC],
+            None,
+            ("user_data_key", "read_model:users", "snapshots"),
+            checks,
+            counted,
+        ),
+        _category(
+            "identifiers",
+            "the client_user_id values, fallback birth dates and the providers' account ids "
+            "(sealed), and the link tokens issued for the user",
+            sum(identifiers.values()),
+            identifiers,
+            (
+                "user_data_key",
+                "read_model:users",
+                "read_model:connections",
+                "read_model:link_tokens",
+                "provider_tokens",
+            ),
+            checks,
+            counted,
+        ),
+        {
+            **_category(
+                "health_data",
+                "the pulled health data: rows of one day of one resource, sealed",
+                health_held,
+                None,
+                ("health_data", "read_model:resource_feeds", "user_data_key"),
+                checks,
+                counted,
+            ),
+            "by_resource": health,
+            "by_resource_note": None if erased is None else HEALTH_NAMES_ERASED,
+        },
+        _category(
+            "lab_orders_and_results",
+            "lab test orders (the patient's details and address, sealed) and their results "
+            "and interpretation (sealed)",
+            orders["orders"],
+            orders,
+            ("read_model:orders", "user_data_key"),
+            checks,
+            counted,
+        ),
+    ]
+    return {"note": CATEGORIES_NOTE, "held": categories}
+
+
+def _health_data(
+    service: Service, user_id: UUID, decoded: Sequence[Any], *, named: bool
+) -> list[dict[str, Any]]:
+    """Per resource pulled (one pull stream each): the days with data its pulls and
+    syncs recorded in the log, and the rows of it found now. Provider and resource are
+    named only while the user is not erased."""
+    feeds: dict[UUID, dict[str, Any]] = {}
+    for e in decoded:
+        if isinstance(e, ResourceFeed.Created):
+            feeds[e.originator_id] = {
+                "provider": getattr(e, "provider", None),
+                "resource": getattr(e, "resource", None),
+                "pulled": 0,
+                "synced": set(),
+            }
+        elif isinstance(e, ResourceFeed.PullSucceeded) and e.originator_id in feeds:
+            feeds[e.originator_id]["pulled"] = e.days_with_data
+        elif isinstance(e, ResourceFeed.DailySynced) and e.originator_id in feeds:
+            synced: set[date] = feeds[e.originator_id]["synced"]
+            synced.update(e.created_days)
+    h = health_data.c
+    with service.db.read() as conn:
+        rows = {
+            (provider, resource): count
+            for provider, resource, count in conn.execute(
+                select(h.provider, h.resource, func.count())
+                .where(h.user_id == user_id)
+                .group_by(h.provider, h.resource)
+            )
+        }
+    return [
+        {
+            "pull_id": str(feed_id),
+            "provider": feed["provider"] if named else None,
+            "resource": feed["resource"] if named else None,
+            "days_with_data_recorded": feed["pulled"] + len(feed["synced"]),
+            "rows_now": rows.get((feed["provider"], feed["resource"]), 0),
+        }
+        for feed_id, feed in feeds.items()
+    ]
+
+
+def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
+    """Every webhook endpoint sent data about the user, from the deliveries' histories:
+    deliveries, POSTs made, acknowledged (2xx), first and last of each."""
+    endpoint_of: dict[UUID, UUID] = {}
+    found: dict[UUID, dict[str, Any]] = {}
+    for e in decoded:
+        if isinstance(e, WebhookDelivery.Created):
+            endpoint_of[e.originator_id] = e.endpoint_id
+            entry = found.setdefault(
+                e.endpoint_id,
+                {
+                    "endpoint_id": str(e.endpoint_id),
+                    "origin": None,
+                    "deliveries": 0,
+                    "posts": 0,
+                    "acknowledged": 0,
+                    "first_sent_at": None,
+                    "last_sent_at": None,
+                    "first_acknowledged_at": None,
+                    "last_acknowledged_at": None,
+                },
+            )
+            entry["deliveries"] += 1
+        elif isinstance(e, WebhookDelivery.AttemptMade) and e.originator_id in endpoint_of:
+            entry = found[endpoint_of[e.originator_id]]
+            at = instant(e.timestamp)
+            entry["posts"] += 1
+            entry["first_sent_at"] = entry["first_sent_at"] or at
+            entry["last_sent_at"] = at
+            if e.outcome == "success":
+                entry["acknowledged"] += 1
+                entry["first_acknowledged_at"] = entry["first_acknowledged_at"] or at
+                entry["last_acknowledged_at"] = at
+    if found:
+        w = webhook_endpoints.c
+        with service.db.read() as conn:
+            urls = dict(
+                conn.execute(select(w.endpoint_id, w.url).where(w.endpoint_id.in_(list(found))))
+                .tuples()
+                .all()
+            )
+        for endpoint_id, entry in found.items():
+            entry["origin"] = _origin(urls.get(endpoint_id))
+            entry["received"] = entry["posts"] > 0
+    return {
+        "note": RECIPIENTS_NOTE,
+        "webhook_endpoints": sorted(
+            found.values(), key=lambda r: (r["first_sent_at"] is None, r["first_sent_at"] or "")
+        ),
+        "event_destinations": {"supported": False, "note": EVENT_DESTINATIONS_NOTE},
+    }
+
+
+def _origin(url: str | None) -> str | None:
+    """scheme://host[:port] of an endpoint's URL (None: the endpoint is deleted)."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")

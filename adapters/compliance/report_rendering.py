@@ -25,9 +25,26 @@ class PdfUnavailable(RuntimeError):
     """Headless Chromium is not installed, or failed to print."""
 
 
+# The units a duration is shown in, largest first.
+_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
 def _duration(seconds: int) -> str:
-    days, rest = divmod(seconds, 86400)
-    return f"{days} d {rest // 3600} h" if rest else f"{days} d"
+    """A duration in its largest fitting unit, with the next one if it is not zero: 7
+    days is "7 d", 5 minutes "5 min" (not "0 d 0 h"), 36 hours "1 d 12 h"."""
+    seconds = int(seconds)
+    if seconds <= 0:
+        return "0 s"
+    for i, (unit, size) in enumerate(_UNITS):
+        if seconds >= size:
+            whole, rest = divmod(seconds, size)
+            shown = f"{whole} {unit}"
+            if i + 1 < len(_UNITS):
+                next_unit, next_size = _UNITS[i + 1]
+                if rest // next_size:
+                    shown += f" {rest // next_size} {next_unit}"
+            return shown
+    return f"{seconds} s"
 
 
 def _event_name(topic: str) -> str:

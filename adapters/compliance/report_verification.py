@@ -13,6 +13,10 @@ What is checked, each failure named:
   covers the last event;
 - each order the report says the deletion cancelled names an event of the proof: the
   order's stream at that version, an order's cancellation.
+
+Formats 1 and 2 verify alike: format 2 adds sections (categories, recipients) that the
+signature covers, and renames format 1's `mirror_told`; a report of a format this
+version does not know is named as such.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from healthledger.adapters.persistence.keys.key_store import canonical_json
 from healthledger.domain.labs.orders import Order
 
 SIGNATURE_FIELD = "signature"
+# The report formats this version reads (deletion_report.FORMATS).
+KNOWN_FORMATS = (1, 2)
 
 
 class MalformedReport(ValueError):
@@ -73,6 +79,11 @@ def verify_report(report: Mapping[str, Any], *, pinned_key: bytes | None = None)
 
 def _problems(report: Mapping[str, Any], pinned_key: bytes | None) -> list[str]:
     problems: list[str] = []
+    if report.get("format") not in KNOWN_FORMATS:
+        raise MalformedReport(
+            f"format {report.get('format')!r} is not one this version reads "
+            f"({', '.join(map(str, KNOWN_FORMATS))})"
+        )
     signature = report[SIGNATURE_FIELD]
     key = _bytes(signature["public_key"], "the signature's public key")
     proof = report["proof"]

@@ -8,6 +8,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
+from healthledger.adapters.http.deletion_requests import (
+    DeletionReason,
+    DeletionTicket,
+    deletion_reason,
+    deletion_ticket,
+)
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -102,9 +108,24 @@ def update_user(
     response_model=Success,
     responses=error_responses(401, 404, 409, 422, described=USER_NOT_FOUND),
 )
-def delete_user(service: CurrentService, user_id: UUID, caller: TeamApiCaller) -> Any:
-    """Start the grace period: the user is erased when it ends unless undone."""
-    return operations.delete_user(service, caller.ctx, caller.team_id, user_id)
+def delete_user(
+    service: CurrentService,
+    user_id: UUID,
+    caller: TeamApiCaller,
+    reason: DeletionReason = None,
+    ticket: DeletionTicket = None,
+) -> Any:
+    """Start the grace period: the user is erased when it ends unless undone. Why, if
+    you say (`X-Deletion-Reason`, `X-Deletion-Ticket`), is recorded on the deletion and
+    shown in its report."""
+    return operations.delete_user(
+        service,
+        caller.ctx,
+        caller.team_id,
+        user_id,
+        reason=deletion_reason(reason),
+        ticket=deletion_ticket(ticket),
+    )
 
 
 @router.patch(

@@ -102,8 +102,18 @@ def update_user(
     service.users.update_user(ctx, team_id, user_id, changes)
 
 
-def delete_user(service: Service, ctx: CommandContext, team_id: UUID, user_id: UUID) -> Success:
-    service.users.delete_user(ctx, team_id, user_id)
+def delete_user(
+    service: Service,
+    ctx: CommandContext,
+    team_id: UUID,
+    user_id: UUID,
+    *,
+    reason: str | None = None,
+    ticket: str | None = None,
+) -> Success:
+    """Start the user's grace period; `reason` (sealed with the user's key) and `ticket`
+    (a reference into the caller's records) are recorded on the deletion, if given."""
+    service.users.delete_user(ctx, team_id, user_id, reason=reason, ticket=ticket)
     return Success(success=True)
 
 

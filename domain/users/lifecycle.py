@@ -35,6 +35,8 @@ from healthledger.domain.users.user import (
     User,
     birth_date_problem,
     client_user_id_problem,
+    deletion_reason_problem,
+    deletion_ticket_problem,
     ingestion_bounds_problem,
     time_zone_problem,
 )
@@ -280,7 +282,22 @@ class UserLifecycle:
         return merged
 
     @command
-    def delete_user(self, ctx: CommandContext, team_id: UUID, user_id: UUID) -> User:
+    def delete_user(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        user_id: UUID,
+        *,
+        reason: str | None = None,
+        ticket: str | None = None,
+    ) -> User:
+        """Start the user's grace period. `reason` (free text, sealed with the user's key)
+        and `ticket` (a reference into the caller's records, in clear) say why, if the
+        caller said; both are recorded on `User.Deleted` and shown in the deletion report."""
+        if reason is not None and (problem := deletion_reason_problem(reason)):
+            raise InvalidRequest(problem, "reason", "argument")
+        if ticket is not None and (problem := deletion_ticket_problem(ticket)):
+            raise InvalidRequest(problem, "ticket", "argument")
         # What the deletion ends, read first and at once: the command's first read, which
         # the ledger's adapter may send with its reading of the log (one round trip on
         # PostgreSQL, ADR 0025). Another team's user's is never used: the load refuses.
@@ -288,7 +305,13 @@ class UserLifecycle:
         user = self.load_live(team_id, user_id)
         now = self.clock()
         claim = self._claim_of(user)
-        user.delete(ctx, now, now + self.grace_period)
+        user.delete(
+            ctx,
+            now,
+            now + self.grace_period,
+            sealed_reason=None if reason is None else self.vault.seal(user.id, reason),
+            ticket=ticket,
+        )
         # The client_user_id is released at once: a new user may take it.
         claim.release(ctx, now, user.id)
         # What ends with the user in the other contexts (its provider connections are

@@ -40,6 +40,34 @@ _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 _PHONE_SHAPED = re.compile(r"^\+?[\d\s().\-/]+$")
 
 
+# A deletion's ticket reference: an id in the caller's own records (a support ticket, a
+# case number), stored in clear, so shaped like a request id: no spaces, no "@".
+DELETION_TICKET = re.compile(r"^[A-Za-z0-9._:#/\-]{1,128}$")
+# A deletion's reason: free text, sealed with the user's key.
+DELETION_REASON_MAX_LENGTH = 500
+
+
+def deletion_ticket_problem(value: str) -> str | None:
+    """Why `value` may not be a deletion's ticket reference, or None when it may."""
+    if not DELETION_TICKET.match(value):
+        return (
+            "the ticket reference must be 1 to 128 letters, digits or . _ : # / - "
+            "(an id in your records, not a description)."
+        )
+    return None
+
+
+def deletion_reason_problem(value: str) -> str | None:
+    """Why `value` may not be a deletion's reason, or None when it may."""
+    if not value.strip():
+        return "the deletion reason must not be empty."
+    if len(value) > DELETION_REASON_MAX_LENGTH:
+        return f"the deletion reason must be at most {DELETION_REASON_MAX_LENGTH} characters."
+    if has_control_characters(value):
+        return f"the deletion reason {CONTROL_CHARACTERS}."
+    return None
+
+
 def client_user_id_problem(value: str) -> str | None:
     """Why `value` may not be a client_user_id, or None when it may."""
     if not value or not value.strip():
@@ -184,9 +212,29 @@ class User(Audited):
             user.demographics_updated_at = self.timestamp
 
     class Deleted(Event):
+        """The deletion asked for: the grace period ends at `erasure_due_at`. Version 2
+        records why, if the caller said: `sealed_reason` (its free text, sealed with the
+        user's key: a reason may name the person or its health, so it goes with the
+        erasure) and `ticket` (a reference into the caller's own records, in clear: shaped
+        like a request id, it cannot hold an e-mail address or a sentence, and it must
+        outlive the erasure to be of use to an auditor). Version 1 events, stored before,
+        load with neither."""
+
         TOPIC = "healthledger:User.Deleted.v1"
         ANNOUNCES = ("user.deleted",)
+        PERSONAL_FIELDS = ("sealed_reason",)
+        # The audit shows neither while None: a deletion that said no reason reads as
+        # version 1 did.
+        AUDIT_OMITS_NONE = ("sealed_reason", "ticket")
+        class_version = 2
         erasure_due_at: datetime
+        sealed_reason: str | None
+        ticket: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["sealed_reason"] = None
+            state["ticket"] = None
 
         def apply(self, user: User) -> None:
             user.status = PENDING_ERASURE
@@ -366,9 +414,28 @@ class User(Audited):
         self.require_live()
         self.record(ctx, now, self.DemographicsRecorded, sealed_demographics=sealed, fields=fields)
 
-    def delete(self, ctx: CommandContext, now: datetime, erasure_due_at: datetime) -> None:
+    def delete(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        erasure_due_at: datetime,
+        *,
+        sealed_reason: str | None = None,
+        ticket: str | None = None,
+    ) -> None:
+        """Start the grace period; `sealed_reason` (sealed with the user's key) and
+        `ticket` (checked: `deletion_ticket_problem`) say why, if the caller said."""
         self.require_live()
-        self.record(ctx, now, self.Deleted, erasure_due_at=erasure_due_at)
+        if ticket is not None and (problem := deletion_ticket_problem(ticket)) is not None:
+            raise ValueError(problem)
+        self.record(
+            ctx,
+            now,
+            self.Deleted,
+            erasure_due_at=erasure_due_at,
+            sealed_reason=sealed_reason,
+            ticket=ticket,
+        )
 
     def undo_deletion(self, ctx: CommandContext, now: datetime) -> None:
         if self.status == ERASED:

@@ -470,6 +470,11 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     order = svc.lab_orders.place(CTX, team, order_request(story.user), "audited-order")
     while svc.lab_orders.advance(CTX, team, order.id).is_open:
         story.clock.tick()
+    # A deletion that says why (its reason sealed with the user's key), undone.
+    story.clock.tick()
+    svc.users.delete_user(CTX, team, story.user, reason="asked in writing", ticket="SUP-1")
+    story.clock.tick()
+    svc.users.undo_deletion(CTX, team, story.user)
     team_streams = [team, CustomCredentials.id_for(team, "oura"), story.endpoint]
     connection = story.connection("oura")
 

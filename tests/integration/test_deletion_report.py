@@ -23,19 +23,22 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from healthledger.adapters.cli import main
 from healthledger.adapters.compliance import report_rendering
-from healthledger.adapters.compliance.deletion_report import deletion_report
+from healthledger.adapters.compliance.deletion_report import deletion_report, sign_report
 from healthledger.adapters.compliance.report_rendering import render_html, render_pdf
 from healthledger.adapters.compliance.report_verification import verify_report
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.embedded import HealthLedger
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.adapters.persistence.engine.schema import link_tokens
+from healthledger.adapters.persistence.engine.schema import chain_heads, link_tokens, stored_events
+from healthledger.adapters.persistence.eventstore.chain import link_hash, state_digest
 from healthledger.adapters.persistence.keys.key_store import canonical_json
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.user import User
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select, update
 
 from tests.conftest import Team, TestClient
+from tests.integration.populated import place_an_order
 from tests.receivers import Receiver, http_receiver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -376,11 +379,13 @@ def test_an_erased_user_shows_its_erasure_the_checks_again_and_the_horizon(
     }
     assert all(c["passed"] and c["found"] == 0 for c in checks.values())
 
-    # The mirror was told: the user.erased message reached the team's endpoint.
+    # The user.erased message reached the team's endpoint, which answered 2xx.
     hooks = erasure["webhooks"]
     [told] = hooks["user_erased"]
     assert told["status"] == "succeeded" and told["last_status_code"] == 200
-    assert hooks["mirror_told"] is True
+    assert hooks["user_erased_acknowledged"] is True
+    assert "2xx" in hooks["user_erased_acknowledged_means"]
+    assert "mirror_told" not in hooks
     assert "user.erased" in [json.loads(r.body)["event_type"] for r in receiver.on("ok")]
 
     # No rotation since the erasure: the horizon is still ahead; after one, it has passed.
@@ -684,3 +689,321 @@ def test_a_report_signs_a_head_only_when_none_covers_its_events(svc: Service, ho
     later = deletion_report(svc, user_id, ctx, team_id=home.team_id)
     assert later["proof"]["signed_head"]["position"] > first["proof"]["signed_head"]["position"]
     assert verify_report(later) == []
+
+
+# -- only over a sound log (issue 29, 2) --------------------------------------------------------
+
+
+def stored_row(svc: Service, originator_id: UUID, topic: str) -> dict[str, Any]:
+    with svc.db.read() as conn:
+        found = conn.execute(
+            select(stored_events).where(
+                stored_events.c.originator_id == originator_id, stored_events.c.topic == topic
+            )
+        )
+        return dict(found.mappings().one())
+
+
+def write_state(svc: Service, notification_id: int, state: bytes) -> None:
+    with svc.db.write() as conn:
+        conn.execute(
+            update(stored_events)
+            .where(stored_events.c.notification_id == notification_id)
+            .values(state=state)
+        )
+
+
+def signed_heads(svc: Service) -> int:
+    with svc.db.read() as conn:
+        return int(conn.execute(select(func.count()).select_from(chain_heads)).scalar_one())
+
+
+def test_no_report_is_signed_over_a_changed_byte_of_the_deletion(
+    svc: Service,
+    home: Team,
+    api: TestClient,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user_id = a_person(svc, home, "tampered-1")
+    deleted = api.delete(f"/v2/user/{user_id}", headers=home.headers)
+    assert deleted.status_code == 200
+    row = stored_row(svc, user_id, User.Deleted.TOPIC)
+    original = bytes(row["state"])
+    changed = bytearray(original)
+    changed[len(changed) // 2] ^= 0x01
+    write_state(svc, row["notification_id"], bytes(changed))
+    assert signed_heads(svc) == 0
+
+    response = api.get(f"/v2/audit/user/{user_id}/deletion_report", headers=home.headers)
+    assert response.status_code == 409, response.text
+    detail = response.json()["detail"]
+    assert detail["error_type"] == "LOG_NOT_VERIFIED"
+    assert detail["record"] == {
+        "position": row["chain_position"],
+        "problem": "changed",
+        "stream_id": str(user_id),
+        "version": row["originator_version"],
+    }
+    assert f"changed at position {row['chain_position']}" in detail["error_message"]
+    html = api.get(
+        f"/v2/audit/user/{user_id}/deletion_report",
+        params={"format": "html"},
+        headers=home.headers,
+    )
+    assert html.status_code == 409 and html.json() == response.json()
+
+    out = tmp_path / "report.json"
+    capsys.readouterr()
+    assert main(["report", "deletion", str(user_id), "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"healthledger: {detail['error_message']}"
+    assert not out.exists()
+    assert signed_heads(svc) == 0  # nothing was signed, by either path
+
+    # The same log, its byte put back: both paths make and sign the report.
+    write_state(svc, row["notification_id"], original)
+    verified(report_of(api, home, user_id))
+    assert main(["report", "deletion", str(user_id), "--output", str(out)]) == 0
+    assert verify_report(json.loads(out.read_text())) == []
+    assert signed_heads(svc) == 1
+
+
+def test_a_rewrite_after_the_reports_events_is_caught_by_the_head_that_covers_them(
+    svc: Service, home: Team, api: TestClient
+) -> None:
+    """A record of another stream between the user's events and the signed head, changed
+    with every later hash recomputed: the walk links, the signed head does not."""
+    user_id = svc.users.create_user(CTX, home.team_id, client_user_id="covered-1").id
+    other = svc.users.create_user(CTX, home.team_id, client_user_id="other-1").id
+    verified(report_of(api, home, user_id))
+    head = svc.chain.covering_head(1)
+    assert head is not None
+    row = stored_row(svc, other, User.Created.TOPIC)
+    state = bytearray(row["state"])
+    state[-3] ^= 0x01
+    with svc.db.write() as conn:
+        conn.execute(
+            update(stored_events)
+            .where(stored_events.c.notification_id == row["notification_id"])
+            .values(state=bytes(state))
+        )
+        # Recompute the changed record's hash and every later one, as a forger would.
+        rows = conn.execute(
+            select(stored_events)
+            .where(stored_events.c.chain_position >= row["chain_position"])
+            .order_by(stored_events.c.chain_position)
+        ).mappings()
+        prev = bytes(
+            conn.execute(
+                select(stored_events.c.chain_hash).where(
+                    stored_events.c.chain_position == row["chain_position"] - 1
+                )
+            ).scalar_one()
+        )
+        for later in list(rows):
+            prev = link_hash(
+                prev,
+                later["chain_position"],
+                later["originator_id"],
+                later["originator_version"],
+                later["topic"],
+                later["timestamp"],
+                state_digest(bytes(later["state"])),
+            )
+            conn.execute(
+                update(stored_events)
+                .where(stored_events.c.notification_id == later["notification_id"])
+                .values(chain_hash=prev)
+            )
+    response = api.get(f"/v2/audit/user/{user_id}/deletion_report", headers=home.headers)
+    assert response.status_code == 409, response.text
+    record = response.json()["detail"]["record"]
+    assert record == {"position": head.position, "problem": "changed"}  # not the user's
+
+
+# -- what an auditor asks (issue 29, 4) ------------------------------------------------------------
+
+
+def test_the_report_lists_the_categories_held_and_the_recipients(
+    svc: Service,
+    home: Team,
+    api: TestClient,
+    clock: Clock,
+    receiver: Receiver,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    endpoint = svc.webhooks.create(
+        CTX, home.team_id, "sandbox", url=receiver.url("ok") + "?token=secret-of-the-team"
+    )
+    user_id = a_person(svc, home, "audited-1")  # freestyle_libre, demographics, a link token
+    entry = svc.catalog["oura"]
+    svc.connections.connect_demo(CTX, home.team_id, user_id, "oura", entry.supported_resources)
+    svc.jobs.run_due_pulls()
+    place_an_order(svc, home, CTX, user_id)
+    svc.jobs.dispatch_webhooks()
+
+    live = verified(report_of(api, home, user_id))
+    assert live["format"] == 2
+    held = {c["category"]: c for c in live["categories"]["held"]}
+    assert set(held) == {"demographics", "identifiers", "health_data", "lab_orders_and_results"}
+    assert held["demographics"]["held"] == 1
+    assert held["identifiers"]["items"] == {
+        "client_user_id": 1,
+        "birth_date": 1,
+        "provider_user_ids": 2,  # one per connection, sealed
+        "link_tokens": 1,
+    }
+    assert held["lab_orders_and_results"]["items"] == {"orders": 1, "results": 0}
+    resources = held["health_data"]["by_resource"]
+    assert {r["provider"] for r in resources} == {"freestyle_libre", "oura"}
+    assert held["health_data"]["held"] == sum(r["rows_now"] for r in resources) > 0
+    assert all(c["erasure_check"] is None for c in held.values())  # not erased yet
+
+    erase(svc, clock, api, home, user_id)
+    svc.jobs.dispatch_webhooks()
+    out = tmp_path / "report.json"
+    assert main(["report", "deletion", str(user_id), "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    capsys.readouterr()
+    assert main(["verify-report", str(out)]) == 0
+    assert verify_report(report) == []
+
+    held = {c["category"]: c for c in report["categories"]["held"]}
+    erased = report["erasure"]["checked_at_erasure"]
+    for category in held.values():
+        check = category["erasure_check"]
+        assert check["passed"] is True and check["found"] == 0, category
+        assert set(check["checks"]) == set(category["places"])
+    health = held["health_data"]
+    assert health["held"] == erased["health_data"] > 0
+    assert health["counted_at_erasure"]["health_data"] == erased["health_data"]
+    # After the erasure no resource is named: each is its pull stream, in the proof.
+    proven = {e["originator_id"] for e in report["proof"]["events"] if e["stream"] == "pull"}
+    assert {r["pull_id"] for r in health["by_resource"]} <= proven
+    assert len(health["by_resource"]) == len(resources)
+    assert all(r["provider"] is None and r["resource"] is None for r in health["by_resource"])
+    assert all(r["rows_now"] == 0 for r in health["by_resource"])
+    assert "freestyle_libre" not in json.dumps(report) and "glucose" not in json.dumps(report)
+    assert held["lab_orders_and_results"]["counted_at_erasure"] == {
+        "read_model:orders": 1,
+        "user_data_key": 1,
+    }
+    # Two connections, deregistered by the deletion, not named now.
+    deregistered = report["request"]["connections_deregistered"]
+    assert len(deregistered) == 2 and {d["provider"] for d in deregistered} == {None}
+
+    [recipient] = report["recipients"]["webhook_endpoints"]
+    assert recipient["endpoint_id"] == str(endpoint.id)
+    assert recipient["origin"] == receiver.url("ok").split("/ok")[0].rstrip("/")
+    assert "secret-of-the-team" not in json.dumps(report)
+    assert recipient["received"] is True
+    # Every POST was acknowledged; deliveries still queued at the erasure were never sent.
+    assert recipient["posts"] == recipient["acknowledged"] > 2
+    assert recipient["deliveries"] >= recipient["posts"]
+    assert recipient["first_sent_at"] <= recipient["last_sent_at"]
+    assert recipient["last_acknowledged_at"] == recipient["last_sent_at"]
+    assert report["recipients"]["event_destinations"]["supported"] is False
+
+    horizon = report["erasure"]["horizon"]
+    assert "backups made before the rotation" in horizon["condition"].lower()
+    html = render_html(report)
+    assert "Recipients" in html and str(endpoint.id) in html and "Condition" in html
+
+
+def test_a_deletion_says_why_through_the_api_and_the_facade(
+    svc: Service, home: Team, api: TestClient, clock: Clock, settings: Settings
+) -> None:
+    by_api = svc.users.create_user(CTX, home.team_id, client_user_id="why-1").id
+    reason = "Asked by the person in writing — café letter"
+    response = api.delete(
+        f"/v2/user/{by_api}",
+        headers={
+            **home.headers,
+            "X-Deletion-Reason": reason.encode(),  # type: ignore[dict-item]
+            "X-Deletion-Ticket": "SUP-4411",
+        },
+    )
+    assert response.status_code == 200, response.text
+    [deletion] = verified(report_of(api, home, by_api))["request"]["deletions"]
+    assert (deletion["reason"], deletion["ticket"]) == (reason, "SUP-4411")
+    # The reason is sealed in the log; the ticket is a reference, in clear.
+    [event] = [e for e in user_events(svc, by_api) if isinstance(e, User.Deleted)]
+    assert event.sealed_reason is not None and reason not in event.sealed_reason
+    assert event.ticket == "SUP-4411"
+
+    for i, (headers, loc) in enumerate(
+        (
+            ({"X-Deletion-Ticket": "an e-mail@example.org"}, "x-deletion-ticket"),
+            ({"X-Deletion-Reason": "x" * 501}, "x-deletion-reason"),
+            ({"X-Deletion-Reason": " "}, "x-deletion-reason"),
+        )
+    ):
+        other = svc.users.create_user(CTX, home.team_id, client_user_id=f"why-bad-{i}")
+        bad = api.delete(f"/v2/user/{other.id}", headers={**home.headers, **headers})
+        assert bad.status_code == 422, bad.text
+        [problem] = bad.json()["detail"]
+        assert problem["loc"] == ["header", loc] and problem["input"] == "[redacted]"
+        assert "example.org" not in bad.text
+
+    # The facade, with a 5-minute grace period: its reason and ticket, and the period
+    # shown as 5 min.
+    with HealthLedger.open(
+        settings.database_url,
+        master_key_file=settings.master_key_file,
+        team_id=home.team_id,
+        run_scheduler=False,
+        clock=clock,
+        grace_period=timedelta(minutes=5),
+    ) as ledger:
+        by_facade = ledger.create_user("why-facade").user_id
+        ledger.delete_user(by_facade, reason="duplicate account", ticket="CASE/2026#17")
+    [deletion] = verified(report_of(api, home, by_facade))["request"]["deletions"]
+    assert (deletion["reason"], deletion["ticket"]) == ("duplicate account", "CASE/2026#17")
+    assert deletion["grace_period_seconds"] == 300
+    html = report_of(api, home, by_facade, format="html")
+    assert ">5 min<" in html and "0 d 0 h" not in html
+    assert "duplicate account" in html and "CASE/2026#17" in html
+
+    # Erased: the reason went with the user's key; the ticket stays.
+    clock.advance(GRACE)
+    assert svc.jobs.sweep_erasures() >= 2
+    [deletion] = verified(report_of(api, home, by_api))["request"]["deletions"]
+    assert deletion["reason"] == "<personal data: erased>"
+    assert deletion["ticket"] == "SUP-4411"
+
+
+def test_durations_show_in_their_largest_unit() -> None:
+    shown = report_rendering._duration
+    assert shown(300) == "5 min"
+    assert shown(7 * 86400) == "7 d"
+    assert shown(36 * 3600) == "1 d 12 h"
+    assert shown(5400) == "1 h 30 min"
+    assert shown(45) == "45 s"
+
+
+def test_a_format_1_report_still_verifies(
+    erased_report: tuple[dict[str, Any], UUID], svc: Service
+) -> None:
+    """A report as format 1 wrote it (no categories, recipients, reasons or condition;
+    `mirror_told`), signed by the service: verify-report and the docs' script take it."""
+    report, _ = erased_report
+    old = copy.deepcopy(report)
+    old["format"] = 1
+    for name in ("categories", "recipients"):
+        del old[name]
+    del old["request"]["reason_note"]
+    for deletion in old["request"]["deletions"]:
+        del deletion["reason"], deletion["ticket"]
+    hooks = old["erasure"]["webhooks"]
+    hooks["mirror_told"] = hooks.pop("user_erased_acknowledged")
+    del hooks["user_erased_acknowledged_means"]
+    del old["erasure"]["horizon"]["condition"]
+    signed = sign_report(svc, old)
+    assert verify_report(signed) == []
+    assert verify_report({**signed, "format": 3}) == [
+        "the report is malformed: format 3 is not one this version reads (1, 2)"
+    ]

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.compliance.chain_commands import verify_command
+from healthledger.adapters.compliance.report_verification import verify_report
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
@@ -194,7 +195,38 @@ def test_every_read_answers_as_1809f39_answered(written: Written, service: Servi
             )
             where = f"{asked['method']} {asked['path']} {asked['params'] or ''}"
             assert response.status_code == asked["status"], (where, response.text)
+            if asked["path"].endswith("/deletion_report") and response.status_code == 200:
+                # Report format 2 (issue 29): the same report as format 1, with what it
+                # added and renamed, and signed anew.
+                assert verify_report(response.json()) == [], where
+                assert as_format_1(response.json()) == as_format_1(asked["body"]), where
+                continue
             assert response.json() == asked["body"], where
+
+
+def as_format_1(report: dict[str, Any]) -> dict[str, Any]:
+    """A deletion report without what format 2 added or changed: its categories,
+    recipients, deletion reasons, the horizon's condition and reworded meaning, providers
+    no longer named after an erasure, and the signature; `user_erased_acknowledged` read
+    as format 1's `mirror_told`."""
+    old = json.loads(json.dumps(report))
+    for name in ("categories", "recipients", "signature", "format"):
+        old.pop(name, None)
+    old["request"].pop("reason_note", None)
+    for deletion in old["request"]["deletions"]:
+        deletion.pop("reason", None)
+        deletion.pop("ticket", None)
+    for deregistered in old["request"]["connections_deregistered"]:
+        deregistered.pop("provider", None)
+    erasure = old.get("erasure")
+    if erasure is not None:
+        hooks = erasure["webhooks"]
+        if "user_erased_acknowledged" in hooks:
+            hooks["mirror_told"] = hooks.pop("user_erased_acknowledged")
+        hooks.pop("user_erased_acknowledged_means", None)
+        erasure["horizon"].pop("condition", None)
+        erasure["horizon"].pop("meaning", None)
+    return old
 
 
 def test_the_service_still_writes_on_it(written: Written, service: Service) -> None:

@@ -311,6 +311,7 @@ def hostile_report(*, erased: bool) -> dict[str, Any]:
             "master_key_id": EVIL,
             "keys_rewrapped": EVIL,
             "meaning": EVIL,
+            "condition": EVIL,
         },
         "webhooks": {
             "deliveries_by_status": {EVIL: EVIL},
@@ -324,7 +325,8 @@ def hostile_report(*, erased: bool) -> dict[str, Any]:
                     "succeeded_at": EVIL,
                 }
             ],
-            "mirror_told": True,
+            "user_erased_acknowledged": True,
+            "user_erased_acknowledged_means": EVIL,
         },
     }
     return {
@@ -350,8 +352,11 @@ def hostile_report(*, erased: bool) -> dict[str, Any]:
                     "grace_period_seconds": 90000,
                     "grace_period_ends_at": EVIL,
                     "outcome": EVIL,
+                    "reason": EVIL,
+                    "ticket": EVIL,
                 }
             ],
+            "reason_note": EVIL,
             "undos": [{"at": EVIL, **by()}],
             "refused_undos": [{"at": EVIL, **by(), "reason": EVIL}],
             "connections_deregistered": [
@@ -364,6 +369,59 @@ def hostile_report(*, erased: bool) -> dict[str, Any]:
                 ],
                 "note": EVIL,
             },
+        },
+        "categories": {
+            "note": EVIL,
+            "held": [
+                {
+                    "category": EVIL,
+                    "what": EVIL,
+                    "held": EVIL,
+                    "items": {"orders": EVIL},
+                    "places": [EVIL],
+                    "counted_at_erasure": {EVIL: EVIL},
+                    "erasure_check": (
+                        {"checks": [EVIL], "found": EVIL, "passed": False} if erased else None
+                    ),
+                },
+                {
+                    "category": "health_data",
+                    "what": EVIL,
+                    "held": None,
+                    "items": None,
+                    "places": [EVIL],
+                    "counted_at_erasure": None,
+                    "erasure_check": None,
+                    "by_resource": [
+                        {
+                            "pull_id": EVIL,
+                            "provider": EVIL,
+                            "resource": EVIL,
+                            "days_with_data_recorded": EVIL,
+                            "rows_now": EVIL,
+                        }
+                    ],
+                    "by_resource_note": EVIL,
+                },
+            ],
+        },
+        "recipients": {
+            "note": EVIL,
+            "webhook_endpoints": [
+                {
+                    "endpoint_id": EVIL,
+                    "origin": EVIL,
+                    "deliveries": EVIL,
+                    "posts": EVIL,
+                    "acknowledged": EVIL,
+                    "first_sent_at": EVIL,
+                    "last_sent_at": EVIL,
+                    "first_acknowledged_at": EVIL,
+                    "last_acknowledged_at": EVIL,
+                    "received": True,
+                }
+            ],
+            "event_destinations": {"supported": False, "note": EVIL},
         },
         "erasure": erasure if erased else None,
         "proof": {

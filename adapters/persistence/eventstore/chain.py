@@ -21,8 +21,9 @@ microseconds)`. A verifier holding the public key can then prove that the log up
 signed head was not rewritten, even by someone who recomputed every hash after a change.
 
 `Chain` (the Service's `chain`) signs heads, finds the head that covers an event, gives
-the links of some streams (for a deletion report), and verifies the whole chain
-(`healthledger verify`).
+the links of some streams (for a deletion report), checks a span of the chain (what a
+deletion report cites, before it is signed), and verifies the whole chain (`healthledger
+verify`).
 """
 
 from __future__ import annotations
@@ -381,11 +382,21 @@ class Chain:
 
     # -- signed heads ------------------------------------------------------------------------
 
-    def sign_head(self) -> SignedHead:
+    def sign_head(self, at: int | None = None) -> SignedHead:
         """Sign the chain's current head now and record it; the recorded one if that head
-        is signed already. EmptyChain if the log holds no chained event."""
+        is signed already. EmptyChain if the log holds no chained event. With `at`, sign
+        the record at that position instead (one a caller has just checked: a deletion
+        report signs no record it did not walk)."""
         with self.db.read() as conn:
-            position, chain_hash = self.writer.head(conn)
+            if at is None:
+                position, chain_hash = self.writer.head(conn)
+            else:
+                stored = conn.execute(
+                    select(stored_events.c.chain_hash).where(stored_events.c.chain_position == at)
+                ).scalar()
+                if stored is None:
+                    raise EmptyChain(f"no record holds position {at}: there is no head to sign")
+                position, chain_hash = at, bytes(stored)
         if position == 0:
             raise EmptyChain("the log holds no event yet: there is no head to sign")
         existing = self.head_at(position)
@@ -452,9 +463,15 @@ class Chain:
             ).first()
         return None if row is None else _signed_head(row)
 
-    def signed_heads(self) -> list[SignedHead]:
+    def signed_heads(self, first: int | None = None, last: int | None = None) -> list[SignedHead]:
+        """The signed heads by position (only those from `first` to `last`, if given)."""
+        query = select(chain_heads).order_by(chain_heads.c.position)
+        if first is not None:
+            query = query.where(chain_heads.c.position >= first)
+        if last is not None:
+            query = query.where(chain_heads.c.position <= last)
         with self.db.read() as conn:
-            rows = conn.execute(select(chain_heads).order_by(chain_heads.c.position)).all()
+            rows = conn.execute(query).all()
         return [_signed_head(row) for row in rows]
 
     # -- links ---------------------------------------------------------------------------------
@@ -529,6 +546,32 @@ class Chain:
             signed_heads_checked=len(heads),
             problem=problem,
         )
+
+    def check_span(self, first: int, last: int) -> ChainProblem | None:
+        """The first bad record from position `first` to `last`, or None: every record
+        there recomputes and links (the stored hash of the record before `first` is
+        trusted, as `verify --since` does), none is missing, and every signed head in the
+        span is the service's signature of the chain's hash at its position. What a
+        deletion report checks over the records it cites and the head that covers them
+        before it signs anything: a walk of the span, not of the whole log."""
+        if first < 1 or last < first:
+            raise ValueError("a span runs from position 1 or later to a position after it")
+        walk = _Walk(self.db, first, until=last)
+        problem = walk.run()
+        if problem is None and (walk.last_position or first - 1) < last:
+            missing = (walk.last_position or first - 1) + 1
+            problem = ChainProblem(
+                REMOVED,
+                missing,
+                f"no record holds position {missing}, which the span up to {last} needs: "
+                "records were removed from the log",
+            )
+        head_problem = self.head_problem(self.signed_heads(first, last))
+        if head_problem is not None and (
+            problem is None or head_problem.position < problem.position
+        ):
+            problem = head_problem
+        return problem
 
     def head_problem(self, heads: Sequence[SignedHead]) -> ChainProblem | None:
         """The first signed head (by position) that is not the service's signature of the
@@ -664,9 +707,11 @@ class _Walk:
     The identifier and the time are converted here from the driver's values (see
     `log_rows`): this loop runs a million times for a million events."""
 
-    def __init__(self, db: Database, since: int | None) -> None:
+    def __init__(self, db: Database, since: int | None, until: int | None = None) -> None:
         self.db = db
         self.since = since
+        # The last position walked (None: to the end of the log).
+        self.until = until
         self.checked = 0
         self.first_position = since if since is not None and since > 1 else 1
         self.last_position: int | None = None
@@ -706,7 +751,10 @@ class _Walk:
             previous: Any = None
             uuid_bytes, micros, sha256 = self.uuid_bytes, self.micros, hashlib.sha256
             digests = topic_digest
+            until = self.until
             for row in log_rows(conn, after):
+                if until is not None and expected > until:
+                    break
                 _, position, stored, originator_id, version, topic, at, state = row
                 if position != expected:
                     return self.misplaced(conn, row, expected)
