@@ -41,18 +41,25 @@ from healthledger.adapters.persistence.queries.connections import ConnectionQuer
 from healthledger.adapters.persistence.queries.directory import UserQueries
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
-from healthledger.domain.errors import InvalidRequest, UserNotFound
+from healthledger.domain.errors import (
+    DemographicsNotFound,
+    FeatureNotEnabled,
+    InvalidRequest,
+    UserNotFound,
+)
 from healthledger.domain.personal_data import (
     ERASED_PLACEHOLDER,
     SEALED_PLACEHOLDER,
     PersonalDataVault,
 )
-from healthledger.domain.users.user import ACTIVE, User
+from healthledger.domain.users.user import ACTIVE, ERASED, User, client_user_id_problem
 from sqlalchemy import func, insert, select
 
 # An instant as the API and the CLI take it: ISO 8601 date and time, with an offset.
 _ISO_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 INSTANT_EXAMPLE = "2026-03-01T12:00:00Z"
+# The closed-beta switch of the demographics reads (adapters/operations/users.py).
+DEMOGRAPHICS = "demographics"
 # Streams whose versions one query asks for at most (bind parameters stay well below
 # every database's limit).
 _IDS_PER_QUERY = 500
@@ -435,6 +442,66 @@ class ReadsAsOf:
         sources = self.connection_queries.sources_by_user(self.connection_rows([user_id], None))
         row = UserRow.of(user, self.vault)
         return self.user_queries.render(row, sources.get(user_id, []))
+
+    def team_users(self, team_id: UUID) -> list[User]:
+        """Every user the team had by the instant, as it was then (any state)."""
+        found = aggregates_as_of(self.service, self.team_user_ids(team_id), self.instant)
+        users = [u for u in found if isinstance(u, User) and u.team_id == team_id]
+        self.users.update({u.id: u for u in users})
+        return users
+
+    def list_users(
+        self, team_id: UUID, offset: int, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """`UserQueries.list_users` then: the live users, oldest first, one page of them,
+        and their number. Loads every user the team had (a debugging read, not a fast one)."""
+        live = sorted(
+            (u for u in self.team_users(team_id) if u.status == ACTIVE),
+            key=lambda u: (u.created_on, u.id),
+        )
+        page = live[offset : offset + limit]
+        rows = self.connection_rows([u.id for u in page], None)
+        sources = self.connection_queries.sources_by_user(rows)
+        rendered = [
+            self.user_queries.render(UserRow.of(u, self.vault), sources.get(u.id, [])) for u in page
+        ]
+        return rendered, len(live)
+
+    def resolve(self, team_id: UUID, client_user_id: str) -> dict[str, Any]:
+        """`UserQueries.resolve` then: the live user that held `client_user_id`, else the
+        newest that did (a 404 saying it is scheduled for deletion), else a 404. A user
+        erased since cannot be found by it: its value is destroyed with its key."""
+        if client_user_id_problem(client_user_id) is not None:
+            raise UserNotFound()
+        holders = sorted(
+            (
+                u
+                for u in self.team_users(team_id)
+                if u.status != ERASED and UserRow.of(u, self.vault).client_user_id == client_user_id
+            ),
+            key=lambda u: u.created_on,
+            reverse=True,
+        )
+        live = [u for u in holders if u.status == ACTIVE]
+        chosen = live[0] if live else (holders[0] if holders else None)
+        if chosen is None:
+            raise UserNotFound()
+        return self.resolved_user(team_id, chosen.id)
+
+    def demographics(self, team_id: UUID, user_id: UUID) -> dict[str, Any]:
+        """`UserQueries.demographics` then (the team's closed-beta switch as it was too).
+        An erased user's demographics are destroyed with its key: a 404, as now."""
+        team = aggregate_as_of(self.service, team_id, self.instant)
+        if DEMOGRAPHICS not in getattr(team, "features", ()):
+            raise FeatureNotEnabled(DEMOGRAPHICS)
+        user = self.load_live(team_id, user_id)
+        if user.sealed_demographics is None:
+            raise DemographicsNotFound()
+        value = self.service.key_store.open(user.id, user.sealed_demographics)
+        if value is None:
+            raise UserNotFound()
+        found: dict[str, Any] = value
+        return found
 
     # -- connections -------------------------------------------------------------------
 

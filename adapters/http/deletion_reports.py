@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from healthledger.adapters.compliance.deletion_report import LogNotSound, deletion_report
 from healthledger.adapters.compliance.report_rendering import render_html
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -30,6 +31,8 @@ router = APIRouter(tags=["audit"], route_class=LedgerRoute)
 
 @router.get(
     "/v2/audit/user/{user_id}/deletion_report",
+    # A report is made now, over the log as it is: it does not travel in time.
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_class=Response,
     responses={
         200: {

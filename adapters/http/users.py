@@ -6,7 +6,8 @@ from uuid import UUID
 from fastapi import APIRouter, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
+from healthledger.adapters.compliance.time_travel import reads_as_of
+from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.deletion_requests import (
     DeletionReason,
@@ -41,29 +42,31 @@ def create_user(service: CurrentService, body: CreateUserRequest, caller: TeamAp
     return operations.create_user(service, caller.ctx, caller.team_id, body)
 
 
-@router.get(
-    "/v2/user",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
-    response_model=UserList,
-    responses=error_responses(401, 422),
-)
+@router.get("/v2/user", response_model=UserList, responses=error_responses(401, 422))
 def list_users(
     service: CurrentService,
     caller: TeamApiCaller,
+    as_of: TeamAsOf,
     offset: Annotated[int, Query(ge=0, le=operations.MAX_USER_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=operations.MAX_USER_LIMIT)] = 100,
 ) -> Any:
+    if as_of is not None:
+        users, total = reads_as_of(service, as_of).list_users(caller.team_id, offset, limit)
+        return {"users": users, "total": total, "offset": offset, "limit": limit}
     return operations.user_page(service, caller.team_id, offset, limit)
 
 
 # `:path` so that a client_user_id holding a slash can be resolved too.
 @router.get(
     "/v2/user/resolve/{client_user_id:path}",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=ResolvedUser,
     responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
 )
-def resolve_user(service: CurrentService, client_user_id: str, caller: TeamApiCaller) -> Any:
+def resolve_user(
+    service: CurrentService, client_user_id: str, caller: TeamApiCaller, as_of: TeamAsOf
+) -> Any:
+    if as_of is not None:
+        return reads_as_of(service, as_of).resolve(caller.team_id, client_user_id)
     return operations.resolved_by_client_user_id(service, caller.team_id, client_user_id)
 
 
@@ -151,15 +154,19 @@ def patch_demographics(
 
 @router.get(
     "/v2/user/{user_id:uuid}/info/latest",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=DemographicsAnswer,
     responses=error_responses(401, 403, 404, 422, described=USER_NOT_FOUND),
 )
-def latest_demographics(service: CurrentService, user_id: UUID, caller: TeamApiCaller) -> Any:
+def latest_demographics(
+    service: CurrentService, user_id: UUID, caller: TeamApiCaller, as_of: TeamAsOf
+) -> Any:
     """Closed beta. The user's demographics (spec 2.1)."""
     # As recorded (checked against the model when it was): answered without checking
     # it again, so that values recorded before a rule was added (control characters
     # in free text) still read back.
     # Addresses in both spellings, the spec's and the official client's.
-    recorded = operations.recorded_demographics(service, caller.team_id, user_id)
+    if as_of is not None:
+        recorded = reads_as_of(service, as_of).demographics(caller.team_id, user_id)
+    else:
+        recorded = operations.recorded_demographics(service, caller.team_id, user_id)
     return JSONResponse(demographics_answer(recorded))

@@ -22,15 +22,15 @@ from healthledger.adapters.http.team_api import create_team_api
 
 # GETs where time travel makes no sense, with the reason: none.
 EXEMPT: dict[tuple[str, str], str] = {}
-# GETs not yet given `as_of`, with the reason (to be emptied).
-PENDING: dict[tuple[str, str], str] = {
-    ("team", "/v2/audit/user/{user_id}/deletion_report"): "its module is being changed for "
-    "issue 29 §2/§4 at the same time; it gets the refusal when that lands",
-}
+# GETs not yet given `as_of`, with the reason: none.
+PENDING: dict[tuple[str, str], str] = {}
 
 # The GETs that travel in time, and the tests that hold their answers by `as_of`.
 TRAVELS: dict[tuple[str, str], str] = {
+    ("team", "/v2/user"): "test_time_travel.py",
+    ("team", "/v2/user/resolve/{client_user_id}"): "test_time_travel.py",
     ("team", "/v2/user/{user_id}"): "test_time_travel.py",
+    ("team", "/v2/user/{user_id}/info/latest"): "test_time_travel.py",
     ("team", "/v2/user/providers/{user_id}"): "test_time_travel.py",
     ("team", "/v2/introspect/historical_pull"): "test_time_travel.py",
     ("team", "/v3/order/{order_id}"): "test_orders.py",
@@ -148,7 +148,8 @@ def test_every_get_that_does_not_travel_refuses_as_of(apps: Apps) -> None:
     [
         ("team", "/v2/user/{user_id}"),  # travels
         ("team", "/v2/introspect/historical_pull"),  # travels
-        ("team", "/v2/user"),  # does not travel
+        ("team", "/v2/user"),  # travels
+        ("team", "/v3/orders"),  # does not travel
         ("team", "/v2/summary/sleep/{user_id}"),  # does not travel
         ("management", "/v1/org/{org_id}/team/{team_id}"),
         ("management", "/v1/org/{org_id}"),

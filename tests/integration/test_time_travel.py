@@ -34,6 +34,7 @@ from tests.conftest import Team, create_user
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 GRACE = timedelta(days=7)  # the settings fixture's grace period
+CTX = CommandContext.system("test:setup")
 
 Answer = tuple[int, Any]
 
@@ -364,3 +365,94 @@ def test_the_connections_of_a_user_as_of_an_instant_are_found_from_the_log(
 
 def test_the_erased_placeholder_is_the_audits() -> None:
     assert typing.get_args(ErasedValue) == (ERASED_PLACEHOLDER,)
+
+
+DEMOGRAPHICS = {
+    "first_name": "Ada",
+    "last_name": "Lovelace",
+    "email": "ada.lovelace@example.org",
+    "phone_number": "+1 555 010 1815",
+    "gender": "female",
+    "dob": "1985-12-10",
+    "address": {"first_line": "12 Row", "city": "Austin", "state": "TX", "zip_code": "78701"},
+}
+
+
+def directory_answers(
+    client: TestClient, team: Team, users: dict[str, str], as_of: datetime | None = None
+) -> dict[str, Answer]:
+    """The users list (pages included), resolve and demographics answers."""
+    reads: dict[str, tuple[str, dict[str, Any]]] = {
+        "list": ("/v2/user", {}),
+        "page_1": ("/v2/user", {"limit": 2}),
+        "page_2": ("/v2/user", {"limit": 2, "offset": 2}),
+        **{f"resolve_{n}": (f"/v2/user/resolve/tt-{n}", {}) for n in "abc"},
+        "info_a": (f"/v2/user/{users.get('a', UUID(int=1))}/info/latest", {}),
+    }
+    found = {}
+    for name, (path, query) in reads.items():
+        params = query if as_of is None else {**query, "as_of": as_of.isoformat()}
+        response = client.get(path, params=params, headers=team.headers)
+        assert response.status_code != 500, response.text
+        found[name] = (response.status_code, response.json())
+    return found
+
+
+def test_the_users_list_resolve_and_demographics_answer_as_they_did(
+    service: Service, client: TestClient, team: Team
+) -> None:
+    users: dict[str, str] = {}
+    h = team.headers
+
+    def create(name: str) -> None:
+        users[name] = create_user(client, team, f"tt-{name}")["user_id"]
+
+    def demographics(**change: Any) -> None:
+        ok(client.patch(f"/v2/user/{users['a']}/info", json=change, headers=h))
+
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("before", lambda: None),
+        ("a", lambda: create("a")),
+        ("no_info", lambda: service.teams.set_feature(CTX, team.team_id, "demographics", True)),
+        ("info", lambda: demographics(**DEMOGRAPHICS)),
+        ("b", lambda: create("b")),
+        ("c", lambda: create("c")),
+        ("info_changed", lambda: demographics(first_name="Augusta")),
+        ("b_deleted", lambda: ok(client.delete(f"/v2/user/{users['b']}", headers=h))),
+        ("b_again", lambda: create("b")),  # the released client_user_id, held anew
+        ("a_deleted", lambda: ok(client.delete(f"/v2/user/{users['a']}", headers=h))),
+    ]
+    recorded: dict[str, tuple[datetime, dict[str, Answer]]] = {}
+    at = T0
+    for name, step in steps:
+        at += timedelta(hours=1)
+        with freeze_time(at):
+            step()
+            recorded[name] = (at, directory_answers(client, team, users))
+
+    live = {name: answer for name, (_, answer) in recorded.items()}
+    assert live["before"]["list"][1]["total"] == 0
+    assert live["a"]["info_a"][0] == 403  # the closed beta not yet switched on
+    assert live["no_info"]["info_a"][0] == 404
+    assert live["info_changed"]["info_a"][1]["first_name"] == "Augusta"
+    assert live["c"]["page_2"][1]["total"] == 3 and len(live["c"]["page_2"][1]["users"]) == 1
+    assert "scheduled for deletion" in live["b_deleted"]["resolve_b"][1]["detail"]
+    assert live["b_again"]["resolve_b"][1]["user_id"] == users["b"]
+    assert live["a_deleted"]["info_a"][0] == 404
+
+    with freeze_time(at + timedelta(days=1)):
+        for name, (instant, answer) in recorded.items():
+            assert directory_answers(client, team, users, instant) == answer, name
+            later = instant + timedelta(seconds=59)
+            assert directory_answers(client, team, users, later) == answer, name
+
+    # Erased: the list shows the user as it was, its client_user_id as the placeholder;
+    # its demographics, and finding it by its client_user_id, are gone with its key.
+    with freeze_time(at + GRACE + timedelta(hours=2)):
+        assert service.jobs.sweep_erasures() == 2
+        instant, answer = recorded["c"]
+        past = directory_answers(client, team, users, instant)
+        listed = {u["user_id"]: u for u in past["list"][1]["users"]}
+        assert listed[users["a"]]["client_user_id"] == ERASED_PLACEHOLDER
+        assert past["resolve_a"][0] == 404 and past["info_a"][0] == 404
+        assert past["resolve_c"] == answer["resolve_c"]
