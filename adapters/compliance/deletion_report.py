@@ -248,8 +248,9 @@ def deletion_report(
     # Only the events the report's facts come from are decoded (a long-lived user's
     # settings changes and pulls' steps are not).
     to_event = service.ledger.mapper.to_domain_event
-    decoded = [attributed(to_event(r.stored)) for r in owned if r.stored.topic in _DECODED]
-    events = [e for e in decoded if type(e).TOPIC in _USER_FACTS]
+    wanted = [r for r in owned if r.stored.topic in _DECODED]
+    decoded = [attributed(to_event(r.stored)) for r in wanted]
+    events = [e for e, r in zip(decoded, wanted, strict=True) if r.stored.topic in _USER_FACTS]
     topics = Counter(r.stored.topic for r in owned)
     erased = user.status == ERASED
     checks = (

@@ -923,7 +923,7 @@ def test_a_deletion_says_why_through_the_api_and_the_facade(
         f"/v2/user/{by_api}",
         headers={
             **home.headers,
-            "X-Deletion-Reason": reason.encode(),  # type: ignore[dict-item]
+            "X-Deletion-Reason": reason.encode(),
             "X-Deletion-Ticket": "SUP-4411",
         },
     )
