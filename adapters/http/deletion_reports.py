@@ -22,9 +22,22 @@ _REPORT_DESCRIPTION = (
     "The signed deletion report (docs/compliance-verify.md describes its fields and how "
     "to verify it): the request, the erasure and the checks run again now, the proof."
 )
+
+
 # The error_type of a report refused over a log that does not verify.
 LOG_NOT_VERIFIED = "LOG_NOT_VERIFIED"
 
+# The HTML report is a page like the portal's: the same Content-Security-Policy (its one
+# style sheet is inline; it loads nothing) and the same headers around it.
+HTML_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; img-src https: http:; style-src 'unsafe-inline'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+}
 
 router = APIRouter(tags=["audit"], route_class=LedgerRoute)
 
@@ -82,5 +95,5 @@ def user_deletion_report(
             },
         )
     if format == "html":
-        return HTMLResponse(render_html(report))
+        return HTMLResponse(render_html(report), headers=HTML_HEADERS)
     return JSONResponse(report)
