@@ -378,7 +378,9 @@ GOLDEN = {
             '"_data_":"11111111222243338444000000000006"},"user_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"provider":"oura","resource":"sleep",'
-            '"pull_number":0,"status":null,"oldest_day":null,"newest_day":null}'
+            # synced_at: the last sync's time, held in memory from the events (a feed is
+            # never snapshotted, so no stored snapshot lacks it).
+            '"pull_number":0,"status":null,"synced_at":null,"oldest_day":null,"newest_day":null}'
         ),
     ),
     "LinkToken": Golden(
