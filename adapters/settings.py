@@ -101,6 +101,13 @@ class Settings(BaseSettings):
     signing_key_file: Path | None = None
     # How often the scheduler signs the chain's head (skipped when it did not move).
     chain_sign_interval: Duration = Field(default=timedelta(hours=1), gt=timedelta(0))
+    # ... and as soon as this many events were committed in this process since it last
+    # signed (0: at the interval only), so that the unsigned tail of the log stays short.
+    chain_sign_every: int = Field(default=1000, ge=0)
+    # Every signed head is also appended to this file, outside the database, where its
+    # holder cannot reach it (issue 30): `healthledger verify --anchors` compares the log
+    # with it. Unset: healthledger.heads beside the signing key file.
+    chain_anchor_file: Path | None = None
     # Seconds or ISO 8601 (P7D). The spec's grace period is 7 days.
     grace_period: Duration = Field(default=timedelta(days=7), gt=timedelta(0))
     host: str = "127.0.0.1"
@@ -130,6 +137,9 @@ class Settings(BaseSettings):
     # Oura's data API (API v2, docs/makers/oura.md): its base URL. Tests and the sandbox
     # point it at the fake Oura (healthledger.adapters.makers.fake_oura).
     oura_api_url: str = "https://api.ouraring.com"
+    # How far back a new Oura connection's history is pulled (Oura keeps the ring's whole
+    # history; the documented advice is one historical pull, then webhooks).
+    oura_history_days: int = Field(default=730, ge=1)
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
