@@ -432,13 +432,21 @@ def _declare_verify(add_parser: AddParser) -> None:
         metavar="POSITION",
         help="start at this chain position, trusting the stored hash of the record before it",
     )
+    verify.add_argument(
+        "--anchors",
+        type=Path,
+        metavar="PATH",
+        help="compare the log with every head in this head file (HEALTHLEDGER_CHAIN_ANCHOR_FILE, "
+        "kept outside the database): names a log shorter than, or different from, a head it "
+        "once signed",
+    )
     verify.set_defaults(with_service=_verify)
 
 
 def _verify(args: argparse.Namespace, service: Service) -> int:
     from healthledger.adapters.compliance.chain_commands import verify_command
 
-    return verify_command(service.chain, args.since, sys.stdout)
+    return verify_command(service.chain, args.since, sys.stdout, anchors=args.anchors)
 
 
 def _declare_chain(add_parser: AddParser) -> None:

@@ -19,11 +19,12 @@ from healthledger.adapters.answers.orders import OrderAnswers
 from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
-from healthledger.adapters.persistence.eventstore.chain import Chain, open_chain
+from healthledger.adapters.persistence.eventstore.chain import Chain, SigningTally, open_chain
 from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
+from healthledger.adapters.persistence.keys.head_anchors import anchor_file_path
 from healthledger.adapters.persistence.keys.key_store import KEY_REFUSED, KeyStore, open_master_key
 from healthledger.adapters.persistence.keys.master_key import master_key_source
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
@@ -240,11 +241,14 @@ def build_service(
     db = Database(settings.database_url, pool_size=settings.database_pool_size)
     migrating.at_start(settings.database_url, settings.migrate_on_start)
     # The signing key of the chain's heads, kept like the master key (ADR 0015).
+    # Each head it signs is anchored outside the database too (issue 30 §3).
+    signing_key_file = signing_key_path(settings.signing_key_file, settings.master_key_file)
     chain = open_chain(
         db,
-        signing_key_path(settings.signing_key_file, settings.master_key_file),
+        signing_key_file,
         clock,
         allow_beside_database=settings.allow_key_beside_database,
+        anchor_file=anchor_file_path(settings.chain_anchor_file, signing_key_file),
     )
     # The master key from its source (docs/operations.md#the-master-key), checked against
     # the database's data keys; a new one only for a database that holds none yet.
@@ -469,6 +473,7 @@ def build_service(
         apply_cut_overs=partial(apply_cut_overs, deprecations, webhook_queries.applied_cut_overs),
         **master_key_rotation_job(key_store, settings.master_key_rotation_interval),
         sign_chain_head=chain.sign_moved_head,
+        makes_head_signing_due=SigningTally(settings.chain_sign_every).committed,
         progress_lab_orders=partial(progress_lab_orders, lab_orders),
     )
     return Service(

@@ -27,6 +27,7 @@ PULL_WORKER = "pull-worker"
 WEBHOOK_DISPATCHER = "webhook-dispatcher"
 SANDBOX_LAB = "sandbox-lab"
 MASTER_KEY_ROTATION = "master-key-rotation"
+CHAIN_HEAD_SIGNING = "chain-head-signing"
 # How often the rotation job looks whether a rotation is due (or its interval, if less):
 # the interval counts from the latest rotation, not from the process's start.
 ROTATION_CHECK = timedelta(hours=1)
@@ -45,6 +46,10 @@ class Jobs:
     rotate_master_key: Callable[[], int] = lambda: 0
     # Signs the hash chain's head if it moved since the last signed one (1, else 0).
     sign_chain_head: Callable[[], int] = lambda: 0
+    # Whether a commit of this process makes signing the head due at once: enough events
+    # were committed here since it last did (HEALTHLEDGER_CHAIN_SIGN_EVERY). Never, unless
+    # told otherwise.
+    makes_head_signing_due: Callable[[Sequence[object]], bool] = lambda _events: False
     # The simulated lab: due sandbox orders one step on (scheduler/lab_orders.py).
     progress_lab_orders: Callable[[], int] = lambda: 0
     # Whether a committed event gives the webhook dispatcher work at once (it announces
@@ -86,6 +91,10 @@ class LedgerScheduler(BackgroundScheduler):
             WEBHOOK_DISPATCHER, intervals.webhook_dispatcher, jobs.dispatch_webhooks
         )
         self.gives_webhooks_work = jobs.gives_webhooks_work
+        self.chain_signer = self.wakeable(
+            CHAIN_HEAD_SIGNING, intervals.chain_sign, jobs.sign_chain_head
+        )
+        self.makes_head_signing_due = jobs.makes_head_signing_due
         self.sandbox_lab = self.wakeable(
             SANDBOX_LAB, intervals.sandbox_lab, jobs.progress_lab_orders
         )
@@ -93,7 +102,6 @@ class LedgerScheduler(BackgroundScheduler):
             ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
             ("daily-sync", intervals.daily_sync, jobs.sync_connected_feeds),
             ("deprecation-cut-overs", intervals.deprecation_cut_overs, jobs.apply_cut_overs),
-            ("chain-head-signing", intervals.chain_sign, jobs.sign_chain_head),
         ):
             self.every(job_id, interval, work)
         if intervals.master_key_rotation is not None:
@@ -117,6 +125,8 @@ class LedgerScheduler(BackgroundScheduler):
             self.sandbox_lab.wake()
         if any(self.gives_webhooks_work(event) for event in events):
             self.webhook_dispatcher.wake()
+        if self.makes_head_signing_due(events):
+            self.chain_signer.wake()
 
     def every(self, job_id: str, interval: timedelta, work: Callable[[], object]) -> None:
         """Run `work` every `interval`, and once at start."""
@@ -135,6 +145,6 @@ class LedgerScheduler(BackgroundScheduler):
         return job
 
     def shutdown(self, wait: bool = True) -> None:
-        for job in (self.pull_worker, self.webhook_dispatcher, self.sandbox_lab):
+        for job in (self.pull_worker, self.webhook_dispatcher, self.sandbox_lab, self.chain_signer):
             job.close()
         super().shutdown(wait)

@@ -3,21 +3,38 @@ line (ADR 0015)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TextIO
 
 from healthledger.adapters.persistence.eventstore.chain import Chain, ChainProblem, EmptyChain
+from healthledger.adapters.persistence.keys.head_anchors import AnchorFileError, read_anchors
 
 
-def verify_command(chain: Chain, since: int | None, out: TextIO) -> int:
-    """Walk the chain and check every signed head: 0 and a summary, or 1 naming the
-    first bad record and what kind of change it looks like."""
-    result = chain.verify(since)
+def verify_command(
+    chain: Chain, since: int | None, out: TextIO, anchors: Path | None = None
+) -> int:
+    """Walk the chain and check every signed head (and, with `anchors`, every head of
+    that head file): 0 and a summary, or 1 naming the first bad record and what kind of
+    change it looks like."""
+    anchored = None
+    if anchors is not None:
+        try:
+            anchored = read_anchors(anchors)
+        except AnchorFileError as exc:
+            print(f"FAILED: {exc}", file=out)
+            return 1
+    result = chain.verify(since, anchored)
+    in_file = (
+        ""
+        if result.anchored_heads_checked is None
+        else f"; {result.anchored_heads_checked} head(s) in {anchors}"
+    )
     if result.problem is not None:
         print(f"FAILED: {describe(result.problem)}", file=out)
         print(
             f"checked {result.records_checked} record(s) from position "
             f"{result.first_position} before it; {result.signed_heads_checked} signed "
-            "head(s) in the log",
+            f"head(s) in the log{in_file}",
             file=out,
         )
         return 1
@@ -25,7 +42,7 @@ def verify_command(chain: Chain, since: int | None, out: TextIO) -> int:
     print(
         f"ok: {result.records_checked} record(s) checked from position "
         f"{result.first_position}, last position {last}; "
-        f"{result.signed_heads_checked} signed head(s) checked",
+        f"{result.signed_heads_checked} signed head(s) checked{in_file}",
         file=out,
     )
     return 0

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,6 +45,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import chain_heads, stored_events
 from healthledger.adapters.persistence.engine.statements import CompiledStatement, run
+from healthledger.adapters.persistence.keys.head_anchors import (
+    AnchoredHead,
+    HeadAnchors,
+    anchor_line,
+)
 from healthledger.adapters.persistence.keys.signing_key import load_signing_key
 from healthledger.domain.ledger import Clock
 from sqlalchemy import (
@@ -89,6 +95,10 @@ INSERTED = "inserted"
 REORDERED = "reordered"
 # A signed head whose signature does not verify with the service's key.
 BAD_HEAD = "bad signed head"
+# The log compared with the heads anchored outside the database (`verify --anchors`): it
+# ends before a head it once signed, or its hash at a signed position is not the signed one.
+SHORTER = "shorter than a signed head"
+DIFFERS = "differs from a signed head"
 
 
 # -- the link hash (hl-chain-v1) ------------------------------------------------------------
@@ -230,6 +240,8 @@ class VerifyResult:
     last_position: int | None
     signed_heads_checked: int
     problem: ChainProblem | None
+    # The heads of the head file compared with the log (None: no head file was given).
+    anchored_heads_checked: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -346,28 +358,50 @@ class ChainWriter:
 
 
 def open_chain(
-    db: Database, key_file: Path, clock: Clock, *, allow_beside_database: bool = False
+    db: Database,
+    key_file: Path,
+    clock: Clock,
+    *,
+    allow_beside_database: bool = False,
+    anchor_file: Path | None = None,
 ) -> Chain:
     """The service's chain, with its signing key from `key_file`: made there only while
-    no head is signed yet (a new key would disown the signed ones)."""
+    no head is signed yet (a new key would disown the signed ones). Each head it signs is
+    appended to `anchor_file` too (`keys/head_anchors.py`)."""
     with db.read() as conn:
         signed = conn.execute(select(chain_heads.c.position).limit(1)).first() is not None
+    database_directory = None if db.sqlite_file is None else db.sqlite_file.absolute().parent
     key = load_signing_key(
         key_file,
         create=not signed,
-        database_directory=None if db.sqlite_file is None else db.sqlite_file.absolute().parent,
+        database_directory=database_directory,
         allow_beside_database=allow_beside_database,
     )
-    return Chain(db, key, clock)
+    anchors = None
+    if anchor_file is not None:
+        anchors = HeadAnchors(
+            anchor_file,
+            database_directory=database_directory,
+            allow_beside_database=allow_beside_database,
+        )
+    return Chain(db, key, clock, anchors)
 
 
 class Chain:
     """The chain of the service's log: signed heads, links of streams, verification."""
 
-    def __init__(self, db: Database, signing_key: Ed25519PrivateKey, clock: Clock) -> None:
+    def __init__(
+        self,
+        db: Database,
+        signing_key: Ed25519PrivateKey,
+        clock: Clock,
+        anchors: HeadAnchors | None = None,
+    ) -> None:
         self.db = db
         self.signing_key = signing_key
         self.clock = clock
+        # Where each signed head is anchored outside the database (None: nowhere).
+        self.anchors = anchors
         self.raw_public_key = signing_key.public_key().public_bytes_raw()
         self.key_id = key_id_of(self.raw_public_key)
         self.writer = ChainWriter(stored_events)
@@ -411,6 +445,19 @@ class Chain:
             key_id=self.key_id,
             public_key=self.raw_public_key,
         )
+        if self.anchors is not None:
+            # Anchored before it is recorded: a head in the database is in the file too.
+            # (A crash between leaves a head in the file only, as true as any other.)
+            self.anchors.append(
+                anchor_line(
+                    head.position,
+                    head.chain_hash,
+                    head.signed_at,
+                    head.signature,
+                    head.key_id,
+                    head.public_key,
+                )
+            )
         try:
             with self.db.write() as conn:
                 conn.execute(
@@ -526,26 +573,113 @@ class Chain:
 
     # -- verification --------------------------------------------------------------------------
 
-    def verify(self, since: int | None = None) -> VerifyResult:
+    def verify(
+        self, since: int | None = None, anchored: Sequence[AnchoredHead] | None = None
+    ) -> VerifyResult:
         """Walk the chain in notification order, from the start or from position `since`
         (trusting the stored hash of the record before it), recomputing every link; then
         check every signed head (its signature by the service's key, and its hash against
-        the chain's at its position). The result names the first bad record, if any."""
+        the chain's at its position), and the heads `anchored` outside the database if
+        given (`anchor_problem`). The result names the first bad record, if any."""
         walk = _Walk(self.db, since)
         problem = walk.run()
         heads = self.signed_heads()
-        head_problem = self.head_problem(heads)
-        if head_problem is not None and (
-            problem is None or head_problem.position < problem.position
-        ):
-            problem = head_problem
+        found = [self.head_problem(heads)]
+        if anchored is not None:
+            found.append(self.anchor_problem(anchored))
+        for other in found:
+            if other is not None and (problem is None or other.position < problem.position):
+                problem = other
         return VerifyResult(
             records_checked=walk.checked,
             first_position=walk.first_position,
             last_position=walk.last_position,
             signed_heads_checked=len(heads),
             problem=problem,
+            anchored_heads_checked=None if anchored is None else len(anchored),
         )
+
+    def anchor_problem(self, anchored: Sequence[AnchoredHead]) -> ChainProblem | None:
+        """The first head (by position) of those anchored outside the database that the
+        log does not hold: a head not signed by the service's key (the head file was
+        changed), a head after the log's end (SHORTER: the log was cut back, its newer
+        heads deleted), or a signed position whose hash is not the signed one (DIFFERS: the
+        log was rewritten and its hashes recomputed, the heads after the change deleted).
+        The heads recorded in the database are not trusted for it."""
+        if not anchored:
+            return None
+        heads = sorted(anchored, key=attrgetter("position", "line"))
+        with self.db.read() as conn:
+            end, _ = self.writer.head(conn)
+        stored = self._records_at([head.position for head in heads])
+        for head in heads:
+            where = f"the head signed at {head.signed_at.isoformat()} (line {head.line})"
+            signed = SignedHead(
+                position=head.position,
+                chain_hash=head.chain_hash,
+                signed_at=head.signed_at,
+                signature=head.signature,
+                key_id=head.key_id,
+                public_key=head.public_key,
+            )
+            if head.public_key != self.raw_public_key or not verify_signed_head(
+                self.raw_public_key, signed
+            ):
+                return ChainProblem(
+                    BAD_HEAD,
+                    head.position,
+                    f"{where} is not the service's signature (key id {self.key_id}) of its "
+                    "position, hash and time: the head file was changed, or is another "
+                    "service's",
+                )
+            record = stored.get(head.position)
+            if record is None and head.position > end:
+                return ChainProblem(
+                    SHORTER,
+                    head.position,
+                    f"the log ends at position {end}, but {where} covers position "
+                    f"{head.position}: the log was cut back and its newer signed heads deleted",
+                )
+            if record is None:
+                return ChainProblem(
+                    REMOVED,
+                    head.position,
+                    f"no record holds position {head.position}, which {where} covers: "
+                    "records were removed from the log",
+                )
+            if record[0] != head.chain_hash:
+                return ChainProblem(
+                    DIFFERS,
+                    head.position,
+                    f"the chain's hash at position {head.position} is {record[0].hex()}, "
+                    f"{where} signed {head.chain_hash.hex()}: a record at or before it was "
+                    "changed, removed or inserted and the hashes after it recomputed",
+                    notification_id=record[1],
+                    originator_id=record[2],
+                    originator_version=record[3],
+                )
+        return None
+
+    def _records_at(self, positions: Sequence[int]) -> dict[int, tuple[bytes, int, UUID, int]]:
+        """(chain_hash, notification_id, originator_id, version) of the records at the
+        given positions (a position no record holds is left out)."""
+        stored: dict[int, tuple[bytes, int, UUID, int]] = {}
+        unique = list(dict.fromkeys(positions))
+        c = stored_events.c
+        with self.db.read() as conn:
+            for start in range(0, len(unique), STREAMS_PER_QUERY):
+                rows = conn.execute(
+                    select(
+                        c.chain_position,
+                        c.chain_hash,
+                        c.notification_id,
+                        c.originator_id,
+                        c.originator_version,
+                    ).where(c.chain_position.in_(unique[start : start + STREAMS_PER_QUERY]))
+                )
+                for position, chain_hash, notification_id, originator_id, version in rows:
+                    stored[position] = (bytes(chain_hash), notification_id, originator_id, version)
+        return stored
 
     def check_span(self, first: int, last: int) -> ChainProblem | None:
         """The first bad record from position `first` to `last`, or None: every record
@@ -578,22 +712,7 @@ class Chain:
         chain's hash at its position."""
         if not heads:
             return None
-        positions = [head.position for head in heads]
-        stored: dict[int, tuple[bytes, int, UUID, int]] = {}
-        c = stored_events.c
-        with self.db.read() as conn:
-            for start in range(0, len(positions), STREAMS_PER_QUERY):
-                rows = conn.execute(
-                    select(
-                        c.chain_position,
-                        c.chain_hash,
-                        c.notification_id,
-                        c.originator_id,
-                        c.originator_version,
-                    ).where(c.chain_position.in_(positions[start : start + STREAMS_PER_QUERY]))
-                )
-                for position, chain_hash, notification_id, originator_id, version in rows:
-                    stored[position] = (bytes(chain_hash), notification_id, originator_id, version)
+        stored = self._records_at([head.position for head in heads])
         for head in heads:
             record = stored.get(head.position)
             named: dict[str, Any] = {}
@@ -635,6 +754,28 @@ class Chain:
                     **named,
                 )
         return None
+
+
+class SigningTally:
+    """The events committed in this process since its commits last woke the signing job:
+    `committed` says when they reach `every` (0: never), and starts counting again. The
+    job then signs the whole log's head, so the unsigned tail stays under `every` events
+    per process writing (and what commits while the job signs)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def committed(self, events: Sequence[object]) -> bool:
+        if self.every <= 0:
+            return False
+        with self.lock:
+            self.count += len(events)
+            if self.count < self.every:
+                return False
+            self.count = 0
+            return True
 
 
 def _signed_head(row: Any) -> SignedHead:
