@@ -10,17 +10,19 @@ the address by range (HEALTHLEDGER_WEBHOOK_ALLOWED_DESTINATIONS); and never one 
 service's own (host, port) pairs. A refusal raises `DestinationRefused`, which the
 dispatcher records as a failed attempt (`address_refused: ...`).
 
-httpx has no hook between resolving and connecting, so the transport is httpx's own with
-its connection pool made over `GuardedBackend`, an httpcore network backend whose
-`connect_tcp` resolves, checks and connects to the checked address itself. TLS still
-verifies the URL's host name (SNI and the certificate), and the Host header is the URL's.
+httpx has no hook between resolving and connecting, so the transport is our own
+(`GuardedTransport`, an `httpx.BaseTransport`: httpx's documented way to plug a transport
+in) over httpcore's connection pool made with `GuardedBackend`, an httpcore network
+backend whose `connect_tcp` resolves, checks and connects to the checked address itself.
+TLS still verifies the URL's host name (SNI and the certificate), and the Host header is
+the URL's.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import httpcore
@@ -102,9 +104,50 @@ class GuardedBackend(httpcore.SyncBackend):
         raise httpcore.ConnectError(str(last))
 
 
-class GuardedTransport(httpx.HTTPTransport):
-    """httpx's transport (its request and exception mapping) over a pool that connects
-    through `GuardedBackend`."""
+# httpcore's errors as the httpx errors of the same name, which the dispatcher tells
+# apart (a timeout from a refused or broken connection); the most specific first.
+_ERRORS: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+)
+
+
+def _as_httpx(exc: Exception) -> Exception:
+    for found, raised in _ERRORS:
+        if isinstance(exc, found):
+            return raised(str(exc))
+    return exc
+
+
+class _Body(httpx.SyncByteStream):
+    """A response body read from httpcore's stream, closed with it."""
+
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self.stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self.stream
+        except Exception as exc:
+            raise _as_httpx(exc) from exc
+
+    def close(self) -> None:
+        close = getattr(self.stream, "close", None)
+        if close is not None:
+            close()
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """An httpx transport over httpcore's connection pool that connects through
+    `GuardedBackend`: httpx's request in, httpx's response and errors out."""
 
     def __init__(
         self,
@@ -113,12 +156,39 @@ class GuardedTransport(httpx.HTTPTransport):
         verify: ssl.SSLContext,
         limits: httpx.Limits,
     ) -> None:
-        super().__init__(verify=verify, trust_env=False, limits=limits)
-        self._pool.close()
-        self._pool = httpcore.ConnectionPool(
+        self.pool = httpcore.ConnectionPool(
             ssl_context=verify,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
             network_backend=backend,
         )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.SyncByteStream)
+        url = request.url
+        sent = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            answer = self.pool.handle_request(sent)
+        except DestinationRefused:
+            raise
+        except Exception as exc:
+            raise _as_httpx(exc) from exc
+        assert isinstance(answer.stream, Iterable)
+        return httpx.Response(
+            status_code=answer.status,
+            headers=answer.headers,
+            stream=_Body(answer.stream),
+            extensions=answer.extensions,
+        )
+
+    def close(self) -> None:
+        self.pool.close()
