@@ -48,6 +48,7 @@ from healthledger.adapters.persistence.queries.pulls import PullQueries
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
+from healthledger.adapters.providers.oura import OuraReader
 from healthledger.adapters.reference import (
     ProviderEntry,
     deprecation_calendar,
@@ -373,6 +374,21 @@ def build_service(
         clock=clock,
         maker_url=settings.oauth_maker_url,
     )
+    # Makers whose data API this deployment reads: their reader replaces the generic
+    # OAuth adapter (docs/makers/).
+    if "oura" in makers:
+        makers["oura"] = OuraReader(
+            catalog["oura"],
+            service_client=makers["oura"].service_client,
+            custom_client=oauth_clients.custom,
+            tokens=provider_tokens,
+            http=oauth_http,
+            api_timeout=settings.maker_api_timeout.total_seconds(),
+            clock=clock,
+            api_url=settings.oura_api_url,
+            maker_url=settings.oauth_maker_url,
+            history_days=settings.oura_history_days,
+        )
 
     def adapter_for(provider: str, demo: bool) -> ProviderAdapter:
         # A demo device, or the OAuth adapter of a maker whose endpoints the catalog

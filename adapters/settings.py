@@ -137,6 +137,9 @@ class Settings(BaseSettings):
     # Oura's data API (API v2, docs/makers/oura.md): its base URL. Tests and the sandbox
     # point it at the fake Oura (healthledger.adapters.makers.fake_oura).
     oura_api_url: str = "https://api.ouraring.com"
+    # How far back a new Oura connection's history is pulled (Oura keeps the ring's whole
+    # history; the documented advice is one historical pull, then webhooks).
+    oura_history_days: int = Field(default=730, ge=1)
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).

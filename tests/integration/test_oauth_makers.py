@@ -83,7 +83,7 @@ def svc(settings: Settings, maker: FakeMaker, clock: Clock) -> Iterator[Service]
             "link_url": LINK,
             "public_base_url": API,
             "oauth_maker_url": maker.base,
-            "oauth_clients": {"oura": SERVICE, "polar": POLAR},
+            "oauth_clients": {"oura": SERVICE, "polar": POLAR, "fitbit": SERVICE},
         }
     )
     built = build_service(configured, clock=clock)
@@ -114,8 +114,8 @@ def connect(api: Any, home: Team, browser: Browser, provider: str = "oura") -> u
     return uuid.UUID(user_id)
 
 
-def last_failure(svc: Service, user_id: uuid.UUID, resource: str) -> Any:
-    feed_id = ResourceFeed.id_for(Connection.id_for(user_id, "oura"), resource)
+def last_failure(svc: Service, user_id: uuid.UUID, resource: str, provider: str = "oura") -> Any:
+    feed_id = ResourceFeed.id_for(Connection.id_for(user_id, provider), resource)
     return list(svc.ledger.events.get(feed_id))[-1]
 
 
@@ -242,8 +242,9 @@ def test_basic_client_authentication_and_the_account_id_of_the_token_answer(
 def test_an_expired_access_token_is_refreshed_before_a_pull_which_then_fails_clearly(
     svc: Service, api: Any, home: Team, browser: Browser, clock: Clock, maker: FakeMaker
 ) -> None:
-    user_id = connect(api, home, browser)
-    connection_id = Connection.id_for(user_id, "oura")
+    # Fitbit: a maker whose data API has no reader yet (Oura's has: test_oura.py).
+    user_id = connect(api, home, browser, "fitbit")
+    connection_id = Connection.id_for(user_id, "fitbit")
     first = svc.provider_tokens.current(connection_id)
     assert first is not None and first.version == 1
     # Two hours on, the access token (an hour's) has expired: the pull refreshes it.
@@ -262,20 +263,20 @@ def test_an_expired_access_token_is_refreshed_before_a_pull_which_then_fails_cle
     assert clear_copies(svc, maker.issued) == set()
     # No reader of the maker's data API here: each pull failed for good, saying why, and
     # the connection itself is fine.
-    failed = last_failure(svc, user_id, "sleep")
+    failed = last_failure(svc, user_id, "sleep", "fitbit")
     assert isinstance(failed, ResourceFeed.PullFailed)
     assert failed.error_code == NON_RETRIABLE
-    assert "Oura's data API cannot be read by this deployment" in failed.reason
+    assert "Fitbit's data API cannot be read by this deployment" in failed.reason
     assert status_of(api, home, user_id)["status"] == "connected"
 
 
 def test_a_fresh_access_token_is_used_as_it_is(
     svc: Service, api: Any, home: Team, browser: Browser, maker: FakeMaker
 ) -> None:
-    user_id = connect(api, home, browser)
+    user_id = connect(api, home, browser, "fitbit")
     svc.jobs.run_due_pulls()
     assert maker.grants("refresh_token") == []
-    assert last_failure(svc, user_id, "sleep").error_code == NON_RETRIABLE
+    assert last_failure(svc, user_id, "sleep", "fitbit").error_code == NON_RETRIABLE
 
 
 def test_a_grant_the_maker_no_longer_accepts_puts_the_connection_in_error(

@@ -1,0 +1,353 @@
+"""The Oura reader (adapters/providers/oura.py) against the fake Oura shipped with the
+package (adapters/makers/fake_oura.py, a real HTTP server on localhost), on SQLite and
+PostgreSQL: a person connects through the OAuth link flow, the pulls read every page of
+Oura's collections, and the summaries and timeseries answer what the fake served; the
+maker's failures (429 with and without Retry-After, 5xx, timeouts, an expired token, a
+revoked grant) take the pulls and the connection where docs/makers/oura.md says."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import pytest
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.makers.fake_oura import PEOPLE, FakeOura, running_fake_oura
+from healthledger.adapters.providers.oura import OuraReader, retry_after
+from healthledger.adapters.settings import Settings
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+
+from tests.clocks import Clock
+from tests.conftest import Team
+from tests.integration.oauth_browser import (
+    API,
+    APP,
+    LINK,
+    SERVICE,
+    SERVICE_CLIENT,
+    SERVICE_SECRET,
+    Browser,
+    clear_copies,
+    link,
+    outcome,
+)
+
+AVA = PEOPLE["ava"]
+HISTORY_DAYS = 10
+
+
+@pytest.fixture
+def oura(clock: Clock) -> Iterator[FakeOura]:
+    with running_fake_oura(FakeOura(clock=clock)) as fake:
+        fake.register(SERVICE_CLIENT, SERVICE_SECRET)
+        yield fake
+
+
+@pytest.fixture
+def svc(settings: Settings, oura: FakeOura, clock: Clock) -> Iterator[Service]:
+    configured = settings.model_copy(
+        update={
+            "link_url": LINK,
+            "public_base_url": API,
+            "oauth_maker_url": oura.base,
+            "oura_api_url": oura.base,
+            "oura_history_days": HISTORY_DAYS,
+            "maker_api_timeout": timedelta(seconds=1),
+            "oauth_clients": {"oura": SERVICE},
+        }
+    )
+    built = build_service(configured, clock=clock)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def home(svc: Service) -> Team:
+    boot = svc.bootstrap()
+    assert boot is not None
+    return Team(boot.team_id, boot.team_api_key.plain)
+
+
+@pytest.fixture
+def api(svc: Service) -> Iterator[Any]:
+    from fastapi.testclient import TestClient
+    from healthledger.adapters.http.team_api import create_team_api
+
+    with TestClient(create_team_api(svc), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def connect(api: Any, home: Team, browser: Browser) -> uuid.UUID:
+    user_id, token = link(api, home, redirect_url=APP)
+    _, answer = browser.sign_in(token, "oura")
+    assert outcome(answer) == {"state": "success"}
+    return uuid.UUID(user_id)
+
+
+def feed(svc: Service, user_id: uuid.UUID, resource: str) -> ResourceFeed:
+    found = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, "oura"), resource))
+    assert isinstance(found, ResourceFeed)
+    return found
+
+
+def statuses(svc: Service, user_id: uuid.UUID) -> dict[str, str | None]:
+    entry = svc.catalog["oura"]
+    return {r: feed(svc, user_id, r).status for r in entry.supported_resources}
+
+
+def last_error(svc: Service, user_id: uuid.UUID, resource: str) -> str:
+    """The error code of the pull's last event (retrying or failed)."""
+    event: Any = list(svc.ledger.events.get(feed(svc, user_id, resource).id))[-1]
+    return str(event.error_code)
+
+
+def get(api: Any, home: Team, path: str, **params: Any) -> Any:
+    response = api.get(path, params=params, headers=home.headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def provider_status(api: Any, home: Team, user_id: uuid.UUID) -> dict[str, Any]:
+    [provider] = get(api, home, f"/v2/user/providers/{user_id}")["providers"]
+    return dict(provider)
+
+
+def past_days(clock: Clock) -> list[date]:
+    """The days of the history pull that are over (UTC and at the fake person's place)."""
+    today = clock().date()
+    return [today - timedelta(days=n) for n in range(HISTORY_DAYS - 1, 1, -1)]
+
+
+def main_sleep(oura: FakeOura, day: date) -> dict[str, Any]:
+    [main] = [s for s in oura.sleeps(AVA, day) if s["type"] == "long_sleep"]
+    return main
+
+
+# -- the data, to the last page -------------------------------------------------------------
+
+
+def test_oura_data_arrives_whole_in_the_shapes_the_summaries_and_timeseries_answer(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
+) -> None:
+    user_id = connect(api, home, browser)
+    assert svc.jobs.run_due_pulls() > 0
+    assert set(statuses(svc, user_id).values()) == {"success"}
+    assert provider_status(api, home, user_id)["status"] == "connected"
+    days = past_days(clock)
+    first, last = str(days[0]), str(days[-1])
+
+    # Sleep: the night's long sleep, its score from daily_sleep, Oura's local times.
+    sleeps = get(api, home, f"/v2/summary/sleep/{user_id}", start_date=first, end_date=last)
+    by_day = {s["calendar_date"]: s for s in sleeps["sleep"]}
+    assert set(by_day) == {str(d) for d in days}
+    for day in days:
+        served, ours = main_sleep(oura, day), by_day[str(day)]
+        assert ours["total"] == served["total_sleep_duration"]
+        assert ours["deep"] == served["deep_sleep_duration"]
+        assert ours["duration"] == served["time_in_bed"]
+        assert ours["hr_lowest"] == served["lowest_heart_rate"]
+        assert ours["respiratory_rate"] == served["average_breath"]
+        assert ours["temperature_delta"] == served["readiness"]["temperature_deviation"]
+        assert ours["score"] == oura.daily_sleep(AVA, day)[0]["score"]
+        assert ours["timezone_offset"] == 2 * 3600
+        assert ours["source"]["provider"] == "oura" and ours["source"]["type"] == "ring"
+        assert datetime.fromisoformat(ours["bedtime_start"]) == datetime.fromisoformat(
+            served["bedtime_start"]
+        )
+
+    # Activity: Oura's daily_activity of each local day.
+    activity = get(api, home, f"/v2/summary/activity/{user_id}", start_date=first, end_date=last)
+    steps = {a["calendar_date"]: a["steps"] for a in activity["activity"]}
+    assert steps == {str(d): oura.daily_activity(AVA, d)[0]["steps"] for d in days}
+
+    # Workouts: one each, named by Oura's id.
+    workouts = get(api, home, f"/v2/summary/workouts/{user_id}", start_date=first, end_date=last)
+    served_workouts = {w["id"]: w for d in days for w in oura.workouts(AVA, d)}
+    assert served_workouts, "the fake person works out on some of these days"
+    assert {w["provider_id"]: w["calories"] for w in workouts["workouts"]} == {
+        key: w["calories"] for key, w in served_workouts.items()
+    }
+
+    # Heart rate: every sample of every page of the window.
+    start = datetime.combine(days[0], time(0), UTC)
+    end = datetime.combine(days[-1] + timedelta(days=1), time(0), UTC)
+    samples = get(api, home, f"/v2/timeseries/{user_id}/heartrate", start_date=first, end_date=last)
+    served_hr = oura.heartrate(AVA, start, end)
+    assert len(served_hr) > 3 * oura.heartrate_page_size  # several pages
+    assert [(datetime.fromisoformat(s["timestamp"]), s["value"]) for s in samples] == [
+        (datetime.fromisoformat(s["timestamp"]), s["bpm"]) for s in served_hr
+    ]
+    assert any("next_token" in q for q in oura.data_requests("heartrate"))
+    assert any("next_token" in q for q in oura.data_requests("sleep"))
+
+    # HRV from the nights' samples, SpO2 and the temperature deviation from the dailies.
+    day = days[3]
+    hrv = get(api, home, f"/v2/timeseries/{user_id}/hrv", start_date=str(day))
+    assert hrv and {s["unit"] for s in hrv} == {"ms"}
+    spo2 = get(api, home, f"/v2/timeseries/{user_id}/blood_oxygen", start_date=first, end_date=last)
+    assert sorted(s["value"] for s in spo2) == sorted(
+        oura.daily_spo2(AVA, d)[0]["spo2_percentage"]["average"] for d in days
+    )
+    # The person's tokens are nowhere in clear.
+    assert clear_copies(svc, oura.issued) == set()
+
+
+def test_a_reader_that_stopped_at_the_first_page_would_be_caught(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
+) -> None:
+    """The same pull with pages of one document: every workout and every day of sleep is
+    there all the same, and the reader asked for each page in turn."""
+    oura.daily_page_size = 1
+    user_id = connect(api, home, browser)
+    svc.jobs.run_due_pulls()
+    assert feed(svc, user_id, "workouts").status == "success"
+    days = past_days(clock)
+    workouts = get(
+        api,
+        home,
+        f"/v2/summary/workouts/{user_id}",
+        start_date=str(days[0]),
+        end_date=str(days[-1]),
+    )
+    served = [w for d in days for w in oura.workouts(AVA, d)]
+    assert len(workouts["workouts"]) == len(served) > 1
+    sleeps = get(
+        api, home, f"/v2/summary/sleep/{user_id}", start_date=str(days[0]), end_date=str(days[-1])
+    )
+    assert len(sleeps["sleep"]) == len(days)
+    tokens = [q.get("next_token") for q in oura.data_requests("workout")]
+    assert len([t for t in tokens if t]) >= len(served) - 2  # a request per page
+
+
+# -- the maker's failures -------------------------------------------------------------------
+
+
+def test_429_without_retry_after_goes_retrying_then_succeeds_without_duplicates(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
+) -> None:
+    user_id = connect(api, home, browser)
+    oura.fail(429, times=1, path="workout")
+    svc.jobs.run_due_pulls()
+    retrying = feed(svc, user_id, "workouts")
+    assert retrying.status == "retrying"
+    assert last_error(svc, user_id, "workouts") == "provider_rate_limit_exceeded"
+    assert feed(svc, user_id, "sleep").status == "success"
+    clock.advance(timedelta(seconds=retrying.retry_at.timestamp() - clock().timestamp() + 1))
+    svc.jobs.run_due_pulls()
+    assert feed(svc, user_id, "workouts").status == "success"
+    days = past_days(clock)
+    workouts = get(
+        api,
+        home,
+        f"/v2/summary/workouts/{user_id}",
+        start_date=str(days[0]),
+        end_date=str(days[-1]),
+    )
+    ids = [w["provider_id"] for w in workouts["workouts"]]
+    assert len(ids) == len(set(ids)) == len([w for d in days for w in oura.workouts(AVA, d)])
+
+
+def test_a_short_retry_after_is_waited_out_and_a_long_one_goes_back_to_the_engine(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura
+) -> None:
+    user_id = connect(api, home, browser)
+    oura.fail(429, times=1, retry_after="1", path="daily_activity")
+    oura.fail(429, times=1, retry_after="3600", path="heartrate")
+    svc.jobs.run_due_pulls()
+    assert feed(svc, user_id, "activity").status == "success"
+    assert feed(svc, user_id, "heartrate").status == "retrying"
+    statuses_seen = [s for m, p, q, s in oura.requests if p.endswith("/daily_activity")]
+    assert statuses_seen[0] == 429 and set(statuses_seen[1:]) == {200}
+
+
+def test_5xx_and_timeouts_go_retrying(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura
+) -> None:
+    user_id = connect(api, home, browser)
+    oura.fail(503, times=1, path="daily_spo2")
+    svc.jobs.run_due_pulls()
+    assert feed(svc, user_id, "blood_oxygen").status == "retrying"
+    assert last_error(svc, user_id, "blood_oxygen") == "provider_unavailable"
+    # A slow answer (longer than the 1 s timeout): a transport failure, retried.
+    other = connect(api, home, browser)
+    oura.slow(2.5, times=1)
+    svc.jobs.run_due_pulls()
+    found = statuses(svc, other)
+    assert "retrying" in found.values()
+    [late] = [r for r, s in found.items() if s == "retrying"]
+    assert last_error(svc, other, late) == "transport_failure"
+
+
+def test_an_expired_access_token_is_refreshed_once(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
+) -> None:
+    user_id = connect(api, home, browser)
+    svc.jobs.run_due_pulls()
+    connection_id = Connection.id_for(user_id, "oura")
+    before = svc.provider_tokens.current(connection_id)
+    assert before is not None
+    clock.advance(timedelta(seconds=oura.expires_in + 60))
+    for resource in ("sleep", "workouts", "heartrate", "activity"):
+        svc.pulls.sync(feed(svc, user_id, resource).id)
+    refreshes = [r for r in oura.requests if r[2].get("grant_type") == "refresh_token"]
+    assert len(refreshes) == 1 and refreshes[0][3] == 200
+    after = svc.provider_tokens.current(connection_id)
+    assert after is not None and after.version == before.version + 1
+    assert feed(svc, user_id, "sleep").synced_at == clock()
+    assert provider_status(api, home, user_id)["status"] == "connected"
+
+
+def test_a_revoked_grant_puts_the_connection_in_error(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura
+) -> None:
+    user_id = connect(api, home, browser)
+    oura.revoke("ava")  # at Oura, before the token's expiry
+    svc.jobs.run_due_pulls()
+    provider = provider_status(api, home, user_id)
+    assert provider["status"] == "error"
+    assert provider["error_details"]["error_type"] == "token_refresh_failed"
+    # Every resource Oura gives failed (stress_level is not in Oura's API: nothing to read).
+    found = statuses(svc, user_id)
+    assert found.pop("stress_level") == "success"
+    assert set(found.values()) == {"failure"}
+    # Oura was asked to refresh the grant once, not once per resource.
+    refreshes = [r for r in oura.requests if r[2].get("grant_type") == "refresh_token"]
+    assert len(refreshes) == 1 and refreshes[0][3] == 400
+
+
+def test_a_record_sent_again_changed_updates_and_never_duplicates(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
+) -> None:
+    user_id = connect(api, home, browser)
+    svc.jobs.run_due_pulls()
+    workouts = feed(svc, user_id, "workouts")
+    day = workouts.newest_day
+    assert day is not None
+    before = {w["id"]: w["calories"] for w in oura.workouts(AVA, day)}
+    # Oura sends the day's workouts again, changed, under the same ids.
+    for _ in range(20):
+        oura.revise("ava", day)
+        served = {w["id"]: w["calories"] for w in oura.workouts(AVA, day)}
+        if set(served) & set(before):
+            break
+    assert set(served) & set(before) and served != before
+    synced = svc.pulls.sync(workouts.id)
+    assert synced is not None and day in synced[1]  # updated, not created
+    answered = get(api, home, f"/v2/summary/workouts/{user_id}", start_date=str(day))
+    mine = [w for w in answered["workouts"] if w["calendar_date"] == str(day)]
+    assert {w["provider_id"]: w["calories"] for w in mine} == served
+
+
+def test_retry_after_reads_seconds_and_http_dates() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert retry_after("7", now) == 7.0
+    assert retry_after("Thu, 01 Jan 2026 00:00:30 GMT", now) == 30.0
+    assert retry_after(None, now) is None and retry_after("soon", now) is None
+
+
+def test_the_composition_root_reads_oura_with_the_reader(svc: Service) -> None:
+    assert isinstance(svc.pulls.adapter_for("oura", False), OuraReader)
+    assert svc.pulls.adapter_for("oura", False) is svc.oauth_makers["oura"]
