@@ -440,12 +440,22 @@ def _declare_verify(add_parser: AddParser) -> None:
         "kept outside the database): names a log shorter than, or different from, a head it "
         "once signed",
     )
+    verify.add_argument(
+        "--read-models",
+        action="store_true",
+        help="rebuild the read models from the log into a scratch copy and name every live "
+        "row that differs (instead of walking the chain)",
+    )
     verify.set_defaults(with_service=_verify)
 
 
 def _verify(args: argparse.Namespace, service: Service) -> int:
     from healthledger.adapters.compliance.chain_commands import verify_command
 
+    if args.read_models:
+        from healthledger.adapters.compliance.chain_commands import verify_read_models_command
+
+        return verify_read_models_command(service, sys.stdout)
     return verify_command(service.chain, args.since, sys.stdout, anchors=args.anchors)
 
 

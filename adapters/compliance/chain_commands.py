@@ -4,10 +4,13 @@ line (ADR 0015)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from healthledger.adapters.persistence.eventstore.chain import Chain, ChainProblem, EmptyChain
 from healthledger.adapters.persistence.keys.head_anchors import AnchorFileError, read_anchors
+
+if TYPE_CHECKING:
+    from healthledger.adapters.composition import Service
 
 
 def verify_command(
@@ -70,4 +73,30 @@ def sign_command(chain: Chain, out: TextIO) -> int:
         f"signed at {head.signed_at.isoformat()} by key {head.key_id}",
         file=out,
     )
+    return 0
+
+
+def verify_read_models_command(service: Service, out: TextIO) -> int:
+    """Rebuild the read models into a scratch copy and compare them with the live ones:
+    0 and a summary, or 1 naming every row that differs."""
+    from healthledger.adapters.compliance.read_model_check import (
+        CheckRefused,
+        check_read_models,
+    )
+
+    try:
+        result = check_read_models(service.read_models, service.recorder, service.ledger.mapper)
+    except CheckRefused as exc:
+        print(f"not checked: {exc}", file=out)
+        return 1
+    for difference in result.differences:
+        print(f"FAILED: {difference.describe()}", file=out)
+    summary = (
+        f"read models: {result.rows_compared} row(s) compared with the log's "
+        f"{result.events} event(s) rebuilt"
+    )
+    if result.differences:
+        print(f"{summary}; {len(result.differences)} differ", file=out)
+        return 1
+    print(f"ok: {summary}; none differs", file=out)
     return 0
