@@ -13,11 +13,11 @@ webhooks read them unchanged.
 - Record ids. A workout keeps Oura's id (the session key): a workout sent again with new
   values replaces the one stored, never adds one. A day's summary is replaced whole.
 - Failures. 429 is `provider_rate_limit_exceeded` (a short `Retry-After` is waited out
-  here, up to `max_wait`; a longer one, or none, goes back to the pull engine's
-  backoff), 5xx `provider_unavailable`, a timeout or a broken connection
-  `transport_failure`: all retried by the pull engine. A 401 refreshes the grant once
-  (a token revoked before its expiry); if Oura then still refuses, or refuses the
-  refresh, the connection goes to `error` (token_refresh_failed).
+  here, up to `max_wait`; a longer one goes back to the pull engine, whose retry comes
+  no sooner than it says; none, to the engine's backoff), 5xx `provider_unavailable`,
+  a timeout or a broken connection `transport_failure`: all retried by the engine. A
+  401 refreshes the grant once (a token revoked before its expiry); if Oura then still
+  refuses, or refuses the refresh, the connection goes to `error` (token_refresh_failed).
 
 Nothing Oura sends is logged or put in an error: messages are fixed texts.
 """
@@ -217,7 +217,7 @@ class OuraReader(OAuth2Maker):
                     waits += 1
                     self.sleep(wait)
                     continue
-                raise ProviderError("provider_rate_limit_exceeded", _RATE_LIMITED)
+                raise ProviderError("provider_rate_limit_exceeded", _RATE_LIMITED, retry_after=wait)
             if status >= 500:
                 raise ProviderError("provider_unavailable", _UNAVAILABLE)
             if status == 401 and not renewed:

@@ -81,11 +81,20 @@ class ProviderError(Exception):
     """A pull of one chunk failed. `code` is a pull error code; `connection_error` names
     the connection error type when the failure means the user's grant is broken."""
 
-    def __init__(self, code: str, message: str, connection_error: str | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        connection_error: str | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.connection_error = connection_error
+        # Seconds the maker asked us to wait (a 429's Retry-After): a retry comes no sooner.
+        self.retry_after = retry_after
 
     @property
     def retriable(self) -> bool:

@@ -273,6 +273,9 @@ class Pulls:
                 reason=error.message,
                 retriable=error.retriable,
                 retry_delays=list(self.policy.retry_delays),
+                not_before=None
+                if error.retry_after is None
+                else now + timedelta(seconds=error.retry_after),
             )
             if error.connection_error is not None:
                 # The grant is broken: the connection shows it, in the same transaction.

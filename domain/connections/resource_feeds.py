@@ -283,8 +283,10 @@ class ResourceFeed(Audited):
         reason: str,
         retriable: bool,
         retry_delays: list[float],
+        not_before: datetime | None = None,
     ) -> None:
-        """Record a failed attempt: retrying while tries are left, else failure."""
+        """Record a failed attempt: retrying while tries are left (not before
+        `not_before`, when the provider said when to come back), else failure."""
         if not retriable:
             self.record(ctx, now, self.PullFailed, error_code=code, reason=reason)
         elif not self.retries_allowed:
@@ -293,6 +295,8 @@ class ResourceFeed(Audited):
         elif self.failures < len(retry_delays):
             delay = retry_delays[self.failures]
             retry_at = datetime.fromtimestamp(now.timestamp() + delay, UTC)
+            if not_before is not None and not_before > retry_at:
+                retry_at = not_before
             self.record(ctx, now, self.PullRetrying, error_code=code, retry_at=retry_at)
         else:
             self.record(

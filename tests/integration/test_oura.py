@@ -251,14 +251,17 @@ def test_429_without_retry_after_goes_retrying_then_succeeds_without_duplicates(
 
 
 def test_a_short_retry_after_is_waited_out_and_a_long_one_goes_back_to_the_engine(
-    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
 ) -> None:
     user_id = connect(api, home, browser)
     oura.fail(429, times=1, retry_after="1", path="daily_activity")
     oura.fail(429, times=1, retry_after="3600", path="heartrate")
     svc.jobs.run_due_pulls()
     assert feed(svc, user_id, "activity").status == "success"
-    assert feed(svc, user_id, "heartrate").status == "retrying"
+    heartrate = feed(svc, user_id, "heartrate")
+    assert heartrate.status == "retrying"
+    # No sooner than Oura said (an hour), though the engine's first delay is shorter.
+    assert heartrate.retry_at >= clock() + timedelta(seconds=3600)
     statuses_seen = [s for m, p, q, s in oura.requests if p.endswith("/daily_activity")]
     assert statuses_seen[0] == 429 and set(statuses_seen[1:]) == {200}
 
