@@ -29,7 +29,7 @@ from healthledger.adapters.persistence.keys.key_store import KEY_REFUSED, KeySto
 from healthledger.adapters.persistence.keys.master_key import master_key_source
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.persistence.keys.signing_key import cursor_secret, signing_key_path
-from healthledger.adapters.persistence.leases.erasures import ErasureClaims
+from healthledger.adapters.persistence.leases.erasures import ErasureClaims, OverdueByTheLog
 from healthledger.adapters.persistence.projections.erasure import (
     ErasurePlaces,
     erasure_effects,
@@ -477,6 +477,10 @@ def build_service(
         release_claims=erasure_claims.release,
         vacuum_key_store=db.vacuum_key_store,
         batch_size=settings.erasure_batch_size,
+        # Cross-checked against the log: a removed or changed pending row (issue 30 §3).
+        overdue_by_the_log=OverdueByTheLog(
+            db, recorder, ledger.mapper, settings.erasure_claim_lease
+        ).overdue,
     )
     jobs = Jobs(
         sweep_erasures=partial(sweep_erasures, erasure),

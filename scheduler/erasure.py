@@ -7,6 +7,13 @@ batch claimed first, so that the sweeps of several processes share them instead 
 racing for them. Should two sweepers pick the same user anyway (a claim that ran out),
 the event store lets exactly one record its Erased event: the other's batch is rolled
 back, and it erases its users one by one.
+
+The pending-erasure table is a read model, which the database's holder can change without
+touching the log (issue 30 §3). So the due list is cross-checked against the log: after
+the claimed batches, the users whose grace period ended according to the log and that the
+log does not show erased (`overdue_by_the_log`, which follows the log's deletion events
+incrementally: see `OverdueByTheLog`) are erased too, their pending row gone or not; and
+the log says so, as the tampering (or lost row) it is.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ class ErasurePorts:
     # (SQLite: checkpoints the WAL); False if it stayed busy (it said so in the log).
     vacuum_key_store: Callable[[], bool]
     batch_size: int
+    # The users whose grace period ended by `now` according to the log itself (not a read
+    # model), not erased in it, and not being erased by another sweeper now.
+    overdue_by_the_log: Callable[[datetime], Sequence[UUID]] = lambda _now: ()
 
 
 def sweep_erasures(ports: ErasurePorts) -> int:
@@ -62,6 +72,9 @@ def sweep_erasures(ports: ErasurePorts) -> int:
         ports.users.deregister_connections_of_gone_user(ctx, user_id)
     batch = ports.batch_size
     erased = 0
+    # Every user due by then has a pending row due by then, unless the row was removed or
+    # changed: the log is asked about them after the claimed batches.
+    started = ports.clock()
     while True:
         due = ports.claim_due_erasures(ports.clock(), batch)
         erased_now = 0
@@ -79,8 +92,33 @@ def sweep_erasures(ports: ErasurePorts) -> int:
         # erase, which would be a bug, never spins the sweep forever).
         if len(due) < batch or erased_now == 0:
             break
+    erased += _erase_overdue_by_the_log(ports, ctx, started)
     if erased:
         log.info("erased %d user(s) whose grace period ended (sweep %s)", erased, ctx.request_id)
+    return erased
+
+
+def _erase_overdue_by_the_log(ports: ErasurePorts, ctx: CommandContext, now: datetime) -> int:
+    """Erase the users whose grace period ended by `now` according to the log that the
+    claimed batches left: their pending-erasure row was removed or changed (tampering, or
+    a lost row). Said in the log (counts only); erased as the claimed ones are."""
+    overdue = list(ports.overdue_by_the_log(now))
+    if not overdue:
+        return 0
+    erased = 0
+    for start in range(0, len(overdue), ports.batch_size):
+        erased_now = _erase_batch(ports, ctx, overdue[start : start + ports.batch_size])
+        if erased_now:
+            ports.vacuum_key_store()
+        erased += erased_now
+    log.warning(
+        "%d user(s) due for erasure by the log had no pending-erasure row due for it "
+        "(removed or changed behind the log's back, or lost): %d erased from the log "
+        "(sweep %s); `healthledger verify --read-models` names the rows",
+        len(overdue),
+        erased,
+        ctx.request_id,
+    )
     return erased
 
 
