@@ -60,6 +60,13 @@ HEARTRATE_INTERVAL = timedelta(minutes=5)
 _COLLECTIONS = frozenset(
     {"sleep", "daily_sleep", "daily_activity", "daily_readiness", "daily_spo2", "workout"}
 )
+# The scope each collection needs (Oura's documented scopes).
+SCOPE_OF = {
+    "heartrate": "heartrate",
+    "workout": "workout",
+    "personal_info": "personal",
+    "daily_spo2": "spo2Daily",
+}
 _NAMESPACE = uuid.UUID("0b7f6c2e-3c55-4c36-9d43-6d1f7f0a2b11")
 _SPORTS = ("walking", "running", "cycling", "strengthTraining", "yoga")
 # sleep_phase_5_min digits: 1 deep, 2 light, 3 REM, 4 awake.
@@ -138,6 +145,8 @@ class FakeOura:
     expires_in: int = 86400
     daily_page_size: int = DAILY_PAGE_SIZE
     heartrate_page_size: int = HEARTRATE_PAGE_SIZE
+    # Scopes the person unticks on Oura's consent screen (granted: the others asked).
+    denied_scopes: set[str] = field(default_factory=set)
     # How far back a person's ring has data, from the fake's today.
     history_days: int = 2 * 365
     # What the fake saw: (method, path, query, status), in order.
@@ -478,7 +487,9 @@ class FakeOura:
                 "client_id": client_id,
                 "redirect_uri": redirect_uri,
                 "challenge": query.get("code_challenge", ""),
-                "scope": query.get("scope", ""),
+                "scope": " ".join(
+                    s for s in query.get("scope", "").split() if s not in self.denied_scopes
+                ),
             }
         back = urlencode({"code": code, "state": query.get("state", "")})
         return RedirectResponse(f"{redirect_uri}?{back}", status_code=302)
@@ -557,6 +568,8 @@ class FakeOura:
             return answer({"status": 401, "title": "Expired Token"}, 401)
         person = PEOPLE[grant.person]
         name = request.path_params["collection"]
+        if SCOPE_OF.get(name, "daily") not in grant.scope.split():
+            return answer({"status": 401, "title": "Missing Scopes"}, 401)
         if name == "personal_info":
             return answer(self.personal_info(person))
         try:

@@ -153,7 +153,9 @@ class DemoProvider:
 
     history_days = HISTORY_DAYS
 
-    def availability(self, resources: Sequence[str]) -> dict[str, Any]:
+    def availability(
+        self, resources: Sequence[str], grant: OAuthGrant | None = None
+    ) -> dict[str, Any]:
         """A demo device offers every resource and the user granted every scope."""
         return {
             resource: {

@@ -157,7 +157,9 @@ class OAuth2Maker:
             tokens=tokens,
         )
 
-    def availability(self, resources: Sequence[str]) -> dict[str, Any]:
+    def availability(
+        self, resources: Sequence[str], grant: OAuthGrant | None = None
+    ) -> dict[str, Any]:
         """Every resource the catalog lists, under the scopes the authorization asked for
         (the maker's consent screen is where the person grants them)."""
         return {

@@ -44,6 +44,7 @@ from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     OAuthClient,
+    OAuthGrant,
     ProviderError,
     PullTarget,
 )
@@ -148,17 +149,27 @@ class OuraReader(OAuth2Maker):
         self.max_wait = max_wait
         self.sleep = sleep
 
-    def availability(self, resources: Sequence[str]) -> dict[str, Any]:
-        """What Oura offers of each resource, under the scope that covers it; a resource
-        Oura's API does not give is unavailable (no pull fails for it)."""
+    def availability(
+        self, resources: Sequence[str], grant: OAuthGrant | None = None
+    ) -> dict[str, Any]:
+        """What Oura offers of each resource, under the scope that covers it: available
+        when the person granted that scope (the token answer's `scope`; every scope asked
+        when Oura did not say), unavailable when they did not, or when Oura's API does not
+        give the resource (no pull fails for either)."""
+        granted = granted_scopes(grant.tokens.scope if grant and grant.tokens else None)
         found: dict[str, Any] = {}
         for resource in sorted(resources):
             scope = SCOPES.get(resource)
+            allowed = scope is not None and (granted is None or scope in granted)
+            required = [scope] if scope else []
             found[resource] = {
-                "status": "available" if scope else "unavailable",
+                "status": "available" if allowed else "unavailable",
                 "scope_requirements": {
-                    "user_granted": {"required": [scope] if scope else [], "optional": []},
-                    "user_denied": {"required": [], "optional": []},
+                    "user_granted": {"required": required if allowed else [], "optional": []},
+                    "user_denied": {
+                        "required": [] if allowed or not scope else required,
+                        "optional": [],
+                    },
                 },
             }
         return found
@@ -170,6 +181,8 @@ class OuraReader(OAuth2Maker):
     ) -> dict[date, Any]:
         session = _Session(self, Connection.id_for(target.user_id, target.provider), now)
         resource = target.resource
+        if not session.granted(SCOPES.get(resource)):
+            return {}  # not granted (or not in Oura's API): unavailable, nothing to read
         if resource in ("sleep", "sleep_cycle", "hypnogram", "sleep_stream"):
             return _by_sleep(resource, session, start, end)
         if resource in ("hrv", "respiratory_rate"):
@@ -239,6 +252,15 @@ class _Session:
         self.now = now
         self.current: str | None = None
 
+    def granted(self, scope: str | None) -> bool:
+        """Whether the person granted `scope` (as the stored grant says; every scope when
+        Oura's token answer did not say)."""
+        if scope is None:
+            return False
+        stored = self.reader.tokens.current(self.connection_id)
+        granted = granted_scopes(None if stored is None else stored.tokens.scope)
+        return granted is None or scope in granted
+
     def token(self) -> str:
         if self.current is None:
             self.current = self.reader.access_token(self.connection_id, self.now)
@@ -301,6 +323,12 @@ class _Session:
         if not isinstance(answer, dict):
             raise ProviderError("provider_unavailable", _UNAVAILABLE)
         return answer
+
+
+def granted_scopes(scope: str | None) -> frozenset[str] | None:
+    """The scopes of a token answer's `scope` (space-separated, RFC 6749 3.3); None when
+    the answer did not say."""
+    return None if scope is None else frozenset(scope.split())
 
 
 def retry_after(value: str | None, now: datetime) -> float | None:

@@ -297,7 +297,7 @@ class LinkTokens:
             if grant.external_user_id is None
             else self.connections.vault.seal(token.user_id, grant.external_user_id)
         )
-        availability = adapter.availability(resources)
+        availability = adapter.availability(resources, grant)
         connection = self.ledger.find(Connection.id_for(token.user_id, provider))
         if connection is None:
             connection = Connection.connect_new(

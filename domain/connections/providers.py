@@ -154,10 +154,13 @@ class ProviderAdapter(Protocol):
     # How far back a new connection's history reaches.
     history_days: int
 
-    def availability(self, resources: Sequence[str]) -> dict[str, Any]:
+    def availability(
+        self, resources: Sequence[str], grant: OAuthGrant | None = None
+    ) -> dict[str, Any]:
         """Spec 2.2 `resource_availability` as the provider reports it for a new
         connection: per resource its `status` and `scope_requirements` (the scopes the user
-        granted and denied, each split into required and optional)."""
+        granted and denied, each split into required and optional). `grant`: what the
+        maker granted at the sign-in (its scopes), for an OAuth connection."""
         ...
 
     def fetch(

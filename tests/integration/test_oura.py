@@ -344,6 +344,27 @@ def test_a_record_sent_again_changed_updates_and_never_duplicates(
     assert {w["provider_id"]: w["calories"] for w in mine} == served
 
 
+def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura
+) -> None:
+    oura.denied_scopes = {"heartrate", "workout"}  # unticked on Oura's consent screen
+    user_id = connect(api, home, browser)
+    connection = svc.ledger.find(Connection.id_for(user_id, "oura"))
+    assert isinstance(connection, Connection)
+    availability = connection.resource_availability
+    for resource in ("heartrate", "workouts"):
+        assert availability[resource]["status"] == "unavailable"
+        assert availability[resource]["scope_requirements"]["user_denied"]["required"]
+    assert availability["sleep"]["status"] == "available"
+    svc.jobs.run_due_pulls()
+    found = statuses(svc, user_id)
+    assert set(found.values()) == {"success"}
+    assert provider_status(api, home, user_id)["status"] == "connected"
+    # Nothing was asked of Oura that the person did not grant.
+    assert oura.data_requests("heartrate") == [] and oura.data_requests("workout") == []
+    assert oura.data_requests("sleep")
+
+
 def test_retry_after_reads_seconds_and_http_dates() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     assert retry_after("7", now) == 7.0
