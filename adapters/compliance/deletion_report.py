@@ -122,6 +122,8 @@ _DATA_FACTS = frozenset(
         ResourceFeed.PullSucceeded,
         ResourceFeed.DailySynced,
         WebhookDelivery.Created,
+        WebhookDelivery.AttemptStarted,
+        WebhookDelivery.AttemptWithdrawn,
         WebhookDelivery.AttemptMade,
     )
 )
@@ -170,8 +172,11 @@ HEALTH_NAMES_ERASED = (
 RECIPIENTS_NOTE = (
     "Every webhook endpoint that was sent data about the user (GDPR art. 19), from the "
     "deliveries' own histories: POSTs made, how many the endpoint acknowledged (2xx), the "
-    "first and the last. An endpoint is named by its id and the origin of its URL (no "
-    "path or query: they may hold a secret of the team's)."
+    "first and the last. An attempt recorded as started (before its POST) whose outcome "
+    "was never recorded (its sender stopped) is counted as outcome unknown: the data was "
+    "possibly sent, and the endpoint is listed as a possible recipient (possibly_received). "
+    "An endpoint is named by its id and the origin of its URL (no path or query: they may "
+    "hold a secret of the team's)."
 )
 EVENT_DESTINATIONS_NOTE = (
     "The service has no other kind of event destination (queues, streams): webhooks are "
@@ -752,9 +757,12 @@ def _health_data(
 
 def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
     """Every webhook endpoint sent data about the user, from the deliveries' histories:
-    deliveries, POSTs made, acknowledged (2xx), first and last of each."""
+    deliveries, POSTs made, acknowledged (2xx), first and last of each, and the attempts
+    started whose outcome is unknown (possibly sent)."""
     endpoint_of: dict[UUID, UUID] = {}
     found: dict[UUID, dict[str, Any]] = {}
+    # Per delivery, its attempts started and not completed (nor withdrawn), with the time.
+    open_attempts: dict[UUID, dict[int, str]] = {}
     for e in decoded:
         if isinstance(e, WebhookDelivery.Created):
             endpoint_of[e.originator_id] = e.endpoint_id
@@ -773,7 +781,12 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
                 },
             )
             entry["deliveries"] += 1
+        elif isinstance(e, WebhookDelivery.AttemptStarted) and e.originator_id in endpoint_of:
+            open_attempts.setdefault(e.originator_id, {})[e.attempt] = instant(e.timestamp)
+        elif isinstance(e, WebhookDelivery.AttemptWithdrawn):
+            open_attempts.get(e.originator_id, {}).pop(e.attempt, None)
         elif isinstance(e, WebhookDelivery.AttemptMade) and e.originator_id in endpoint_of:
+            open_attempts.get(e.originator_id, {}).pop(e.attempt, None)
             entry = found[endpoint_of[e.originator_id]]
             at = instant(e.timestamp)
             entry["posts"] += 1
@@ -794,6 +807,16 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
         for endpoint_id, entry in found.items():
             entry["origin"] = _origin(urls.get(endpoint_id))
             entry["received"] = entry["posts"] > 0
+            entry["outcome_unknown"] = 0
+            entry["first_possibly_sent_at"] = None
+        for delivery_id, started in open_attempts.items():
+            for at in started.values():
+                entry = found[endpoint_of[delivery_id]]
+                entry["outcome_unknown"] += 1
+                first = entry["first_possibly_sent_at"]
+                entry["first_possibly_sent_at"] = at if first is None else min(first, at)
+        for entry in found.values():
+            entry["possibly_received"] = entry["received"] or entry["outcome_unknown"] > 0
     return {
         "note": RECIPIENTS_NOTE,
         "webhook_endpoints": sorted(

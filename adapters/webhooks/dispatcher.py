@@ -6,10 +6,13 @@ per subscribed endpoint, in the transaction that moves the tracking position on:
 delivery is created exactly once per (event, endpoint), even with several dispatchers.
 
 `send_due` claims the deliveries that are due (a lease per delivery, `DeliveryLeases`),
-posts them, signed (Standard Webhooks, both header families), and records each attempt:
-every POST made is recorded, even one that overlapped another sender's. Delivery is at
-least once: a crash between a POST and its record leaves the lease to expire, and the
-delivery is sent again, with the same message id, which receivers deduplicate (ADR 0019).
+records the round's attempts as started (one commit, before any POST), posts them, signed
+(Standard Webhooks, both header families), and records each outcome (one commit): every
+POST made is recorded, even one that overlapped another sender's, and no POST is made
+that was not recorded first. Delivery is at least once: a crash between a POST and its
+outcome leaves an attempt of unknown outcome (possibly sent) and the lease to expire, and
+the delivery is sent again, with the same message id, which receivers deduplicate (ADR
+0019; issue 30).
 """
 
 from __future__ import annotations
@@ -288,6 +291,12 @@ class Dispatcher:
                 dropped.append((row, "user erased"))
                 continue
             work.append((row, target[0], target[1], body))
+        # Each attempt is recorded as started before its POST, the round's in one commit:
+        # whatever happens to this process from here, the record never says less than
+        # what may have been sent. A delivery no longer pending (settled or dropped since
+        # the claim) is not posted, nor one whose start could not be recorded.
+        attempts = self.start(ctx, [row for row, *_rest in work])
+        work = [item for item in work if item[0].delivery_id in attempts]
         # In parallel across (endpoint, user) pairs; in log order within each, so that a
         # receiver sees a user's connection created before its error.
         lanes: dict[tuple[UUID, UUID], list[int]] = {}
@@ -309,10 +318,16 @@ class Dispatcher:
         records: list[tuple[Any, Callable[[WebhookDelivery], bool]]] = []
         gone: set[UUID] = set()
         failing: set[UUID] = set()
+        withdrawn = 0
         for (row, _url, _secrets, _body), result in zip(work, results, strict=True):
+            attempt = attempts[row.delivery_id]
             if result is None:
-                continue  # not posted: its lease is released below
-            records.append((row, attempt_recorder(ctx, now, result)))
+                # Not posted (the round's time ran out): the start is withdrawn, and the
+                # lease released below.
+                records.append((row, withdraw_recorder(ctx, now, attempt)))
+                withdrawn += 1
+                continue
+            records.append((row, attempt_recorder(ctx, now, result, attempt)))
             if result.gone:
                 gone.add(row.endpoint_id)
             elif result.error is not None:
@@ -327,7 +342,7 @@ class Dispatcher:
             since = self.queries.failing_since(endpoint_id)
             if since is not None and now - since >= FAILING_TOO_LONG:
                 self.endpoints.disable(ctx, endpoint_id, DISABLED_FAILING)
-        return len(records)
+        return len(records) - withdrawn
 
     def _target(self, endpoint_id: UUID) -> tuple[str, list[str]] | None:
         endpoint = self.queries.endpoint(endpoint_id)
@@ -359,52 +374,90 @@ class Dispatcher:
         retry_after = _retry_after(response.headers.get("retry-after"), self.clock())
         return PostResult(code, latency, f"http_{code}", retry_after)
 
-    def record(self, records: Sequence[tuple[Any, Callable[[WebhookDelivery], bool]]]) -> None:
+    def start(self, ctx: CommandContext, rows: Sequence[Any]) -> dict[UUID, int]:
+        """Record an attempt started on each of these deliveries that is still pending, in
+        one transaction (one by one if it meets another writer); per delivery whose start
+        was recorded, the attempt's number. Only those may be posted."""
+        if not rows:
+            return {}
+        now = self.clock()
+        numbers: dict[UUID, int] = {}
+
+        def record(delivery: WebhookDelivery) -> bool:
+            if delivery.status != PENDING:
+                return False
+            numbers[delivery.id] = delivery.start_attempt(ctx, now)
+            return True
+
+        saved = self.record([(row, record) for row in rows])
+        return {delivery_id: numbers[delivery_id] for delivery_id in saved}
+
+    def record(self, records: Sequence[tuple[Any, Callable[[WebhookDelivery], bool]]]) -> set[UUID]:
         """Record the batch in one transaction. If another writer recorded one of its
-        deliveries meanwhile (a sender whose lease ran out, a redelivery), each is
-        recorded on its own, on a fresh copy, so that no POST made goes unrecorded."""
+        deliveries meanwhile (a sender whose lease ran out, a redelivery, an erasure), each
+        is recorded on its own, on a fresh copy, so that no POST made goes unrecorded. The
+        deliveries on which something was recorded."""
         batch = []
         for row, record in records:
             delivery = self.ledger.find(row.delivery_id)
             if isinstance(delivery, WebhookDelivery) and record(delivery):
                 batch.append(delivery)
         if not batch:
-            return
+            return set()
         try:
             self.ledger.save(*batch)
-            return
+            return {delivery.id for delivery in batch}
         except IntegrityError:
             log.info("a batch of delivery records met another writer: one by one")
-        for row, record in records:
-            self._record_one(row.delivery_id, record)
+        return {
+            row.delivery_id for row, record in records if self._record_one(row.delivery_id, record)
+        }
 
-    def _record_one(self, delivery_id: UUID, record: Callable[[WebhookDelivery], bool]) -> None:
+    def _record_one(self, delivery_id: UUID, record: Callable[[WebhookDelivery], bool]) -> bool:
         for _ in range(RECORD_TRIES):
             delivery = self.ledger.find(delivery_id)
             if not isinstance(delivery, WebhookDelivery) or not record(delivery):
-                return
+                return False
             try:
                 self.ledger.save(delivery)
-                return
+                return True
             except IntegrityError:
                 continue  # written meanwhile: record on the newer version
         log.warning("an attempt on delivery %s could not be recorded", delivery_id)
+        return False
 
 
 def attempt_recorder(
-    ctx: CommandContext, now: datetime, result: PostResult
+    ctx: CommandContext, now: datetime, result: PostResult, attempt: int | None = None
 ) -> Callable[[WebhookDelivery], bool]:
+    """The outcome of a POST, completing its started `attempt` (None: one not started)."""
+
     def record(delivery: WebhookDelivery) -> bool:
         # Whatever the delivery's state: the POST happened.
         delivery.record_attempt(
             ctx,
             now,
+            attempt=attempt,
             status_code=result.status_code,
             latency_ms=result.latency_ms,
             error=result.error,
             retry_after=result.retry_after,
             final=result.gone,
         )
+        return True
+
+    return record
+
+
+def withdraw_recorder(
+    ctx: CommandContext, now: datetime, attempt: int
+) -> Callable[[WebhookDelivery], bool]:
+    """A started attempt that was not posted after all."""
+
+    def record(delivery: WebhookDelivery) -> bool:
+        if attempt not in delivery.open_attempts:
+            return False
+        delivery.withdraw_attempt(ctx, now, attempt)
         return True
 
     return record

@@ -5,8 +5,17 @@ its status code, latency and outcome is in the delivery's history.
             -> pending (attempt n failed)     (retried on the schedule below)
             -> failed                         (the last try failed, or the endpoint is gone)
             -> dropped                        (the user was erased, the endpoint disabled or
-                                               deleted: never sent)
+                                               deleted: never sent, or, after an attempt
+                                               of unknown outcome, possibly sent)
     succeeded | failed | dropped -> pending   (Replayed: a redelivery, same message id)
+
+The record never claims less than what may have happened (issue 30): an attempt is
+recorded as started (`AttemptStarted`, committed before the POST) and completed by its
+outcome (`AttemptMade`). A started attempt with no outcome (its sender died, or is still
+posting) is an attempt of unknown outcome: it counts as an attempt, and a drop after it
+says "outcome unknown, possibly sent" instead of "never sent". A started attempt that
+was not posted after all (its sender's round ran out of lease) is withdrawn
+(`AttemptWithdrawn`).
 
 Every POST made is recorded, also one made after the delivery left `pending` (a sender
 whose lease ran out while another recorded the outcome, ADR 0019): it counts as an
@@ -32,6 +41,8 @@ PENDING = "pending"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 DROPPED = "dropped"
+# Appended to a drop's reason when an attempt of unknown outcome was started before it.
+POSSIBLY_SENT = "outcome unknown, possibly sent"
 
 # gaps.md: the first attempt is at once; after a failure, the retries come immediately,
 # then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h later (nine attempts in all); a
@@ -86,8 +97,35 @@ class WebhookDelivery(Audited):
         # user are sent in this order.
         log_position: int
 
+    class AttemptStarted(Event):
+        """A POST about to be made, recorded (committed) before it is: until its outcome
+        is recorded (`AttemptMade` of the same attempt), the attempt's outcome is unknown,
+        and the message was possibly sent."""
+
+        TOPIC = "healthledger:WebhookDelivery.AttemptStarted.v1"
+        ANNOUNCES = ()
+        attempt: int
+
+        def apply(self, delivery: WebhookDelivery) -> None:
+            delivery.attempts = max(delivery.attempts, self.attempt)
+            delivery.open_attempts = (*delivery.open_attempts, self.attempt)
+
+    class AttemptWithdrawn(Event):
+        """A started attempt that was not posted after all (its sender's round ran out of
+        time within its lease): it never happened."""
+
+        TOPIC = "healthledger:WebhookDelivery.AttemptWithdrawn.v1"
+        ANNOUNCES = ()
+        attempt: int
+
+        def apply(self, delivery: WebhookDelivery) -> None:
+            delivery.open_attempts = tuple(a for a in delivery.open_attempts if a != self.attempt)
+            if delivery.attempts == self.attempt:
+                delivery.attempts = self.attempt - 1
+
     class AttemptMade(Event):
-        """One POST: its answer (or why there was none), how long it took, and what next."""
+        """One POST: its answer (or why there was none), how long it took, and what next.
+        It completes the `AttemptStarted` of the same attempt number, if there was one."""
 
         TOPIC = "healthledger:WebhookDelivery.AttemptMade.v1"
         ANNOUNCES = ()
@@ -102,7 +140,13 @@ class WebhookDelivery(Audited):
         next_attempt_at: datetime | None
 
         def apply(self, delivery: WebhookDelivery) -> None:
-            delivery.attempts = self.attempt
+            # Never fewer than started: a late outcome of an older attempt (ADR 0019)
+            # leaves the count where a newer start put it.
+            delivery.attempts = max(delivery.attempts, self.attempt)
+            if self.attempt in delivery.open_attempts:
+                delivery.open_attempts = tuple(
+                    a for a in delivery.open_attempts if a != self.attempt
+                )
             delivery.last_status_code = self.status_code
             if self.outcome == "success":
                 delivery.status = SUCCEEDED
@@ -116,6 +160,9 @@ class WebhookDelivery(Audited):
                 delivery.next_attempt_at = self.next_attempt_at
 
     class Dropped(Event):
+        """No more attempts. `reason` ends with POSSIBLY_SENT when an attempt of unknown
+        outcome came before: the message was possibly sent."""
+
         TOPIC = "healthledger:WebhookDelivery.Dropped.v1"
         ANNOUNCES = ()
         reason: str
@@ -169,6 +216,16 @@ class WebhookDelivery(Audited):
         self.next_attempt_at: datetime | None
         _reset(self, timestamp)
 
+    # The attempts started whose outcome is not recorded (unknown while a sender may still
+    # be posting, for good once it died). A class default, so that a delivery that never
+    # had one keeps its state as it was; a redelivery keeps them (they were possibly sent).
+    open_attempts: tuple[int, ...] = ()
+
+    @property
+    def possibly_sent(self) -> bool:
+        """Whether an attempt of unknown outcome was started."""
+        return bool(self.open_attempts)
+
     @staticmethod
     def id_for(endpoint_id: UUID, message_id: str) -> UUID:
         return uuid.uuid5(_NAMESPACE, f"{endpoint_id}\x1f{message_id}")
@@ -206,11 +263,25 @@ class WebhookDelivery(Audited):
             log_position=log_position,
         )
 
+    def start_attempt(self, ctx: CommandContext, now: datetime) -> int:
+        """Record that a POST is about to be made (to be committed before it is); the
+        attempt's number, for its outcome. An attempt started before and never completed
+        (a sender that died) stays one of unknown outcome, and counts."""
+        attempt = self.attempts + 1
+        self.record(ctx, now, self.AttemptStarted, attempt=attempt)
+        return attempt
+
+    def withdraw_attempt(self, ctx: CommandContext, now: datetime, attempt: int) -> None:
+        """A started attempt that was not posted after all."""
+        if attempt in self.open_attempts:
+            self.record(ctx, now, self.AttemptWithdrawn, attempt=attempt)
+
     def record_attempt(
         self,
         ctx: CommandContext,
         now: datetime,
         *,
+        attempt: int | None = None,
         status_code: int | None,
         latency_ms: float,
         error: str | None,
@@ -219,8 +290,10 @@ class WebhookDelivery(Audited):
     ) -> None:
         """Record a POST. A failure is retried on the schedule (no sooner than a 429's
         Retry-After) unless it was the last try or `final` (a 410), or the delivery is no
-        longer pending (a late POST: another sender recorded the outcome)."""
-        attempt = self.attempts + 1
+        longer pending (a late POST: another sender recorded the outcome). `attempt` is the
+        number `start_attempt` gave (None: a POST that was not started, the next number)."""
+        if attempt is None:
+            attempt = self.attempts + 1
         success = error is None
         next_at = None
         late = self.status != PENDING
@@ -242,7 +315,10 @@ class WebhookDelivery(Audited):
         )
 
     def drop(self, ctx: CommandContext, now: datetime, reason: str) -> None:
+        """No more attempts; a drop after an attempt of unknown outcome says so."""
         if self.status == PENDING:
+            if self.possibly_sent:
+                reason = f"{reason}: {POSSIBLY_SENT}"
             self.record(ctx, now, self.Dropped, reason=reason)
 
     def replay(self, ctx: CommandContext, now: datetime) -> None:

@@ -246,8 +246,10 @@ def test_a_redirect_is_a_failure_and_is_not_followed(svc: Service, receiver: Rec
     svc.dispatcher.send_due()
     assert len(receiver.on("moved")) == 1 and receiver.on("ok") == []
     (row,) = rows(svc, endpoint_id)
-    (_, attempt) = svc.ledger.events.get(row.delivery_id)
-    assert isinstance(attempt, WebhookDelivery.AttemptMade)
+    (_, started, attempt) = svc.ledger.events.get(row.delivery_id)
+    # Recorded as started before the POST, then its outcome.
+    assert isinstance(started, WebhookDelivery.AttemptStarted) and started.attempt == 1
+    assert isinstance(attempt, WebhookDelivery.AttemptMade) and attempt.attempt == 1
     assert (attempt.status_code, attempt.error, row.status) == (302, "redirect", "pending")
 
 

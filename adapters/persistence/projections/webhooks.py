@@ -44,7 +44,7 @@ def delivery_attempt(*, succeeded: bool) -> Update:
     0019) keeps its status and next attempt, as `WebhookDelivery.AttemptMade` does."""
     d = webhook_deliveries.c
     values: dict[str, Any] = {
-        "attempts": bindparam("attempts"),
+        "attempts": at_least_attempts(),
         "last_attempt_at": bindparam("at"),
         "last_status_code": bindparam("code"),
         "next_attempt_at": bindparam("next_at"),
@@ -65,6 +65,39 @@ def delivery_attempt(*, succeeded: bool) -> Update:
             else_=d.next_attempt_at,
         )
     return update(webhook_deliveries).where(d.delivery_id == bindparam("did")).values(values)
+
+
+def at_least_attempts() -> Any:
+    """The attempts column, raised to the event's attempt number and never lowered: a late
+    outcome of an older attempt leaves the count a newer start set (as the aggregate's
+    `max`)."""
+    d = webhook_deliveries.c
+    attempt = bindparam("attempts", type_=d.attempts.type)
+    return case((d.attempts > attempt, d.attempts), else_=attempt)
+
+
+def attempt_started() -> Update:
+    """UPDATE of a delivery's row when an attempt is started (before its POST): it counts."""
+    d = webhook_deliveries.c
+    return (
+        update(webhook_deliveries)
+        .where(d.delivery_id == bindparam("did"))
+        .values(attempts=at_least_attempts(), version=bindparam("version"))
+    )
+
+
+def attempt_withdrawn() -> Update:
+    """UPDATE of a delivery's row when a started attempt was not posted after all."""
+    d = webhook_deliveries.c
+    attempt = bindparam("attempts", type_=d.attempts.type)
+    return (
+        update(webhook_deliveries)
+        .where(d.delivery_id == bindparam("did"))
+        .values(
+            attempts=case((d.attempts == attempt, attempt - 1), else_=d.attempts),
+            version=bindparam("version"),
+        )
+    )
 
 
 # Compiled once: a fan-out writes a delivery per endpoint, each attempt updates one, and
@@ -91,6 +124,8 @@ INSERT_DELIVERY = CompiledStatement(insert_of(webhook_deliveries, DELIVERY_COLUM
 DELIVERY_SUCCEEDED_UPDATE = CompiledStatement(delivery_attempt(succeeded=True))
 DELIVERY_FAILED_UPDATE = CompiledStatement(delivery_attempt(succeeded=False))
 UPDATE_DELIVERY = UpdatesByKey(webhook_deliveries, "delivery_id")
+ATTEMPT_STARTED_UPDATE = CompiledStatement(attempt_started())
+ATTEMPT_WITHDRAWN_UPDATE = CompiledStatement(attempt_withdrawn())
 
 
 @handles(WebhookDelivery.Created)
@@ -120,6 +155,20 @@ def delivery_created(conn: Connection, e: WebhookDelivery.Created) -> None:
 
 def update_delivery(conn: Connection, e: Any, **values: Any) -> None:
     UPDATE_DELIVERY.execute(conn, e.originator_id, {"version": e.originator_version, **values})
+
+
+@handles(WebhookDelivery.AttemptStarted)
+def delivery_attempt_started(conn: Connection, e: WebhookDelivery.AttemptStarted) -> None:
+    ATTEMPT_STARTED_UPDATE.execute(
+        conn, {"did": e.originator_id, "attempts": e.attempt, "version": e.originator_version}
+    )
+
+
+@handles(WebhookDelivery.AttemptWithdrawn)
+def delivery_attempt_withdrawn(conn: Connection, e: WebhookDelivery.AttemptWithdrawn) -> None:
+    ATTEMPT_WITHDRAWN_UPDATE.execute(
+        conn, {"did": e.originator_id, "attempts": e.attempt, "version": e.originator_version}
+    )
 
 
 @handles(WebhookDelivery.AttemptMade)
