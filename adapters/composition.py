@@ -10,12 +10,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache, partial
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import httpx
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from healthledger.adapters.answers.orders import OrderAnswers
+from healthledger.adapters.compliance.integrity_check import (
+    last_integrity_check_at,
+    run_integrity_checks,
+)
 from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
@@ -71,6 +76,7 @@ from healthledger.domain.connections.pulling import PullPolicy, Pulls
 from healthledger.domain.connections.user_deletion import UserConnections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.errors import TeamNotFound
+from healthledger.domain.integrity import IntegrityChecks
 from healthledger.domain.labs.lab_tests import LabTests
 from healthledger.domain.labs.ordering import LabOrders
 from healthledger.domain.labs.portal import Portal, PortalLifetimes
@@ -98,6 +104,7 @@ from healthledger.domain.webhooks.redelivery import Redeliveries
 from healthledger.domain.webhooks.user_deletion import UserDeliveries
 from healthledger.scheduler.deprecations import apply_cut_overs
 from healthledger.scheduler.erasure import ErasurePorts, sweep_erasures
+from healthledger.scheduler.integrity import IntegrityPorts, check_integrity_if_due
 from healthledger.scheduler.key_rotation import KeyRotationPorts, rotate_master_key_if_due
 from healthledger.scheduler.lab_orders import progress_lab_orders
 from healthledger.scheduler.pulls import run_due_pulls, sync_connected_feeds
@@ -244,12 +251,13 @@ def build_service(
     # The signing key of the chain's heads, kept like the master key (ADR 0015).
     # Each head it signs is anchored outside the database too (issue 30 §3).
     signing_key_file = signing_key_path(settings.signing_key_file, settings.master_key_file)
+    anchor_file = anchor_file_path(settings.chain_anchor_file, signing_key_file)
     chain = open_chain(
         db,
         signing_key_file,
         clock,
         allow_beside_database=settings.allow_key_beside_database,
-        anchor_file=anchor_file_path(settings.chain_anchor_file, signing_key_file),
+        anchor_file=anchor_file,
     )
     # The master key from its source (docs/operations.md#the-master-key), checked against
     # the database's data keys; a new one only for a database that holds none yet.
@@ -495,6 +503,9 @@ def build_service(
         sign_chain_head=chain.sign_moved_head,
         makes_head_signing_due=SigningTally(settings.chain_sign_every).committed,
         progress_lab_orders=partial(progress_lab_orders, lab_orders),
+        **integrity_check_job(
+            settings, db, chain, anchor_file, read_models, recorder, ledger, clock
+        ),
     )
     return Service(
         settings=settings,
@@ -579,6 +590,33 @@ def master_key_rotation_job(
     return {"rotate_master_key": partial(rotate_master_key_if_due, ports)}
 
 
+def integrity_check_job(
+    settings: Settings,
+    db: Database,
+    chain: Chain,
+    anchor_file: Path,
+    read_models: ReadModels,
+    recorder: LedgerRecorder,
+    ledger: Ledger,
+    clock: Clock,
+) -> dict[str, Callable[[], int]]:
+    """The scheduler's integrity check (`Jobs.check_integrity`, issue 30 §3), if it has an
+    interval (HEALTHLEDGER_INTEGRITY_CHECK_INTERVAL, 0 or off: none)."""
+    interval = settings.integrity_check_interval
+    if interval is None:
+        return {}
+    ports = IntegrityPorts(
+        interval=interval,
+        clock=clock,
+        last_checked_at=partial(last_integrity_check_at, db),
+        run_checks=partial(
+            run_integrity_checks, chain, anchor_file, read_models, recorder, ledger.mapper
+        ),
+        checks=IntegrityChecks(ledger, clock),
+    )
+    return {"check_integrity": partial(check_integrity_if_due, ports)}
+
+
 def start_scheduler(service: Service) -> LedgerScheduler:
     """Run the service's jobs at their intervals, and wake its workers on every commit of
     events in this process, whoever made it (HTTP, the CLI, an embedding application)."""
@@ -594,6 +632,7 @@ def start_scheduler(service: Service) -> LedgerScheduler:
             master_key_rotation=settings.master_key_rotation_interval,
             chain_sign=settings.chain_sign_interval,
             sandbox_lab=settings.lab_order_poll_interval,
+            integrity_check=settings.integrity_check_interval,
         ),
     )
     recorder = service.recorder

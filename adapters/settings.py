@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     # holder cannot reach it (issue 30): `healthledger verify --anchors` compares the log
     # with it. Unset: healthledger.heads beside the signing key file.
     chain_anchor_file: Path | None = None
+    # How often the scheduler walks the chain (with the head file's heads) and compares the
+    # read models with the log, recording the result as an event (issue 30 §3); 0 or "off":
+    # never. It looks hourly (at most) whether the latest recorded check is this old.
+    integrity_check_interval: IntervalOrOff = timedelta(days=1)
     # Seconds or ISO 8601 (P7D). The spec's grace period is 7 days.
     grace_period: Duration = Field(default=timedelta(days=7), gt=timedelta(0))
     host: str = "127.0.0.1"

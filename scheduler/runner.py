@@ -28,9 +28,12 @@ WEBHOOK_DISPATCHER = "webhook-dispatcher"
 SANDBOX_LAB = "sandbox-lab"
 MASTER_KEY_ROTATION = "master-key-rotation"
 CHAIN_HEAD_SIGNING = "chain-head-signing"
+INTEGRITY_CHECK = "integrity-check"
 # How often the rotation job looks whether a rotation is due (or its interval, if less):
 # the interval counts from the latest rotation, not from the process's start.
 ROTATION_CHECK = timedelta(hours=1)
+# Likewise, how often the integrity check's job looks whether a check is due.
+INTEGRITY_LOOK = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class Jobs:
     makes_head_signing_due: Callable[[Sequence[object]], bool] = lambda _events: False
     # The simulated lab: due sandbox orders one step on (scheduler/lab_orders.py).
     progress_lab_orders: Callable[[], int] = lambda: 0
+    # The chain walked and the read models compared with the log, if the latest recorded
+    # check is an interval old (scheduler/integrity.py): 1 if it ran, else 0.
+    check_integrity: Callable[[], int] = lambda: 0
     # Whether a committed event gives the webhook dispatcher work at once (it announces
     # something, or makes a delivery due): other commits do not wake it, and its interval
     # moves its position past them. Every event, unless told otherwise.
@@ -75,6 +81,9 @@ class Intervals:
     # How often the simulated lab looks for due sandbox orders (a commit that makes a step
     # due at once also wakes it).
     sandbox_lab: timedelta = timedelta(seconds=5)
+    # How often the integrity check runs (HEALTHLEDGER_INTEGRITY_CHECK_INTERVAL); None:
+    # never. The job looks at most hourly whether one is due (`INTEGRITY_LOOK`).
+    integrity_check: timedelta | None = None
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -110,6 +119,15 @@ class LedgerScheduler(BackgroundScheduler):
                 min(intervals.master_key_rotation, ROTATION_CHECK),
                 jobs.rotate_master_key,
             )
+        if intervals.integrity_check is not None:
+            # Not at start: a rebuild of every read model is no work for every process
+            # starting at once (the first look comes an hour, or the interval, later).
+            self.every(
+                INTEGRITY_CHECK,
+                min(intervals.integrity_check, INTEGRITY_LOOK),
+                jobs.check_integrity,
+                at_start=False,
+            )
 
     def committed(self, events: Sequence[object]) -> None:
         """A commit of this process stored `events`: wake the workers they give work to.
@@ -128,14 +146,22 @@ class LedgerScheduler(BackgroundScheduler):
         if self.makes_head_signing_due(events):
             self.chain_signer.wake()
 
-    def every(self, job_id: str, interval: timedelta, work: Callable[[], object]) -> None:
-        """Run `work` every `interval`, and once at start."""
+    def every(
+        self,
+        job_id: str,
+        interval: timedelta,
+        work: Callable[[], object],
+        *,
+        at_start: bool = True,
+    ) -> None:
+        """Run `work` every `interval`, and once at start (unless not `at_start`)."""
+        now = datetime.now(UTC)
         self.add_job(
             work,
             "interval",
             seconds=interval.total_seconds(),
             id=job_id,
-            next_run_time=datetime.now(UTC),
+            next_run_time=now if at_start else now + interval,
         )
 
     def wakeable(self, job_id: str, interval: timedelta, work: Callable[[], int]) -> WakeableJob:

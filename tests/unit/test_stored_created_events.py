@@ -22,6 +22,7 @@ from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.oauth_flows import OAuthFlow, binding_digest
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
+from healthledger.domain.integrity import IntegrityCheck, IntegrityFindings
 from healthledger.domain.keys import (
     LINK_TOKEN,
     MANAGEMENT_KEY,
@@ -76,6 +77,10 @@ class Founded(TypedDict):
 FOUNDED: Founded = {"timestamp": T, "actor": CTX.actor, "request_id": CTX.request_id}
 # An OAuth flow's digest of its browser's binding secret (any 64 hex digits).
 BINDING_DIGEST = "0f" * 32
+INTEGRITY_PROBLEM = (
+    "read models: a row of pending_erasures made by the log is missing from the live table "
+    "(1 row(s) differ in 1 table(s))"
+)
 
 
 def user(**fields: object) -> User:
@@ -231,6 +236,19 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
         sealed_request_digest="v1.sealed-digest",
         status="received.walk_in_test.ordered",
         next_step_at=datetime(2026, 3, 1, 12, 1, 0, 123456, tzinfo=UTC),
+    ),
+    "IntegrityCheck": lambda: IntegrityCheck.record_findings(
+        CTX,
+        T,
+        IntegrityFindings(
+            records_checked=120,
+            signed_heads_checked=3,
+            anchored_heads_checked=2,
+            read_model_rows_compared=45,
+            read_model_differences=1,
+            first_problem=INTEGRITY_PROBLEM,
+        ),
+        id=fixed_id(18),
     ),
 }
 
@@ -596,6 +614,30 @@ GOLDEN = {
             '"_data_":"2026-03-01T12:00:00.123456+00:00"}}'
         ),
     ),
+    "IntegrityCheck": Golden(
+        id="11111111-2222-4333-8444-000000000012",
+        topic="healthledger:IntegrityCheck.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:IntegrityCheck",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","passed":false,"records_checked":120,'
+            '"signed_heads_checked":3,"anchored_heads_checked":2,'
+            '"read_model_rows_compared":45,"read_model_differences":1,'
+            '"first_problem":"read models: a row of pending_erasures made by the log is '
+            'missing from the live table (1 row(s) differ in 1 table(s))"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"passed":false,'
+            '"records_checked":120,"signed_heads_checked":3,"anchored_heads_checked":2,'
+            '"read_model_rows_compared":45,"read_model_differences":1,'
+            '"first_problem":"read models: a row of pending_erasures made by the log is '
+            'missing from the live table (1 row(s) differ in 1 table(s))"}'
+        ),
+    ),
     "DeprecationCalendar": Golden(
         id="b6087bfd-f7fe-5fb2-b3b9-7ade392f61ed",
         topic="healthledger:DeprecationCalendar.Created.v1",
@@ -882,7 +924,7 @@ def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
 def test_the_golden_values_cover_every_aggregate() -> None:
     founded = {type(found()) for found in FOUND.values()}
     assert {cls.__name__ for cls in founded} == {name.split(".")[0] for name in GOLDEN}
-    assert len(founded) == 17
+    assert len(founded) == 18
 
 
 def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> None:
