@@ -419,6 +419,9 @@ def hostile_report(*, erased: bool) -> dict[str, Any]:
                     "first_acknowledged_at": EVIL,
                     "last_acknowledged_at": EVIL,
                     "received": True,
+                    "outcome_unknown": EVIL,
+                    "first_possibly_sent_at": EVIL,
+                    "possibly_received": True,
                 }
             ],
             "event_destinations": {"supported": False, "note": EVIL},
