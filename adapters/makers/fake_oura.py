@@ -189,6 +189,14 @@ class FakeOura:
         with self.lock:
             self._revoked.add(person)
 
+    def restore(self, person: str) -> None:
+        """The person allows the application again: new sign-ins work (old tokens stay
+        revoked: they were issued before)."""
+        with self.lock:
+            self._revoked.discard(person)
+            self._access = {k: g for k, g in self._access.items() if g.person != person}
+            self._refresh = {k: g for k, g in self._refresh.items() if g.person != person}
+
     def revise(self, person: str, day: date) -> None:
         """The person's records of `day` are sent again changed (same ids, new values)."""
         with self.lock:

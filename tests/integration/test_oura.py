@@ -303,8 +303,8 @@ def test_an_expired_access_token_is_refreshed_once(
     assert provider_status(api, home, user_id)["status"] == "connected"
 
 
-def test_a_revoked_grant_puts_the_connection_in_error(
-    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura
+def test_a_revoked_grant_puts_the_connection_in_error_until_the_person_signs_in_again(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
 ) -> None:
     user_id = connect(api, home, browser)
     oura.revoke("ava")  # at Oura, before the token's expiry
@@ -319,6 +319,23 @@ def test_a_revoked_grant_puts_the_connection_in_error(
     # Oura was asked to refresh the grant once, not once per resource.
     refreshes = [r for r in oura.requests if r[2].get("grant_type") == "refresh_token"]
     assert len(refreshes) == 1 and refreshes[0][3] == 400
+    # The person allows us again and signs in again: the connection is back, and its
+    # pulls run again to the end.
+    oura.restore("ava")
+    again = api.post(
+        "/v2/link/token", json={"user_id": str(user_id), "redirect_url": APP}, headers=home.headers
+    )
+    assert again.status_code == 200, again.text
+    _, answer = browser.sign_in(again.json()["link_token"], "oura")
+    assert outcome(answer) == {"state": "success"}
+    assert provider_status(api, home, user_id)["status"] == "connected"
+    svc.jobs.run_due_pulls()
+    found = statuses(svc, user_id)
+    assert set(found.values()) == {"success"}
+    days = past_days(clock)
+    window = {"start_date": str(days[0]), "end_date": str(days[-1])}
+    sleeps = get(api, home, f"/v2/summary/sleep/{user_id}", **window)
+    assert len(sleeps["sleep"]) == len(days)
 
 
 def test_a_record_sent_again_changed_updates_and_never_duplicates(
