@@ -9,7 +9,9 @@ webhooks read them unchanged.
 
 - Days. Oura's daily documents carry the person's local `day`: summaries are stored
   under it. Samples are stored under the UTC day of their timestamp, as the demo's are;
-  the reader asks for a day more on each side, so a day it returns is complete.
+  the reader asks for a day more on each side, so a day it returns is complete. The
+  resources of one chunk share what was read (six come from `sleep`): each page is asked
+  of Oura once per pull.
 - Record ids. A workout keeps Oura's id (the session key): a workout sent again with new
   values replaces the one stored, never adds one. A day's summary is replaced whole.
 - Failures. 429 is `provider_rate_limit_exceeded` (a short `Retry-After` is waited out
@@ -24,7 +26,9 @@ Nothing Oura sends is logged or put in an error: messages are fixed texts.
 
 from __future__ import annotations
 
+import threading
 import time as time_module
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from email.utils import parsedate_to_datetime
@@ -55,6 +59,8 @@ HISTORY_DAYS = 2 * 365  # Oura keeps the ring's whole history; we take two years
 MAX_WAIT = 5.0
 # Rate-limited answers waited out in one fetch before it gives up to the engine.
 MAX_WAITS = 3
+# Collections kept for the resources of the same pull (a chunk's dozen, a few pulls').
+RECENT_COLLECTIONS = 64
 # A cursor chain longer than this is a maker that loops, not data.
 MAX_PAGES = 10_000
 
@@ -148,6 +154,11 @@ class OuraReader(OAuth2Maker):
         self.history_days = history_days
         self.max_wait = max_wait
         self.sleep = sleep
+        # Collections read by the pull running now: the resources of one chunk share a
+        # collection (six come from `sleep`), so each page is asked of Oura once per pull
+        # (keyed by the pull's `now`: a retry, or the next sync, reads afresh).
+        self.recent: OrderedDict[tuple[Any, ...], list[dict[str, Any]]] = OrderedDict()
+        self.recent_lock = threading.Lock()
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
@@ -311,8 +322,22 @@ class _Session:
         raise ProviderError("provider_unavailable", _UNAVAILABLE)
 
     def collection(self, name: str, start: date, end: date) -> list[dict[str, Any]]:
-        params = {"start_date": start.isoformat(), "end_date": end.isoformat()}
-        return self.pages(f"/v2/usercollection/{name}", params)
+        """A collection's documents of the local days start..end, and of the day before
+        and after (a night's or a day's samples can fall on those UTC days): the same
+        window for every resource of a chunk, read once per pull."""
+        first, last = start - timedelta(days=1), end + timedelta(days=1)
+        key = (self.connection_id, self.now, name, first, last)
+        with self.reader.recent_lock:
+            found = self.reader.recent.get(key)
+        if found is not None:
+            return found
+        params = {"start_date": first.isoformat(), "end_date": last.isoformat()}
+        found = self.pages(f"/v2/usercollection/{name}", params)
+        with self.reader.recent_lock:
+            self.reader.recent[key] = found
+            while len(self.reader.recent) > RECENT_COLLECTIONS:
+                self.reader.recent.popitem(last=False)
+        return found
 
     def heartrate(self, start: datetime, end: datetime) -> list[dict[str, Any]]:
         params = {"start_datetime": start.isoformat(), "end_datetime": end.isoformat()}
@@ -536,7 +561,7 @@ def _bucket(
 
 def _sleep_samples(resource: str, session: _Session, start: date, end: date) -> dict[date, Any]:
     # A night's samples can fall on the UTC day before or after its `day`.
-    documents = session.collection("sleep", start - timedelta(days=1), end + timedelta(days=1))
+    documents = session.collection("sleep", start, end)
     samples: list[tuple[datetime, dict[str, Any]]] = []
     for doc in documents:
         if doc.get("type") == "deleted":
@@ -621,7 +646,7 @@ def _heartrate(session: _Session, start: date, end: date) -> dict[date, Any]:
 
 def _daily_samples(resource: str, session: _Session, start: date, end: date) -> dict[date, Any]:
     collection, unit, value_of = _DAILY_SAMPLES[resource]
-    documents = session.collection(collection, start - timedelta(days=1), end + timedelta(days=1))
+    documents = session.collection(collection, start, end)
     samples = []
     for doc in documents:
         day, value = _day_of(doc), value_of(doc)
