@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import sys
 import tempfile
@@ -136,6 +137,7 @@ def main() -> int:
     parser.add_argument("--database-url")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
+    print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     with tempfile.TemporaryDirectory() as tmp:
         report = run(args.days, args.database_url, Path(tmp))
     print(
@@ -146,6 +148,7 @@ def main() -> int:
         f"{report['rss_before_mb']:.0f} MB before the pulls, the fake Oura in the process), "
         f"pulls {'all succeeded' if report['ok'] else 'NOT all succeeded'}"
     )
+    print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     missed = (
         report["seconds"] > TARGET_S or report["max_rss_mb"] > TARGET_RSS_MB or not report["ok"]
     )
