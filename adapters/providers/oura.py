@@ -185,6 +185,36 @@ class OuraReader(OAuth2Maker):
             }
         return found
 
+    def exchange(
+        self, code: str, redirect_uri: str, client: OAuthClient | None, code_verifier: str
+    ) -> OAuthGrant:
+        """The generic exchange, then the person's Oura account id (`personal_info.id`:
+        Oura's token answer does not name the account, and its webhooks name it). An
+        account id Oura does not give (no `personal` scope, a passing failure) is left
+        unset: the sign-in stands."""
+        grant = super().exchange(code, redirect_uri, client, code_verifier)
+        if grant.tokens is None or grant.external_user_id is not None:
+            return grant
+        granted = granted_scopes(grant.tokens.scope)
+        if granted is not None and "personal" not in granted:
+            return grant
+        try:
+            response = self.http.get(
+                f"{self.api_url}/v2/usercollection/personal_info",
+                headers={
+                    "Authorization": f"Bearer {grant.tokens.access_token}",
+                    "Accept": "application/json",
+                },
+                timeout=self.api_timeout,
+            )
+            answer = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            answer = None
+        account = answer.get("id") if isinstance(answer, dict) else None
+        if not isinstance(account, str) or not account:
+            return grant
+        return OAuthGrant(external_user_id=account, client_id=grant.client_id, tokens=grant.tokens)
+
     # -- pulls ----------------------------------------------------------------------------
 
     def fetch(

@@ -135,7 +135,10 @@ def test_oura_data_arrives_whole_in_the_shapes_the_summaries_and_timeseries_answ
     user_id = connect(api, home, browser)
     assert svc.jobs.run_due_pulls() > 0
     assert set(statuses(svc, user_id).values()) == {"success"}
-    assert provider_status(api, home, user_id)["status"] == "connected"
+    provider = provider_status(api, home, user_id)
+    assert provider["status"] == "connected"
+    # Oura's account id, read from personal_info at the sign-in (its webhooks name it).
+    assert provider["external_user_id"] == AVA.user_id
     days = past_days(clock)
     first, last = str(days[0]), str(days[-1])
 
@@ -373,6 +376,12 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
         assert availability[resource]["status"] == "unavailable"
         assert availability[resource]["scope_requirements"]["user_denied"]["required"]
     assert availability["sleep"]["status"] == "available"
+    # Without the personal scope, Oura's account id is not asked for.
+    oura.denied_scopes.add("personal")
+    asked = len(oura.data_requests("personal_info"))
+    other = connect(api, home, browser)
+    assert provider_status(api, home, other)["external_user_id"] is None
+    assert len(oura.data_requests("personal_info")) == asked
     svc.jobs.run_due_pulls()
     found = statuses(svc, user_id)
     assert set(found.values()) == {"success"}
