@@ -33,7 +33,7 @@ from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHO
 from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets
 from healthledger.domain.teams.directory import DEFAULT_ORG_ID
 from healthledger.domain.teams.teams import Team as TeamAggregate
-from healthledger.domain.users.client_user_ids import client_user_id_digest
+from healthledger.domain.users.client_user_ids import DIGESTS, client_user_id_digest
 from healthledger.domain.users.user import ClientUserIdClaim, User
 from sqlalchemy import select
 
@@ -231,20 +231,38 @@ def test_a_rebuild_gives_the_same_users_rows_and_no_row_of_an_erased_user(
         ]
         service.users.update_user(ctx, team.team_id, kept[0].id, {"client_user_id": "moved-0"})
         legacy = write_legacy_team(service, "legacy-rebuilt")
+        # The start seals and digests the rows of users written before (test above).
+        build_service(service.settings).close()
         gone = service.users.create_user(ctx, team.team_id, client_user_id="gone")
         service.users.delete_user(ctx, team.team_id, gone.id)
         frozen.tick(timedelta(days=8))
         service.users.erase_user(ctx, gone.id)
     before = sorted(all_rows(service, users))
-    assert {row.client_user_id for row in before} == {
+    assert {opened(service, row) for row in before} == {
         "moved-0",
         "keep-1",
         "keep-2",
         "legacy-rebuilt",
     }
     service.read_models.rebuild(service.recorder, service.ledger.mapper)
-    assert sorted(all_rows(service, users)) == before
+    after = sorted(all_rows(service, users))
+    # The same rows, but that a value its events hold in clear (the legacy user's) is
+    # sealed again by the rebuild: another nonce, the same value.
+    assert [without_sealed(row) for row in after] == [without_sealed(row) for row in before]
+    assert [opened(service, row) for row in after] == [opened(service, row) for row in before]
+    assert [row.sealed_client_user_id for row in after if row.user_id != legacy.user_id] == [
+        row.sealed_client_user_id for row in before if row.user_id != legacy.user_id
+    ]
     assert legacy.user_id in {row.user_id for row in before}
+
+
+def opened(service: Service, row: Any) -> Any:
+    """A users row's client_user_id, opened with the user's key."""
+    return service.key_store.open(row.user_id, row.sealed_client_user_id)
+
+
+def without_sealed(row: Any) -> dict[str, Any]:
+    return {k: v for k, v in row._mapping.items() if k != "sealed_client_user_id"}
 
 
 # -- a team with users created before ----------------------------------------------------
@@ -348,16 +366,20 @@ def test_an_old_user_keeps_its_claim_and_its_value_stays_unique_across_old_and_n
 ) -> None:
     old_user = service.users.load(legacy.team_id, legacy.user_id)
     assert (old_user.client_user_id, old_user.claim_id) == ("old-1", legacy.claim_id)
-    assert resolved_id(service, legacy.team_id, "old-1") == legacy.user_id
+    # Its users row has no digest yet (the team has no secret; a projection never records
+    # one): the service's start gives it one, recording the team's secret, as it does for
+    # a database written before digests.
     assert secret_events(service, legacy.team_id) == []
+    build_service(service.settings).close()
+    (secret,) = secret_events(service, legacy.team_id)
+    assert secret.legacy_claims is True and secret.actor == CommandContext.system(DIGESTS).actor
+    assert resolved_id(service, legacy.team_id, "old-1") == legacy.user_id
 
     # A new user cannot take the old user's value: its old claim is found.
     with pytest.raises(ClientUserIdTaken) as taken:
         service.users.create_user(ctx, legacy.team_id, client_user_id="old-1")
     assert taken.value.user_id == legacy.user_id
-    # The secret came on first need, for a team that may hold old claims.
-    (secret,) = secret_events(service, legacy.team_id)
-    assert secret.legacy_claims is True and secret.actor == ctx.actor
+    assert len(secret_events(service, legacy.team_id)) == 1
     assert (
         service.ledger.find(
             ClientUserIdClaim.id_for_digest(service.client_user_id_digest(legacy.team_id, "old-1"))

@@ -24,7 +24,7 @@ from healthledger.adapters.persistence.projections import Handlers, handles
 from healthledger.adapters.persistence.projections.erasure import DELETED, READ_MODEL_PLACE
 from healthledger.domain.context import DEFAULT_ENVIRONMENT
 from healthledger.domain.users.user import ACTIVE, MANUAL_SOURCE, PENDING_ERASURE, User
-from sqlalchemy import Connection, bindparam, delete, select, update
+from sqlalchemy import Connection, bindparam, delete, or_, select, update
 
 # A user's row, the columns each event sets (compiled once per set: a rebuild runs them
 # for every event, held and run together, see ReadModels.rebuild).
@@ -283,16 +283,19 @@ OPENING = frozenset(opening_handlers(ClientUserIdKeys()))
 
 # -- rows written before revision 0015 -------------------------------------------------
 
-# The rows to convert, a batch at a time (NULL sealed value: written before revision
-# 0015, which dropped their clear value).
+# The rows to convert, a batch at a time: a NULL sealed value (written before revision
+# 0015, which dropped their clear value), or a NULL digest (a user of a team that had no
+# secret when the row was projected: a team written before digests, whose secret the
+# projection never records; the start records it).
+_UNCONVERTED = or_(users.c.sealed_client_user_id.is_(None), users.c.client_user_id_digest.is_(None))
 UNSEALED_ROWS = (
-    select(users.c.user_id, users.c.team_id)
-    .where(users.c.sealed_client_user_id.is_(None), users.c.user_id > bindparam("after"))
+    select(users.c.user_id, users.c.team_id, users.c.sealed_client_user_id)
+    .where(_UNCONVERTED, users.c.user_id > bindparam("after"))
     .order_by(users.c.user_id)
 )
 SET_SEALED = CompiledStatement(
     update(users)
-    .where(users.c.user_id == bindparam("uid"), users.c.sealed_client_user_id.is_(None))
+    .where(users.c.user_id == bindparam("uid"), _UNCONVERTED)
     .values(
         sealed_client_user_id=bindparam("sealed"),
         client_user_id_digest=bindparam("digest"),
@@ -318,7 +321,7 @@ def seal_client_user_ids(
     the secret of a team that has none yet; None for a deleted team). Several processes
     may run it at once: a row is set only while still NULL. Returns the rows set; on an
     up-to-date database, one query that finds none."""
-    converted, after = 0, UUID(int=0)
+    converted, dropped_clear, after = 0, 0, UUID(int=0)
     while True:
         with db.read() as conn:
             pending = conn.execute(UNSEALED_ROWS.limit(batch), {"after": after}).all()
@@ -326,7 +329,7 @@ def seal_client_user_ids(
             break
         after = pending[-1].user_id
         values = []
-        for user_id, team_id in pending:
+        for user_id, team_id, row_sealed in pending:
             user = user_of(user_id)
             if user is None:
                 continue  # erased meanwhile: its row is gone
@@ -336,14 +339,18 @@ def seal_client_user_ids(
                 sealed = seal(user_id, clear)
             value = clear if clear is not None else open_sealed(user_id, sealed)
             found = None if value is None else digest(team_id, str(value))
+            if row_sealed is not None and found is None:
+                continue  # no digest to give (a deleted team's): nothing to change
             values.append({"uid": user_id, "sealed": sealed, "digest": found})
+            dropped_clear += row_sealed is None
         with db.write() as conn:
             for row in values:
                 SET_SEALED.execute(conn, row)
         converted += len(values)
         if len(pending) < batch:
             break
-    if converted:
+    # Only rows that lost their clear value leave it behind in old row versions.
+    if dropped_clear:
         leave_no_dropped_values(db)
     return converted
 
