@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -51,6 +52,12 @@ TOKEN_REFRESH_FAILED = "token_refresh_failed"
 # A pull asks for a token once per resource and chunk: a refresh that failed is not
 # asked again of the maker for that grant (refused: never; unreachable: for a while).
 RETRY_REFRESH_AFTER = timedelta(seconds=60)
+# A refresh refused because another process refreshed first (single-use refresh tokens):
+# how long to wait for that process to store the new grant before taking the refusal.
+REFRESH_SETTLE_SECONDS = 2.0
+# Refreshes are serialised per connection within a process on this many locks (striped
+# by connection id: bounded, however many connections refresh over the process's life).
+REFRESH_LOCK_STRIPES = 64
 
 # The person's account at the maker is theirs to connect again: these end the grant.
 _MUST_RECONNECT = "The provider no longer accepts this connection's grant; connect again."
@@ -101,6 +108,9 @@ class OAuth2Maker:
         # (connection id, grant version) -> the failure of its refresh and when.
         self.failed_refreshes: dict[tuple[UUID, int], tuple[ProviderError, datetime]] = {}
         self.failed_lock = threading.Lock()
+        # One refresh at a time per connection in this process: the others wait for it and
+        # take its grant, instead of spending the refresh token again.
+        self.refresh_locks = [threading.Lock() for _ in range(REFRESH_LOCK_STRIPES)]
         if maker_url is None:
             self.authorize_url, self.token_url = endpoints.authorize_url, endpoints.token_url
         else:  # one stand-in server for every maker (tests, staging)
@@ -192,6 +202,16 @@ class OAuth2Maker:
             raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
         if not stored.tokens.expired(now):
             return stored.tokens.access_token
+        with self.refresh_locks[connection_id.int % REFRESH_LOCK_STRIPES]:
+            return self._refresh_expired(connection_id, now)
+
+    def _refresh_expired(self, connection_id: UUID, now: datetime) -> str:
+        # Read again under the lock: another worker of this process may have refreshed.
+        stored = self.tokens.current(connection_id)
+        if stored is None:
+            raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
+        if not stored.tokens.expired(now):
+            return stored.tokens.access_token
         key = (stored.connection_id, stored.version)
         with self.failed_lock:
             failed = self.failed_refreshes.get(key)
@@ -226,9 +246,19 @@ class OAuth2Maker:
         return self.refreshed_meanwhile(stored, now)
 
     def refreshed_meanwhile(self, stored: StoredGrant, now: datetime) -> str:
-        again = self.tokens.current(stored.connection_id)
-        if again is not None and again.version != stored.version and not again.tokens.expired(now):
-            return again.tokens.access_token
+        """The grant another worker stored after refreshing first. A maker that refused
+        our refresh because another process spent the refresh token a moment ago is
+        given a few seconds for that process to store its grant."""
+        deadline = time.monotonic() + REFRESH_SETTLE_SECONDS
+        while True:
+            again = self.tokens.current(stored.connection_id)
+            if again is not None and again.version != stored.version:
+                if not again.tokens.expired(now):
+                    return again.tokens.access_token
+                break
+            if again is None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
 
     def refresh_client(self, stored: StoredGrant) -> OAuthClient:

@@ -7,6 +7,7 @@ revoked grant) take the pulls and the connection where docs/makers/oura.md says.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.makers.fake_oura import PEOPLE, FakeOura, running_fake_oura
+from healthledger.adapters.providers.oauth2 import OAuth2Maker
 from healthledger.adapters.providers.oura import OuraReader, retry_after
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
@@ -304,6 +306,77 @@ def test_an_expired_access_token_is_refreshed_once(
     assert after is not None and after.version == before.version + 1
     assert feed(svc, user_id, "sleep").synced_at == clock()
     assert provider_status(api, home, user_id)["status"] == "connected"
+
+
+def test_two_workers_with_an_expired_token_refresh_it_once(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
+) -> None:
+    user_id = connect(api, home, browser)
+    connection_id = Connection.id_for(user_id, "oura")
+    clock.advance(timedelta(seconds=oura.expires_in + 60))
+    reader = svc.oauth_makers["oura"]
+    barrier = threading.Barrier(2)
+    tokens: list[str] = []
+
+    def worker() -> None:
+        barrier.wait()
+        tokens.append(reader.access_token(connection_id, clock()))
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    # Both hold the same new token, and Oura was asked once: the second worker waited for
+    # the first and took its grant (Oura's refresh tokens are single use: spending the old
+    # one again would be refused, and read as a revoked grant).
+    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    granted = [r for r in oura.requests if r[2].get("grant_type") == "refresh_token"]
+    assert [r[3] for r in granted] == [200]
+    stored = svc.provider_tokens.current(connection_id)
+    assert stored is not None and stored.version == 2 and stored.tokens.access_token == tokens[0]
+    assert provider_status(api, home, user_id)["status"] == "connected"
+
+
+def test_two_processes_with_an_expired_token_end_with_one_grant(
+    svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
+) -> None:
+    """Two processes' adapters (each its own locks) refresh at once: Oura grants one and
+    refuses the other's spent refresh token; the refused one waits for the winner's grant
+    to be stored and uses it, so the connection is not put in error."""
+    user_id = connect(api, home, browser)
+    connection_id = Connection.id_for(user_id, "oura")
+    clock.advance(timedelta(seconds=oura.expires_in + 60))
+    mine = svc.oauth_makers["oura"]
+    entry = svc.catalog["oura"]
+    assert entry.oauth is not None
+    other = OAuth2Maker(
+        entry,
+        entry.oauth,
+        service_client=mine.service_client,
+        custom_client=lambda team_id, provider: None,
+        tokens=svc.provider_tokens,
+        http=svc.oauth_http,
+        clock=clock,
+        maker_url=oura.base,
+    )
+    barrier = threading.Barrier(2)
+    tokens: list[str] = []
+
+    def worker(adapter: OAuth2Maker) -> None:
+        barrier.wait()
+        tokens.append(adapter.access_token(connection_id, clock()))
+
+    threads = [threading.Thread(target=worker, args=(a,)) for a in (mine, other)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    granted = [r for r in oura.requests if r[2].get("grant_type") == "refresh_token"]
+    assert [r[3] for r in granted].count(200) == 1
+    stored = svc.provider_tokens.current(connection_id)
+    assert stored is not None and stored.version == 2
 
 
 def test_a_revoked_grant_puts_the_connection_in_error_until_the_person_signs_in_again(
