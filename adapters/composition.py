@@ -17,10 +17,6 @@ from uuid import UUID
 import httpx
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from healthledger.adapters.answers.orders import OrderAnswers
-from healthledger.adapters.compliance.integrity_check import (
-    last_integrity_check_at,
-    run_integrity_checks,
-)
 from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
@@ -29,6 +25,10 @@ from healthledger.adapters.persistence.eventstore.infrastructure import LedgerIn
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
+from healthledger.adapters.persistence.integrity.integrity_check import (
+    last_integrity_check_at,
+    run_integrity_checks,
+)
 from healthledger.adapters.persistence.keys.head_anchors import anchor_file_path
 from healthledger.adapters.persistence.keys.key_store import KEY_REFUSED, KeyStore, open_master_key
 from healthledger.adapters.persistence.keys.master_key import master_key_source

@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from healthledger.adapters.persistence.eventstore.chain import Chain, ChainProblem, EmptyChain
+from healthledger.adapters.persistence.eventstore.chain import (
+    Chain,
+    EmptyChain,
+    describe,
+)
 from healthledger.adapters.persistence.keys.head_anchors import AnchorFileError, read_anchors
 
 if TYPE_CHECKING:
@@ -51,17 +55,6 @@ def verify_command(
     return 0
 
 
-def describe(problem: ChainProblem) -> str:
-    """The problem in one line: what kind, where, which record, why."""
-    record = ""
-    if problem.notification_id is not None:
-        record = (
-            f" (notification id {problem.notification_id}, stream {problem.originator_id}, "
-            f"version {problem.originator_version})"
-        )
-    return f"{problem.kind} at position {problem.position}{record}: {problem.detail}"
-
-
 def sign_command(chain: Chain, out: TextIO) -> int:
     try:
         head = chain.sign_head()
@@ -79,7 +72,7 @@ def sign_command(chain: Chain, out: TextIO) -> int:
 def verify_read_models_command(service: Service, out: TextIO) -> int:
     """Rebuild the read models into a scratch copy and compare them with the live ones:
     0 and a summary, or 1 naming every row that differs."""
-    from healthledger.adapters.compliance.read_model_check import (
+    from healthledger.adapters.persistence.integrity.read_model_check import (
         CheckRefused,
         check_read_models,
     )

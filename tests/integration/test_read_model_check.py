@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 from healthledger.adapters.cli import main
-from healthledger.adapters.compliance.read_model_check import (
+from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.integrity.read_model_check import (
     EXTRA,
     MISSING,
     ReadModelCheck,
     check_read_models,
 )
-from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.projections.rebuild import unfinished_rebuild
 from healthledger.adapters.settings import Settings
 from sqlalchemy import text

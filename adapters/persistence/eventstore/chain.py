@@ -1003,3 +1003,14 @@ class _Walk:
             "this record was changed (or the previous one was, with its hash recomputed)",
             **self.named(row),
         )
+
+
+def describe(problem: ChainProblem) -> str:
+    """The problem in one line: what kind, where, which record, why."""
+    record = ""
+    if problem.notification_id is not None:
+        record = (
+            f" (notification id {problem.notification_id}, stream {problem.originator_id}, "
+            f"version {problem.originator_version})"
+        )
+    return f"{problem.kind} at position {problem.position}{record}: {problem.detail}"

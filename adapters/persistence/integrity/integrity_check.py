@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from eventsourcing.persistence import ApplicationRecorder, Mapper
-from healthledger.adapters.compliance.chain_commands import describe
-from healthledger.adapters.compliance.read_model_check import (
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import stored_events
+from healthledger.adapters.persistence.eventstore.chain import Chain, describe
+from healthledger.adapters.persistence.integrity.read_model_check import (
     DIFFERS,
     EXTRA,
     MISSING,
@@ -22,9 +24,6 @@ from healthledger.adapters.compliance.read_model_check import (
     RowDifference,
     check_read_models,
 )
-from healthledger.adapters.persistence.engine.database import Database
-from healthledger.adapters.persistence.engine.schema import stored_events
-from healthledger.adapters.persistence.eventstore.chain import Chain
 from healthledger.adapters.persistence.keys.head_anchors import AnchorFileError, read_anchors
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.domain.integrity import IntegrityCheck, IntegrityFindings
