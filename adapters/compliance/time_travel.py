@@ -30,15 +30,22 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from healthledger.adapters.answers.orders import OrderRow
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.projections.read_models import ReadModels
-from healthledger.adapters.persistence.projections.stream_owners import CONNECTION, PULL, USER
+from healthledger.adapters.persistence.projections.stream_owners import (
+    CONNECTION,
+    OWNED_STREAMS,
+    PULL,
+    USER,
+)
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
 from healthledger.adapters.persistence.queries.directory import UserQueries
+from healthledger.adapters.persistence.queries.orders import OrderFilters
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.errors import (
@@ -47,6 +54,7 @@ from healthledger.domain.errors import (
     InvalidRequest,
     UserNotFound,
 )
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.personal_data import (
     ERASED_PLACEHOLDER,
     SEALED_PLACEHOLDER,
@@ -60,6 +68,13 @@ _ISO_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 INSTANT_EXAMPLE = "2026-03-01T12:00:00Z"
 # The closed-beta switch of the demographics reads (adapters/operations/users.py).
 DEMOGRAPHICS = "demographics"
+ERASED_FILTER = (
+    "an order the team had then belongs to a user erased since: its interpretation is "
+    "destroyed with its key, so the orders as of this instant cannot be filtered by it; "
+    "ask without interpretation."
+)
+# The kind of an order's stream in `stream_owners`.
+ORDER = OWNED_STREAMS[Order]
 # Streams whose versions one query asks for at most (bind parameters stay well below
 # every database's limit).
 _IDS_PER_QUERY = 500
@@ -503,6 +518,40 @@ class ReadsAsOf:
         found: dict[str, Any] = value
         return found
 
+    # -- orders ------------------------------------------------------------------------
+
+    def team_orders(self, team_id: UUID) -> list[Order]:
+        """Every order the team had placed by the instant, as it was then (an order of a
+        user erased since included: the live listing then showed it)."""
+        o = stream_owners.c
+        query = select(o.originator_id).where(
+            o.team_id == team_id, o.kind == ORDER, o.first_seen_at <= self.instant
+        )
+        with self.service.db.read() as conn:
+            ids = list(dict.fromkeys(conn.execute(query).scalars()))
+        found = aggregates_as_of(self.service, ids, self.instant)
+        return [a for a in found if isinstance(a, Order) and a.team_id == team_id]
+
+    def order_page(
+        self, team_id: UUID, filters: OrderFilters, page: int, size: int
+    ) -> tuple[list[OrderRow], int]:
+        """`OrderQueries.page` then: the team's orders that passed the filters, newest
+        first, one page of them, and their number. The rows are the orders as they were,
+        their sealed values opened by the placeholder vault. Filtered by `interpretation`
+        when an order's was erased since, it is a 422: whether that order passed is gone
+        with its user's key, and a listing that leaves it out would be a wrong answer."""
+        rows = [OrderRow.of(order, self.vault) for order in self.team_orders(team_id)]
+        if filters.interpretation is not None and any(
+            row.interpretation == ERASED_PLACEHOLDER for row in rows
+        ):
+            raise InvalidRequest(ERASED_FILTER, "interpretation", "query")
+        kept = sorted(
+            (row for row in rows if _passes(row, filters)),
+            key=lambda row: (row.created_at, row.order_id),
+            reverse=True,
+        )
+        return kept[(page - 1) * size : page * size], len(kept)
+
     # -- connections -------------------------------------------------------------------
 
     def owned(self, user_ids: Sequence[UUID], kind: str) -> list[UUID]:
@@ -589,6 +638,28 @@ class ReadsAsOf:
         self, user_ids: Sequence[UUID], provider: str | None
     ) -> list[ConnectionRow]:
         return self.connection_rows(user_ids, provider)
+
+
+def _passes(row: OrderRow, filters: OrderFilters) -> bool:
+    """Whether an order passes a listing's filters: `orders._conditions`, in Python."""
+    if filters.user_id is not None and row.user_id != filters.user_id:
+        return False
+    if filters.statuses and not any(
+        row.status == status or row.detailed_status.endswith(f".{status}")
+        for status in filters.statuses
+    ):
+        return False
+    if filters.interpretation is not None and row.interpretation != filters.interpretation:
+        return False
+    for value, start, end in (
+        (row.created_at, filters.created_from, filters.created_until),
+        (row.updated_at, filters.updated_from, filters.updated_until),
+    ):
+        if (start is not None and value < start) or (end is not None and value > end):
+            return False
+    if filters.methods and row.collection_method not in filters.methods:
+        return False
+    return not filters.order_ids or row.order_id in filters.order_ids
 
 
 # -- the read models as of an instant, in a database of their own ------------------------

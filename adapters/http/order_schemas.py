@@ -448,8 +448,12 @@ class OrderResults(BaseModel):
         }
     )
     metadata: ResultsMetadata
-    results: list[BiomarkerResultAnswer]
+    results: list[BiomarkerResultAnswer] | ErasedValue = Field(
+        description="A past answer (`as_of`) about a user erased since shows the values, "
+        "destroyed with its key, as `<personal data: erased>` (and so the patient's name, "
+        "date of birth, age and the interpretation)."
+    )
     missing_results: list[MissingResult]
     sample_information: dict[str, Any]
     order_id: str
-    interpretation: Interpretation | None
+    interpretation: Interpretation | ErasedValue | None

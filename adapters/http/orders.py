@@ -20,7 +20,7 @@ from healthledger.adapters.compliance.time_travel import (
     reads_as_of,
 )
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
+from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.order_schemas import (
@@ -120,6 +120,19 @@ def _stored(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
     return OrderRow.from_row(row)
 
 
+def _order_as_of(
+    service: Service, caller: TeamCaller, order_id: UUID, as_of: datetime
+) -> tuple[OrderRow, PlaceholderVault]:
+    """The team's order as it was at `as_of` (not placed yet, another team's: a 404),
+    and the vault that opens its values as of then (erased since: the placeholder)."""
+    reads_as_of(service, as_of)  # a future instant is refused
+    order = aggregate_as_of(service, order_id, as_of)
+    if not isinstance(order, Order) or order.team_id != caller.team_id:
+        raise OrderNotFound()
+    vault = PlaceholderVault(service.key_store)
+    return OrderRow.of(order, vault), vault
+
+
 router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
 
 
@@ -168,17 +181,12 @@ def get_order(
     """The order (with `as_of`: as it was at that instant, from the log)."""
     if as_of is None:
         return service.order_answers.order(_stored(service, caller, order_id))
-    reads_as_of(service, as_of)  # a future instant is refused
-    order = aggregate_as_of(service, order_id, as_of)
-    if not isinstance(order, Order) or order.team_id != caller.team_id:
-        raise OrderNotFound()
-    vault = PlaceholderVault(service.key_store)
-    return service.order_answers.with_vault(vault).order(OrderRow.of(order, vault))
+    order, vault = _order_as_of(service, caller, order_id, as_of)
+    return service.order_answers.with_vault(vault).order(order)
 
 
 @router.get(
     "/v3/orders",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=OrdersPage,
     responses=error_responses(401, 422),
 )
@@ -199,8 +207,11 @@ def list_orders(
     order_ids: Annotated[list[UUID] | None, Query(max_length=100)] = None,
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     size: Annotated[int, Query(ge=1, le=100)] = 50,
+    *,
+    as_of: TeamAsOf,
 ) -> Any:
-    """The team's orders, newest first, filtered (gaps.md Orders)."""
+    """The team's orders, newest first, filtered (gaps.md Orders); with `as_of`, the
+    orders as they were at that instant, filtered as then (from the log)."""
     filters = OrderFilters(
         user_id=user_id,
         statuses=_statuses(status),
@@ -212,13 +223,20 @@ def list_orders(
         methods=list(order_type or ()),
         order_ids=list(order_ids or ()),
     )
-    found = service.order_queries.page(caller.team_id, filters, page, size)
+    if as_of is None:
+        found = service.order_queries.page(caller.team_id, filters, page, size)
+        rows, total = [OrderRow.from_row(row) for row in found.rows], found.total
+        answers = service.order_answers
+    else:
+        reads = reads_as_of(service, as_of)
+        rows, total = reads.order_page(caller.team_id, filters, page, size)
+        answers = service.order_answers.with_vault(reads.vault)
     return {
-        "orders": [service.order_answers.order(OrderRow.from_row(row)) for row in found.rows],
-        "total": found.total,
+        "orders": [answers.order(row) for row in rows],
+        "total": total,
         "page": page,
         "size": size,
-        "pages": math.ceil(found.total / size),
+        "pages": math.ceil(total / size),
     }
 
 
@@ -269,7 +287,6 @@ def advance_order(
 
 @router.get(
     "/v3/order/{order_id:uuid}/result",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=OrderResults,
     responses=error_responses(
         401,
@@ -279,7 +296,13 @@ def advance_order(
         described={**_ORDER_NOT_FOUND, 409: "The order has no results yet."},
     ),
 )
-def order_results(service: CurrentService, order_id: UUID, caller: TeamApiCaller) -> Any:
+def order_results(
+    service: CurrentService, order_id: UUID, caller: TeamApiCaller, as_of: TeamAsOf
+) -> Any:
     """The results: one value per expected result of the order's markers, each with
-    its unit, reference range and interpretation."""
-    return service.order_answers.results(_stored(service, caller, order_id))
+    its unit, reference range and interpretation (with `as_of`: as they were at that
+    instant, from the log; a 409 if the order had none yet)."""
+    if as_of is None:
+        return service.order_answers.results(_stored(service, caller, order_id))
+    order, vault = _order_as_of(service, caller, order_id, as_of)
+    return service.order_answers.with_vault(vault).results(order)

@@ -15,6 +15,7 @@ from uuid import UUID, uuid4
 import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
+from healthledger.adapters.answers.orders import _ADDRESS_MEMBERS, _DETAIL_MEMBERS
 from healthledger.adapters.compliance.audit import history
 from healthledger.adapters.compliance.deletion_report import deletion_report
 from healthledger.adapters.compliance.report_rendering import render_html
@@ -586,6 +587,150 @@ def test_as_of_answers_what_the_order_answered_then(
             ).status_code
             == 422
         )
+
+
+def test_as_of_lists_the_orders_and_their_results_as_then(
+    client: TestClient, team: Team, user: str, service: Service
+) -> None:
+    """The listing (filters and paging included) and each order's results, recorded at
+    every step, answered again by `as_of`: after a cancellation, and after the second
+    user's erasure (its orders then as the erased placeholders, gone from the live list)."""
+    second = create_user(client, team, "orders-2")["user_id"]
+    queries: list[dict[str, Any]] = [
+        {},
+        {"size": 2},
+        {"size": 2, "page": 2},
+        {"user_id": second},
+        {"status": ["completed"]},
+        {"status": ["requisition_created", "cancelled"]},
+        {"interpretation": "abnormal"},
+        {"order_type": ["testkit"]},
+        {"updated_start_date": (T0 + timedelta(hours=2)).isoformat()[:19]},
+    ]
+    made: list[str] = []
+    recorded: list[tuple[datetime, list[Any], dict[str, tuple[int, Any]]]] = []
+
+    def record() -> None:
+        lists = []
+        for query in queries:
+            response = client.get("/v3/orders", params=query, headers=team.headers)
+            assert response.status_code == 200, response.text
+            lists.append(response.json())
+        results = {}
+        for order in made:
+            response = client.get(f"/v3/order/{order}/result", headers=team.headers)
+            results[order] = (response.status_code, response.json())
+        recorded.append((datetime.now(UTC), lists, results))
+
+    with freeze_time(T0) as frozen:
+        record()  # no order yet
+        for index, (owner, test) in enumerate(
+            [(user, WELLNESS), (second, THYROID_KIT), (user, HEART), (second, WELLNESS)]
+        ):
+            frozen.tick(timedelta(hours=1))
+            patient = (
+                {} if owner == user else {"patient_details": PATIENT, "patient_address": ADDRESS}
+            )
+            made.append(placed(client, team, owner, lab_test_id=test, **patient)["id"])
+            if index % 2:
+                record()
+        frozen.tick(timedelta(hours=1))
+        complete(client, team, made[0], "abnormal")
+        complete(client, team, made[1], "critical")
+        record()
+        frozen.tick(timedelta(hours=1))
+        step(client, team, made[2])
+        cancelled = client.post(f"/v3/order/{made[3]}/cancel", headers=team.headers)
+        assert cancelled.status_code == 200, cancelled.text
+        record()
+        frozen.tick(timedelta(hours=1))
+        assert client.delete(f"/v2/user/{second}", headers=team.headers).status_code == 200
+        record()
+    # The second user erased after its grace period: its orders leave the live list.
+    with freeze_time(T0 + timedelta(days=8)):
+        assert service.jobs.sweep_erasures() == 1
+        live = client.get("/v3/orders", headers=team.headers).json()
+        assert {o["user_id"] for o in live["orders"]} == {user}
+        for instant, lists, results in recorded:
+            for query, answer in zip(queries, lists, strict=True):
+                if "interpretation" in query and instant >= recorded[3][0]:
+                    continue  # once the erased user's order was interpreted: a 422 below
+                past = client.get(
+                    "/v3/orders",
+                    params={**query, "as_of": instant.isoformat()},
+                    headers=team.headers,
+                )
+                assert past.status_code == 200, past.text
+                assert past.json() == _erased_orders(answer, second), (instant, query)
+            for order, (status, body) in results.items():
+                past = client.get(
+                    f"/v3/order/{order}/result",
+                    params={"as_of": instant.isoformat()},
+                    headers=team.headers,
+                )
+                assert past.status_code == status, (instant, order)
+                expected = body
+                if status == 200 and body["metadata"]["patient_id"] == second:
+                    expected = _erased_results(body)
+                assert past.json() == expected, (instant, order)
+        # Filtered by a value erased since: it cannot be opened, so no answer is given.
+        # Before that order was interpreted, the filter answers (above).
+        for instant, _, _ in recorded[3:]:
+            refused = client.get(
+                "/v3/orders",
+                params={"interpretation": "abnormal", "as_of": instant.isoformat()},
+                headers=team.headers,
+            )
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["detail"][0]["loc"] == ["query", "interpretation"]
+        # Not placed yet then, or placed in the future: 404 and 422.
+        early = client.get(
+            f"/v3/order/{made[3]}/result",
+            params={"as_of": recorded[0][0].isoformat()},
+            headers=team.headers,
+        )
+        assert early.status_code == 404
+        future = client.get(
+            "/v3/orders",
+            params={"as_of": (T0 + timedelta(days=9)).isoformat()},
+            headers=team.headers,
+        )
+        assert future.status_code == 422
+
+
+def _erased_orders(page: dict[str, Any], user_id: str) -> dict[str, Any]:
+    """A recorded listing with the orders of `user_id`, erased since, as `as_of` shows
+    them: every personal member the placeholder."""
+
+    def erased(members: tuple[str, ...]) -> dict[str, Any]:
+        # The members an erased value shows (adapters/answers/orders.py).
+        return dict.fromkeys(members, ERASED_PLACEHOLDER)
+
+    def hide(order: dict[str, Any]) -> dict[str, Any]:
+        if order["user_id"] != user_id:
+            return order
+        hidden = {
+            **order,
+            "patient_details": erased(_DETAIL_MEMBERS),
+            "patient_address": erased(_ADDRESS_MEMBERS),
+        }
+        if order["interpretation"] is not None:
+            hidden["interpretation"] = ERASED_PLACEHOLDER
+        return hidden
+
+    return {**page, "orders": [hide(o) for o in page["orders"]]}
+
+
+def _erased_results(body: dict[str, Any]) -> dict[str, Any]:
+    """Recorded results of a user erased since, as `as_of` shows them: the values, the
+    patient and the interpretation as the placeholder."""
+    patient = dict.fromkeys(("patient", "dob", "age"), ERASED_PLACEHOLDER)
+    return {
+        **body,
+        "metadata": {**body["metadata"], **patient, "interpretation": ERASED_PLACEHOLDER},
+        "results": ERASED_PLACEHOLDER,
+        "interpretation": ERASED_PLACEHOLDER,
+    }
 
 
 @pytest.fixture
