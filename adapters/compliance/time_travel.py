@@ -36,6 +36,7 @@ from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.projections.connections import ATTEMPT_FAILED
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.projections.stream_owners import (
     CONNECTION,
@@ -47,6 +48,8 @@ from healthledger.adapters.persistence.queries.connections import ConnectionQuer
 from healthledger.adapters.persistence.queries.directory import UserQueries
 from healthledger.adapters.persistence.queries.orders import OrderFilters
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import IN_PROGRESS as PULL_IN_PROGRESS
+from healthledger.domain.connections.resource_feeds import SUCCESS as PULL_SUCCESS
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.errors import (
     DemographicsNotFound,
@@ -409,6 +412,32 @@ class FeedRow:
         )
 
 
+@dataclass(frozen=True)
+class ResourceRow:
+    """A feed as `/v2/introspect/resources` reads it: the resource_feeds row joined with
+    its connection's status."""
+
+    user_id: UUID
+    provider: str
+    resource: str
+    status: str | None
+    connection_status: str
+    last_attempt_at: datetime | None
+    last_attempt_status: str | None
+    oldest_day: date | None
+    newest_day: date | None
+
+
+# How each event of a feed leaves its last attempt (projections/connections.py).
+_ATTEMPTS: dict[type, str] = {
+    ResourceFeed.PullStarted: PULL_IN_PROGRESS,
+    ResourceFeed.PullRetrying: ATTEMPT_FAILED,
+    ResourceFeed.PullSucceeded: PULL_SUCCESS,
+    ResourceFeed.PullFailed: ATTEMPT_FAILED,
+    ResourceFeed.DailySynced: PULL_SUCCESS,
+}
+
+
 def reads_as_of(service: Service, instant: datetime) -> ReadsAsOf:
     """The team API's reads as of `instant`. A future instant is refused (422): what the
     log will hold then is not known, and an answer about an instant must not change once
@@ -638,6 +667,62 @@ class ReadsAsOf:
         self, user_ids: Sequence[UUID], provider: str | None
     ) -> list[ConnectionRow]:
         return self.connection_rows(user_ids, provider)
+
+    def resource_feeds_of(
+        self, user_ids: Sequence[UUID], provider: str | None
+    ) -> list[ResourceRow]:
+        """`PullQueries.feeds_of` then (`/v2/introspect/resources`): every feed of the
+        users' live connections (a pull scheduled or not), with its connection's status
+        and its last attempt, which the read model keeps and the aggregate does not: it
+        comes from the feed's own events up to the instant, newest first."""
+        live = {
+            c.id: c
+            for user_id in user_ids
+            for c in self.live_connections(user_id)
+            if provider is None or c.provider == provider
+        }
+        rows = []
+        for feed_id, version in versions_at(
+            self.service, self.owned(user_ids, PULL), self.instant
+        ).items():
+            feed = self.service.ledger.find(feed_id, version=version)
+            if not isinstance(feed, ResourceFeed) or feed.connection_id not in live:
+                continue
+            attempt_at, attempt_status = self.last_attempt(feed_id, version)
+            rows.append(
+                ResourceRow(
+                    user_id=feed.user_id,
+                    provider=feed.provider,
+                    resource=feed.resource,
+                    status=feed.status,
+                    connection_status=live[feed.connection_id].status,
+                    last_attempt_at=attempt_at,
+                    last_attempt_status=attempt_status,
+                    oldest_day=feed.oldest_day,
+                    newest_day=feed.newest_day,
+                )
+            )
+        return sorted(rows, key=lambda f: (f.user_id, f.provider, f.resource))
+
+    def last_attempt(self, feed_id: UUID, version: int) -> tuple[datetime | None, str | None]:
+        """The feed's last attempt at `version`, as the connections projection keeps it:
+        when the last pull attempt or daily sync began, and how the last one went."""
+        at: datetime | None = None
+        status: str | None = None
+        below = version
+        while below > 0 and at is None:
+            page = list(self.service.ledger.events.get(feed_id, lte=below, desc=True, limit=64))
+            if not page:
+                break
+            for event in page:
+                found = _ATTEMPTS.get(type(event))
+                if found is not None:
+                    status = status or found
+                    if isinstance(event, (ResourceFeed.PullStarted, ResourceFeed.DailySynced)):
+                        at = event.timestamp
+                        break
+            below = page[-1].originator_version - 1
+        return at, status
 
 
 def _passes(row: OrderRow, filters: OrderFilters) -> bool:

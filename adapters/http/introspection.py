@@ -10,7 +10,7 @@ from uuid import UUID
 from fastapi import APIRouter, Query
 from healthledger.adapters.compliance.time_travel import reads_as_of
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
+from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
@@ -162,7 +162,6 @@ def historical_pull(
 
 @router.get(
     "/v2/introspect/resources",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=UserResourcesPage,
     responses=RESPONSES,
 )
@@ -170,6 +169,7 @@ def resources(
     service: CurrentService,
     cursors: Cursors,
     caller: TeamApiCaller,
+    as_of: TeamAsOf,
     user_id: UUID | None = None,
     provider: str | None = None,
     user_limit: Annotated[int, Query(ge=1, le=100)] = 50,
@@ -178,11 +178,14 @@ def resources(
 ) -> Any:
     """Per resource of each live connection, its last attempt (historical pull or
     daily sync) and the oldest and newest day of data it holds: `provider` maps a slug
-    to its resources directly, as the official client reads it."""
+    to its resources directly, as the official client reads it. With `as_of`: as it
+    answered at that instant (from the log)."""
+    past = None if as_of is None else reads_as_of(service, as_of)
+    feeds_of = service.pull_queries.feeds_of if past is None else past.resource_feeds_of
 
     def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
         by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
-        for f in service.pull_queries.feeds_of(user_ids, provider):
+        for f in feeds_of(user_ids, provider):
             resources = by_user[f.user_id].setdefault(f.provider, {})
             resources[f.resource] = {
                 "status": _FEED_STATUS.get(f.connection_status, f.connection_status),
@@ -202,7 +205,7 @@ def resources(
         cursors,
         "resources",
         caller,
-        LiveReads(service),
+        LiveReads(service) if past is None else past,
         user_id,
         provider,
         user_limit,

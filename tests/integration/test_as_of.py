@@ -33,6 +33,7 @@ TRAVELS: dict[tuple[str, str], str] = {
     ("team", "/v2/user/{user_id}/info/latest"): "test_time_travel.py",
     ("team", "/v2/user/providers/{user_id}"): "test_time_travel.py",
     ("team", "/v2/introspect/historical_pull"): "test_time_travel.py",
+    ("team", "/v2/introspect/resources"): "test_time_travel.py",
     ("team", "/v3/order/{order_id}"): "test_orders.py",
     ("team", "/v3/orders"): "test_orders.py",
     ("team", "/v3/order/{order_id}/result"): "test_orders.py",

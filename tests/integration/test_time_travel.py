@@ -68,6 +68,10 @@ def routes(user_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
         "oura_pulls": ("/v2/introspect/historical_pull", {"user_id": user_id, "provider": "oura"}),
         "team_pulls": ("/v2/introspect/historical_pull", {}),
         "team_first_page": ("/v2/introspect/historical_pull", {"user_limit": 1}),
+        "resources": ("/v2/introspect/resources", {"user_id": user_id}),
+        "oura_resources": ("/v2/introspect/resources", {"user_id": user_id, "provider": "oura"}),
+        "team_resources": ("/v2/introspect/resources", {}),
+        "team_first_resources": ("/v2/introspect/resources", {"user_limit": 1}),
     }
 
 
@@ -225,6 +229,12 @@ def test_as_of_answers_what_each_read_answered_at_every_step_of_a_users_life(
     assert live["undone"]["user"][0] == 200
     assert live["created"]["team_first_page"][1]["next_cursor"] is None
     assert live["settings"]["team_first_page"][1]["next_cursor"] is not None
+    # The resources' last attempts: the retried one failed, then succeeded.
+    sleep = live["pulled"]["resources"][1]["data"][0]["provider"]["withings"]["sleep"]
+    assert sleep["last_attempt"]["status"] == "failed" and sleep["pull_status"] == "retrying"
+    sleep = live["retried"]["resources"][1]["data"][0]["provider"]["withings"]["sleep"]
+    assert sleep["last_attempt"]["status"] == "success" and sleep["newest_data"] is not None
+    assert live["settings"]["team_first_resources"][1]["next_cursor"] is not None
 
     def held_to_every_step(expect: Callable[[dict[str, Answer]], dict[str, Answer]]) -> None:
         for name, (instant, answer) in recorded.items():
