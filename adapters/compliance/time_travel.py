@@ -34,6 +34,7 @@ from healthledger.adapters.answers.orders import OrderRow
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import lab_tests as lab_test_table
 from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.projections.connections import ATTEMPT_FAILED
@@ -46,6 +47,7 @@ from healthledger.adapters.persistence.projections.stream_owners import (
 )
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
 from healthledger.adapters.persistence.queries.directory import UserQueries
+from healthledger.adapters.persistence.queries.lab_tests import LabTestRow
 from healthledger.adapters.persistence.queries.orders import OrderFilters
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import IN_PROGRESS as PULL_IN_PROGRESS
@@ -57,6 +59,7 @@ from healthledger.domain.errors import (
     InvalidRequest,
     UserNotFound,
 )
+from healthledger.domain.labs.lab_tests import LabTest
 from healthledger.domain.labs.orders import Order
 from healthledger.domain.personal_data import (
     ERASED_PLACEHOLDER,
@@ -581,6 +584,36 @@ class ReadsAsOf:
         )
         return kept[(page - 1) * size : page * size], len(kept)
 
+    # -- lab tests ---------------------------------------------------------------------
+
+    def lab_tests(self, team_id: UUID) -> list[LabTestRow]:
+        """`LabTestQueries.team_lab_tests` then: the shared demo tests, then the team's
+        own created by the instant, oldest first. The demo tests are reference data
+        shipped with the service, not in the log: they show as the running release has
+        them. A team's lab test is never changed nor removed (one `Created` event), so
+        its id is in the read model and its time in the log."""
+        demo = [r for r in self.service.lab_tests.team_lab_tests(team_id) if r.auto_generated]
+        t = lab_test_table.c
+        with self.service.db.read() as conn:
+            ids = list(conn.execute(select(t.lab_test_id).where(t.team_id == team_id)).scalars())
+        own = [
+            _lab_test_row(a)
+            for a in aggregates_as_of(self.service, ids, self.instant)
+            if isinstance(a, LabTest) and a.team_id == team_id
+        ]
+        return [*demo, *sorted(own, key=lambda r: (r.created_at, r.view.id))]
+
+    def lab_test(self, team_id: UUID, lab_test_id: UUID) -> LabTestRow | None:
+        """`LabTestQueries.row` then: a shared demo test (reference data, as now), or the
+        team's own if it was created by the instant; None otherwise."""
+        now = self.service.lab_tests.row(team_id, lab_test_id)
+        if now is not None and now.auto_generated:
+            return now
+        found = aggregate_as_of(self.service, lab_test_id, self.instant)
+        if not isinstance(found, LabTest) or found.team_id != team_id:
+            return None
+        return _lab_test_row(found)
+
     # -- connections -------------------------------------------------------------------
 
     def owned(self, user_ids: Sequence[UUID], kind: str) -> list[UUID]:
@@ -723,6 +756,16 @@ class ReadsAsOf:
                         break
             below = page[-1].originator_version - 1
         return at, status
+
+
+def _lab_test_row(test: LabTest) -> LabTestRow:
+    """The row the lab_tests projection made of `test`."""
+    return LabTestRow(
+        view=test.view(),
+        description=test.description,
+        fasting=test.fasting,
+        created_at=test.created_on,
+    )
 
 
 def _passes(row: OrderRow, filters: OrderFilters) -> bool:

@@ -18,8 +18,9 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
+from healthledger.adapters.compliance.time_travel import reads_as_of
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF, TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -528,7 +529,6 @@ def list_order_set_markers(
 
 @router.get(
     LAB_TESTS_PATH,
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=list[LabTestResponse],
     responses=error_responses(401, 422),
 )
@@ -560,9 +560,16 @@ def list_lab_tests(
     ] = None,
     order_key: Annotated[Literal["price", "created_at", "updated_at"] | None, Query()] = None,
     order_direction: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    *,
+    as_of: TeamAsOf,
 ) -> Any:
-    """The lab tests the team can order: the shared demo tests and its own."""
-    rows = service.lab_tests.team_lab_tests(caller.team_id)
+    """The lab tests the team can order: the shared demo tests and its own (with
+    `as_of`: its own created by then, from the log; the demo tests are reference data,
+    shipped with the service, and show as now)."""
+    if as_of is None:
+        rows = service.lab_tests.team_lab_tests(caller.team_id)
+    else:
+        rows = reads_as_of(service, as_of).lab_tests(caller.team_id)
     if generation_method != "all":
         rows = [r for r in rows if r.auto_generated == (generation_method == "auto")]
     if lab_slug is not None:
@@ -629,28 +636,45 @@ def create_lab_test(
     return json_response(_dumps(rendering.lab_test(row)))
 
 
-@router.get(
-    LAB_TESTS_PATH + "/{lab_test_id:uuid}",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
-    response_model=LabTestResponse,
-    responses=error_responses(401, 404, 422, described={404: "Unknown lab test."}),
-)
-def get_lab_test(
-    rendering: Rendering, service: CurrentService, lab_test_id: UUID, caller: TeamApiCaller
-) -> Any:
-    """One lab test: the team's own or a shared demo one (another team's is a 404)."""
-    row = service.lab_tests.row(caller.team_id, lab_test_id)
+def _lab_test(
+    service: Service, team_id: UUID, lab_test_id: UUID, as_of: datetime | None
+) -> LabTestRow:
+    """The team's lab test or a shared demo one, now or as of `as_of` (a team's own not
+    created yet then: as unknown as another team's, a 404)."""
+    if as_of is None:
+        row = service.lab_tests.row(team_id, lab_test_id)
+    else:
+        row = reads_as_of(service, as_of).lab_test(team_id, lab_test_id)
     if row is None:
         raise UnknownLabTests([lab_test_id])
+    return row
+
+
+_UNKNOWN_LAB_TEST = "Unknown lab test (with `as_of`: or not created yet then)."
+
+
+@router.get(
+    LAB_TESTS_PATH + "/{lab_test_id:uuid}",
+    response_model=LabTestResponse,
+    responses=error_responses(401, 404, 422, described={404: _UNKNOWN_LAB_TEST}),
+)
+def get_lab_test(
+    rendering: Rendering,
+    service: CurrentService,
+    lab_test_id: UUID,
+    caller: TeamApiCaller,
+    as_of: TeamAsOf,
+) -> Any:
+    """One lab test: the team's own or a shared demo one (another team's is a 404)."""
+    row = _lab_test(service, caller.team_id, lab_test_id, as_of)
     return json_response(_dumps(rendering.lab_test(row)))
 
 
 @router.get(
     LAB_TESTS_PATH + "/{lab_test_id:uuid}/markers",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=MarkersPage,
     responses=error_responses(
-        401, 404, 422, described={404: "Unknown lab test.", 422: "A page past the last."}
+        401, 404, 422, described={404: _UNKNOWN_LAB_TEST, 422: "A page past the last."}
     ),
 )
 def list_lab_test_markers(
@@ -658,13 +682,13 @@ def list_lab_test_markers(
     service: CurrentService,
     lab_test_id: UUID,
     caller: TeamApiCaller,
+    as_of: TeamAsOf,
     page: Page = 1,
     size: Size = DEFAULT_SIZE,
 ) -> Any:
-    """A lab test's markers, paged like the catalog."""
-    row = service.lab_tests.row(caller.team_id, lab_test_id)
-    if row is None:
-        raise UnknownLabTests([lab_test_id])
+    """A lab test's markers, paged like the catalog (with `as_of`: the test's markers as
+    then; the markers themselves are reference data, as now)."""
+    row = _lab_test(service, caller.team_id, lab_test_id, as_of)
     markers = [m for m in map(service.lab_catalog.marker, row.view.marker_ids) if m is not None]
     return json_response(rendering.markers_page(markers, page, size, "query"))
 

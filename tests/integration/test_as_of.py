@@ -37,6 +37,9 @@ TRAVELS: dict[tuple[str, str], str] = {
     ("team", "/v3/order/{order_id}"): "test_orders.py",
     ("team", "/v3/orders"): "test_orders.py",
     ("team", "/v3/order/{order_id}/result"): "test_orders.py",
+    ("team", "/v3/lab_tests"): "test_lab_tests.py",
+    ("team", "/v3/lab_tests/{lab_test_id}"): "test_lab_tests.py",
+    ("team", "/v3/lab_tests/{lab_test_id}/markers"): "test_lab_tests.py",
 }
 
 _METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -153,7 +156,7 @@ def test_every_get_that_does_not_travel_refuses_as_of(apps: Apps) -> None:
         ("team", "/v2/introspect/historical_pull"),  # travels
         ("team", "/v2/user"),  # travels
         ("team", "/v3/orders"),  # travels
-        ("team", "/v3/lab_tests"),  # does not travel
+        ("team", "/v3/lab_tests/labs"),  # does not travel
         ("team", "/v2/summary/sleep/{user_id}"),  # does not travel
         ("management", "/v1/org/{org_id}/team/{team_id}"),
         ("management", "/v1/org/{org_id}"),

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.schema import lab_tests, stored_events
 from healthledger.domain.labs.lab_tests import LabTest
@@ -209,3 +211,75 @@ def test_malformed_and_oversized_bodies_change_nothing(
     assert huge.status_code == 413
     assert client.post("/v3/lab_tests", json={"name": "x"}).status_code == 401
     assert counts(service) == before
+
+
+def test_as_of_answers_the_lab_tests_the_team_had_then(
+    client: TestClient, team: Team, other_team: Team, service: Service
+) -> None:
+    """The listing (filters and order included), each test and its markers, recorded
+    after each creation and answered again by `as_of`; a test not created yet then is
+    a 404. The shared demo tests are reference data: in every answer, as now."""
+    queries: list[dict[str, Any]] = [
+        {},
+        {"generation_method": "manual"},
+        {"order_key": "created_at", "order_direction": "desc"},
+        {"marker_ids": [1046]},
+        {"name": "panel"},
+    ]
+    made: list[str] = []
+    recorded: list[tuple[datetime, list[Any], dict[str, tuple[Any, Any]]]] = []
+
+    def record() -> None:
+        lists = []
+        for query in queries:
+            response = client.get("/v3/lab_tests", params=query, headers=team.headers)
+            assert response.status_code == 200, response.text
+            lists.append(response.json())
+        each = {}
+        for test in [*made, str(DEMO_QUEST_TEST)]:
+            one = client.get(f"/v3/lab_tests/{test}", headers=team.headers)
+            markers = client.get(
+                f"/v3/lab_tests/{test}/markers", params={"size": 2}, headers=team.headers
+            )
+            assert one.status_code == markers.status_code == 200
+            each[test] = (one.json(), markers.json())
+        recorded.append((datetime.now(UTC), lists, each))
+
+    start = datetime.now(UTC) + timedelta(days=1)  # after the team's creation
+    with freeze_time(start) as frozen:
+        record()
+        for name, markers in (("Lipid panel", [1046]), ("Thyroid", [1077]), ("Panel B", [1046])):
+            frozen.tick(timedelta(hours=1))
+            made.append(create(client, team, name=name, marker_ids=markers)["id"])
+            record()
+        # Another team's test changes none of the answers.
+        frozen.tick(timedelta(hours=1))
+        create(client, other_team, name="Other panel")
+        frozen.tick(timedelta(hours=1))
+        for instant, lists, each in recorded:
+            at = {"as_of": instant.isoformat()}
+            for query, answer in zip(queries, lists, strict=True):
+                past = client.get("/v3/lab_tests", params={**query, **at}, headers=team.headers)
+                assert past.status_code == 200 and past.json() == answer, (instant, query)
+            for test in [*made, str(DEMO_QUEST_TEST)]:
+                one = client.get(f"/v3/lab_tests/{test}", params=at, headers=team.headers)
+                markers = client.get(
+                    f"/v3/lab_tests/{test}/markers",
+                    params={**at, "size": 2},
+                    headers=team.headers,
+                )
+                if test in each:
+                    assert (one.json(), markers.json()) == each[test], (instant, test)
+                else:  # not created yet then
+                    assert one.status_code == markers.status_code == 404, (instant, test)
+        # The other team's test is its own, never the team's.
+        now = {"as_of": datetime.now(UTC).isoformat()}
+        other = client.get("/v3/lab_tests", params=now, headers=other_team.headers).json()
+        assert [t["name"] for t in other if not t["auto_generated"]] == ["Other panel"]
+        stranger = client.get(f"/v3/lab_tests/{other[-1]['id']}", params=now, headers=team.headers)
+        assert stranger.status_code == 404
+        future = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+        assert (
+            client.get("/v3/lab_tests", params={"as_of": future}, headers=team.headers).status_code
+            == 422
+        )
