@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
@@ -58,6 +58,7 @@ from healthledger.domain.errors import (
     FeatureNotEnabled,
     InvalidRequest,
     UserNotFound,
+    WebhookEndpointNotFound,
 )
 from healthledger.domain.labs.lab_tests import LabTest
 from healthledger.domain.labs.orders import Order
@@ -67,6 +68,7 @@ from healthledger.domain.personal_data import (
     PersonalDataVault,
 )
 from healthledger.domain.users.user import ACTIVE, ERASED, User, client_user_id_problem
+from healthledger.domain.webhooks.endpoints import WebhookEndpoint
 from sqlalchemy import func, insert, select
 
 # An instant as the API and the CLI take it: ISO 8601 date and time, with an offset.
@@ -154,6 +156,22 @@ def stream_refusal(service: Service, stream_id: UUID, instant: datetime) -> str 
     except InvalidRequest as exc:
         return exc.message
     return None
+
+
+def streams_founded(service: Service, founding: type, instant: datetime) -> list[UUID]:
+    """The streams whose first event is of class `founding` and was recorded by
+    `instant`: the aggregates of a kind that existed then, deleted since or not (their
+    read model rows go with the deletion; the log keeps them). The event table has no
+    index on the topic: this reads every first event of the log up to the instant, which
+    suits a debugging read, not a hot path."""
+    c = service.recorder.tables.events.c
+    query = select(c.originator_id).where(
+        c.originator_version == 1,
+        c.topic == founding.TOPIC,  # type: ignore[attr-defined]
+        c.timestamp <= instant,
+    )
+    with service.db.read() as conn:
+        return list(conn.execute(query).scalars())
 
 
 # -- one aggregate ---------------------------------------------------------------------
@@ -614,6 +632,34 @@ class ReadsAsOf:
             return None
         return _lab_test_row(found)
 
+    # -- webhook endpoints (the management API) ----------------------------------------
+
+    def webhook_endpoints(self, team_id: UUID, environment: str) -> list[dict[str, Any]]:
+        """`WebhookQueries.endpoints` then: the team's endpoints of the environment that
+        existed and were not deleted at the instant, oldest first. An endpoint deleted
+        since is gone from the read model, so they are found by their founding event's
+        topic in the log (`streams_founded`). Never their secrets."""
+        ids = streams_founded(self.service, WebhookEndpoint.Created, self.instant)
+        found = sorted(
+            (
+                a
+                for a in aggregates_as_of(self.service, ids, self.instant)
+                if _endpoint_of(a, team_id, environment)
+            ),
+            key=lambda a: (a.created_on, a.id),
+        )
+        return [_endpoint_view(a) for a in found]
+
+    def webhook_endpoint(
+        self, team_id: UUID, environment: str, endpoint_id: UUID
+    ) -> dict[str, Any]:
+        """`WebhookQueries.endpoint` then (`WebhookEndpoints.endpoint`'s 404s as then:
+        not created yet, deleted by then, another team's or environment's)."""
+        found = aggregate_as_of(self.service, endpoint_id, self.instant)
+        if not _endpoint_of(found, team_id, environment):
+            raise WebhookEndpointNotFound()
+        return _endpoint_view(found)
+
     # -- connections -------------------------------------------------------------------
 
     def owned(self, user_ids: Sequence[UUID], kind: str) -> list[UUID]:
@@ -756,6 +802,32 @@ class ReadsAsOf:
                         break
             below = page[-1].originator_version - 1
         return at, status
+
+
+def _endpoint_of(found: Any, team_id: UUID, environment: str) -> TypeGuard[WebhookEndpoint]:
+    """Whether `found` is a live endpoint of the team's environment."""
+    return (
+        isinstance(found, WebhookEndpoint)
+        and found.deleted_at is None
+        and found.team_id == team_id
+        and found.environment == environment
+    )
+
+
+def _endpoint_view(endpoint: WebhookEndpoint) -> dict[str, Any]:
+    """What `WebhookQueries` answers of an endpoint's row (no secret)."""
+    return {
+        "id": endpoint.id,
+        "team_id": endpoint.team_id,
+        "environment": endpoint.environment,
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "filter_types": list(endpoint.filter_types),
+        "disabled": endpoint.disabled_reason is not None,
+        "disabled_reason": endpoint.disabled_reason,
+        "created_on": endpoint.created_on,
+        "updated_at": endpoint.modified_on,
+    }
 
 
 def _lab_test_row(test: LabTest) -> LabTestRow:

@@ -11,8 +11,9 @@ from typing import Annotated, Any, Self
 from uuid import UUID
 
 from fastapi import APIRouter
+from healthledger.adapters.compliance.time_travel import reads_as_of
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import MANAGEMENT_READ_REFUSES_AS_OF
+from healthledger.adapters.http.as_of import MANAGEMENT_READ_REFUSES_AS_OF, ManagementAsOf
 from healthledger.adapters.http.auth import ManagementApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.management import Environment, reachable_team
@@ -171,29 +172,25 @@ def create_endpoint(
     return _view(service, endpoint.id)
 
 
-@router.get(
-    "",
-    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
-    response_model=WebhookEndpointList,
-    responses=READS,
-)
+@router.get("", response_model=WebhookEndpointList, responses=READS)
 def list_endpoints(
     service: CurrentService,
     org_id: UUID,
     team_id: UUID,
     env: Environment,
     caller: ManagementApiCaller,
+    as_of: ManagementAsOf,
 ) -> Any:
+    """The team's endpoints of the environment (with `as_of`: those it had then, as they
+    were, from the log; the team must be reachable now)."""
     reachable_team(service.team_queries, caller, org_id, team_id)
+    if as_of is not None:
+        endpoints = reads_as_of(service, as_of).webhook_endpoints(team_id, env)
+        return {"webhook_endpoints": endpoints}
     return {"webhook_endpoints": service.webhook_queries.endpoints(team_id, env)}
 
 
-@router.get(
-    "/{endpoint_id}",
-    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
-    response_model=WebhookEndpointView,
-    responses=READS,
-)
+@router.get("/{endpoint_id}", response_model=WebhookEndpointView, responses=READS)
 def get_endpoint(
     service: CurrentService,
     org_id: UUID,
@@ -201,8 +198,13 @@ def get_endpoint(
     env: Environment,
     endpoint_id: UUID,
     caller: ManagementApiCaller,
+    as_of: ManagementAsOf,
 ) -> Any:
+    """One endpoint (with `as_of`: as it was then; not created yet or deleted by then:
+    a 404)."""
     reachable_team(service.team_queries, caller, org_id, team_id)
+    if as_of is not None:
+        return reads_as_of(service, as_of).webhook_endpoint(team_id, env, endpoint_id)
     service.webhooks.endpoint(team_id, env, endpoint_id, org_id)
     return _view(service, endpoint_id)
 
@@ -252,7 +254,9 @@ def get_secret(
     endpoint_id: UUID,
     caller: ManagementApiCaller,
 ) -> Any:
-    """The current signing secret (a credential: keep it like one)."""
+    """The current signing secret (a credential: keep it like one). It does not travel
+    in time: an answer about the past would hand out a secret rotated away since, which
+    is no longer in force and must not be shown again."""
     reachable_team(service.team_queries, caller, org_id, team_id)
     secrets = service.webhooks.secrets(team_id, env, endpoint_id, org_id)
     return {

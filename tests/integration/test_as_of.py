@@ -40,6 +40,14 @@ TRAVELS: dict[tuple[str, str], str] = {
     ("team", "/v3/lab_tests"): "test_lab_tests.py",
     ("team", "/v3/lab_tests/{lab_test_id}"): "test_lab_tests.py",
     ("team", "/v3/lab_tests/{lab_test_id}/markers"): "test_lab_tests.py",
+    (
+        "management",
+        "/v1/org/{org_id}/team/{team_id}/{env}/webhook",
+    ): "test_webhook_endpoints.py",
+    (
+        "management",
+        "/v1/org/{org_id}/team/{team_id}/{env}/webhook/{endpoint_id}",
+    ): "test_webhook_endpoints.py",
 }
 
 _METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}

@@ -545,3 +545,64 @@ def test_the_read_model_rebuilds_to_the_same_views(org: Org) -> None:
     assert org.call("GET").json() == views
     assert org.secret(endpoint["id"]) == secret
     assert len(views["webhook_endpoints"]) == 1
+
+
+# -- time travel ------------------------------------------------------------------------------
+
+
+def test_as_of_lists_and_reads_the_endpoints_as_they_were(org: Org) -> None:
+    """The list and each endpoint of both environments, recorded after each change (an
+    update, a disable, a rotation, deletions), answered again by `as_of`: an endpoint
+    deleted since is listed as it was (found in the log, not the read model); one not
+    created yet or deleted by then is a 404. The secret does not travel (a 422)."""
+    made: list[tuple[str, str]] = []
+    recorded: list[tuple[datetime, dict[str, Any]]] = []
+
+    def record() -> None:
+        answers: dict[str, Any] = {}
+        for env in ("sandbox", "production"):
+            answers[env] = org.call("GET", env=env).json()
+        for endpoint_id, env in made:
+            response = org.call("GET", f"/{endpoint_id}", env=env)
+            answers[endpoint_id] = (response.status_code, response.json())
+        recorded.append((datetime.now(UTC), answers))
+
+    start = datetime.now(UTC) + timedelta(days=1)  # after the team's creation
+    with freeze_time(start) as frozen:
+        record()
+        changes = [
+            lambda: made.append((org.create(description="first")["id"], "sandbox")),
+            lambda: made.append((org.create("production")["id"], "production")),
+            lambda: made.append((org.create(filter_types=["daily.data.*"])["id"], "sandbox")),
+            lambda: org.call("PATCH", f"/{made[0][0]}", json={"description": "changed"}),
+            lambda: org.call("PATCH", f"/{made[2][0]}", json={"disabled": True}),
+            lambda: org.call("POST", f"/{made[0][0]}/secret/rotate"),
+            lambda: org.call("DELETE", f"/{made[1][0]}", env="production"),
+            lambda: org.call("DELETE", f"/{made[0][0]}"),
+        ]
+        for change in changes:
+            frozen.tick(timedelta(minutes=10))
+            change()
+            record()
+        frozen.tick(timedelta(minutes=10))
+        assert org.call("GET").json()["webhook_endpoints"] == [recorded[-1][1][made[2][0]][1]]
+        for instant, answers in recorded:
+            at = {"as_of": instant.isoformat()}
+            for env in ("sandbox", "production"):
+                past = org.call("GET", env=env, params=at)
+                assert past.status_code == 200 and past.json() == answers[env], (instant, env)
+            for endpoint_id, env in made:
+                past = org.call("GET", f"/{endpoint_id}", env=env, params=at)
+                expected = answers.get(endpoint_id, (404, NOT_FOUND))
+                assert (past.status_code, past.json()) == expected, (instant, endpoint_id)
+        # Under the other environment's path: not found, as now.
+        wrong = org.call("GET", f"/{made[2][0]}", env="production", params=at)
+        assert (wrong.status_code, wrong.json()) == (404, NOT_FOUND)
+        # The listing at an instant when two endpoints lived, one deleted since.
+        assert [e["id"] for e in recorded[4][1]["sandbox"]["webhook_endpoints"]] == [
+            made[0][0],
+            made[2][0],
+        ]
+        secret = org.call("GET", f"/{made[2][0]}/secret", params=at)
+        assert secret.status_code == 422
+        assert "does not travel" in secret.json()["detail"][0]["msg"]
