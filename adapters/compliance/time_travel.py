@@ -36,6 +36,7 @@ from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import lab_tests as lab_test_table
 from healthledger.adapters.persistence.engine.schema import stream_owners
+from healthledger.adapters.persistence.engine.schema import team_api_keys as team_api_key_table
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.projections.connections import ATTEMPT_FAILED
 from healthledger.adapters.persistence.projections.read_models import ReadModels
@@ -67,6 +68,7 @@ from healthledger.domain.personal_data import (
     SEALED_PLACEHOLDER,
     PersonalDataVault,
 )
+from healthledger.domain.teams.teams import TeamApiKey
 from healthledger.domain.users.user import ACTIVE, ERASED, User, client_user_id_problem
 from healthledger.domain.webhooks.endpoints import WebhookEndpoint
 from sqlalchemy import func, insert, select
@@ -659,6 +661,36 @@ class ReadsAsOf:
         if not _endpoint_of(found, team_id, environment):
             raise WebhookEndpointNotFound()
         return _endpoint_view(found)
+
+    # -- team API keys (the management API) --------------------------------------------
+
+    def team_api_keys(self, team_id: UUID, environment: str) -> list[dict[str, Any]]:
+        """`TeamQueries.team_api_keys` then: the team's keys of the environment issued
+        and not revoked by the instant, oldest first, without their hashes. A revoked
+        key keeps its read model row (`revoked_at`), so the ids come from there and
+        each key's state from the log."""
+        c = team_api_key_table.c
+        query = select(c.key_id).where(c.team_id == team_id, c.environment == environment)
+        with self.service.db.read() as conn:
+            ids = list(conn.execute(query).scalars())
+        keys = sorted(
+            (
+                a
+                for a in aggregates_as_of(self.service, ids, self.instant)
+                if isinstance(a, TeamApiKey) and a.revoked_at is None
+            ),
+            key=lambda a: a.created_on,
+        )
+        return [
+            {
+                "id": k.id,
+                "team_id": k.team_id,
+                "environment": k.environment,
+                "region": k.region,
+                "created_on": k.created_on,
+            }
+            for k in keys
+        ]
 
     # -- connections -------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Query
-from healthledger.adapters.http.as_of import MANAGEMENT_READ_REFUSES_AS_OF
+from healthledger.adapters.compliance.time_travel import reads_as_of
+from healthledger.adapters.http.as_of import MANAGEMENT_READ_REFUSES_AS_OF, ManagementAsOf
 from healthledger.adapters.http.auth import ManagementApiCaller, ManagementCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
@@ -384,9 +385,7 @@ def revoke_management_key(
 # -- team API keys ----------------------------------------------------------------------
 
 
-@router.get(
-    "/team_api_keys/{env}/{region}", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=READS
-)
+@router.get("/team_api_keys/{env}/{region}", responses=READS)
 def list_team_api_keys(
     service: CurrentService,
     org_id: UUID,
@@ -394,10 +393,16 @@ def list_team_api_keys(
     region: Region,
     team_id: UUID,
     caller: ManagementApiCaller,
+    as_of: ManagementAsOf,
 ) -> Any:
+    """The team's keys of the environment, never their text (with `as_of`: those issued
+    and not revoked then, from the log; the team must be reachable now)."""
     team = reachable_team(service.team_queries, caller, org_id, team_id)
-    keys = service.team_queries.team_api_keys(team_id, env) if team["region"] == region else []
-    return {"team_api_keys": keys}
+    if team["region"] != region:
+        return {"team_api_keys": []}
+    if as_of is not None:
+        return {"team_api_keys": reads_as_of(service, as_of).team_api_keys(team_id, env)}
+    return {"team_api_keys": service.team_queries.team_api_keys(team_id, env)}
 
 
 @router.post("/team_api_keys/{env}/{region}", responses=CHANGES)

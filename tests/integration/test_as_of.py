@@ -42,6 +42,10 @@ TRAVELS: dict[tuple[str, str], str] = {
     ("team", "/v3/lab_tests/{lab_test_id}/markers"): "test_lab_tests.py",
     (
         "management",
+        "/v1/org/{org_id}/team_api_keys/{env}/{region}",
+    ): "test_management_api.py",
+    (
+        "management",
         "/v1/org/{org_id}/team/{team_id}/{env}/webhook",
     ): "test_webhook_endpoints.py",
     (

@@ -7,11 +7,13 @@ import base64
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from fastapi.testclient import TestClient
+from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.cursors import CursorCodec
 from healthledger.adapters.http.management_api import create_management_api
@@ -765,6 +767,54 @@ def test_team_api_keys_per_environment_and_region(org: Org) -> None:
     assert [k["id"] for k in _team_api_keys(org, "sandbox", "eu", eu["id"])] == [
         eu_key.json()["id"]
     ]
+
+
+def test_as_of_lists_the_team_api_keys_as_they_were(org: Org) -> None:
+    """Each environment's keys, recorded after each issue and revocation, answered again
+    by `as_of`: a key revoked since is listed while it was in force (its read model row
+    is kept; its state comes from the log); never a key's text or hash."""
+    recorded: list[tuple[datetime, dict[str, list[dict]]]] = []
+
+    def record() -> None:
+        keys = {env: _team_api_keys(org, env, "us") for env in ("sandbox", "production")}
+        recorded.append((datetime.now(UTC), keys))
+
+    def issue(env: str) -> str:
+        response = org.call("POST", f"/team_api_keys/{env}/us", json={"team_id": str(org.team_id)})
+        assert response.status_code == 200, response.text
+        key_id: str = response.json()["id"]
+        return key_id
+
+    def revoke(env: str, key_id: str) -> None:
+        path = f"/team_api_keys/{env}/us/{key_id}"
+        response = org.call("DELETE", path, params={"team_id": str(org.team_id)})
+        assert response.status_code == 200, response.text
+
+    start = datetime.now(UTC) + timedelta(days=1)  # after the team's creation
+    with freeze_time(start) as frozen:
+        record()
+        made: list[str] = []
+        for change in (
+            lambda: made.append(issue("production")),
+            lambda: made.append(issue("sandbox")),
+            lambda: revoke("production", made[0]),
+            lambda: made.append(issue("production")),
+            lambda: revoke("sandbox", made[1]),
+        ):
+            frozen.tick(timedelta(minutes=10))
+            change()
+            record()
+        frozen.tick(timedelta(minutes=10))
+        assert [k["id"] for k in recorded[2][1]["production"]] == [made[0]]
+        for instant, keys in recorded:
+            for env in ("sandbox", "production"):
+                past = org.call(
+                    "GET",
+                    f"/team_api_keys/{env}/us",
+                    params={"team_id": str(org.team_id), "as_of": instant.isoformat()},
+                )
+                assert past.status_code == 200, past.text
+                assert past.json() == {"team_api_keys": keys[env]}, (instant, env)
 
 
 def test_a_team_api_key_outside_the_teams_region_is_422(org: Org) -> None:
