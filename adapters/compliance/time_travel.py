@@ -35,6 +35,7 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import lab_tests as lab_test_table
+from healthledger.adapters.persistence.engine.schema import management_keys as management_key_table
 from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.engine.schema import team_api_keys as team_api_key_table
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
@@ -68,6 +69,7 @@ from healthledger.domain.personal_data import (
     SEALED_PLACEHOLDER,
     PersonalDataVault,
 )
+from healthledger.domain.teams.management_keys import ManagementKey
 from healthledger.domain.teams.teams import TeamApiKey
 from healthledger.domain.users.user import ACTIVE, ERASED, User, client_user_id_problem
 from healthledger.domain.webhooks.endpoints import WebhookEndpoint
@@ -687,6 +689,33 @@ class ReadsAsOf:
                 "team_id": k.team_id,
                 "environment": k.environment,
                 "region": k.region,
+                "created_on": k.created_on,
+            }
+            for k in keys
+        ]
+
+    def management_keys(self, org_id: UUID) -> list[dict[str, Any]]:
+        """`TeamQueries.management_keys` then: the organization's management keys issued
+        and not revoked by the instant, oldest first, with their labels and team
+        bindings as then, never their text or hash (a revoked key keeps its row: the ids
+        come from the read model, each key's state from the log)."""
+        c = management_key_table.c
+        with self.service.db.read() as conn:
+            ids = list(conn.execute(select(c.key_id).where(c.org_id == org_id)).scalars())
+        keys = sorted(
+            (
+                a
+                for a in aggregates_as_of(self.service, ids, self.instant)
+                if isinstance(a, ManagementKey) and a.org_id == org_id and a.revoked_at is None
+            ),
+            key=lambda a: a.created_on,
+        )
+        return [
+            {
+                "id": k.id,
+                "label": k.label,
+                "role": k.role,
+                "team_role_bindings": [{"team_id": t} for t in k.team_ids],
                 "created_on": k.created_on,
             }
             for k in keys

@@ -325,10 +325,16 @@ def disable_feature(
 # -- management keys ------------------------------------------------------------------
 
 
-@router.get("/management_key", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=ORG_READS)
-def list_management_keys(service: CurrentService, org_id: UUID, caller: ManagementApiCaller) -> Any:
+@router.get("/management_key", responses=ORG_READS)
+def list_management_keys(
+    service: CurrentService, org_id: UUID, caller: ManagementApiCaller, as_of: ManagementAsOf
+) -> Any:
+    """The organization's keys, never their text (with `as_of`: those issued and not
+    revoked then, from the log)."""
     caller.require_org(org_id)
     caller.require_org_admin()
+    if as_of is not None:
+        return {"management_keys": reads_as_of(service, as_of).management_keys(org_id)}
     return {"management_keys": service.team_queries.management_keys(org_id)}
 
 

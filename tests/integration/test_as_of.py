@@ -44,6 +44,7 @@ TRAVELS: dict[tuple[str, str], str] = {
         "management",
         "/v1/org/{org_id}/team_api_keys/{env}/{region}",
     ): "test_management_api.py",
+    ("management", "/v1/org/{org_id}/management_key"): "test_management_api.py",
     (
         "management",
         "/v1/org/{org_id}/team/{team_id}/{env}/webhook",

@@ -817,6 +817,44 @@ def test_as_of_lists_the_team_api_keys_as_they_were(org: Org) -> None:
                 assert past.json() == {"team_api_keys": keys[env]}, (instant, env)
 
 
+def test_as_of_lists_the_management_keys_as_they_were(org: Org) -> None:
+    """The organization's keys, recorded after each issue, relabel, rebinding and
+    revocation, answered again by `as_of` (a key revoked since listed while in force,
+    with its label and bindings as then); never a key's text."""
+    recorded: list[tuple[datetime, Any]] = []
+
+    def record() -> None:
+        response = org.call("GET", "/management_key")
+        assert response.status_code == 200, response.text
+        recorded.append((datetime.now(UTC), response.json()))
+
+    def patch(key_id: str, body: dict[str, Any]) -> None:
+        response = org.call("PATCH", f"/management_key/{key_id}", json=body)
+        assert response.status_code == 200, response.text
+
+    start = datetime.now(UTC) + timedelta(days=1)  # after the organization's creation
+    with freeze_time(start) as frozen:
+        record()
+        other = org.create_team("Other")
+        made: list[str] = []
+        for change in (
+            lambda: made.append(org.create_key("team_admin", [org.team_id], "ci")["id"]),
+            lambda: made.append(org.create_key(label="ops")["id"]),
+            lambda: patch(made[0], {"label": "ci-2"}),
+            lambda: patch(made[0], {"team_role_bindings": [{"team_id": other["id"]}]}),
+            lambda: org.call("DELETE", f"/management_key/{made[0]}"),
+        ):
+            frozen.tick(timedelta(minutes=10))
+            change()
+            record()
+        frozen.tick(timedelta(minutes=10))
+        assert made[0] not in json.dumps(recorded[-1][1])
+        for instant, answer in recorded:
+            past = org.call("GET", "/management_key", params={"as_of": instant.isoformat()})
+            assert past.status_code == 200, past.text
+            assert past.json() == answer, instant
+
+
 def test_a_team_api_key_outside_the_teams_region_is_422(org: Org) -> None:
     response = org.call("POST", "/team_api_keys/sandbox/eu", json={"team_id": str(org.team_id)})
     detail = _validation(response)
