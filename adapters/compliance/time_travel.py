@@ -38,6 +38,7 @@ from healthledger.adapters.persistence.engine.schema import lab_tests as lab_tes
 from healthledger.adapters.persistence.engine.schema import management_keys as management_key_table
 from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.engine.schema import team_api_keys as team_api_key_table
+from healthledger.adapters.persistence.engine.schema import teams as team_table
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.projections.connections import ATTEMPT_FAILED
 from healthledger.adapters.persistence.projections.read_models import ReadModels
@@ -59,6 +60,7 @@ from healthledger.domain.errors import (
     DemographicsNotFound,
     FeatureNotEnabled,
     InvalidRequest,
+    TeamNotFound,
     UserNotFound,
     WebhookEndpointNotFound,
 )
@@ -70,7 +72,7 @@ from healthledger.domain.personal_data import (
     PersonalDataVault,
 )
 from healthledger.domain.teams.management_keys import ManagementKey
-from healthledger.domain.teams.teams import TeamApiKey
+from healthledger.domain.teams.teams import Team, TeamApiKey
 from healthledger.domain.users.user import ACTIVE, ERASED, User, client_user_id_problem
 from healthledger.domain.webhooks.endpoints import WebhookEndpoint
 from sqlalchemy import func, insert, select
@@ -694,6 +696,51 @@ class ReadsAsOf:
             for k in keys
         ]
 
+    # -- teams (the management API) ----------------------------------------------------
+
+    def team(self, org_id: UUID, team_id: UUID) -> dict[str, Any]:
+        """`TeamQueries.team` then: the organization's team, created and not deleted by
+        the instant (else TeamNotFound, a 404)."""
+        found = aggregate_as_of(self.service, team_id, self.instant)
+        if not isinstance(found, Team) or found.org_id != org_id or found.deleted_at is not None:
+            raise TeamNotFound()
+        return _team_view(found)
+
+    def teams_page(
+        self,
+        org_id: UUID,
+        *,
+        regions: Sequence[str] = (),
+        search: str | None = None,
+        after: tuple[datetime, UUID] | None = None,
+        limit: int = 50,
+        only: frozenset[UUID] | None = None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """`TeamQueries.teams_page` then: one page of the organization's teams alive at
+        the instant, oldest first, and whether more followed. A deleted team keeps its
+        row (`deleted_at`): the ids come from the read model, each team from the log."""
+        c = team_table.c
+        with self.service.db.read() as conn:
+            ids = list(conn.execute(select(c.team_id).where(c.org_id == org_id)).scalars())
+        teams = sorted(
+            (
+                a
+                for a in aggregates_as_of(self.service, ids, self.instant)
+                if isinstance(a, Team) and a.org_id == org_id and a.deleted_at is None
+            ),
+            key=lambda a: (a.created_on, a.id),
+        )
+        needle = None if search is None else search.casefold()
+        kept = [
+            t
+            for t in teams
+            if (not regions or t.region in regions)
+            and (needle is None or needle in t.name.casefold())
+            and (only is None or t.id in only)
+            and (after is None or (t.created_on, t.id) > after)
+        ]
+        return [_team_view(t) for t in kept[:limit]], len(kept) > limit
+
     def management_keys(self, org_id: UUID) -> list[dict[str, Any]]:
         """`TeamQueries.management_keys` then: the organization's management keys issued
         and not revoked by the instant, oldest first, with their labels and team
@@ -863,6 +910,19 @@ class ReadsAsOf:
                         break
             below = page[-1].originator_version - 1
         return at, status
+
+
+def _team_view(team: Team) -> dict[str, Any]:
+    """What `TeamQueries` answers of a team's row."""
+    return {
+        "id": team.id,
+        "name": team.name,
+        "created_on": team.created_on,
+        "region": team.region,
+        "org_id": team.org_id,
+        "settings": team.settings,
+        "features": sorted(team.features),
+    }
 
 
 def _endpoint_of(found: Any, team_id: UUID, environment: str) -> TypeGuard[WebhookEndpoint]:

@@ -194,23 +194,20 @@ def patch_organization(
 # -- teams ----------------------------------------------------------------------------
 
 
-@router.get(
-    "/team",
-    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
-    response_model=TeamPage,
-    responses=LISTINGS,
-)
+@router.get("/team", response_model=TeamPage, responses=LISTINGS)
 def list_teams(
     service: CurrentService,
     cursors: Cursors,
     org_id: UUID,
     caller: ManagementApiCaller,
+    as_of: ManagementAsOf,
     region: Annotated[list[Region] | None, Query()] = None,
     search_query: Annotated[str | None, Query(max_length=80, pattern=SEARCH_QUERY.pattern)] = None,
     next_cursor: Annotated[str | None, Query(max_length=512)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
 ) -> Any:
-    """Endpoint 13. A team key sees only the teams it is bound to."""
+    """Endpoint 13. A team key sees only the teams it is bound to (now). With `as_of`:
+    the teams alive then, as they were, from the log (a team deleted since included)."""
     caller.require_org(org_id)
     regions = sorted(set(region or ()))
     scope = f"teams:{org_id}:{caller.key_id}:{','.join(regions)}:{search_query or ''}:{limit}"
@@ -222,7 +219,8 @@ def list_teams(
         except (KeyError, TypeError, ValueError):
             raise InvalidCursor() from None
     only = None if caller.is_org_admin else caller.team_ids
-    teams, more = service.team_queries.teams_page(
+    queries = service.team_queries if as_of is None else reads_as_of(service, as_of)
+    teams, more = queries.teams_page(
         org_id, regions=regions, search=search_query, after=after, limit=limit, only=only
     )
     cursor = None
@@ -243,16 +241,21 @@ def create_team(
     return service.team_queries.team(team_id)
 
 
-@router.get(
-    "/team/{team_id}",
-    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
-    response_model=Team,
-    responses=READS,
-)
+@router.get("/team/{team_id}", response_model=Team, responses=READS)
 def get_team(
-    service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    caller: ManagementApiCaller,
+    as_of: ManagementAsOf,
 ) -> Any:
-    return reachable_team(service.team_queries, caller, org_id, team_id)
+    """The team (with `as_of`: as it was then, from the log; one not created yet or
+    deleted by then is a 404, one deleted since is answered as it was)."""
+    if as_of is None:
+        return reachable_team(service.team_queries, caller, org_id, team_id)
+    caller.require_org(org_id)
+    caller.require_team(team_id)
+    return reads_as_of(service, as_of).team(org_id, team_id)
 
 
 @router.patch("/team/{team_id}", response_model=Team, responses=PATCHES)

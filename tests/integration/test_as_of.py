@@ -45,6 +45,8 @@ TRAVELS: dict[tuple[str, str], str] = {
         "/v1/org/{org_id}/team_api_keys/{env}/{region}",
     ): "test_management_api.py",
     ("management", "/v1/org/{org_id}/management_key"): "test_management_api.py",
+    ("management", "/v1/org/{org_id}/team"): "test_management_api.py",
+    ("management", "/v1/org/{org_id}/team/{team_id}"): "test_management_api.py",
     (
         "management",
         "/v1/org/{org_id}/team/{team_id}/{env}/webhook",

@@ -855,6 +855,67 @@ def test_as_of_lists_the_management_keys_as_they_were(org: Org) -> None:
             assert past.json() == answer, instant
 
 
+def test_as_of_lists_and_reads_the_teams_as_they_were(org: Org) -> None:
+    """The teams listing (filters and the first page's cursor included) and each team,
+    recorded after each creation, rename, feature switch and deletion, answered again
+    by `as_of`: a team deleted since is listed and read as it was; one not created yet
+    or deleted by then is a 404."""
+    queries: list[dict[str, Any]] = [{}, {"limit": 1}, {"region": "eu"}, {"search_query": "alp"}]
+    made: list[str] = []
+    recorded: list[tuple[datetime, list[Any], dict[str, tuple[int, Any]]]] = []
+
+    def record() -> None:
+        lists = []
+        for query in queries:
+            response = org.call("GET", "/team", params=query)
+            assert response.status_code == 200, response.text
+            lists.append(response.json())
+        each = {}
+        for team_id in made:
+            response = org.call("GET", f"/team/{team_id}")
+            each[team_id] = (response.status_code, response.json())
+        recorded.append((datetime.now(UTC), lists, each))
+
+    def ok(response: Response) -> None:
+        assert response.status_code == 200, response.text
+
+    start = datetime.now(UTC) + timedelta(days=1)  # after the organization's creation
+    with freeze_time(start) as frozen:
+        record()
+        for change in (
+            lambda: made.append(org.create_team("Alpha")["id"]),
+            lambda: made.append(org.create_team("Beta", "eu")["id"]),
+            lambda: ok(org.call("PATCH", f"/team/{made[0]}", json={"name": "Alpine"})),
+            lambda: ok(org.call("PUT", f"/team/{made[1]}/features/demographics")),
+            lambda: ok(org.call("DELETE", f"/team/{made[1]}")),
+        ):
+            frozen.tick(timedelta(minutes=10))
+            change()
+            record()
+        frozen.tick(timedelta(minutes=10))
+        assert recorded[-1][2][made[1]] == (404, TEAM_NOT_FOUND)
+        for instant, lists, each in recorded:
+            at = {"as_of": instant.isoformat()}
+            for query, answer in zip(queries, lists, strict=True):
+                past = org.call("GET", "/team", params={**query, **at})
+                assert past.status_code == 200 and past.json() == answer, (instant, query)
+            for team_id in made:
+                past = org.call("GET", f"/team/{team_id}", params=at)
+                if team_id in each:
+                    assert (past.status_code, past.json()) == each[team_id], (instant, team_id)
+                elif team_id == made[0]:  # a live team's route: before it existed, a 422
+                    assert "before the team existed" in past.json()["detail"][0]["msg"]
+                else:  # deleted since: the instant is held to the organization's creation
+                    assert (past.status_code, past.json()) == (404, TEAM_NOT_FOUND), instant
+        # The first page's cursor, followed as of the instant, gives the rest as then.
+        instant, lists, _ = recorded[4]
+        at = {"as_of": instant.isoformat()}
+        cursor = lists[1]["next_cursor"]
+        rest = org.call("GET", "/team", params={"limit": 50, **at}).json()["teams"][1:2]
+        second = org.call("GET", "/team", params={"limit": 1, "next_cursor": cursor, **at})
+        assert second.status_code == 200 and second.json()["teams"] == rest
+
+
 def test_a_team_api_key_outside_the_teams_region_is_422(org: Org) -> None:
     response = org.call("POST", "/team_api_keys/sandbox/eu", json={"team_id": str(org.team_id)})
     detail = _validation(response)
