@@ -60,6 +60,7 @@ from healthledger.domain.errors import (
     DemographicsNotFound,
     FeatureNotEnabled,
     InvalidRequest,
+    OrganizationNotFound,
     TeamNotFound,
     UserNotFound,
     WebhookEndpointNotFound,
@@ -72,7 +73,7 @@ from healthledger.domain.personal_data import (
     PersonalDataVault,
 )
 from healthledger.domain.teams.management_keys import ManagementKey
-from healthledger.domain.teams.teams import Team, TeamApiKey
+from healthledger.domain.teams.teams import Organization, Team, TeamApiKey
 from healthledger.domain.users.user import ACTIVE, ERASED, User, client_user_id_problem
 from healthledger.domain.webhooks.endpoints import WebhookEndpoint
 from sqlalchemy import func, insert, select
@@ -696,7 +697,14 @@ class ReadsAsOf:
             for k in keys
         ]
 
-    # -- teams (the management API) ----------------------------------------------------
+    # -- the organization and its teams (the management API) ---------------------------
+
+    def organization(self, org_id: UUID) -> dict[str, Any]:
+        """`TeamQueries.organization` then (its name as then)."""
+        found = aggregate_as_of(self.service, org_id, self.instant)
+        if not isinstance(found, Organization):
+            raise OrganizationNotFound()
+        return {"id": found.id, "name": found.name, "created_on": found.created_on}
 
     def team(self, org_id: UUID, team_id: UUID) -> dict[str, Any]:
         """`TeamQueries.team` then: the organization's team, created and not deleted by

@@ -171,10 +171,15 @@ ORG_PATCHES = error_responses(400, 401, 403, 404, 409, 422)
 # -- the organization ---------------------------------------------------------------
 
 
-@router.get("", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=ORG_READS)
-def get_organization(service: CurrentService, org_id: UUID, caller: ManagementApiCaller) -> Any:
+@router.get("", responses=ORG_READS)
+def get_organization(
+    service: CurrentService, org_id: UUID, caller: ManagementApiCaller, as_of: ManagementAsOf
+) -> Any:
+    """The organization (with `as_of`: its name as then, from the log)."""
     caller.require_org(org_id)
     caller.require_org_admin()
+    if as_of is not None:
+        return reads_as_of(service, as_of).organization(org_id)
     org = service.team_queries.organization(org_id)
     if org is None:
         raise OrganizationNotFound()
@@ -287,13 +292,22 @@ def delete_team(
 # -- closed-beta switches -------------------------------------------------------------
 
 
-@router.get(
-    "/team/{team_id}/features", dependencies=[MANAGEMENT_READ_REFUSES_AS_OF], responses=READS
-)
+@router.get("/team/{team_id}/features", responses=READS)
 def get_features(
-    service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    caller: ManagementApiCaller,
+    as_of: ManagementAsOf,
 ) -> Any:
-    team = reachable_team(service.team_queries, caller, org_id, team_id)
+    """The team's closed-beta switches (with `as_of`: those enabled then, from the log;
+    `available` is what this release offers)."""
+    if as_of is None:
+        team = reachable_team(service.team_queries, caller, org_id, team_id)
+    else:
+        caller.require_org(org_id)
+        caller.require_team(team_id)
+        team = reads_as_of(service, as_of).team(org_id, team_id)
     return {"enabled": team["features"], "available": list(CLOSED_BETA_FEATURES)}
 
 

@@ -47,6 +47,8 @@ TRAVELS: dict[tuple[str, str], str] = {
     ("management", "/v1/org/{org_id}/management_key"): "test_management_api.py",
     ("management", "/v1/org/{org_id}/team"): "test_management_api.py",
     ("management", "/v1/org/{org_id}/team/{team_id}"): "test_management_api.py",
+    ("management", "/v1/org/{org_id}"): "test_management_api.py",
+    ("management", "/v1/org/{org_id}/team/{team_id}/features"): "test_management_api.py",
     (
         "management",
         "/v1/org/{org_id}/team/{team_id}/{env}/webhook",
@@ -161,7 +163,7 @@ def test_every_get_that_does_not_travel_refuses_as_of(apps: Apps) -> None:
         # Without a key: the key's 401 first, as without as_of.
         response = apps.client(api).get(concrete(apps, path), params={"as_of": now})
         assert response.status_code == 401, (api, path)
-    assert refused > 20
+    assert refused > 12  # the reads that do not travel yet (19 when this was written)
 
 
 @pytest.mark.parametrize(

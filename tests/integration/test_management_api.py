@@ -916,6 +916,41 @@ def test_as_of_lists_and_reads_the_teams_as_they_were(org: Org) -> None:
         assert second.status_code == 200 and second.json()["teams"] == rest
 
 
+def test_as_of_reads_the_organization_and_the_features_as_they_were(org: Org) -> None:
+    """The organization and the team's closed-beta switches, recorded after each rename
+    and switch, answered again by `as_of`."""
+    recorded: list[tuple[datetime, Any, Any]] = []
+
+    def record() -> None:
+        named = org.call("GET")
+        features = org.call("GET", f"/team/{org.team_id}/features")
+        assert named.status_code == features.status_code == 200
+        recorded.append((datetime.now(UTC), named.json(), features.json()))
+
+    def ok(response: Response) -> None:
+        assert response.status_code == 200, response.text
+
+    start = datetime.now(UTC) + timedelta(days=1)  # after the organization's creation
+    with freeze_time(start) as frozen:
+        record()
+        for change in (
+            lambda: ok(org.call("PATCH", json={"name": "Renamed org"})),
+            lambda: ok(org.call("PUT", f"/team/{org.team_id}/features/demographics")),
+            lambda: ok(org.call("PATCH", json={"name": "Renamed again"})),
+            lambda: ok(org.call("DELETE", f"/team/{org.team_id}/features/demographics")),
+        ):
+            frozen.tick(timedelta(minutes=10))
+            change()
+            record()
+        frozen.tick(timedelta(minutes=10))
+        assert recorded[2][2]["enabled"] == ["demographics"] and recorded[-1][2]["enabled"] == []
+        for instant, named, features in recorded:
+            at = {"as_of": instant.isoformat()}
+            assert org.call("GET", params=at).json() == named, instant
+            past = org.call("GET", f"/team/{org.team_id}/features", params=at)
+            assert past.json() == features, instant
+
+
 def test_a_team_api_key_outside_the_teams_region_is_422(org: Org) -> None:
     response = org.call("POST", "/team_api_keys/sandbox/eu", json={"team_id": str(org.team_id)})
     detail = _validation(response)
