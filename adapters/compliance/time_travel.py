@@ -34,6 +34,7 @@ from healthledger.adapters.answers.orders import OrderRow
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import custom_credentials as credentials_table
 from healthledger.adapters.persistence.engine.schema import lab_tests as lab_test_table
 from healthledger.adapters.persistence.engine.schema import management_keys as management_key_table
 from healthledger.adapters.persistence.engine.schema import stream_owners
@@ -72,6 +73,9 @@ from healthledger.domain.personal_data import (
     SEALED_PLACEHOLDER,
     PersonalDataVault,
 )
+from healthledger.domain.teams.custom_credentials import DELETED as CREDENTIALS_DELETED
+from healthledger.domain.teams.custom_credentials import SET as CREDENTIALS_SET
+from healthledger.domain.teams.custom_credentials import CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
 from healthledger.domain.teams.teams import Organization, Team, TeamApiKey
 from healthledger.domain.users.user import ACTIVE, ERASED, User, client_user_id_problem
@@ -748,6 +752,35 @@ class ReadsAsOf:
             and (after is None or (t.created_on, t.id) > after)
         ]
         return [_team_view(t) for t in kept[:limit]], len(kept) > limit
+
+    def credentials(self, team_id: UUID) -> list[dict[str, Any]]:
+        """`TeamQueries.credentials` then: the team's custom credentials not deleted at
+        the instant, by provider, never their secrets (a deleted pair keeps its read
+        model row: the ids come from there, each pair's state from the log)."""
+        c = credentials_table.c
+        query = select(c.credentials_id).where(c.team_id == team_id)
+        with self.service.db.read() as conn:
+            ids = list(conn.execute(query).scalars())
+        found = sorted(
+            (
+                a
+                for a in aggregates_as_of(self.service, ids, self.instant)
+                if isinstance(a, CustomCredentials)
+                and a.team_id == team_id
+                and a.status != CREDENTIALS_DELETED
+            ),
+            key=lambda a: a.provider,
+        )
+        return [
+            {
+                "provider": a.provider,
+                "status": a.status,
+                "client_id": a.client_id,
+                "has_client_secret": a.status == CREDENTIALS_SET,
+                "updated_at": a.modified_on,
+            }
+            for a in found
+        ]
 
     def management_keys(self, org_id: UUID) -> list[dict[str, Any]]:
         """`TeamQueries.management_keys` then: the organization's management keys issued

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Query
 from healthledger.adapters.compliance.time_travel import reads_as_of
-from healthledger.adapters.http.as_of import MANAGEMENT_READ_REFUSES_AS_OF, ManagementAsOf
+from healthledger.adapters.http.as_of import ManagementAsOf
 from healthledger.adapters.http.auth import ManagementApiCaller, ManagementCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.errors import error_responses
@@ -467,15 +467,19 @@ def revoke_team_api_key(
 # -- custom provider credentials ------------------------------------------------------
 
 
-@router.get(
-    "/team_custom_credentials/{team_id}",
-    dependencies=[MANAGEMENT_READ_REFUSES_AS_OF],
-    responses=READS,
-)
+@router.get("/team_custom_credentials/{team_id}", responses=READS)
 def list_credentials(
-    service: CurrentService, org_id: UUID, team_id: UUID, caller: ManagementApiCaller
+    service: CurrentService,
+    org_id: UUID,
+    team_id: UUID,
+    caller: ManagementApiCaller,
+    as_of: ManagementAsOf,
 ) -> Any:
+    """The team's custom credentials, never their secrets (with `as_of`: as they were
+    then, from the log; the team must be reachable now)."""
     reachable_team(service.team_queries, caller, org_id, team_id)
+    if as_of is not None:
+        return {"credentials": reads_as_of(service, as_of).credentials(team_id)}
     return {"credentials": service.team_queries.credentials(team_id)}
 
 

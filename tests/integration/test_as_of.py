@@ -51,6 +51,10 @@ TRAVELS: dict[tuple[str, str], str] = {
     ("management", "/v1/org/{org_id}/team/{team_id}/features"): "test_management_api.py",
     (
         "management",
+        "/v1/org/{org_id}/team_custom_credentials/{team_id}",
+    ): "test_management_api.py",
+    (
+        "management",
         "/v1/org/{org_id}/team/{team_id}/{env}/webhook",
     ): "test_webhook_endpoints.py",
     (

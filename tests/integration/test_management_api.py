@@ -1057,6 +1057,42 @@ def test_feature_switches_toggle_the_closed_beta_demographics(org: Org) -> None:
 SECRET = "s3cr3t-Value-that-must-never-leave"
 
 
+def test_as_of_lists_the_custom_credentials_as_they_were(org: Org) -> None:
+    """The team's custom credentials, recorded after each prepare, set, delete and
+    prepare again, answered again by `as_of`; never a secret."""
+    base = f"/team_custom_credentials/{org.team_id}"
+    recorded: list[tuple[datetime, Any]] = []
+
+    def record() -> None:
+        response = org.call("GET", base)
+        assert response.status_code == 200, response.text
+        recorded.append((datetime.now(UTC), response.json()))
+
+    def ok(response: Response) -> None:
+        assert response.status_code == 200, response.text
+
+    body = {"client_id": "oura-client-42", "client_secret": SECRET}
+    start = datetime.now(UTC) + timedelta(days=1)  # after the team's creation
+    with freeze_time(start) as frozen:
+        record()
+        for change in (
+            lambda: ok(org.call("POST", f"{base}/oura/prepare")),
+            lambda: ok(org.call("POST", f"{base}/withings/prepare")),
+            lambda: ok(org.call("PUT", f"{base}/oura", json=body)),
+            lambda: ok(org.call("DELETE", f"{base}/withings")),
+            lambda: ok(org.call("POST", f"{base}/oura/prepare")),
+        ):
+            frozen.tick(timedelta(minutes=10))
+            change()
+            record()
+        frozen.tick(timedelta(minutes=10))
+        assert recorded[3][1]["credentials"][0]["has_client_secret"] is True
+        for instant, answer in recorded:
+            past = org.call("GET", base, params={"as_of": instant.isoformat()})
+            assert past.status_code == 200 and past.json() == answer, instant
+            assert SECRET not in past.text
+
+
 def test_custom_credentials_prepare_set_list_delete(org: Org) -> None:
     base = f"/team_custom_credentials/{org.team_id}"
     assert org.call("GET", base).json() == {"credentials": []}
