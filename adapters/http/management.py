@@ -12,6 +12,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Query
 from healthledger.adapters.compliance.time_travel import reads_as_of
+from healthledger.adapters.composition import Service
 from healthledger.adapters.http.as_of import ManagementAsOf
 from healthledger.adapters.http.auth import ManagementApiCaller, ManagementCaller
 from healthledger.adapters.http.cursors import InvalidCursor
@@ -256,6 +257,17 @@ def get_team(
 ) -> Any:
     """The team (with `as_of`: as it was then, from the log; one not created yet or
     deleted by then is a 404, one deleted since is answered as it was)."""
+    return team_then_or_now(service, caller, org_id, team_id, as_of)
+
+
+def team_then_or_now(
+    service: Service,
+    caller: ManagementCaller,
+    org_id: UUID,
+    team_id: UUID,
+    as_of: datetime | None,
+) -> dict[str, Any]:
+    """The team the caller reaches, as it is now or (with `as_of`) as it was then."""
     if as_of is None:
         return reachable_team(service.team_queries, caller, org_id, team_id)
     caller.require_org(org_id)
@@ -302,12 +314,7 @@ def get_features(
 ) -> Any:
     """The team's closed-beta switches (with `as_of`: those enabled then, from the log;
     `available` is what this release offers)."""
-    if as_of is None:
-        team = reachable_team(service.team_queries, caller, org_id, team_id)
-    else:
-        caller.require_org(org_id)
-        caller.require_team(team_id)
-        team = reads_as_of(service, as_of).team(org_id, team_id)
+    team = team_then_or_now(service, caller, org_id, team_id, as_of)
     return {"enabled": team["features"], "available": list(CLOSED_BETA_FEATURES)}
 
 

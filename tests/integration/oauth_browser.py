@@ -109,6 +109,15 @@ def outcome(response: httpx.Response) -> dict[str, str]:
     return query
 
 
+def signed_in_user(api: TestClient, team: Team, browser: Browser, provider: str) -> uuid.UUID:
+    """A new user of `team` connected to `provider` through the link page's OAuth sign-in
+    (at the maker the tests serve), the flow ending in success."""
+    user_id, token = link(api, team, redirect_url=APP)
+    _, answer = browser.sign_in(token, provider)
+    assert outcome(answer) == {"state": "success"}
+    return uuid.UUID(user_id)
+
+
 def connected(api: TestClient, team: Team, user_id: str) -> list[str]:
     response = api.get(f"/v2/user/providers/{user_id}", headers=team.headers)
     assert response.status_code == 200, response.text

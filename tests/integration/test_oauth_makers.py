@@ -38,15 +38,13 @@ from tests.clocks import Clock
 from tests.conftest import Team
 from tests.integration.oauth_browser import (
     API,
-    APP,
     LINK,
     SERVICE,
     SERVICE_CLIENT,
     Browser,
     clear_copies,
     connected,
-    link,
-    outcome,
+    signed_in_user,
     token_rows,
 )
 from tests.makers import FakeMaker, fake_maker
@@ -108,10 +106,7 @@ def api(svc: Service) -> Iterator[Any]:
 
 
 def connect(api: Any, home: Team, browser: Browser, provider: str = "oura") -> uuid.UUID:
-    user_id, token = link(api, home, redirect_url=APP)
-    _, answer = browser.sign_in(token, provider)
-    assert outcome(answer) == {"state": "success"}
-    return uuid.UUID(user_id)
+    return signed_in_user(api, home, browser, provider)
 
 
 def last_failure(svc: Service, user_id: uuid.UUID, resource: str, provider: str = "oura") -> Any:

@@ -33,8 +33,8 @@ from tests.integration.oauth_browser import (
     SERVICE_SECRET,
     Browser,
     clear_copies,
-    link,
     outcome,
+    signed_in_user,
 )
 
 AVA = PEOPLE["ava"]
@@ -83,10 +83,7 @@ def api(svc: Service) -> Iterator[Any]:
 
 
 def connect(api: Any, home: Team, browser: Browser) -> uuid.UUID:
-    user_id, token = link(api, home, redirect_url=APP)
-    _, answer = browser.sign_in(token, "oura")
-    assert outcome(answer) == {"state": "success"}
-    return uuid.UUID(user_id)
+    return signed_in_user(api, home, browser, "oura")
 
 
 def feed(svc: Service, user_id: uuid.UUID, resource: str) -> ResourceFeed:
