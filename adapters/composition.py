@@ -26,7 +26,7 @@ from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.integrity.integrity_check import (
-    last_integrity_check_at,
+    LatestCheck,
     run_integrity_checks,
 )
 from healthledger.adapters.persistence.keys.head_anchors import anchor_file_path
@@ -608,7 +608,7 @@ def integrity_check_job(
     ports = IntegrityPorts(
         interval=interval,
         clock=clock,
-        last_checked_at=partial(last_integrity_check_at, db),
+        last_checked_at=LatestCheck(db, clock, interval),
         run_checks=partial(
             run_integrity_checks, chain, anchor_file, read_models, recorder, ledger.mapper
         ),

@@ -12,13 +12,17 @@ import pytest
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.schema import stored_events
-from healthledger.domain.integrity import IntegrityCheck
+from healthledger.adapters.persistence.integrity.integrity_check import LatestCheck
+from healthledger.domain.context import SCHEDULER, CommandContext
+from healthledger.domain.integrity import IntegrityCheck, IntegrityChecks, IntegrityFindings
 from healthledger.scheduler.runner import INTEGRITY_CHECK, Intervals, Jobs, LedgerScheduler
 from sqlalchemy import select, text, update
 
 from tests.conftest import Team
 from tests.integration.test_chain import execute, write_log
 from tests.integration.test_erasure_batches import T0
+
+SCHEDULER_CTX = CommandContext.system(SCHEDULER)
 
 
 def recorded_checks(service: Service) -> list[IntegrityCheck]:
@@ -128,3 +132,24 @@ def test_the_scheduler_runs_the_check_when_it_has_an_interval() -> None:
         assert ran.wait(10)
     finally:
         scheduler.shutdown()
+
+
+def test_the_latest_check_is_read_from_the_log_only_once_one_could_be_due(
+    service: Service,
+) -> None:
+    day = timedelta(days=1)
+    now = [T0]
+    latest = LatestCheck(service.db, lambda: now[0], day)
+    found = IntegrityFindings(1, 0, None, 0, 0, None)
+    checks = IntegrityChecks(service.ledger, lambda: now[0])
+    assert latest() is None  # nothing recorded: read, and due
+    checks.record(SCHEDULER_CTX, found)
+    assert latest() == T0  # none seen yet: read again, the check found
+    # Another process records one an hour later: not read before a day has passed since
+    # the one seen (it could not make a check due), then read.
+    now[0] = T0 + timedelta(hours=1)
+    checks.record(SCHEDULER_CTX, found)
+    now[0] = T0 + timedelta(hours=23)
+    assert latest() == T0
+    now[0] = T0 + day
+    assert latest() == T0 + timedelta(hours=1)
