@@ -31,11 +31,11 @@ import time as time_module
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from email.utils import parsedate_to_datetime
 from typing import Any
 from uuid import UUID
 
 import httpx
+from healthledger.adapters.outbound import retry_after
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.oauth2 import (
     RETRY_REFRESH_AFTER,
@@ -266,7 +266,8 @@ class OuraReader(OAuth2Maker):
                 except ValueError:
                     raise ProviderError("provider_unavailable", _UNAVAILABLE) from None
             if status == 429:
-                wait = retry_after(response.headers.get("retry-after"), self.clock())
+                asked = retry_after(response.headers.get("retry-after"), self.clock())
+                wait = None if asked is None else asked.total_seconds()
                 if wait is not None and wait <= self.max_wait and waits < MAX_WAITS:
                     waits += 1
                     self.sleep(wait)
@@ -384,22 +385,6 @@ def granted_scopes(scope: str | None) -> frozenset[str] | None:
     """The scopes of a token answer's `scope` (space-separated, RFC 6749 3.3); None when
     the answer did not say."""
     return None if scope is None else frozenset(scope.split())
-
-
-def retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds to wait by a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
 
 
 # -- mapping ------------------------------------------------------------------------------

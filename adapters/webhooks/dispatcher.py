@@ -25,13 +25,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from email.utils import parsedate_to_datetime
 from typing import Any
 from uuid import UUID
 
 import httpx
 from eventsourcing.persistence import IntegrityError, Tracking
-from healthledger.adapters.outbound import tls_context
+from healthledger.adapters.outbound import retry_after, tls_context
 from healthledger.adapters.persistence.engine.schema import team_api_keys, users
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.leases.webhook_deliveries import DeliveryLeases
@@ -371,8 +370,8 @@ class Dispatcher:
             return PostResult(code, latency, "redirect")
         if code == 410:
             return PostResult(code, latency, "gone", gone=True)
-        retry_after = _retry_after(response.headers.get("retry-after"), self.clock())
-        return PostResult(code, latency, f"http_{code}", retry_after)
+        wait = retry_after(response.headers.get("retry-after"), self.clock())
+        return PostResult(code, latency, f"http_{code}", wait)
 
     def start(self, ctx: CommandContext, rows: Sequence[Any]) -> dict[UUID, int]:
         """Record an attempt started on each of these deliveries that is still pending, in
@@ -478,19 +477,3 @@ def drop_recorder(
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
-
-
-def _retry_after(value: str | None, now: datetime) -> timedelta | None:
-    """A 429's (or 503's) Retry-After: seconds or an HTTP date; None if absent or bad."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return timedelta(seconds=min(int(value), 86400))
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(timedelta(0), min(when - now, timedelta(days=1)))

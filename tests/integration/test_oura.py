@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.makers.fake_oura import PEOPLE, FakeOura, running_fake_oura
+from healthledger.adapters.outbound import retry_after
 from healthledger.adapters.providers.oauth2 import OAuth2Maker
-from healthledger.adapters.providers.oura import OuraReader, retry_after
+from healthledger.adapters.providers.oura import OuraReader
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
@@ -463,8 +464,8 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
 
 def test_retry_after_reads_seconds_and_http_dates() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    assert retry_after("7", now) == 7.0
-    assert retry_after("Thu, 01 Jan 2026 00:00:30 GMT", now) == 30.0
+    assert retry_after("7", now) == timedelta(seconds=7)
+    assert retry_after("Thu, 01 Jan 2026 00:00:30 GMT", now) == timedelta(seconds=30)
     assert retry_after(None, now) is None and retry_after("soon", now) is None
 
 
