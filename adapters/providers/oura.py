@@ -35,40 +35,35 @@ from typing import Any
 from uuid import UUID
 
 import httpx
-from healthledger.adapters.outbound import retry_after
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
-from healthledger.adapters.providers.oauth2 import (
-    RETRY_REFRESH_AFTER,
-    TOKEN_REFRESH_FAILED,
-    CustomClient,
-    OAuth2Maker,
+from healthledger.adapters.providers.maker_api import (
+    MAX_WAIT,
+    MakerSession,
+    MakerTexts,
+    Sleep,
+    by_utc_day,
+    cursor_pages,
+    granted_scopes,
+    instant,
+    offset_seconds,
+    scope_availability,
+    utc_iso,
 )
+from healthledger.adapters.providers.oauth2 import CustomClient, OAuth2Maker
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import (
-    NON_RETRIABLE,
     OAuthClient,
     OAuthGrant,
-    ProviderError,
     PullTarget,
 )
 from healthledger.domain.ledger import Clock
 
 HISTORY_DAYS = 2 * 365  # Oura keeps the ring's whole history; we take two years
-# A Retry-After up to this long is waited out within the fetch; a longer one ends it.
-MAX_WAIT = 5.0
-# Rate-limited answers waited out in one fetch before it gives up to the engine.
-MAX_WAITS = 3
 # Collections kept for the resources of the same pull (a chunk's dozen, a few pulls').
 RECENT_COLLECTIONS = 64
-# A cursor chain longer than this is a maker that loops, not data.
-MAX_PAGES = 10_000
 
-_RATE_LIMITED = "Oura answered that too many requests were made; the pull will try again."
-_UNAVAILABLE = "Oura's data API is unavailable; the pull will try again."
-_UNREACHABLE = "Oura's data API could not be reached in time; the pull will try again."
-_REFUSED = "Oura refused the request for this resource."
-_MUST_RECONNECT = "Oura no longer accepts this connection's grant; connect again."
+TEXTS = MakerTexts.of("Oura")
 
 # The resource -> the Oura scope that covers it (docs/makers/oura.md).
 SCOPES: dict[str, str] = {
@@ -114,8 +109,6 @@ _DAILY_SAMPLES: dict[str, tuple[str, str, Callable[[Mapping[str, Any]], Any]]] =
     ),
     "body_temperature_delta": ("daily_readiness", "°C", lambda d: d.get("temperature_deviation")),
 }
-
-Sleep = Callable[[float], None]
 
 
 class OuraReader(OAuth2Maker):
@@ -163,27 +156,9 @@ class OuraReader(OAuth2Maker):
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
     ) -> dict[str, Any]:
-        """What Oura offers of each resource, under the scope that covers it: available
-        when the person granted that scope (the token answer's `scope`; every scope asked
-        when Oura did not say), unavailable when they did not, or when Oura's API does not
-        give the resource (no pull fails for either)."""
-        granted = granted_scopes(grant.tokens.scope if grant and grant.tokens else None)
-        found: dict[str, Any] = {}
-        for resource in sorted(resources):
-            scope = SCOPES.get(resource)
-            allowed = scope is not None and (granted is None or scope in granted)
-            required = [scope] if scope else []
-            found[resource] = {
-                "status": "available" if allowed else "unavailable",
-                "scope_requirements": {
-                    "user_granted": {"required": required if allowed else [], "optional": []},
-                    "user_denied": {
-                        "required": [] if allowed or not scope else required,
-                        "optional": [],
-                    },
-                },
-            }
-        return found
+        """What Oura offers of each resource, under the scope that covers it (SCOPES):
+        unavailable when the person did not grant that scope or Oura does not give it."""
+        return scope_availability(resources, SCOPES, grant)
 
     def exchange(
         self, code: str, redirect_uri: str, client: OAuthClient | None, code_verifier: str
@@ -241,116 +216,36 @@ class OuraReader(OAuth2Maker):
             return _personal(resource, session, start, end, now)
         return {}  # not in Oura's API (availability says so)
 
-    # -- one request ----------------------------------------------------------------------
 
-    def get(self, session: _Session, path: str, params: Mapping[str, str]) -> Any:
-        """GET `path` of the data API as the connection's person; the JSON answer.
-        Raises ProviderError."""
-        waits = 0
-        renewed = False
-        while True:
-            token = session.token()
-            try:
-                response = self.http.get(
-                    f"{self.api_url}{path}",
-                    params=dict(params),
-                    timeout=self.api_timeout,
-                    headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                )
-            except httpx.HTTPError:
-                raise ProviderError("transport_failure", _UNREACHABLE) from None
-            status = response.status_code
-            if status == 200:
-                try:
-                    return response.json()
-                except ValueError:
-                    raise ProviderError("provider_unavailable", _UNAVAILABLE) from None
-            if status == 429:
-                asked = retry_after(response.headers.get("retry-after"), self.clock())
-                wait = None if asked is None else asked.total_seconds()
-                if wait is not None and wait <= self.max_wait and waits < MAX_WAITS:
-                    waits += 1
-                    self.sleep(wait)
-                    continue
-                raise ProviderError("provider_rate_limit_exceeded", _RATE_LIMITED, retry_after=wait)
-            if status >= 500:
-                raise ProviderError("provider_unavailable", _UNAVAILABLE)
-            if status == 401 and not renewed:
-                renewed = True
-                session.renew(token)
-                continue
-            if status == 401:
-                raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
-            raise ProviderError(NON_RETRIABLE, _REFUSED)
-
-
-class _Session:
-    """One fetch's access to the data API: the connection's token (refreshed when it
-    expired, or when Oura refused it), and the collections read, page after page."""
+class _Session(MakerSession):
+    """One fetch's access to the data API (the shared MakerSession: token, refresh on a
+    401, failures as the engine's codes), and the collections read, page after page."""
 
     def __init__(self, reader: OuraReader, connection_id: UUID, now: datetime) -> None:
+        super().__init__(
+            reader,
+            connection_id,
+            now,
+            texts=TEXTS,
+            timeout=reader.api_timeout,
+            max_wait=reader.max_wait,
+            sleep=reader.sleep,
+        )
         self.reader = reader
-        self.connection_id = connection_id
-        self.now = now
-        self.current: str | None = None
-
-    def granted(self, scope: str | None) -> bool:
-        """Whether the person granted `scope` (as the stored grant says; every scope when
-        Oura's token answer did not say)."""
-        if scope is None:
-            return False
-        stored = self.reader.tokens.current(self.connection_id)
-        granted = granted_scopes(None if stored is None else stored.tokens.scope)
-        return granted is None or scope in granted
-
-    def token(self) -> str:
-        if self.current is None:
-            self.current = self.reader.access_token(self.connection_id, self.now)
-        return self.current
-
-    def renew(self, refused: str) -> None:
-        """Oura refused `refused` before its expiry (revoked, or replaced): the grant as
-        stored now if another worker refreshed it meanwhile, else a refresh."""
-        stored = self.reader.tokens.current(self.connection_id)
-        if stored is None:
-            raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
-        if stored.tokens.access_token != refused and not stored.tokens.expired(self.now):
-            self.current = stored.tokens.access_token
-            return
-        key = (stored.connection_id, stored.version)
-        with self.reader.failed_lock:
-            failed = self.reader.failed_refreshes.get(key)
-        if failed is not None:  # refused already: not asked of Oura again for this grant
-            error, at = failed
-            if not error.retriable or self.now < at + RETRY_REFRESH_AFTER:
-                raise ProviderError(error.code, error.message, error.connection_error)
-        try:
-            self.current = self.reader.refresh(stored, self.now)
-        except ProviderError as exc:
-            with self.reader.failed_lock:
-                self.reader.failed_refreshes[key] = (exc, self.now)
-            raise
 
     def pages(self, path: str, params: Mapping[str, str]) -> list[dict[str, Any]]:
         """Every document of a collection query: each page, to the last `next_token`."""
-        documents: list[dict[str, Any]] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_PAGES):
+        url = f"{self.reader.api_url}{path}"
+
+        def read(cursor: str | None) -> tuple[list[Any], str | None]:
             query = dict(params) if cursor is None else {**params, "next_token": cursor}
-            answer = self.reader.get(self, path, query)
+            answer = self.get(url, query)
             data = answer.get("data") if isinstance(answer, dict) else None
             if not isinstance(data, list):
-                raise ProviderError("provider_unavailable", _UNAVAILABLE)
-            documents.extend(d for d in data if isinstance(d, dict))
-            following = answer.get("next_token")
-            if not following:
-                return documents
-            if not isinstance(following, str) or following in seen:
-                raise ProviderError("provider_unavailable", _UNAVAILABLE)
-            seen.add(following)
-            cursor = following
-        raise ProviderError("provider_unavailable", _UNAVAILABLE)
+                raise TEXTS.broken()
+            return data, answer.get("next_token")
+
+        return cursor_pages(read, TEXTS)
 
     def collection(self, name: str, start: date, end: date) -> list[dict[str, Any]]:
         """A collection's documents of the local days start..end, and of the day before
@@ -375,16 +270,10 @@ class _Session:
         return self.pages("/v2/usercollection/heartrate", params)
 
     def personal_info(self) -> dict[str, Any]:
-        answer = self.reader.get(self, "/v2/usercollection/personal_info", {})
+        answer = self.get(f"{self.reader.api_url}/v2/usercollection/personal_info")
         if not isinstance(answer, dict):
-            raise ProviderError("provider_unavailable", _UNAVAILABLE)
+            raise TEXTS.broken()
         return answer
-
-
-def granted_scopes(scope: str | None) -> frozenset[str] | None:
-    """The scopes of a token answer's `scope` (space-separated, RFC 6749 3.3); None when
-    the answer did not say."""
-    return None if scope is None else frozenset(scope.split())
 
 
 # -- mapping ------------------------------------------------------------------------------
@@ -395,21 +284,6 @@ def _day_of(document: Mapping[str, Any]) -> date | None:
         return date.fromisoformat(str(document.get("day")))
     except ValueError:
         return None
-
-
-def _instant(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _offset_seconds(moment: datetime | None) -> int | None:
-    offset = None if moment is None else moment.utcoffset()
-    return None if offset is None else int(offset.total_seconds())
 
 
 def _within(documents: Iterable[dict[str, Any]], start: date, end: date) -> dict[date, list[Any]]:
@@ -460,7 +334,7 @@ def _by_sleep(resource: str, session: _Session, start: date, end: date) -> dict[
 
 
 def _sleep(doc: Mapping[str, Any], day: date, score: Any) -> dict[str, Any] | None:
-    begin, stop = _instant(doc.get("bedtime_start")), _instant(doc.get("bedtime_end"))
+    begin, stop = instant(doc.get("bedtime_start")), instant(doc.get("bedtime_end"))
     if begin is None or stop is None:
         return None
     readiness = doc.get("readiness") or {}
@@ -469,7 +343,7 @@ def _sleep(doc: Mapping[str, Any], day: date, score: Any) -> dict[str, Any] | No
         "calendar_date": day.isoformat(),
         "bedtime_start": begin.isoformat(),
         "bedtime_stop": stop.isoformat(),
-        "timezone_offset": _offset_seconds(begin),
+        "timezone_offset": offset_seconds(begin),
         "type": doc.get("type") or "long_sleep",
         "duration": int(in_bed if in_bed is not None else (stop - begin).total_seconds()),
         "total": doc.get("total_sleep_duration") or 0,
@@ -489,7 +363,7 @@ def _sleep(doc: Mapping[str, Any], day: date, score: Any) -> dict[str, Any] | No
 
 
 def _phases(doc: Mapping[str, Any]) -> list[tuple[datetime, str]]:
-    begin, hypnogram = _instant(doc.get("bedtime_start")), doc.get("sleep_phase_5_min")
+    begin, hypnogram = instant(doc.get("bedtime_start")), doc.get("sleep_phase_5_min")
     if begin is None or not isinstance(hypnogram, str):
         return []
     return [
@@ -500,7 +374,7 @@ def _phases(doc: Mapping[str, Any]) -> list[tuple[datetime, str]]:
 
 
 def _sleep_cycle(doc: Mapping[str, Any], day: date, score: Any) -> dict[str, Any] | None:
-    begin, stop = _instant(doc.get("bedtime_start")), _instant(doc.get("bedtime_end"))
+    begin, stop = instant(doc.get("bedtime_start")), instant(doc.get("bedtime_end"))
     phases = _phases(doc)
     if begin is None or stop is None or not phases:
         return None
@@ -532,7 +406,7 @@ def _items(sample: Any) -> list[tuple[datetime, Any]]:
     """Oura's sample data ({interval, items, timestamp}) as (instant, value), nulls out."""
     if not isinstance(sample, Mapping):
         return []
-    first, interval = _instant(sample.get("timestamp")), sample.get("interval")
+    first, interval = instant(sample.get("timestamp")), sample.get("interval")
     items = sample.get("items")
     if first is None or not isinstance(interval, int | float) or not isinstance(items, list):
         return []
@@ -559,21 +433,6 @@ _SLEEP_MAPPERS: dict[str, Callable[[Mapping[str, Any], date, Any], Any]] = {
 }
 
 
-def _bucket(
-    samples: Iterable[tuple[datetime, dict[str, Any]]], start: date, end: date
-) -> dict[date, list[dict[str, Any]]]:
-    """Samples under the UTC day of their instant, in time order, days start..end only."""
-    by_day: dict[date, list[tuple[datetime, dict[str, Any]]]] = {}
-    for moment, sample in samples:
-        day = moment.astimezone(UTC).date()
-        if start <= day <= end:
-            by_day.setdefault(day, []).append((moment, sample))
-    return {
-        day: [sample for _, sample in sorted(found, key=lambda pair: pair[0])]
-        for day, found in sorted(by_day.items())
-    }
-
-
 def _sleep_samples(resource: str, session: _Session, start: date, end: date) -> dict[date, Any]:
     # A night's samples can fall on the UTC day before or after its `day`.
     documents = session.collection("sleep", start, end)
@@ -583,18 +442,16 @@ def _sleep_samples(resource: str, session: _Session, start: date, end: date) -> 
             continue
         if resource == "hrv":
             samples += [
-                (moment, {"timestamp": _utc(moment), "value": value, "unit": "ms"})
+                (moment, {"timestamp": utc_iso(moment), "value": value, "unit": "ms"})
                 for moment, value in _items(doc.get("hrv"))
             ]
         else:
-            begin, breath = _instant(doc.get("bedtime_start")), doc.get("average_breath")
+            begin, breath = instant(doc.get("bedtime_start")), doc.get("average_breath")
             if begin is not None and breath is not None:
-                samples.append((begin, {"timestamp": _utc(begin), "value": breath, "unit": "bpm"}))
-    return _bucket(samples, start, end)
-
-
-def _utc(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat()
+                samples.append(
+                    (begin, {"timestamp": utc_iso(begin), "value": breath, "unit": "bpm"})
+                )
+    return by_utc_day(samples, start, end)
 
 
 def _activity(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -611,7 +468,7 @@ def _activity(doc: Mapping[str, Any]) -> dict[str, Any]:
         "low": minutes("low_activity_time"),
         "medium": minutes("medium_activity_time"),
         "high": minutes("high_activity_time"),
-        "timezone_offset": _offset_seconds(_instant(doc.get("timestamp"))),
+        "timezone_offset": offset_seconds(instant(doc.get("timestamp"))),
     }
 
 
@@ -626,7 +483,7 @@ def _workouts(documents: list[dict[str, Any]], start: date, end: date) -> dict[d
     for day, sessions in sorted(_within(documents, start, end).items()):
         kept = []
         for doc in sessions:
-            begin, stop = _instant(doc.get("start_datetime")), _instant(doc.get("end_datetime"))
+            begin, stop = instant(doc.get("start_datetime")), instant(doc.get("end_datetime"))
             if begin is None or stop is None or doc.get("id") is None:
                 continue
             kept.append(
@@ -636,7 +493,7 @@ def _workouts(documents: list[dict[str, Any]], start: date, end: date) -> dict[d
                     "sport": _sport(doc.get("activity")),
                     "time_start": begin.isoformat(),
                     "time_end": stop.isoformat(),
-                    "timezone_offset": _offset_seconds(begin),
+                    "timezone_offset": offset_seconds(begin),
                     "calories": doc.get("calories"),
                     "average_hr": None,
                     "max_hr": None,
@@ -653,10 +510,10 @@ def _heartrate(session: _Session, start: date, end: date) -> dict[date, Any]:
     last = datetime.combine(end + timedelta(days=1), time(0), UTC)
     samples = []
     for doc in session.heartrate(first, last):
-        moment, bpm = _instant(doc.get("timestamp")), doc.get("bpm")
+        moment, bpm = instant(doc.get("timestamp")), doc.get("bpm")
         if moment is not None and isinstance(bpm, int | float):
-            samples.append((moment, {"timestamp": _utc(moment), "value": bpm, "unit": "bpm"}))
-    return _bucket(samples, start, end)
+            samples.append((moment, {"timestamp": utc_iso(moment), "value": bpm, "unit": "bpm"}))
+    return by_utc_day(samples, start, end)
 
 
 def _daily_samples(resource: str, session: _Session, start: date, end: date) -> dict[date, Any]:
@@ -668,15 +525,15 @@ def _daily_samples(resource: str, session: _Session, start: date, end: date) -> 
         if day is None or value is None:
             continue
         # The person's local day: its midnight in the offset of the document's timestamp.
-        stamp = _instant(doc.get("timestamp"))
+        stamp = instant(doc.get("timestamp"))
         zone = stamp.tzinfo if stamp is not None else UTC
         begin = datetime.combine(day, time(0), zone)
-        sample: dict[str, Any] = {"timestamp": _utc(begin), "value": value, "unit": unit}
+        sample: dict[str, Any] = {"timestamp": utc_iso(begin), "value": value, "unit": unit}
         if resource in _INTERVAL:
-            sample["start"] = _utc(begin)
-            sample["end"] = _utc(begin + timedelta(days=1))
+            sample["start"] = utc_iso(begin)
+            sample["end"] = utc_iso(begin + timedelta(days=1))
         samples.append((begin, sample))
-    return _bucket(samples, start, end)
+    return by_utc_day(samples, start, end)
 
 
 def _personal(

@@ -1,0 +1,283 @@
+"""What every reader of a maker's data API does the same way, whoever the maker.
+
+A reader (`OuraReader`, `FitbitReader`...) is the generic OAuth adapter (`OAuth2Maker`)
+plus the maker's own endpoints and formats. The rest is here, once:
+
+- `MakerTexts`: the fixed error texts of a maker's failures (nothing the maker sends
+  reaches an error, an event or a log).
+- `granted_scopes`, `scope_availability`: which resources the person's grant covers
+  (unticked scopes make resources `unavailable`, not failed pulls).
+- `MakerSession`: one fetch's access to the data API as the connection's person: the
+  access token (refreshed when expired), a 401 answered with one refresh, and `get`,
+  which turns the maker's answers into the ProviderError codes the pull engine retries:
+  429 `provider_rate_limit_exceeded` (a short wait waited out here, a long one handed to
+  the engine), 5xx and unreadable answers `provider_unavailable`, timeouts and broken
+  connections `transport_failure`, a 401 after the refresh `token_refresh_failed`.
+- `MAX_PAGES`: the guard of every paging loop (a cursor chain longer is a maker that
+  loops, not data); `cursor_pages` follows a cursor chain to its end under it.
+- Mapping helpers of instants and days (`instant`, `offset_seconds`, `utc_iso`,
+  `by_utc_day`).
+"""
+
+from __future__ import annotations
+
+import time as time_module
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import httpx
+from healthledger.adapters.outbound import retry_after
+from healthledger.adapters.providers.oauth2 import (
+    RETRY_REFRESH_AFTER,
+    TOKEN_REFRESH_FAILED,
+    OAuth2Maker,
+)
+from healthledger.domain.connections.providers import NON_RETRIABLE, OAuthGrant, ProviderError
+
+# A wait the maker asks for up to this long is waited out within the fetch; a longer one
+# ends it (the engine's retry comes no sooner than the maker said).
+MAX_WAIT = 5.0
+# Rate-limited answers waited out in one fetch before it gives up to the engine.
+MAX_WAITS = 3
+# A cursor chain longer than this is a maker that loops, not data.
+MAX_PAGES = 10_000
+
+Sleep = Callable[[float], None]
+# How long a 429 answer asks us to wait (None: it does not say): Retry-After by default;
+# a maker with its own header (Fitbit's rate-limit reset) passes its own.
+WaitOf = Callable[[httpx.Response, datetime], timedelta | None]
+
+
+@dataclass(frozen=True)
+class MakerTexts:
+    """The fixed texts of a maker's failures, in our words."""
+
+    rate_limited: str
+    unavailable: str
+    unreachable: str
+    refused: str
+    must_reconnect: str
+
+    @classmethod
+    def of(cls, name: str) -> MakerTexts:
+        again = "the pull will try again."
+        return cls(
+            rate_limited=f"{name} answered that too many requests were made; {again}",
+            unavailable=f"{name}'s data API is unavailable; {again}",
+            unreachable=f"{name}'s data API could not be reached in time; {again}",
+            refused=f"{name} refused the request for this resource.",
+            must_reconnect=f"{name} no longer accepts this connection's grant; connect again.",
+        )
+
+    def broken(self) -> ProviderError:
+        """An answer that is not what the maker documents: passing, retried."""
+        return ProviderError("provider_unavailable", self.unavailable)
+
+
+def retry_after_header(response: httpx.Response, now: datetime) -> timedelta | None:
+    return retry_after(response.headers.get("retry-after"), now)
+
+
+def granted_scopes(scope: str | None) -> frozenset[str] | None:
+    """The scopes of a token answer's `scope` (space-separated, RFC 6749 3.3); None when
+    the answer did not say."""
+    return None if scope is None else frozenset(scope.split())
+
+
+def scope_availability(
+    resources: Sequence[str], scopes: Mapping[str, str], grant: OAuthGrant | None
+) -> dict[str, Any]:
+    """What the maker offers of each resource, under the scope that covers it (`scopes`:
+    resource -> scope): available when the person granted that scope (the token answer's
+    `scope`; every scope asked when the maker did not say), unavailable when they did not,
+    or when the maker's API does not give the resource (no pull fails for either)."""
+    granted = granted_scopes(grant.tokens.scope if grant and grant.tokens else None)
+    found: dict[str, Any] = {}
+    for resource in sorted(resources):
+        scope = scopes.get(resource)
+        allowed = scope is not None and (granted is None or scope in granted)
+        required = [scope] if scope else []
+        found[resource] = {
+            "status": "available" if allowed else "unavailable",
+            "scope_requirements": {
+                "user_granted": {"required": required if allowed else [], "optional": []},
+                "user_denied": {
+                    "required": [] if allowed or not scope else required,
+                    "optional": [],
+                },
+            },
+        }
+    return found
+
+
+class MakerSession:
+    """One fetch's access to a maker's data API as the connection's person: its token
+    (refreshed when it expired, or when the maker refused it before its expiry), and GETs
+    whose failures are the pull engine's codes."""
+
+    def __init__(
+        self,
+        maker: OAuth2Maker,
+        connection_id: UUID,
+        now: datetime,
+        *,
+        texts: MakerTexts,
+        timeout: float,
+        max_wait: float = MAX_WAIT,
+        sleep: Sleep = time_module.sleep,
+        wait_of: WaitOf = retry_after_header,
+    ) -> None:
+        self.maker = maker
+        self.connection_id = connection_id
+        self.now = now
+        self.texts = texts
+        self.timeout = timeout
+        self.max_wait = max_wait
+        self.sleep = sleep
+        self.wait_of = wait_of
+        self.current: str | None = None
+
+    def granted(self, scope: str | None) -> bool:
+        """Whether the person granted `scope` (as the stored grant says; every scope when
+        the maker's token answer did not say)."""
+        if scope is None:
+            return False
+        stored = self.maker.tokens.current(self.connection_id)
+        granted = granted_scopes(None if stored is None else stored.tokens.scope)
+        return granted is None or scope in granted
+
+    def token(self) -> str:
+        if self.current is None:
+            self.current = self.maker.access_token(self.connection_id, self.now)
+        return self.current
+
+    def renew(self, refused: str) -> None:
+        """The maker refused `refused` before its expiry (revoked, or replaced): the grant
+        as stored now if another worker refreshed it meanwhile, else a refresh."""
+        maker = self.maker
+        stored = maker.tokens.current(self.connection_id)
+        if stored is None:
+            raise ProviderError(NON_RETRIABLE, self.texts.must_reconnect, TOKEN_REFRESH_FAILED)
+        if stored.tokens.access_token != refused and not stored.tokens.expired(self.now):
+            self.current = stored.tokens.access_token
+            return
+        key = (stored.connection_id, stored.version)
+        with maker.failed_lock:
+            failed = maker.failed_refreshes.get(key)
+        if failed is not None:  # refused already: not asked of the maker again for this grant
+            error, at = failed
+            if not error.retriable or self.now < at + RETRY_REFRESH_AFTER:
+                raise ProviderError(error.code, error.message, error.connection_error)
+        try:
+            self.current = maker.refresh(stored, self.now)
+        except ProviderError as exc:
+            with maker.failed_lock:
+                maker.failed_refreshes[key] = (exc, self.now)
+            raise
+
+    def get(self, url: str, params: Mapping[str, str] | None = None) -> Any:
+        """GET `url` of the data API as the connection's person; the JSON answer.
+        Raises ProviderError."""
+        texts = self.texts
+        waits = 0
+        renewed = False
+        while True:
+            token = self.token()
+            try:
+                response = self.maker.http.get(
+                    url,
+                    params=dict(params or {}),
+                    timeout=self.timeout,
+                    headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+                )
+            except httpx.HTTPError:
+                raise ProviderError("transport_failure", texts.unreachable) from None
+            status = response.status_code
+            if status == 200:
+                try:
+                    return response.json()
+                except ValueError:
+                    raise texts.broken() from None
+            if status == 429:
+                asked = self.wait_of(response, self.maker.clock())
+                wait = None if asked is None else max(0.0, asked.total_seconds())
+                if wait is not None and wait <= self.max_wait and waits < MAX_WAITS:
+                    waits += 1
+                    self.sleep(wait)
+                    continue
+                raise ProviderError(
+                    "provider_rate_limit_exceeded", texts.rate_limited, retry_after=wait
+                )
+            if status >= 500:
+                raise texts.broken()
+            if status == 401 and not renewed:
+                renewed = True
+                self.renew(token)
+                continue
+            if status == 401:
+                raise ProviderError(NON_RETRIABLE, texts.must_reconnect, TOKEN_REFRESH_FAILED)
+            raise ProviderError(NON_RETRIABLE, texts.refused)
+
+
+def cursor_pages(
+    read: Callable[[str | None], tuple[list[Any], str | None]], texts: MakerTexts
+) -> list[dict[str, Any]]:
+    """Every document of a paged query: `read(cursor)` answers a page's documents and the
+    next cursor (None on the last page; the first page is read with None), whatever the
+    maker's cursor is (Oura's `next_token`, Fitbit's `pagination.next` URL). A cursor seen
+    twice, or a chain longer than MAX_PAGES, is a broken answer, never a silent stop."""
+    documents: list[dict[str, Any]] = []
+    cursor: str | None = None
+    seen: set[str] = set()
+    for _ in range(MAX_PAGES):
+        data, following = read(cursor)
+        documents.extend(d for d in data if isinstance(d, dict))
+        if not following:
+            return documents
+        if not isinstance(following, str) or following in seen:
+            raise texts.broken()
+        seen.add(following)
+        cursor = following
+    raise texts.broken()
+
+
+# -- mapping helpers ----------------------------------------------------------------------
+
+
+def instant(text: Any) -> datetime | None:
+    """An ISO 8601 instant; one without an offset is read as UTC."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def offset_seconds(moment: datetime | None) -> int | None:
+    offset = None if moment is None else moment.utcoffset()
+    return None if offset is None else int(offset.total_seconds())
+
+
+def utc_iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def by_utc_day(
+    samples: Iterable[tuple[datetime, dict[str, Any]]], start: date, end: date
+) -> dict[date, list[dict[str, Any]]]:
+    """Samples under the UTC day of their instant, in time order, days start..end only
+    (as the demo devices store theirs)."""
+    by_day: dict[date, list[tuple[datetime, dict[str, Any]]]] = {}
+    for moment, sample in samples:
+        day = moment.astimezone(UTC).date()
+        if start <= day <= end:
+            by_day.setdefault(day, []).append((moment, sample))
+    return {
+        day: [sample for _, sample in sorted(found, key=lambda pair: pair[0])]
+        for day, found in sorted(by_day.items())
+    }
