@@ -96,6 +96,21 @@ chain_heads = Table(
     Column("public_key", LargeBinary, nullable=False),
 )
 
+# Redactions of stored events (ADR 0028): per redacted record (by its chain position),
+# what its link covers (its original topic and state digest), what it holds now (its new
+# topic and state digest), and the position of the chained redaction record that says
+# so. An index for `verify`: every entry must agree with the redaction record it names.
+chain_redactions = Table(
+    "chain_redactions",
+    metadata,
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("original_topic", Text, nullable=False),
+    Column("original_digest", LargeBinary, nullable=False),
+    Column("redacted_topic", Text, nullable=False),
+    Column("redacted_digest", LargeBinary, nullable=False),
+    Column("redaction_position", BigInteger, nullable=False),
+)
+
 snapshots = Table(
     "snapshots",
     metadata,
