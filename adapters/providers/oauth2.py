@@ -274,7 +274,8 @@ class OAuth2Maker:
     def token_request(self, client: OAuthClient, form: Mapping[str, str]) -> dict[str, Any]:
         """POST a grant request to the token endpoint, authenticated as `client`; its JSON
         answer. Raises TokenEndpointError."""
-        data = dict(form)
+        # Parameters the maker wants besides RFC 6749's (Withings' `action=requesttoken`).
+        data = {**self.endpoints.token_params, **form}
         headers = {"Accept": "application/json"}
         if self.endpoints.token_auth == "client_secret_basic":
             # RFC 6749 2.3.1: each part form-encoded before the Basic scheme's base64.
@@ -286,6 +287,13 @@ class OAuth2Maker:
             response = self.http.post(self.token_url, data=data, headers=headers)
         except httpx.HTTPError:
             raise TokenEndpointError("unreachable") from None
+        return self.token_answer(response)
+
+    def token_answer(self, response: httpx.Response) -> dict[str, Any]:
+        """The token endpoint's answer as RFC 6749 5.1 gives it (a JSON object with
+        `access_token`...). Raises TokenEndpointError. The hook for a maker whose answer
+        differs (Withings wraps it in `{"status": 0, "body": {...}}` and says no with a
+        non-zero status in an HTTP 200): the exchange and refresh above stay the same."""
         if response.status_code == 429:
             raise TokenEndpointError("rate_limited")
         if response.status_code >= 500:

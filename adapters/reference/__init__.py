@@ -70,6 +70,9 @@ class OAuthEndpoints(BaseModel):
     # Parameters the maker needs on the authorization URL besides RFC 6749's (Google's
     # `access_type=offline`, without which it grants no refresh token).
     authorize_params: dict[str, str] = Field(default_factory=dict)
+    # Parameters the maker needs on every token request besides RFC 6749's (Withings'
+    # `action=requesttoken`).
+    token_params: dict[str, str] = Field(default_factory=dict)
     # Where the token answer names the person's account at the maker, as a dotted path
     # (`athlete.id`); None when it does not.
     user_id_field: str | None = None
