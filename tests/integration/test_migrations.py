@@ -156,7 +156,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0015")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0016")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -169,6 +169,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0006",
         "0014",
         "0015",
+        "0016",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -314,13 +315,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0015" in status
+    assert "written before migrations" in status and "head      0016" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0015" in capsys.readouterr().out
+    assert "nothing to apply: already at 0016" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -346,6 +347,7 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0006",
         "0014",
         "0015",
+        "0016",
     ]
 
     done = upgrade(empty_database.url)
@@ -353,9 +355,9 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         None,
         [
             *("0001", "0002", "0003", "0004", "0005", "0013", "0010", "0007", "0012", "0006"),
-            *("0014", "0015"),
+            *("0014", "0015", "0016"),
         ],
-        "0015",
+        "0016",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -393,7 +395,7 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     monkeypatch.setenv("HEALTHLEDGER_MIGRATE_ON_START", "refuse")
     assert main(["serve"]) == 1
     refused = capsys.readouterr().err
-    pending = "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015"
+    pending = "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016"
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused
     assert main(["erase-due"]) == 1
@@ -433,8 +435,8 @@ def test_processes_starting_together_migrate_once(empty_database: ScratchDatabas
     for thread in threads:
         thread.join()
     assert errors == []
-    # One starter applies every revision (0001 to 0015); the others find nothing to do.
-    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [12]
+    # One starter applies every revision (0001 to 0016); the others find nothing to do.
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [13]
     assert schema_state(empty_database.url).up_to_date
 
 

@@ -24,12 +24,19 @@ signed head was not rewritten, even by someone who recomputed every hash after a
 the links of some streams (for a deletion report), checks a span of the chain (what a
 deletion report cites, before it is signed), and verifies the whole chain (`healthledger
 verify`).
+
+A redacted record (ADR 0028: its payload replaced by its sealed form) keeps its place and
+its hash: it links with the original topic and state digest that `chain_redactions`
+gives, once its stored topic and state are checked to be the ones its redaction put
+there; each entry there must agree with the chained redaction record it names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import json
 import struct
 import threading
 from collections.abc import Iterator, Sequence
@@ -43,7 +50,11 @@ from uuid import UUID
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from healthledger.adapters.persistence.engine.database import Database
-from healthledger.adapters.persistence.engine.schema import chain_heads, stored_events
+from healthledger.adapters.persistence.engine.schema import (
+    chain_heads,
+    chain_redactions,
+    stored_events,
+)
 from healthledger.adapters.persistence.engine.statements import CompiledStatement, run
 from healthledger.adapters.persistence.keys.head_anchors import (
     AnchoredHead,
@@ -51,7 +62,9 @@ from healthledger.adapters.persistence.keys.head_anchors import (
     anchor_line,
 )
 from healthledger.adapters.persistence.keys.signing_key import load_signing_key
+from healthledger.domain.audited import topic_of
 from healthledger.domain.ledger import Clock
+from healthledger.domain.redaction import RedactedRecord, Redaction
 from sqlalchemy import (
     Connection,
     Integer,
@@ -182,6 +195,129 @@ def head_message(position: int, chain_hash: bytes, signed_at: datetime) -> bytes
 def key_id_of(public_key: bytes) -> str:
     """A public key's short name: the first 16 hex digits of SHA-256 of its raw bytes."""
     return hashlib.sha256(public_key).hexdigest()[:16]
+
+
+# -- redactions (ADR 0028) ------------------------------------------------------------------
+
+# The topic of a redaction record.
+REDACTION_TOPIC = topic_of(Redaction.Created)
+
+
+@dataclass(frozen=True)
+class RedactionEntry:
+    """A redacted record's entry in `chain_redactions`: what its link covers (its original
+    topic and state digest), what it holds now, and where its redaction record is."""
+
+    position: int
+    original_topic: str
+    original_digest: bytes
+    redacted_topic: str
+    redacted_digest: bytes
+    redaction_position: int
+
+    def as_recorded(self) -> RedactedRecord:
+        """The entry as a redaction record names it."""
+        return RedactedRecord(
+            position=self.position,
+            original_topic=self.original_topic,
+            original_digest=self.original_digest.hex(),
+            redacted_topic=self.redacted_topic,
+            redacted_digest=self.redacted_digest.hex(),
+        )
+
+
+def redaction_entries(
+    conn: Connection, positions: Sequence[int] | None = None
+) -> dict[int, RedactionEntry]:
+    """The entries of `chain_redactions` by redacted position: all of them, or those of
+    the given positions."""
+    c = chain_redactions.c
+    query = select(chain_redactions)
+    found: dict[int, RedactionEntry] = {}
+    chunks: list[Sequence[int] | None] = [None]
+    if positions is not None:
+        unique = list(dict.fromkeys(positions))
+        chunks = [
+            unique[i : i + STREAMS_PER_QUERY] for i in range(0, len(unique), STREAMS_PER_QUERY)
+        ]
+    for chunk in chunks:
+        chosen = query if chunk is None else query.where(c.position.in_(chunk))
+        for row in conn.execute(chosen):
+            found[int(row.position)] = RedactionEntry(
+                position=int(row.position),
+                original_topic=row.original_topic,
+                original_digest=bytes(row.original_digest),
+                redacted_topic=row.redacted_topic,
+                redacted_digest=bytes(row.redacted_digest),
+                redaction_position=int(row.redaction_position),
+            )
+    return found
+
+
+def redacted_records(state: bytes) -> list[RedactedRecord] | None:
+    """The records a redaction record's stored state names (None: it names none
+    readably, which only a forged record does)."""
+    try:
+        fields = json.loads(state)
+        return [RedactedRecord.of_fields(dict(record)) for record in fields["records"]]
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def claim_problem(
+    redaction_position: int,
+    state: bytes,
+    entries: dict[int, RedactionEntry],
+    named: dict[str, Any],
+) -> tuple[ChainProblem | None, list[int]]:
+    """Whether the redaction record at `redaction_position` (its link already checked)
+    agrees with the index: the first problem (or None), and the positions it names."""
+    records = redacted_records(state)
+    if records is None:
+        return (
+            ChainProblem(
+                CHANGED,
+                redaction_position,
+                "the redaction record names no records readably",
+                **named,
+            ),
+            [],
+        )
+    for record in records:
+        entry = entries.get(record.position)
+        if (
+            entry is None
+            or entry.redaction_position != redaction_position
+            or entry.as_recorded() != record
+            or record.position >= redaction_position
+        ):
+            return (
+                ChainProblem(
+                    CHANGED,
+                    record.position,
+                    f"the redaction record at position {redaction_position} names this "
+                    "record, and chain_redactions does not agree with it: the redaction "
+                    "index was changed",
+                ),
+                [],
+            )
+    return None, [record.position for record in records]
+
+
+def unexplained(entry: RedactionEntry) -> ChainProblem:
+    """A redacted record whose redaction record does not name it."""
+    return ChainProblem(
+        CHANGED,
+        entry.position,
+        f"chain_redactions says the record at position {entry.redaction_position} "
+        "redacted this one, and no redaction record there names it: the record or the "
+        "redaction index was changed",
+    )
+
+
+def redacted_digest(entry: RedactionEntry, topic: str, state: bytes) -> bool:
+    """Whether a redacted record holds what its redaction put there."""
+    return topic == entry.redacted_topic and hashlib.sha256(state).digest() == entry.redacted_digest
 
 
 # -- what the chain hands out ---------------------------------------------------------------
@@ -525,7 +661,9 @@ class Chain:
 
     def links(self, originator_ids: Sequence[UUID]) -> list[ChainLink]:
         """Every chained event of the given streams, in notification order, with the
-        stored hash of the record before each (read from the row at position - 1)."""
+        stored hash of the record before each (read from the row at position - 1). A
+        redacted record's link is given as its hash covers it: its original topic and
+        state digest (ADR 0028)."""
         e = stored_events.alias("e")
         before = stored_events.alias("before")
         found: list[ChainLink] = []
@@ -568,6 +706,18 @@ class Chain:
                             hash=bytes(row[7]),
                         )
                     )
+            entries = redaction_entries(conn, [link.position for link in found])
+        if entries:
+            found = [
+                link
+                if link.position not in entries
+                else dataclasses.replace(
+                    link,
+                    topic=entries[link.position].original_topic,
+                    state_digest=entries[link.position].original_digest,
+                )
+                for link in found
+            ]
         found.sort(key=attrgetter("notification_id"))
         return found
 
@@ -692,6 +842,8 @@ class Chain:
             raise ValueError("a span runs from position 1 or later to a position after it")
         walk = _Walk(self.db, first, until=last)
         problem = walk.run()
+        if problem is None:
+            problem = self.redactions_after(walk)
         if problem is None and (walk.last_position or first - 1) < last:
             missing = (walk.last_position or first - 1) + 1
             problem = ChainProblem(
@@ -706,6 +858,87 @@ class Chain:
         ):
             problem = head_problem
         return problem
+
+    def redactions_after(self, walk: _Walk) -> ChainProblem | None:
+        """The redaction records after a span that explain redacted records in it, each
+        checked on its own: its link from the stored hash of the record before it, and
+        its agreement with `chain_redactions`."""
+        last = walk.last_position or 0
+        due = sorted(
+            {
+                entry.redaction_position
+                for entry in walk.redactions.values()
+                if walk.first_position <= entry.position <= last and entry.redaction_position > last
+            }
+        )
+        if not due:
+            return None
+        with self.db.read() as conn:
+            for position in due:
+                c = stored_events.c
+                rows = conn.execute(
+                    select(
+                        c.notification_id,
+                        c.chain_position,
+                        c.chain_hash,
+                        c.originator_id,
+                        c.originator_version,
+                        c.topic,
+                        c.timestamp,
+                        c.state,
+                    )
+                    .where(c.chain_position.in_([position - 1, position]))
+                    .order_by(c.chain_position)
+                ).all()
+                first_named = min(
+                    e.position for e in walk.redactions.values() if e.redaction_position == position
+                )
+                if not rows:
+                    return ChainProblem(
+                        CHANGED,
+                        first_named,
+                        f"its redaction record at position {position} is not in the log",
+                    )
+                row = rows[-1]
+                if row.chain_position != position:
+                    return ChainProblem(
+                        CHANGED,
+                        first_named,
+                        f"its redaction record at position {position} is not in the log",
+                    )
+                if position == 1:
+                    prev = GENESIS
+                else:
+                    prev = bytes(rows[0].chain_hash) if len(rows) == 2 else b""
+                named = {
+                    "notification_id": row.notification_id,
+                    "originator_id": row.originator_id,
+                    "originator_version": row.originator_version,
+                }
+                link = link_of(
+                    prev,
+                    position,
+                    row.originator_id.bytes,
+                    row.originator_version,
+                    topic_digest(row.topic),
+                    timestamp_micros(row.timestamp),
+                    state_digest(bytes(row.state)),
+                )
+                if link != bytes(row.chain_hash) or row.topic != REDACTION_TOPIC:
+                    return ChainProblem(
+                        CHANGED,
+                        position,
+                        "the redaction record that explains a redacted record of the span "
+                        "does not recompute, or is not a redaction record",
+                        **named,
+                    )
+                problem, names = claim_problem(position, bytes(row.state), walk.redactions, named)
+                if problem is not None:
+                    return problem
+                for entry in walk.redactions.values():
+                    if entry.redaction_position == position and entry.position not in names:
+                        return unexplained(entry)
+        return None
 
     def head_problem(self, heads: Sequence[SignedHead]) -> ChainProblem | None:
         """The first signed head (by position) that is not the service's signature of the
@@ -856,6 +1089,10 @@ class _Walk:
         self.checked = 0
         self.first_position = since if since is not None and since > 1 else 1
         self.last_position: int | None = None
+        # chain_redactions, read with the first page (ADR 0028), and the redacted
+        # positions the redaction records walked named.
+        self.redactions: dict[int, RedactionEntry] = {}
+        self.confirmed: set[int] = set()
         if db.is_sqlite:
             self.uuid_bytes: Any = _uuid_bytes_of_hex
             self.micros: Any = _sqlite_micros
@@ -886,37 +1123,75 @@ class _Walk:
             started = self.start(conn)
             if isinstance(started, ChainProblem):
                 return started
-            after, prev = started
-            expected = self.first_position
-            before_prev: bytes | None = None
-            previous: Any = None
-            uuid_bytes, micros, sha256 = self.uuid_bytes, self.micros, hashlib.sha256
-            digests = topic_digest
-            until = self.until
-            for row in log_rows(conn, after):
-                if until is not None and expected > until:
-                    break
-                _, position, stored, originator_id, version, topic, at, state = row
-                if position != expected:
-                    return self.misplaced(conn, row, expected)
-                link = sha256(
-                    _LINK.pack(
-                        LINK_DOMAIN,
-                        prev,
-                        position,
-                        uuid_bytes(originator_id),
-                        version,
-                        digests(topic),
-                        micros(at),
-                        sha256(state).digest(),
-                    )
-                ).digest()
-                if link != stored:
-                    return self.mismatched(row, before_prev, previous)
-                before_prev, prev, previous = prev, link, row
-                self.last_position = position
-                self.checked += 1
-                expected += 1
+            self.redactions = redactions = redaction_entries(conn)
+            problem = self.walk(conn, started, redactions)
+        if problem is None:
+            problem = self.unconfirmed()
+        return problem
+
+    def unconfirmed(self) -> ChainProblem | None:
+        """The first redacted record whose redaction record, walked, did not name it."""
+        last = self.last_position or 0
+        for position in sorted(self.redactions):
+            entry = self.redactions[position]
+            if position in self.confirmed or entry.redaction_position < self.first_position:
+                continue
+            if entry.redaction_position <= last or self.until is None:
+                return unexplained(entry)
+        return None
+
+    def walk(
+        self, conn: Connection, started: tuple[int, bytes], redactions: dict[int, RedactionEntry]
+    ) -> ChainProblem | None:
+        after, prev = started
+        expected = self.first_position
+        before_prev: bytes | None = None
+        previous: Any = None
+        uuid_bytes, micros, sha256 = self.uuid_bytes, self.micros, hashlib.sha256
+        digests = topic_digest
+        until = self.until
+        for row in log_rows(conn, after):
+            if until is not None and expected > until:
+                break
+            _, position, stored, originator_id, version, topic, at, state = row
+            if position != expected:
+                return self.misplaced(conn, row, expected)
+            entry = redactions.get(position) if redactions else None
+            if entry is None:
+                topic_hash, state_hash = digests(topic), sha256(state).digest()
+            elif redacted_digest(entry, topic, state):
+                topic_hash, state_hash = digests(entry.original_topic), entry.original_digest
+            else:
+                return ChainProblem(
+                    CHANGED,
+                    position,
+                    "this redacted record does not hold what its redaction (the record "
+                    f"at position {entry.redaction_position}) put there: it was changed",
+                    **self.named(row),
+                )
+            link = sha256(
+                _LINK.pack(
+                    LINK_DOMAIN,
+                    prev,
+                    position,
+                    uuid_bytes(originator_id),
+                    version,
+                    topic_hash,
+                    micros(at),
+                    state_hash,
+                )
+            ).digest()
+            if link != stored:
+                return self.mismatched(row, before_prev, previous)
+            if topic == REDACTION_TOPIC:
+                problem, names = claim_problem(position, bytes(state), redactions, self.named(row))
+                if problem is not None:
+                    return problem
+                self.confirmed.update(names)
+            before_prev, prev, previous = prev, link, row
+            self.last_position = position
+            self.checked += 1
+            expected += 1
         return None
 
     # -- naming what is wrong ------------------------------------------------------------
@@ -975,13 +1250,13 @@ class _Walk:
     def mismatched(self, row: Any, before_prev: bytes | None, previous: Any) -> ChainProblem:
         """A record at its due position whose hash does not recompute."""
         position = row[1]
-        fields = (
-            self.uuid_bytes(row[3]),
-            row[4],
-            topic_digest(row[5]),
-            self.micros(row[6]),
-            state_digest(row[7]),
+        entry = self.redactions.get(position)
+        topic, digest = (
+            (topic_digest(row[5]), state_digest(row[7]))
+            if entry is None
+            else (topic_digest(entry.original_topic), entry.original_digest)
         )
+        fields = (self.uuid_bytes(row[3]), row[4], topic, self.micros(row[6]), digest)
         # Would it link onto the record before the previous one, one position earlier?
         # Then the previous record was slipped in and the positions after it shifted.
         if (

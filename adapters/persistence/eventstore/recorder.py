@@ -82,6 +82,10 @@ GUESS_BACKOFF = 100
 OnRecord = Callable[[Connection, Sequence[DomainEventProtocol[Any]]], None]
 # Called after a commit with the domain events it stored (none for a tracking-only one).
 CommitListener = Callable[[Sequence[DomainEventProtocol[Any]]], None]
+# A write's further statements, run in its transaction after its rows were linked onto the
+# chain, with the positions they took (the one before the first, the last): a redaction's
+# (eventstore/redaction.py, ADR 0028), which names its own record's position.
+Effect = Callable[[Connection, tuple[int, int]], None]
 
 
 @dataclass(frozen=True)
@@ -181,14 +185,19 @@ class LedgerRecorder(ProcessRecorder):
         *,
         aggregate_events: Sequence[CanMutateAggregate[Any]] = (),
         tracking: Tracking | None = None,
+        effect: Effect | None = None,
         **kwargs: Any,
     ) -> Sequence[int] | None:
+        """Store the events (and the tracking record), with their effects; `effect` (a
+        chained write only) runs further statements in the same transaction."""
         if len(aggregate_events) != len(stored_events):
             raise ValueError("the ledger passes each stored event's domain event")
+        if effect is not None and (self.chain is None or not stored_events):
+            raise ValueError("an effect goes with chained events")
         guess = self.head_guess() if stored_events else None
         try:
             try:
-                inserted = self.write(stored_events, aggregate_events, tracking, guess)
+                inserted = self.write(stored_events, aggregate_events, tracking, guess, effect)
             except (sa_exc.IntegrityError, HeadMoved):
                 if guess is None:
                     raise
@@ -197,7 +206,7 @@ class LedgerRecorder(ProcessRecorder):
                 # the head read first, and no guess for a while (ADR 0020).
                 with self.head_lock:
                     self.unguessed = GUESS_BACKOFF
-                inserted = self.write(stored_events, aggregate_events, tracking, None)
+                inserted = self.write(stored_events, aggregate_events, tracking, None, effect)
         except sa_exc.IntegrityError as exc:
             self.known_head = None
             raise IntegrityError(str(exc.orig)) from exc
@@ -234,6 +243,7 @@ class LedgerRecorder(ProcessRecorder):
         domain_events: Sequence[CanMutateAggregate[Any]],
         tracking: Tracking | None,
         guess: tuple[int, bytes] | None,
+        effect: Effect | None = None,
     ) -> Inserted:
         """One write transaction: the events' rows, the tracking record, the effects.
         Batched on PostgreSQL: one round trip, or two when an answer is needed before
@@ -241,6 +251,9 @@ class LedgerRecorder(ProcessRecorder):
         try:
             with self.db.batched_write() as conn:
                 inserted = self.insert_rows(conn, stored, domain_events, guess)
+                if effect is not None:
+                    assert inserted.linked is not None
+                    effect(conn, inserted.linked)
                 if tracking is not None:
                     self.record_tracking(conn, tracking)
                 if self.on_record is not None and domain_events:
