@@ -54,6 +54,7 @@ from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.providers.oura import OuraReader
+from healthledger.adapters.providers.withings import WithingsReader
 from healthledger.adapters.reference import (
     ProviderEntry,
     deprecation_calendar,
@@ -396,6 +397,19 @@ def build_service(
             api_url=settings.oura_api_url,
             maker_url=settings.oauth_maker_url,
             history_days=settings.oura_history_days,
+        )
+    if "withings" in makers:
+        makers["withings"] = WithingsReader(
+            catalog["withings"],
+            service_client=makers["withings"].service_client,
+            custom_client=oauth_clients.custom,
+            tokens=provider_tokens,
+            http=oauth_http,
+            api_timeout=settings.maker_api_timeout.total_seconds(),
+            clock=clock,
+            api_url=settings.withings_api_url,
+            maker_url=settings.oauth_maker_url,
+            history_days=settings.withings_history_days,
         )
 
     def adapter_for(provider: str, demo: bool) -> ProviderAdapter:

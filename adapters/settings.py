@@ -144,6 +144,11 @@ class Settings(BaseSettings):
     # How far back a new Oura connection's history is pulled (Oura keeps the ring's whole
     # history; the documented advice is one historical pull, then webhooks).
     oura_history_days: int = Field(default=730, ge=1)
+    # Withings' Public API (docs/makers/withings.md): its base URL. Tests and the sandbox
+    # point it at the fake Withings (healthledger.adapters.makers.fake_withings).
+    withings_api_url: str = "https://wbsapi.withings.net"
+    # How far back a new Withings connection's history is pulled (Withings keeps it all).
+    withings_history_days: int = Field(default=730, ge=1)
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).

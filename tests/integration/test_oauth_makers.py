@@ -62,6 +62,7 @@ OAUTH_SLUGS = {
     "dexcom",
     "dexcom_v3",
     "polar",
+    "withings",
 }
 POLAR = OAuthClientSetting(client_id="polar-client", client_secret=SecretStr("polar-secret"))
 
