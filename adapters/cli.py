@@ -1,5 +1,5 @@
 """The `healthledger` command line: serve, migrate, audit, report, verify-report, verify,
-chain, rebuild, replay, keys, features, erase-due, deprecations, webhooks.
+chain, rebuild, replay, keys, features, erase-due, deprecations, webhooks, import.
 
 Each subcommand is declared by a `_declare_<name>` function (its arguments, its help) and
 run by a function of its own, which it names with `set_defaults`. A run takes the parsed
@@ -97,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
         _declare_erase_due,
         _declare_deprecations,
         _declare_webhooks,
+        _declare_import,
     ):
         declare(commands.add_parser)
     return parser
@@ -761,3 +762,76 @@ def _replay_webhooks(args: argparse.Namespace, service: Service) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+def _declare_import(add_parser: AddParser) -> None:
+    imports = add_parser("import", help="import a maker's export file for a user")
+    import_commands = imports.add_subparsers(dest="import_command", required=True)
+    apple = import_commands.add_parser(
+        "apple-health",
+        help="import the Health app's export.zip for a user, in the foreground, as "
+        "POST /v2/user/{user_id}/import/apple_health does in the background",
+    )
+    apple.add_argument("--user-id", type=_uuid, required=True, help="the user's id")
+    apple.add_argument("file", type=Path, help="the export.zip")
+    apple.set_defaults(with_service=_import_apple_health)
+
+
+def _import_apple_health(args: argparse.Namespace, service: Service) -> int:
+    from uuid import uuid4
+
+    from healthledger.adapters.providers.apple_health import FILE_FORMAT, PROVIDER
+    from healthledger.adapters.providers.apple_health_export import check_upload
+    from healthledger.adapters.providers.import_files import UploadTooLarge
+    from healthledger.domain.connections.imports import DataImport, ImportRefused
+    from healthledger.domain.errors import LedgerError
+    from healthledger.domain.users.user import User
+    from tqdm import tqdm
+
+    user = service.ledger.find(args.user_id)
+    try:
+        if not isinstance(user, User):
+            raise LookupError
+        user.require_live()
+    except (LookupError, LedgerError):
+        print("healthledger: no such live user", file=sys.stderr)
+        return 1
+    if not args.file.is_file():
+        print(f"healthledger: {args.file}: no such file", file=sys.stderr)
+        return 1
+    files = service.import_files
+    import_id = uuid4()
+    try:
+        size = files.keep_copy(import_id, args.file, service.settings.apple_health_max_upload_bytes)
+        check_upload(files.path(import_id))
+    except (ImportRefused, UploadTooLarge) as exc:
+        files.discard(import_id)
+        print(f"healthledger: refused: {exc}", file=sys.stderr)
+        return 1
+    service.imports.receive(_cli_context(), import_id, user, PROVIDER, FILE_FORMAT, size)
+    with tqdm(total=100, unit="%", desc="importing", file=sys.stderr) as bar:
+
+        def progressed(progress: float, counts: Any) -> None:
+            bar.n = round(100 * progress)
+            bar.set_postfix(records=counts.get("records_read", 0), refresh=False)
+            bar.refresh()
+
+        service.imports.run(import_id, on_progress=progressed)
+    job = service.ledger.find(import_id)
+    assert isinstance(job, DataImport)
+    print(
+        json.dumps(
+            {
+                "import_id": str(import_id),
+                "status": job.status,
+                "counts": job.counts,
+                "failure_code": job.failure_code,
+                "failure_reason": job.failure_reason,
+            }
+        ),
+        file=sys.stdout,
+    )
+    return 0 if job.status == "success" else 1

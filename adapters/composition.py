@@ -6,6 +6,7 @@ so there is one way to wire the parts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -51,7 +52,10 @@ from healthledger.adapters.persistence.queries.orders import OrderQueries
 from healthledger.adapters.persistence.queries.portal import PortalQueries
 from healthledger.adapters.persistence.queries.pulls import PullQueries
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
+from healthledger.adapters.providers.apple_health import RESOURCES as APPLE_HEALTH_RESOURCES
+from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
+from healthledger.adapters.providers.import_files import ImportFolder
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.providers.oura import OuraReader
 from healthledger.adapters.providers.withings import WithingsReader
@@ -70,6 +74,7 @@ from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.adapters.webhooks.payloads import Payloads
 from healthledger.domain.connections.connecting import Connections
+from healthledger.domain.connections.imports import ImportPolicy, Imports
 from healthledger.domain.connections.linking import LinkTokens
 from healthledger.domain.connections.oauth_clients import OAuthClients
 from healthledger.domain.connections.providers import OAuthClient, ProviderAdapter
@@ -105,6 +110,7 @@ from healthledger.domain.webhooks.redelivery import Redeliveries
 from healthledger.domain.webhooks.user_deletion import UserDeliveries
 from healthledger.scheduler.deprecations import apply_cut_overs
 from healthledger.scheduler.erasure import ErasurePorts, sweep_erasures
+from healthledger.scheduler.imports import run_due_imports
 from healthledger.scheduler.integrity import IntegrityPorts, check_integrity_if_due
 from healthledger.scheduler.key_rotation import KeyRotationPorts, rotate_master_key_if_due
 from healthledger.scheduler.lab_orders import progress_lab_orders
@@ -172,6 +178,10 @@ class Service:
     # The hosted portal (docs/labs.md#portal): its passes, and what its pages read.
     portal: Portal
     portal_queries: PortalQueries
+    # Makers' export files uploaded for a user (Apple Health): where they wait, and the
+    # import jobs that read them (docs/makers/apple_health.md).
+    import_files: ImportFolder
+    imports: Imports
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -412,11 +422,16 @@ def build_service(
             history_days=settings.withings_history_days,
         )
 
+    apple_health_kit = AppleHealthKit()
+
     def adapter_for(provider: str, demo: bool) -> ProviderAdapter:
         # A demo device, or the OAuth adapter of a maker whose endpoints the catalog
-        # documents (ADR 0022); any other provider has no adapter here.
+        # documents (ADR 0022); any other provider has no adapter here. Apple Health's
+        # data comes by import only: its connection's syncs find nothing.
         if demo:
             return demo_provider
+        if provider == "apple_health_kit":
+            return apple_health_kit
         maker = makers.get(provider)
         if maker is None:
             raise LookupError(f"no provider adapter for {provider}")
@@ -436,6 +451,19 @@ def build_service(
         ),
     )
     connections = Connections(ledger, key_store, clock, users, pulls)
+    import_files = ImportFolder(
+        import_folder(settings, db), max_xml_bytes=settings.apple_health_max_xml_bytes
+    )
+    imports = Imports(
+        ledger,
+        clock,
+        health_data,
+        key_store,
+        import_files,
+        apple_health_kit.availability,
+        APPLE_HEALTH_RESOURCES,
+        policy=ImportPolicy(),
+    )
     teams = TeamDirectory(
         ledger,
         clock,
@@ -517,6 +545,7 @@ def build_service(
         sign_chain_head=chain.sign_moved_head,
         makes_head_signing_due=SigningTally(settings.chain_sign_every).committed,
         progress_lab_orders=partial(progress_lab_orders, lab_orders),
+        run_due_imports=partial(run_due_imports, imports),
         **integrity_check_job(
             settings, db, chain, anchor_file, read_models, recorder, ledger, clock
         ),
@@ -579,7 +608,21 @@ def build_service(
             order_owner=portal_queries.order_owner,
         ),
         portal_queries=portal_queries,
+        import_files=import_files,
+        imports=imports,
     )
+
+
+def import_folder(settings: Settings, db: Database) -> Path:
+    """Where uploads wait (HEALTHLEDGER_IMPORT_DIR), else beside a SQLite database, else
+    under the user's data directory (XDG)."""
+    if settings.import_dir is not None:
+        return settings.import_dir
+    if db.sqlite_file is not None:
+        return db.sqlite_file.with_name(db.sqlite_file.name + ".imports")
+    configured = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(configured) if configured and os.path.isabs(configured) else None
+    return (base or Path.home() / ".local" / "share") / "healthledger" / "imports"
 
 
 def master_key_rotation_job(
@@ -647,6 +690,7 @@ def start_scheduler(service: Service) -> LedgerScheduler:
             chain_sign=settings.chain_sign_interval,
             sandbox_lab=settings.lab_order_poll_interval,
             integrity_check=settings.integrity_check_interval,
+            import_worker=settings.import_worker_interval,
         ),
     )
     recorder = service.recorder

@@ -153,6 +153,16 @@ class Settings(BaseSettings):
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    # Apple Health imports (docs/makers/apple_health.md). Uploads wait for their import in
+    # import_dir (kept across restarts; unset: `<database file>.imports` beside a SQLite
+    # database, else $XDG_DATA_HOME/healthledger/imports). An upload may be up to
+    # apple_health_max_upload_bytes (max_body_bytes does not apply to it), and its
+    # export.xml may unpack to apple_health_max_xml_bytes (past it, a zip bomb: refused).
+    import_dir: Path | None = None
+    apple_health_max_upload_bytes: int = Field(default=2 * 1024**3, ge=1024)
+    apple_health_max_xml_bytes: int = Field(default=16 * 1024**3, ge=1024)
+    # How often the import worker looks for imports due (an upload wakes it at once).
+    import_worker_interval: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     # How often the scheduler looks for deprecation cut-overs whose date has passed (it also
     # looks once at start, so a date that passed while the service was down is applied).

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from healthledger.scheduler.imports import makes_an_import_due
 from healthledger.scheduler.lab_orders import makes_an_order_step_due
 from healthledger.scheduler.pulls import makes_a_pull_due
 from healthledger.scheduler.wakeups import WakeableJob
@@ -29,6 +30,7 @@ SANDBOX_LAB = "sandbox-lab"
 MASTER_KEY_ROTATION = "master-key-rotation"
 CHAIN_HEAD_SIGNING = "chain-head-signing"
 INTEGRITY_CHECK = "integrity-check"
+IMPORT_WORKER = "import-worker"
 # How often the rotation job looks whether a rotation is due (or its interval, if less):
 # the interval counts from the latest rotation, not from the process's start.
 ROTATION_CHECK = timedelta(hours=1)
@@ -62,6 +64,8 @@ class Jobs:
     # something, or makes a delivery due): other commits do not wake it, and its interval
     # moves its position past them. Every event, unless told otherwise.
     gives_webhooks_work: Callable[[object], bool] = lambda _event: True
+    # Uploaded exports whose import is due, run (scheduler/imports.py).
+    run_due_imports: Callable[[], int] = lambda: 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ class Intervals:
     # How often the integrity check runs (HEALTHLEDGER_INTEGRITY_CHECK_INTERVAL); None:
     # never. The job looks at most hourly whether one is due (`INTEGRITY_LOOK`).
     integrity_check: timedelta | None = None
+    # How often the import worker looks for due imports (an upload also wakes it).
+    import_worker: timedelta = timedelta(seconds=30)
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -106,6 +112,9 @@ class LedgerScheduler(BackgroundScheduler):
         self.makes_head_signing_due = jobs.makes_head_signing_due
         self.sandbox_lab = self.wakeable(
             SANDBOX_LAB, intervals.sandbox_lab, jobs.progress_lab_orders
+        )
+        self.import_worker = self.wakeable(
+            IMPORT_WORKER, intervals.import_worker, jobs.run_due_imports
         )
         for job_id, interval, work in (
             ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
@@ -141,6 +150,8 @@ class LedgerScheduler(BackgroundScheduler):
             self.pull_worker.wake()
         if any(makes_an_order_step_due(event) for event in events):
             self.sandbox_lab.wake()
+        if any(makes_an_import_due(event) for event in events):
+            self.import_worker.wake()
         if any(self.gives_webhooks_work(event) for event in events):
             self.webhook_dispatcher.wake()
         if self.makes_head_signing_due(events):
@@ -171,6 +182,12 @@ class LedgerScheduler(BackgroundScheduler):
         return job
 
     def shutdown(self, wait: bool = True) -> None:
-        for job in (self.pull_worker, self.webhook_dispatcher, self.sandbox_lab, self.chain_signer):
+        for job in (
+            self.pull_worker,
+            self.webhook_dispatcher,
+            self.sandbox_lab,
+            self.chain_signer,
+            self.import_worker,
+        ):
             job.close()
         super().shutdown(wait)

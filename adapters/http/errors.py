@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.domain import errors
 from healthledger.domain.connections.connection import AlreadyConnected, NotConnected
+from healthledger.domain.connections.imports import ImportNotFound
 from healthledger.domain.labs.lab_tests import UnknownLabTests, UnknownMarkers
 from healthledger.domain.labs.orders import (
     IdempotencyKeyReused,
@@ -49,6 +50,7 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     errors.WebhookEndpointNotFound: 404,
     AlreadyConnected: 409,
     NotConnected: 404,
+    ImportNotFound: 404,
     UnknownMarkers: 404,
     UnknownLabTests: 404,
     OrderNotFound: 404,

@@ -87,14 +87,21 @@ class RequestIdMiddleware:
 
 class BodyLimitMiddleware:
     """Refuse request bodies over `max_bytes` with a JSON 413, before any handler reads
-    them: by Content-Length when given, else while the body streams in."""
+    them: by Content-Length when given, else while the body streams in. A path that
+    matches `unlimited` (an upload of a file, which streams it to disk under a limit of
+    its own) is left to its route."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, unlimited: re.Pattern[str] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.unlimited = unlimited
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (
+            self.unlimited is not None and self.unlimited.match(scope.get("path", ""))
+        ):
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", ()):

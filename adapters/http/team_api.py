@@ -15,6 +15,7 @@ from healthledger.adapters.http import (
     audit_routes,
     connections,
     deletion_reports,
+    imports,
     introspection,
     lab_tests,
     link_tokens,
@@ -51,6 +52,7 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(timeseries.router)
     routes.include_router(orders.router)
     routes.include_router(portal.router)
+    routes.include_router(imports.router)
     return tuple(routes.routes)
 
 
@@ -69,6 +71,11 @@ def create_team_api(service: Service) -> FastAPI:
     # The zip codes are read now, when the app is made, not at the first question.
     service.area_info.warm()
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.max_body_bytes)
+    # An export upload streams to disk under its own limit (adapters/http/imports.py).
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=service.settings.max_body_bytes,
+        unlimited=imports.UNLIMITED_PATH,
+    )
     app.add_middleware(RequestIdMiddleware)
     return app

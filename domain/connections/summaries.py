@@ -147,7 +147,7 @@ def summary_object(it: DayData, value: Mapping[str, Any], session: str | None) -
             "calendar_date": it.day.isoformat(),
             # The client's `date`: the day's first instant, UTC (the demo's days are UTC).
             "date": datetime.combine(it.day, time(0), UTC),
-            "source": it.source,
+            "source": own_source(it.source, value),
             "created_at": it.created_at,
             "updated_at": it.updated_at,
         }
@@ -178,6 +178,16 @@ def summary_object(it: DayData, value: Mapping[str, Any], session: str | None) -
         summary.setdefault("priority_id", 1)
         summary.setdefault("source_id", stable_int(it.provider))
     return summary
+
+
+def own_source(source: dict[str, Any], value: Mapping[str, Any]) -> dict[str, Any]:
+    """The provider's source context, with the `type` and `app_id` the stored summary
+    names itself where it does: a multi-source provider's import knows the device and the
+    app that recorded each summary (Apple Health's export: docs/makers/apple_health.md)."""
+    own = value.get("source")
+    if not isinstance(own, Mapping):
+        return source
+    return {**source, **{k: own[k] for k in ("type", "app_id") if own.get(k) is not None}}
 
 
 def summary_id(user_id: UUID, provider: str, resource: str, key: str) -> UUID:

@@ -365,8 +365,8 @@ def test_every_operation_with_a_body_answers_malformed_json_with_422(apis: Apis)
         client = apis.team_api if api == "team" else apis.management_api
         for template, operations in client.get("/openapi.json").json()["paths"].items():
             for method, operation in operations.items():
-                if "requestBody" not in operation:
-                    continue
+                if "application/json" not in operation.get("requestBody", {}).get("content", {}):
+                    continue  # no JSON body (a file upload: its own tests refuse bad ones)
                 response = client.request(
                     method.upper(),
                     concrete(template),
