@@ -18,6 +18,10 @@ endpoints.
 - Errors as Withings answers them: HTTP 200 with `status` 401 for an expired, revoked or
   unknown token, 601 for too many requests, and whatever `fail(status)` injects (a status
   of 500 or more that is also an HTTP error code, e.g. 503, answers that HTTP status).
+- Notify: `{base}/notify` `subscribe` (the callback URL probed with a HEAD first, as
+  Withings does: anything but a 200 is status 293), `list`, `revoke`; `notify(person,
+  appli, startdate=, enddate=, date=, action=)` calls back every subscribed URL with
+  Withings' form POST (through `callback_http`, which a test can mount its app on).
 - Switches: `fail(status, times, action=)`, `slow(seconds, times)`, `revoke(person)`,
   `restore(person)`, `revise(person, day)` (the day's measure groups, activity, workouts
   and night sent again changed, under the same `grpid`/`id`), `denied_scopes`,
@@ -47,6 +51,8 @@ from urllib.parse import parse_qs, urlencode
 from zoneinfo import ZoneInfo
 
 import anyio
+import anyio.to_thread
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -166,6 +172,10 @@ class FakeWithings:
     _failures: list[_Failure] = field(default_factory=list)
     _slow: list[float] = field(default_factory=list)
     _revisions: dict[tuple[str, date], int] = field(default_factory=dict)
+    # Notify: (person, appli) -> the callback URLs subscribed; the client that probes and
+    # calls them (a test mounts the service's app on it).
+    subscriptions: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    callback_http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=5.0))
 
     # -- switches -----------------------------------------------------------------------
 
@@ -199,6 +209,16 @@ class FakeWithings:
         """The person's records of `day` are sent again changed, under the same ids."""
         with self.lock:
             self._revisions[(person, day)] = self._revisions.get((person, day), 0) + 1
+
+    def notify(self, person: str, appli: int, **fields: str | int) -> list[int]:
+        """Withings calls back: POST the notification form (`userid`, `appli` and
+        `fields`: `startdate`/`enddate`, `date`, `action`) to every callback URL the
+        person's subscriptions to `appli` name; the HTTP statuses answered."""
+        form = {"userid": str(PEOPLE[person].userid), "appli": str(appli)}
+        form |= {k: str(v) for k, v in fields.items()}
+        with self.lock:
+            urls = list(self.subscriptions.get((person, appli), []))
+        return [self.callback_http.post(url, data=form).status_code for url in urls]
 
     def data_requests(self, action: str | None = None) -> list[dict[str, str]]:
         return [
@@ -675,7 +695,70 @@ class FakeWithings:
         return {key: page, "more": more, "offset": offset + len(page) if more else 0}
 
 
+def _subscribe(fake: FakeWithings, grant: _Grant, params: dict[str, str]) -> int:
+    """notify?action=subscribe: Withings probes the callback URL with a HEAD first and
+    refuses one that does not answer 200 (status 293)."""
+    url, appli = params.get("callbackurl", ""), params.get("appli", "")
+    if not url.startswith(("http://", "https://")) or not appli.isdigit():
+        return 293 if appli.isdigit() else 503
+    try:
+        probed = fake.callback_http.head(url).status_code
+    except httpx.HTTPError:
+        probed = 0
+    if probed != 200:
+        return 293
+    with fake.lock:
+        urls = fake.subscriptions.setdefault((grant.person, int(appli)), [])
+        if url not in urls:
+            urls.append(url)
+    return 0
+
+
+async def _notify(fake: FakeWithings, request: Request) -> Response:
+    """Notify v2: subscribe, list and revoke a person's subscriptions."""
+    params = dict(request.query_params)
+    if request.method == "POST":
+        params |= {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+    action = params.get("action", "")
+    token = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    with fake.lock:
+        grant = fake._access.get(token)
+
+    def answer(status: int, body: Any = None) -> Response:
+        fake.requests.append((request.method, request.url.path, params, status))
+        if status:
+            return JSONResponse({"status": status, "error": "fake"})
+        return JSONResponse({"status": 0, "body": body or {}})
+
+    if grant is None or grant.person in fake._revoked:
+        return answer(401)
+    if action == "subscribe":
+        status = await anyio.to_thread.run_sync(_subscribe, fake, grant, params)
+        return answer(status)
+    if action == "list":
+        with fake.lock:
+            profiles = [
+                {"appli": appli, "callbackurl": url, "comment": None, "expires": 2147483647}
+                for (person, appli), urls in sorted(fake.subscriptions.items())
+                if person == grant.person
+                for url in urls
+            ]
+        return answer(0, {"profiles": profiles})
+    if action == "revoke":
+        appli = int(params.get("appli") or 0)
+        with fake.lock:
+            urls = fake.subscriptions.get((grant.person, appli), [])
+            if params.get("callbackurl") not in urls:
+                return answer(294)  # no such subscription
+            urls.remove(params["callbackurl"])
+        return answer(0)
+    return answer(2554)
+
+
 def create_app(fake: FakeWithings) -> Starlette:
+    async def notify(request: Request) -> Response:
+        return await _notify(fake, request)
+
     return Starlette(
         routes=[
             Route("/withings/authorize", fake.authorize, methods=["GET"]),
@@ -685,6 +768,7 @@ def create_app(fake: FakeWithings) -> Starlette:
             Route("/measure", fake.data, methods=["GET", "POST"]),
             Route("/v2/measure", fake.data, methods=["GET", "POST"]),
             Route("/v2/sleep", fake.data, methods=["GET", "POST"]),
+            Route("/notify", notify, methods=["GET", "POST"]),
         ]
     )
 

@@ -199,6 +199,16 @@ SCOPES: dict[str, str] = {
     "hypnogram": "user.sleepevents",
 }
 
+# Notify categories (`appli`) we subscribe to, with the scope each needs (the ones that
+# announce data we read: adapters/providers/withings_webhooks.py maps them).
+NOTIFY_CATEGORIES: dict[int, str] = {
+    1: "user.metrics",
+    2: "user.metrics",
+    4: "user.metrics",
+    16: "user.activity",
+    44: "user.sleepevents",
+}
+
 
 class WithingsReader(OAuth2Maker):
     """Implements the ProviderAdapter port for Withings: OAuth from the catalog, data from
@@ -217,6 +227,7 @@ class WithingsReader(OAuth2Maker):
         api_timeout: float = 30.0,
         maker_url: str | None = None,
         history_days: int = HISTORY_DAYS,
+        callback_url: str | None = None,
     ) -> None:
         assert entry.oauth is not None
         super().__init__(
@@ -232,6 +243,8 @@ class WithingsReader(OAuth2Maker):
         self.api_url = api_url.rstrip("/")
         self.api_timeout = api_timeout
         self.history_days = history_days
+        # Where Withings Notify calls us (`/makers/withings/webhook`); None: no subscription.
+        self.callback_url = callback_url
         # What the pull running now read (keyed by the pull's `now`: a retry, or the next
         # sync, reads afresh): one getmeas serves eight resources, a night's sleep three.
         self.recent: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
@@ -262,6 +275,44 @@ class WithingsReader(OAuth2Maker):
         if isinstance(scope, str):
             body = {**body, "scope": " ".join(s for s in scope.replace(",", " ").split())}
         return body
+
+    def exchange(
+        self, code: str, redirect_uri: str, client: OAuthClient | None, code_verifier: str
+    ) -> OAuthGrant:
+        """The generic exchange, then the person's Notify subscriptions: one per category
+        we read whose scope was granted, pointing at our callback. A subscription Withings
+        refuses (it probes the callback first) or cannot take now leaves the daily sync:
+        the sign-in stands."""
+        grant = super().exchange(code, redirect_uri, client, code_verifier)
+        if self.callback_url is not None and grant.tokens is not None:
+            self.subscribe(grant.tokens.access_token, grant.tokens.scope)
+        return grant
+
+    def subscribe(self, access_token: str, scope: str | None) -> list[int]:
+        """Subscribe the person's categories (`notify?action=subscribe`); the status of
+        each (0: subscribed; -1: not reached)."""
+        granted = None if scope is None else frozenset(scope.split())
+        found = []
+        for appli, scope_needed in NOTIFY_CATEGORIES.items():
+            if granted is not None and scope_needed not in granted:
+                continue
+            try:
+                response = self.http.post(
+                    f"{self.api_url}/notify",
+                    data={
+                        "action": "subscribe",
+                        "callbackurl": str(self.callback_url),
+                        "appli": str(appli),
+                    },
+                    headers={"Authorization": f"Bearer {access_token}"},
+                    timeout=self.api_timeout,
+                )
+                answer = response.json()
+                status = answer.get("status") if isinstance(answer, dict) else None
+            except (httpx.HTTPError, ValueError):
+                status = None
+            found.append(status if isinstance(status, int) else -1)
+        return found
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None

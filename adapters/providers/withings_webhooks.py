@@ -45,8 +45,6 @@ APPLI_RESOURCES: dict[int, frozenset[str]] = {
     44: frozenset({"sleep", "sleep_cycle", "hypnogram"}),
 }
 UNLINK_APPLI = 46  # user-related: with action=unlink, the person unlinked the application
-# The categories we subscribe to (the ones that announce data we read).
-SUBSCRIBED = tuple(sorted(APPLI_RESOURCES))
 # A notice naming a longer window than this is not a change notice.
 MAX_WINDOW = timedelta(days=31)
 

@@ -24,9 +24,15 @@ from healthledger.adapters.makers.fake_withings import (
 )
 from healthledger.adapters.providers.oauth2 import TokenEndpointError
 from healthledger.adapters.providers.withings import WithingsReader
+from healthledger.adapters.providers.withings_webhooks import WithingsWebhooks
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.maker_notices import MakerNotice
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from tests.clocks import Clock
 from tests.conftest import Team
@@ -42,6 +48,7 @@ from tests.integration.oauth_browser import (
     outcome,
     signed_in_user,
 )
+from tests.receivers import serving
 
 DANA = PEOPLE["dana"]
 HISTORY_DAYS = 10
@@ -454,6 +461,74 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
     for action in ("getsummary", "get", "getactivity", "getintradayactivity", "getworkouts"):
         assert withings.data_requests(action) == [], action
     assert withings.data_requests("getmeas")
+
+
+# -- Withings Notify -------------------------------------------------------------------------
+
+
+def test_notify_subscribed_at_sign_in_calls_back_a_notice_that_syncs_the_revised_day(
+    svc: Service, api: Any, home: Team, browser: Browser, withings: FakeWithings, clock: Clock
+) -> None:
+    """At the sign-in the reader subscribes the person's categories; Withings probes our
+    callback (HEAD) first. A weighing corrected at Withings is called back as Withings'
+    form, read by WithingsWebhooks into a notice naming the account and the day, and a sync
+    of the resources it names stores the corrected value. (The callback here is served by
+    a stand-in of the makers' webhook route built on the port, on a real port.)"""
+    webhooks = WithingsWebhooks()
+    notices: list[MakerNotice] = []
+
+    async def route(request: Request) -> Response:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if request.method == "HEAD":
+            probe = webhooks.challenge("HEAD", dict(request.query_params), headers)
+            return Response(status_code=404 if probe is None else probe.status)
+        notices.extend(webhooks.notices(headers, await request.body(), clock()))
+        return Response(status_code=200)
+
+    app = Starlette(routes=[Route("/makers/withings/webhook", route, methods=["HEAD", "POST"])])
+    with serving(app) as base:
+        reader = svc.oauth_makers["withings"]
+        assert isinstance(reader, WithingsReader)
+        reader.callback_url = f"{base}/makers/withings/webhook"
+        user_id = connect(api, home, browser)
+        assert withings.subscriptions == {
+            ("dana", appli): [reader.callback_url] for appli in (1, 2, 4, 16, 44)
+        }
+        svc.jobs.run_due_pulls()
+        body = feed(svc, user_id, "body")
+        day = body.newest_day
+        assert day is not None
+        withings.revise("dana", day)
+        [group] = [g for g in withings.measure_groups(DANA, day) if g["measures"][0]["type"] == 1]
+        assert withings.notify("dana", 1, startdate=group["date"], enddate=group["date"]) == [200]
+        # Twice, as Withings may: the same notice, the same key.
+        assert withings.notify("dana", 1, startdate=group["date"], enddate=group["date"]) == [200]
+    first, again = notices
+    assert first == again
+    assert first.account_id == provider_status(api, home, user_id)["external_user_id"]
+    assert first.start <= day <= first.end and {"body", "weight"} <= first.resources
+    clock.advance(timedelta(minutes=5))
+    synced = svc.pulls.sync(feed(svc, user_id, "body").id)
+    assert synced is not None and day in synced[1]
+    answered = get(api, home, f"/v2/summary/body/{user_id}", start_date=str(day))
+    [mine] = [b for b in answered["body"] if b["calendar_date"] == str(day)]
+    assert mine["weight"] == group["measures"][0]["value"] / 1000
+
+
+def test_notify_is_not_subscribed_for_scopes_not_granted_and_a_refused_probe_leaves_the_sign_in(
+    svc: Service, api: Any, home: Team, browser: Browser, withings: FakeWithings
+) -> None:
+    withings.denied_scopes = {"user.sleepevents"}
+    reader = svc.oauth_makers["withings"]
+    assert isinstance(reader, WithingsReader)
+    with serving(Starlette(routes=[])) as base:  # answers 404 to Withings' probe
+        reader.callback_url = f"{base}/makers/withings/webhook"
+        user_id = connect(api, home, browser)
+    assert provider_status(api, home, user_id)["status"] == "connected"
+    assert withings.subscriptions == {}
+    probes = [r for r in withings.requests if r[1] == "/notify"]
+    assert sorted(int(r[2]["appli"]) for r in probes) == [1, 2, 4, 16]  # not 44: not granted
+    assert {r[3] for r in probes} == {293}
 
 
 # -- the token endpoint ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime
 from urllib.parse import urlencode
 
 import pytest
-from healthledger.adapters.providers.withings import SCOPES
+from healthledger.adapters.providers.withings import NOTIFY_CATEGORIES, SCOPES
 from healthledger.adapters.providers.withings_webhooks import (
     APPLI_RESOURCES,
     WithingsWebhooks,
@@ -57,6 +57,8 @@ def test_a_daily_notice_with_a_date_and_every_category_maps_to_resources_the_rea
     assert (notice.start, notice.end) == (date(2026, 3, 8), date(2026, 3, 10))
     for resources in APPLI_RESOURCES.values():
         assert resources <= set(SCOPES)
+    # The reader subscribes exactly the categories read here.
+    assert set(NOTIFY_CATEGORIES) == set(APPLI_RESOURCES)
 
 
 def test_the_same_notice_twice_has_one_key_two_changes_two() -> None:
