@@ -1,5 +1,6 @@
-"""The `healthledger` command line: serve, migrate, audit, report, verify-report, verify,
-chain, rebuild, replay, keys, features, erase-due, deprecations, webhooks, import.
+"""The `healthledger` command line: serve, fake-makers, migrate, audit, report,
+verify-report, verify, chain, rebuild, replay, keys, features, erase-due, deprecations,
+webhooks, import.
 
 Each subcommand is declared by a `_declare_<name>` function (its arguments, its help) and
 run by a function of its own, which it names with `set_defaults`. A run takes the parsed
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     # In the order `--help` lists them.
     for declare in (
         _declare_serve,
+        _declare_fake_makers,
         _declare_migrate,
         _declare_audit,
         _declare_report,
@@ -187,6 +189,13 @@ def _declare_serve(add_parser: AddParser) -> None:
         help="team API processes on the one port (overrides HEALTHLEDGER_WORKERS; more "
         "than one needs PostgreSQL)",
     )
+    serve.add_argument(
+        "--fake-makers",
+        action="store_true",
+        help="sandbox: also run the fake makers (Oura...) on localhost and point the "
+        "service's maker URLs and OAuth clients at them; refused unless the service is "
+        "reached on localhost only",
+    )
     serve.set_defaults(with_settings=_serve)
 
 
@@ -202,12 +211,71 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         print("healthledger: --workers must be 1 or more", file=sys.stderr)
         return 2
     try:
+        if args.fake_makers:
+            return _serve_with_fake_makers(settings.model_copy(update=updates))
         serve(settings.model_copy(update=updates))
     except ServeRefused as exc:
         print(f"healthledger: {exc}", file=sys.stderr)
         return 2
     except (MigrationError, MasterKeyError, SigningKeyError) as exc:
         return _schema_problem(exc)
+    return 0
+
+
+def _serve_with_fake_makers(settings: Settings) -> int:
+    """`serve --fake-makers`: the fakes in this process, the service pointed at them."""
+    from healthledger.adapters.makers.sandbox import refusal, running_fake_makers
+    from healthledger.adapters.server import serve
+
+    refused = refusal(settings)
+    if refused is not None:
+        print(f"healthledger: {refused}", file=sys.stderr)
+        return 2
+    with running_fake_makers(settings.host) as fakes:
+        for slug, base in fakes.bases.items():
+            print(f"fake maker  {slug:<10} {base}", file=sys.stdout, flush=True)
+        serve(settings.model_copy(update=fakes.settings_updates()))
+    return 0
+
+
+# -- fake-makers -----------------------------------------------------------------------------
+
+
+def _declare_fake_makers(add_parser: AddParser) -> None:
+    fake_makers = add_parser(
+        "fake-makers",
+        help="sandbox: run the fake makers (Oura...) on localhost and print the settings "
+        "that point a service at them (docs/operations.md, the makers' sandbox)",
+    )
+    fake_makers.add_argument("--host", default="127.0.0.1")
+    fake_makers.add_argument(
+        "--port",
+        type=int,
+        help="the first fake's port, the next ones after it (default: each fake's own, "
+        "8010 onwards; 0: any free ports)",
+    )
+    fake_makers.set_defaults(offline=_fake_makers)
+
+
+def _fake_makers(args: argparse.Namespace) -> int:
+    import threading
+    from contextlib import suppress
+
+    from healthledger.adapters.makers.sandbox import running_fake_makers
+
+    out = sys.stdout
+    with running_fake_makers(args.host, args.port) as fakes:
+        for slug, base in fakes.bases.items():
+            print(f"fake maker  {slug:<10} {base}", file=out)
+        print("\nPoint a service at them (sandbox client credentials, no real data):", file=out)
+        for name, value in fakes.environment().items():
+            print(f"{name}='{value}'", file=out)
+        print(
+            "\nSigned in at once as a synthetic person (ava; ?fake_person=ben or chloe on", file=out
+        )
+        print("the authorization URL for another). Ctrl-C stops them.", file=out, flush=True)
+        with suppress(KeyboardInterrupt):
+            threading.Event().wait()
     return 0
 
 
@@ -760,10 +828,6 @@ def _replay_webhooks(args: argparse.Namespace, service: Service) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 # -- import ----------------------------------------------------------------------------------
 
 
@@ -835,3 +899,7 @@ def _import_apple_health(args: argparse.Namespace, service: Service) -> int:
         file=sys.stdout,
     )
     return 0 if job.status == "success" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -392,6 +392,7 @@ def build_service(
         http=oauth_http,
         clock=clock,
         maker_url=settings.oauth_maker_url,
+        maker_urls=settings.oauth_maker_urls,
     )
     # Makers whose data API this deployment reads: their reader replaces the generic
     # OAuth adapter (docs/makers/).
@@ -405,7 +406,7 @@ def build_service(
             api_timeout=settings.maker_api_timeout.total_seconds(),
             clock=clock,
             api_url=settings.oura_api_url,
-            maker_url=settings.oauth_maker_url,
+            maker_url=settings.oauth_maker_urls.get("oura", settings.oauth_maker_url),
             history_days=settings.oura_history_days,
         )
     if "withings" in makers:

@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     # maker's authorization and token endpoints are {oauth_maker_url}/{slug}/authorize and
     # {oauth_maker_url}/{slug}/token instead of the documented ones.
     oauth_maker_url: str | None = None
+    # The same, per maker (taking precedence over oauth_maker_url for that maker): where the
+    # sandbox's fakes stand in, each on its own port (`serve --fake-makers` fills it; JSON,
+    # e.g. {"oura": "http://127.0.0.1:8010"}: {url}/{slug}/authorize, {url}/{slug}/token).
+    oauth_maker_urls: dict[str, str] = Field(default_factory=dict)
     # The Domain of the browser-binding cookie. Unset, the cookie is the link page's host's
     # only: it reaches the callback when the team API is on the same host (ports do not
     # matter to cookies). On sibling hosts, a parent domain of both.

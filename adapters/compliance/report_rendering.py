@@ -19,6 +19,17 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 CHROMIUM = "chromium"
 DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
 PDF_TIMEOUT_SECONDS = 120
+# Chromium as the service (and the tests' browser) runs it: headless, fetching nothing of
+# its own (updates, sync, first-run pages); a profile directory is given with each run.
+HEADLESS_CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 class PdfUnavailable(RuntimeError):
@@ -102,13 +113,7 @@ def render_pdf(html: str) -> bytes:
         pdf = Path(work) / "report.pdf"
         command = [
             str(browser),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            *HEADLESS_CHROMIUM_FLAGS,
             f"--user-data-dir={Path(work) / 'profile'}",
             "--no-pdf-header-footer",
             f"--print-to-pdf={pdf}",

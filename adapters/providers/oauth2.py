@@ -366,8 +366,10 @@ def oauth_makers(
     http: httpx.Client,
     clock: Clock,
     maker_url: str | None = None,
+    maker_urls: Mapping[str, str] | None = None,
 ) -> dict[str, OAuth2Maker]:
-    """An adapter for every provider of the catalog with documented OAuth endpoints."""
+    """An adapter for every provider of the catalog with documented OAuth endpoints
+    (`maker_urls`: a stand-in server per maker, before the one for all, `maker_url`)."""
     return {
         slug: OAuth2Maker(
             entry,
@@ -377,7 +379,7 @@ def oauth_makers(
             tokens=tokens,
             http=http,
             clock=clock,
-            maker_url=maker_url,
+            maker_url=(maker_urls or {}).get(slug, maker_url),
         )
         for slug, entry in catalog.items()
         if entry.oauth is not None

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,8 +30,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str, str, list[str]]]:
+def running_server(
+    settings: Settings,
+    workdir: Path,
+    *,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Iterator[tuple[str, str, str, list[str]]]:
+    """`healthledger serve` (with `args`, and `env` over the test's settings) until the
+    block ends: (team API, management API, link page, the console's lines once stopped)."""
     port, management_port, link_port = free_port(), free_port(), free_port()
+    extra = dict(env or {})
     env = {
         **os.environ,
         "HEALTHLEDGER_DATABASE_URL": settings.database_url,
@@ -40,10 +49,12 @@ def running_server(settings: Settings, workdir: Path) -> Iterator[tuple[str, str
         "HEALTHLEDGER_MANAGEMENT_API_PORT": str(management_port),
         "HEALTHLEDGER_LINK_PORT": str(link_port),
         "HEALTHLEDGER_LINK_URL": f"http://127.0.0.1:{link_port}",
+        "HEALTHLEDGER_PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
         "HEALTHLEDGER_LOG_LEVEL": "warning",
+        **extra,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "healthledger.adapters.cli", "serve"],
+        [sys.executable, "-m", "healthledger.adapters.cli", "serve", *args],
         cwd=workdir,
         env=env,
         stdout=subprocess.PIPE,

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 import pytest
 import vital
+from healthledger.adapters.compliance.report_rendering import HEADLESS_CHROMIUM_FLAGS
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.access_log import (
     ACCESS_LOGGER,
@@ -150,13 +151,7 @@ def load(chromium: Path, url: str, profile: Path) -> str:
     done = subprocess.run(
         [
             str(chromium),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            *HEADLESS_CHROMIUM_FLAGS,
             f"--user-data-dir={profile}",
             "--dump-dom",
             url,
