@@ -37,11 +37,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import random
 import secrets
-import socket
 import threading
-import time as time_module
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -53,7 +50,7 @@ from zoneinfo import ZoneInfo
 import anyio
 import anyio.to_thread
 import httpx
-import uvicorn
+from healthledger.adapters.makers.serving import days, seeded, served
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -109,22 +106,10 @@ PEOPLE: dict[str, Person] = {
 }
 
 
-def _rng(*parts: object) -> random.Random:
-    seed = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(seed, "big"))
-
-
 def _number(*parts: object) -> int:
     """A stable positive id (Withings' ids are integers)."""
     digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=6).digest()
     return int.from_bytes(digest, "big")
-
-
-def _days(start: date, end: date) -> Iterator[date]:
-    day = start
-    while day <= end:
-        yield day
-        day += timedelta(days=1)
 
 
 def _epoch(moment: datetime) -> int:
@@ -248,8 +233,8 @@ class FakeWithings:
         if not self._kept(person, day):
             return []
         revision = self._revision(person, day)
-        rng = _rng(person.key, "measures", day)
-        values = _rng(person.key, "measures", day, revision)
+        rng = seeded(person.key, "measures", day)
+        values = seeded(person.key, "measures", day, revision)
         tz, now = person.tz, self.clock()
         groups: list[tuple[datetime, str, list[dict[str, Any]]]] = []
         if day == self.first_day(person):
@@ -325,7 +310,7 @@ class FakeWithings:
     def activity(self, person: Person, day: date) -> list[dict[str, Any]]:
         if not self._kept(person, day):
             return []
-        rng = _rng(person.key, "activity", day, self._revision(person, day))
+        rng = seeded(person.key, "activity", day, self._revision(person, day))
         steps = rng.randint(2500, 16000)
         soft, moderate, intense = (
             60 * rng.randint(60, 240),
@@ -363,8 +348,8 @@ class FakeWithings:
     def workouts(self, person: Person, day: date) -> list[dict[str, Any]]:
         if not self._kept(person, day):
             return []
-        rng = _rng(person.key, "workouts", day)
-        values = _rng(person.key, "workouts", day, self._revision(person, day))
+        rng = seeded(person.key, "workouts", day)
+        values = seeded(person.key, "workouts", day, self._revision(person, day))
         found = []
         for number in range(rng.choice((0, 1, 1, 2))):
             start = datetime.combine(day, time(7 + 9 * number), person.tz) + timedelta(
@@ -404,7 +389,7 @@ class FakeWithings:
         (state, minutes) runs (0 awake, 1 light, 2 deep, 3 REM)."""
         if not self._kept(person, day):
             return None
-        rng = _rng(person.key, "night", day, self._revision(person, day))
+        rng = seeded(person.key, "night", day, self._revision(person, day))
         start = datetime.combine(day - timedelta(days=1), time(22), person.tz) + timedelta(
             minutes=5 * rng.randint(0, 30)
         )
@@ -426,7 +411,7 @@ class FakeWithings:
         seconds = {s: 60 * sum(m for state, m in runs if state == s) for s in range(4)}
         in_bed = sum(seconds.values())
         asleep = in_bed - seconds[0]
-        rng = _rng(person.key, "night-values", day, self._revision(person, day))
+        rng = seeded(person.key, "night-values", day, self._revision(person, day))
         return [
             {
                 "id": _number(person.key, "sleep", day),
@@ -463,7 +448,7 @@ class FakeWithings:
         """The sleep states (Sleep v2 `get`) of the nights overlapping [start, end]."""
         found = []
         last = end.astimezone(person.tz).date() + timedelta(days=1)
-        for day in _days(start.astimezone(person.tz).date(), last):
+        for day in days(start.astimezone(person.tz).date(), last):
             night = self._night(person, day)  # the night that ends on `day`
             if night is None:
                 continue
@@ -494,7 +479,7 @@ class FakeWithings:
         series: dict[str, Any] = {}
         while moment <= end:
             if moment >= first:
-                rng = _rng(person.key, "intraday", _epoch(moment))
+                rng = seeded(person.key, "intraday", _epoch(moment))
                 local = moment.astimezone(person.tz).hour
                 awake = 7 <= local < 23
                 values: dict[str, Any] = {
@@ -659,10 +644,10 @@ class FakeWithings:
         if action == "getmeas":
             first = datetime.fromtimestamp(int(params["startdate"]), UTC)
             last = datetime.fromtimestamp(int(params["enddate"]), UTC)
-            days = _days(first.astimezone(person.tz).date(), last.astimezone(person.tz).date())
+            local = days(first.astimezone(person.tz).date(), last.astimezone(person.tz).date())
             wanted = {int(t) for t in params.get("meastypes", "").split(",") if t}
             records = []
-            for day in days:
+            for day in local:
                 for group in self.measure_groups(person, day):
                     if not _epoch(first) <= group["date"] <= _epoch(last):
                         continue
@@ -689,7 +674,7 @@ class FakeWithings:
             "getworkouts": (self.workouts, "series"),
             "getsummary": (self.sleep_summary, "series"),
         }[action]
-        records = [r for day in _days(first_day, last_day) for r in build(person, day)]
+        records = [r for day in days(first_day, last_day) for r in build(person, day)]
         page = records[offset : offset + self.page_size]
         more = offset + self.page_size < len(records)
         return {key: page, "more": more, "offset": offset + len(page) if more else 0}
@@ -779,26 +764,9 @@ def running_fake_withings(
 ) -> Iterator[FakeWithings]:
     """Serve a fake Withings with uvicorn in a thread; yields it with its `base` URL set."""
     fake = fake or FakeWithings()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # An answer leaves at once instead of waiting out the client's delayed ACK.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    server = uvicorn.Server(uvicorn.Config(create_app(fake), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time_module.monotonic() + 10
-    while not server.started:
-        if time_module.monotonic() > deadline:
-            raise RuntimeError("the fake Withings did not start")
-        time_module.sleep(0.01)
-    fake.base = f"http://{host}:{sock.getsockname()[1]}"
-    try:
+    with served(create_app(fake), "the fake Withings", host, port) as base:
+        fake.base = base
         yield fake
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def main() -> None:  # pragma: no cover - a manual sandbox
