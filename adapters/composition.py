@@ -421,6 +421,8 @@ def build_service(
             api_url=settings.withings_api_url,
             maker_url=settings.oauth_maker_url,
             history_days=settings.withings_history_days,
+            # Withings Notify calls the makers' webhook route (adapters/http/maker_webhooks.py).
+            callback_url=f"{settings.public_base_url.rstrip('/')}/makers/withings/webhook",
         )
 
     apple_health_kit = AppleHealthKit()
