@@ -55,6 +55,7 @@ from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.apple_health import RESOURCES as APPLE_HEALTH_RESOURCES
 from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
+from healthledger.adapters.providers.fitbit import FitbitReader
 from healthledger.adapters.providers.import_files import ImportFolder
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.providers.oura import OuraReader
@@ -419,10 +420,23 @@ def build_service(
             api_timeout=settings.maker_api_timeout.total_seconds(),
             clock=clock,
             api_url=settings.withings_api_url,
-            maker_url=settings.oauth_maker_url,
+            maker_url=settings.oauth_maker_urls.get("withings", settings.oauth_maker_url),
             history_days=settings.withings_history_days,
             # Withings Notify calls the makers' webhook route (adapters/http/maker_webhooks.py).
             callback_url=f"{settings.public_base_url.rstrip('/')}/makers/withings/webhook",
+        )
+    if "fitbit" in makers:
+        makers["fitbit"] = FitbitReader(
+            catalog["fitbit"],
+            service_client=makers["fitbit"].service_client,
+            custom_client=oauth_clients.custom,
+            tokens=provider_tokens,
+            http=oauth_http,
+            api_timeout=settings.maker_api_timeout.total_seconds(),
+            clock=clock,
+            api_url=settings.fitbit_api_url,
+            maker_url=settings.oauth_maker_urls.get("fitbit", settings.oauth_maker_url),
+            history_days=settings.fitbit_history_days,
         )
 
     apple_health_kit = AppleHealthKit()

@@ -153,6 +153,12 @@ class Settings(BaseSettings):
     withings_api_url: str = "https://wbsapi.withings.net"
     # How far back a new Withings connection's history is pulled (Withings keeps it all).
     withings_history_days: int = Field(default=730, ge=1)
+    # The Fitbit Web API (docs/makers/fitbit.md): its base URL. Tests and the sandbox point
+    # it at the fake Fitbit (healthledger.adapters.makers.fake_fitbit).
+    fitbit_api_url: str = "https://api.fitbit.com"
+    # How far back a new Fitbit connection's history is pulled (Fitbit keeps it all; at
+    # 150 requests an hour per person, two years take several hours: docs/makers/fitbit.md).
+    fitbit_history_days: int = Field(default=730, ge=1)
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
