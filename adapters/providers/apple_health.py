@@ -45,8 +45,9 @@ PROVIDER = "apple_health_kit"
 FILE_FORMAT = "apple_health_export"
 # The share of an import's progress that reading the file takes (storing the rest).
 READ_SHARE = 0.7
-# A batch is stored once it holds this many samples or days (one transaction each).
-BATCH_SAMPLES = 50_000
+# A batch is stored once it holds this many samples or days (one transaction each): a
+# sample is about 600 bytes in Python, so a batch stays near 6 MB.
+BATCH_SAMPLES = 10_000
 BATCH_DAYS = 120
 # Spill rows written at a time.
 SPILL_ROWS = 20_000
@@ -325,7 +326,7 @@ class AppleHealthReading:
         self.workdir = Path(tempfile.mkdtemp(prefix="apple-health-", dir=spill_dir))
         self.spill = sqlite3.connect(self.workdir / "spill.sqlite3")
         self.spill.executescript(
-            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-16000;"
+            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8000;"
             "CREATE TABLE sample (resource INTEGER, day TEXT, source INTEGER, ts TEXT,"
             " value REAL, start TEXT, end TEXT);"
         )
@@ -344,9 +345,11 @@ class AppleHealthReading:
 
     # -- pass 1: the file ---------------------------------------------------------------
 
-    def prepare(self) -> None:
+    def prepare(self, progressed: Callable[[], None] | None = None) -> None:
         def on_read(read: int, total: int) -> None:
             self.progress = READ_SHARE * min(1.0, read / total) if total else 0.0
+            if progressed is not None:
+                progressed()
 
         stream_export(
             self.path, self._start, self._end, max_xml_bytes=self.max_xml_bytes, on_read=on_read

@@ -92,9 +92,10 @@ class ExportReading(Protocol):
     # Records read, mapped, skipped (of types not mapped), and the like.
     counts: dict[str, int]
 
-    def prepare(self) -> None:
+    def prepare(self, progressed: Callable[[], None]) -> None:
         """Read the whole file (raises ImportRefused): nothing is stored before it is
-        known to be whole and well-formed."""
+        known to be whole and well-formed. `progressed` is called as it goes (the job's
+        progress is recorded from it, which renews the worker's lease)."""
         ...
 
     def person(self) -> Mapping[str, Any]:
@@ -410,6 +411,7 @@ class Imports:
         reported = [self.clock()]
 
         def report(force: bool = False) -> None:
+            # Throttled: recorded every `progress_every`, each record renewing the lease.
             if on_progress is not None:
                 on_progress(reading.progress, reading.counts)
             now = self.clock()
@@ -420,7 +422,7 @@ class Imports:
                     raise _LostClaim()  # taken over after our lease ended
 
         try:
-            reading.prepare()
+            reading.prepare(report)
             report(force=True)
             self._check_person(user, reading.person())
             found: dict[str, _Stored] = {}

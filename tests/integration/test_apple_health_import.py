@@ -9,6 +9,7 @@ with the user."""
 from __future__ import annotations
 
 import io
+import threading
 import zipfile
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -482,6 +483,61 @@ def test_an_import_whose_worker_died_is_taken_over_after_its_lease_and_run_once(
     done = svc.ledger.find(import_id)
     assert isinstance(done, DataImport) and done.status == "success" and done.attempts == 2
     assert announced(svc, user, "heartrate") == ["historical.data.heartrate.created"]
+
+
+def test_two_workers_on_one_import_run_it_once(
+    svc: Service, api: TestClient, home: Team, exported: tuple[Path, list[Written]]
+) -> None:
+    user = create_user(api, home, "hal")["user_id"]
+    import_id = UUID(upload(api, home, user, exported[0].read_bytes()).json()["import_id"])
+    barrier = threading.Barrier(3)
+    results: list[str | None] = []
+
+    def work() -> None:
+        barrier.wait()
+        results.append(svc.imports.run(import_id, on_progress=None))
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kinds = [type(e).__name__ for e in svc.ledger.events.get(import_id)]
+    assert kinds.count("ImportStarted") == 1
+    assert kinds.count("ImportSucceeded") == 1
+    assert sorted(results, key=str) == [None, None, "success"]
+    assert announced(svc, user, "sleep") == ["historical.data.sleep.created"]
+
+
+class Ticking(Clock):
+    """A clock that moves on half a minute each time it is read: a long import, compressed."""
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=30)
+        return self.now
+
+
+def test_a_long_import_reports_progress_while_it_reads_which_renews_its_lease(
+    settings: Settings, tmp_path: Path, exported: tuple[Path, list[Written]]
+) -> None:
+    svc = build_service(settings.model_copy(update={"import_dir": tmp_path}), clock=Ticking())
+    try:
+        boot = svc.bootstrap()
+        assert boot is not None
+        team = Team(boot.team_id, boot.team_api_key.plain)
+        with TestClient(create_team_api(svc), raise_server_exceptions=False) as api:
+            user = create_user(api, team, "ida")["user_id"]
+            status = imported(svc, api, team, user, exported[0].read_bytes())
+        assert status["status"] == "success"
+        events = list(svc.ledger.events.get(UUID(status["import_id"])))
+        progressed = [e for e in events if isinstance(e, DataImport.ImportProgressed)]
+        # Some while the file is read (under 0.7), some while its days are stored.
+        assert any(e.progress < 0.7 for e in progressed)
+        assert any(e.progress > 0.7 for e in progressed)
+        assert [e.progress for e in progressed] == sorted(e.progress for e in progressed)
+        assert progressed[-1].counts["records_read"] == len(exported[1])
+    finally:
+        svc.close()
 
 
 def test_erasure_removes_the_imported_data(
