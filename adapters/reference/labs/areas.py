@@ -36,7 +36,7 @@ EARTH_RADIUS_MILES = 3958.8
 _MILES_PER_DEGREE = 69.17
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ZipCentroid:
     zip_code: str
     state: str
@@ -47,13 +47,20 @@ class ZipCentroid:
 @functools.cache
 def zip_centroids() -> dict[str, ZipCentroid]:
     """Every active US zip code with its centroid, by code; read once per process
-    (about a second: the package's 42,000 entries)."""
+    (under two seconds: the package's 42,000 entries), a hundredth at a time (by the zip
+    code's first two digits). The package's `list_all()` would hand over all of them at
+    once as dicts of a dozen fields, about 100 MB of Python objects that its module then
+    keeps for the life of the process (measured: docs/performance.md, the Oura history);
+    a prefix's few hundred dicts are dropped as soon as their centroids are taken."""
     found = {}
-    for entry in zipcodes.list_all():
-        if not entry.get("active") or not entry.get("lat") or not entry.get("long"):
-            continue
-        code = entry["zip_code"]
-        found[code] = ZipCentroid(code, entry["state"], float(entry["lat"]), float(entry["long"]))
+    for prefix in range(100):
+        for entry in zipcodes.similar_to(f"{prefix:02d}"):
+            if not entry.get("active") or not entry.get("lat") or not entry.get("long"):
+                continue
+            code = entry["zip_code"]
+            found[code] = ZipCentroid(
+                code, entry["state"], float(entry["lat"]), float(entry["long"])
+            )
     return found
 
 
