@@ -36,6 +36,8 @@ from starlette.routing import Route
 
 from tests.clocks import Clock
 from tests.conftest import Team
+from tests.integration import maker_reads as reads
+from tests.integration.maker_reads import get, provider_status
 from tests.integration.oauth_browser import (
     API,
     APP,
@@ -81,51 +83,20 @@ def svc(settings: Settings, withings: FakeWithings, clock: Clock) -> Iterator[Se
     built.close()
 
 
-@pytest.fixture
-def home(svc: Service) -> Team:
-    boot = svc.bootstrap()
-    assert boot is not None
-    return Team(boot.team_id, boot.team_api_key.plain)
-
-
-@pytest.fixture
-def api(svc: Service) -> Iterator[Any]:
-    from fastapi.testclient import TestClient
-    from healthledger.adapters.http.team_api import create_team_api
-
-    with TestClient(create_team_api(svc), raise_server_exceptions=False) as test_client:
-        yield test_client
-
-
 def connect(api: Any, home: Team, browser: Browser) -> uuid.UUID:
     return signed_in_user(api, home, browser, "withings")
 
 
 def feed(svc: Service, user_id: uuid.UUID, resource: str) -> ResourceFeed:
-    found = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, "withings"), resource))
-    assert isinstance(found, ResourceFeed)
-    return found
+    return reads.feed(svc, user_id, "withings", resource)
 
 
 def statuses(svc: Service, user_id: uuid.UUID) -> dict[str, str | None]:
-    entry = svc.catalog["withings"]
-    return {r: feed(svc, user_id, r).status for r in entry.supported_resources}
+    return reads.statuses(svc, user_id, "withings")
 
 
 def last_error(svc: Service, user_id: uuid.UUID, resource: str) -> str:
-    event: Any = list(svc.ledger.events.get(feed(svc, user_id, resource).id))[-1]
-    return str(event.error_code)
-
-
-def get(api: Any, home: Team, path: str, **params: Any) -> Any:
-    response = api.get(path, params=params, headers=home.headers)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def provider_status(api: Any, home: Team, user_id: uuid.UUID) -> dict[str, Any]:
-    [provider] = get(api, home, f"/v2/user/providers/{user_id}")["providers"]
-    return dict(provider)
+    return reads.last_error(svc, user_id, "withings", resource)
 
 
 def past_days(clock: Clock) -> list[date]:

@@ -1,0 +1,45 @@
+"""What the tests of a maker's reader look at (test_oura.py, test_fitbit.py,
+test_withings.py...): a connection's feeds, their statuses and last errors, and the team
+API's answers, for the maker `provider`."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from healthledger.adapters.composition import Service
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+
+from tests.conftest import Team
+
+
+def feed(svc: Service, user_id: uuid.UUID, provider: str, resource: str) -> ResourceFeed:
+    found = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, provider), resource))
+    assert isinstance(found, ResourceFeed)
+    return found
+
+
+def statuses(svc: Service, user_id: uuid.UUID, provider: str) -> dict[str, str | None]:
+    """The pull status of each resource the catalog lists for `provider`."""
+    entry = svc.catalog[provider]
+    return {r: feed(svc, user_id, provider, r).status for r in entry.supported_resources}
+
+
+def last_error(svc: Service, user_id: uuid.UUID, provider: str, resource: str) -> str:
+    """The error code of the feed's last event (retrying or failed)."""
+    event: Any = list(svc.ledger.events.get(feed(svc, user_id, provider, resource).id))[-1]
+    return str(event.error_code)
+
+
+def get(api: Any, home: Team, path: str, **params: Any) -> Any:
+    """A team API GET that must answer 200: its JSON."""
+    response = api.get(path, params=params, headers=home.headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def provider_status(api: Any, home: Team, user_id: uuid.UUID) -> dict[str, Any]:
+    """The user's one connection as GET /v2/user/providers answers it."""
+    [provider] = get(api, home, f"/v2/user/providers/{user_id}")["providers"]
+    return dict(provider)
