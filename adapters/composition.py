@@ -23,7 +23,12 @@ from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.eventstore.chain import Chain, SigningTally, open_chain
 from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
+from healthledger.adapters.persistence.eventstore.old_versions import (
+    leave_no_redacted_values,
+    redact_old_versions,
+)
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
+from healthledger.adapters.persistence.eventstore.redaction import Redactor
 from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.integrity.integrity_check import (
@@ -252,6 +257,13 @@ def shipped_labs() -> tuple[ReferenceLabCatalog, AreaIndex]:
     return catalog, AreaIndex(catalog.reference)
 
 
+def _sealer(key_store: KeyStore, user_id: UUID) -> Callable[[Any], str] | None:
+    """What seals a value with the user's key, or None when the user has none (erased):
+    never a new key for someone who is gone."""
+    cipher = key_store.cipher(user_id)
+    return None if cipher is None else cipher.seal
+
+
 def build_service(
     settings: Settings | None = None, *, clock: Clock = utc_now, chained: bool = True
 ) -> Service:
@@ -373,6 +385,13 @@ def build_service(
         open_sealed=key_store.open,
         digest=lambda team_id, value: _digest_or_none(users, team_id, value),
     )
+    # Records of old event versions whose successors seal their health facts, listed by
+    # revision 0016: redacted into them, the chain kept (ADR 0028; none on an up-to-date
+    # database), before anything reads.
+    if redact_old_versions(
+        db, Redactor(db, recorder, ledger.mapper, clock), ledger.mapper, partial(_sealer, key_store)
+    ):
+        leave_no_redacted_values(db)
     health_data = SqlHealthDataStore(db, key_store, clock)
     pull_queries = PullQueries(db, settings.pull_lease)
     demo_provider = DemoProvider()

@@ -69,6 +69,10 @@ class Audited(Aggregate):
         # Whether it destroys its originator's data key for good (a user's erasure, a
         # team's deletion): done where it is recorded, never again on a rebuild.
         SHREDS_KEY: ClassVar[bool] = False
+        # The topic of the version that replaced it (an old version, recorded no more,
+        # whose stored records the service's start redacts into that version: ADR 0028);
+        # None: a current version.
+        SUPERSEDED_BY: ClassVar[str | None] = None
 
     @classmethod
     def new(cls, ctx: CommandContext, now: datetime, **fields: Any) -> Self:

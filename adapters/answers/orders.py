@@ -21,8 +21,15 @@ from uuid import UUID, uuid5
 from healthledger.adapters.persistence.projections.orders import statuses_of
 from healthledger.adapters.reference.labs import slugify
 from healthledger.domain.labs.catalog import LabCatalog, Marker
-from healthledger.domain.labs.orders import COMPLETED, CRITICAL, Order, ResultsNotReady, top_level
-from healthledger.domain.personal_data import address_answer
+from healthledger.domain.labs.orders import (
+    COMPLETED,
+    CRITICAL,
+    Order,
+    OrderedTest,
+    ResultsNotReady,
+    top_level,
+)
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER, address_answer
 
 # The order's collection details' id (ClientFacingOrderDetails.data.id): fixed per order.
 _DETAILS_NAMESPACE = UUID("0b7e2d5c-4a19-5f83-b6e2-9c1d7a3f5e08")
@@ -53,17 +60,16 @@ class UsersKey:
 @dataclass(frozen=True)
 class OrderRow:
     """An order as the `orders` read model holds it (the columns its answers read), with
-    its interpretation in clear."""
+    its interpretation in clear. `clear_lab_test`: the test of an order replayed from an
+    event recorded before the test was sealed (none once the start redacted it)."""
 
     order_id: UUID
     team_id: UUID
     user_id: UUID
     environment: str
-    lab_test_id: UUID
-    lab_test_name: str
+    sealed_lab_test: str | None
     lab_id: int
     collection_method: str
-    marker_ids: list[int]
     status: str
     detailed_status: str
     interpretation: str | None
@@ -74,11 +80,16 @@ class OrderRow:
     events: list[dict[str, Any]]
     created_at: datetime
     updated_at: datetime
+    clear_lab_test: OrderedTest | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> OrderRow:
-        values = {name: getattr(row, name) for name in cls.__dataclass_fields__}
-        return cls(**{**values, "events": statuses_of(row.events)})
+        values = {
+            name: getattr(row, name)
+            for name in cls.__dataclass_fields__
+            if name not in ("events", "clear_lab_test")
+        }
+        return cls(**values, events=statuses_of(row.events))
 
     @classmethod
     def of(cls, order: Order, vault: OpensSealed) -> OrderRow:
@@ -92,11 +103,9 @@ class OrderRow:
             team_id=order.team_id,
             user_id=order.user_id,
             environment=order.environment,
-            lab_test_id=order.lab_test_id,
-            lab_test_name=order.lab_test_name,
+            sealed_lab_test=order.sealed_lab_test,
             lab_id=order.lab_id,
             collection_method=order.collection_method,
-            marker_ids=list(order.marker_ids),
             status=order.top_level_status,
             detailed_status=order.status,
             interpretation=interpretation,
@@ -110,6 +119,7 @@ class OrderRow:
             ],
             created_at=order.created_on,
             updated_at=order.modified_on,
+            clear_lab_test=order.clear_lab_test,
         )
 
 
@@ -176,16 +186,25 @@ class OrderAnswers:
             "worst_case_result_by_date": None,
         }
 
+    def ordered_test(self, row: OrderRow) -> OrderedTest | None:
+        """The test ordered, opened with the user's key (None: erased since)."""
+        if row.sealed_lab_test is None:
+            return row.clear_lab_test
+        return OrderedTest.of_opened(self._open(row, row.sealed_lab_test))
+
     def lab_test(self, row: OrderRow) -> dict[str, Any]:
         """The lab test ordered, as ClientFacingLabTest: its markers and lab from the
-        catalog (a marker the catalog dropped since is left out)."""
+        catalog (a marker the catalog dropped since is left out). Erased since (a past
+        answer): its id, slug and name as the placeholder, and no markers."""
         lab = self.catalog.lab(row.lab_id)
-        markers = [m for m in map(self.catalog.marker, row.marker_ids) if m is not None]
+        test = self.ordered_test(row)
+        marker_ids = () if test is None else test.marker_ids
+        markers = [m for m in map(self.catalog.marker, marker_ids) if m is not None]
         return {
-            "id": str(row.lab_test_id),
+            "id": ERASED_PLACEHOLDER if test is None else str(test.lab_test_id),
             # As `GET /v3/lab_tests` answers the test (adapters/http/lab_tests.py).
-            "slug": slugify(row.lab_test_name),
-            "name": row.lab_test_name,
+            "slug": ERASED_PLACEHOLDER if test is None else slugify(test.name),
+            "name": ERASED_PLACEHOLDER if test is None else test.name,
             # A test kit's sample is the lab's kit sample (its first type); a draw is serum.
             "sample_type": lab.sample_types[0]
             if lab and lab.sample_types and row.collection_method == "testkit"

@@ -36,6 +36,7 @@ from healthledger.adapters.http.portal_tokens import PortalTokens
 from healthledger.adapters.persistence.queries.portal import PortalHolder
 from healthledger.domain.labs.orders import CANCELLED, COMPLETED, FAILED, low_level
 from healthledger.domain.labs.portal import EXPIRED, PortalPass
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -132,7 +133,8 @@ def orders(request: Request) -> Response:
     rows = service.order_queries.orders_of_user(grant.team_id, grant.user_id)
     token = request.query_params["token"]
     listed = [OrderRow.from_row(row) for row in rows]
-    return orders_page(listed, token, holder)
+    named = [(row, _test_name(service, row)) for row in listed]
+    return orders_page(named, token, holder)
 
 
 def order(request: Request) -> Response:
@@ -149,7 +151,7 @@ def order(request: Request) -> Response:
     row = OrderRow.from_row(stored)
     lab = service.order_answers.lab_test(row)["lab"]
     results = service.order_answers.results(row)["results"] if _has_results(row) else None
-    return order_page(row, lab, results, token, holder)
+    return order_page(row, _test_name(service, row), lab, results, token, holder)
 
 
 PORTAL_ROUTES = [
@@ -159,6 +161,12 @@ PORTAL_ROUTES = [
 
 
 # -- rendering -------------------------------------------------------------------------------
+
+
+def _test_name(service: Service, row: OrderRow) -> str:
+    """The name of the test ordered, opened with the user's key (sealed: issue 29)."""
+    test = service.order_answers.ordered_test(row)
+    return ERASED_PLACEHOLDER if test is None else test.name
 
 
 def _has_results(row: OrderRow) -> bool:
@@ -222,26 +230,31 @@ def _results_state(row: OrderRow, results: Any) -> str:
     return "shown" if isinstance(results, list) else "lost"
 
 
-def orders_page(rows: list[OrderRow], token: str, holder: PortalHolder | None) -> Response:
-    """The user's orders (newest first, as given), each linking to its page."""
-    listed = [(row, _order_href(row.order_id, token)) for row in rows]
+def orders_page(
+    rows: list[tuple[OrderRow, str]], token: str, holder: PortalHolder | None
+) -> Response:
+    """The user's orders (newest first, as given), each with its test's name, linking to
+    its page."""
+    listed = [(row, name, _order_href(row.order_id, token)) for row, name in rows]
     return _page(200, "portal/orders.html", holder, orders=listed)
 
 
 def order_page(
     row: OrderRow,
+    test_name: str,
     lab: dict[str, Any] | None,
     results: Any,
     token: str,
     holder: PortalHolder | None,
 ) -> Response:
-    """One order: `lab` as the order's answer names it, `results` its results' answer
-    (None when it has none to show)."""
+    """One order: the name of its test, `lab` as the order's answer names it, `results`
+    its results' answer (None when it has none to show)."""
     return _page(
         200,
         "portal/order.html",
         holder,
         row=row,
+        test_name=test_name,
         lab=lab,
         results=results,
         results_state=_results_state(row, results),

@@ -34,6 +34,7 @@ from healthledger.domain.labs.orders import (
     SANDBOX_LAB,
     IdempotencyKeyReused,
     Order,
+    OrderedTest,
     OrderNotAdvanceable,
     OrderNotFound,
     low_level,
@@ -173,11 +174,12 @@ class LabOrders:
             user_id=user.id,
             team_id=team_id,
             environment=environment,
-            lab_test_id=lab_test.id,
-            lab_test_name=lab_test.name,
             lab_id=lab_test.lab_id,
             collection_method=method,
-            marker_ids=list(lab_test.marker_ids),
+            sealed_lab_test=self.vault.seal(
+                user.id,
+                OrderedTest(lab_test.id, lab_test.name, tuple(lab_test.marker_ids)).sealable(),
+            ),
             sealed_patient_details=self.vault.seal(user.id, details),
             sealed_patient_address=self.vault.seal(user.id, address),
             sealed_request_digest=(
@@ -304,7 +306,10 @@ class LabOrders:
             order.cancel(ctx, now, BY_LAB)
 
     def _markers(self, order: Order) -> list[Marker]:
-        found = (self.catalog.marker(marker_id) for marker_id in order.marker_ids)
+        # An order moves only while its user is live: its key opens the test.
+        test = order.ordered_test(self.vault.open)
+        marker_ids = () if test is None else test.marker_ids
+        found = (self.catalog.marker(marker_id) for marker_id in marker_ids)
         return [marker for marker in found if marker is not None]
 
     def _method(self, request: OrderRequest, lab_test: LabTestView) -> str:

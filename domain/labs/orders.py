@@ -11,10 +11,14 @@ user's deletion, or the lab) or `failed.<m>.<...>` (the lab). Completed, cancell
 failed are final.
 
 Personal data is sealed with the user's key (`PERSONAL_FIELDS`): the patient's details
-and address (the requisition data), the request's fingerprint for idempotency, the results
-and their interpretation. Statuses, times and ids stay in clear, so the audit keeps that
-an order was placed, moved, cancelled or completed after the user's erasure destroyed
-what it was about.
+and address (the requisition data), the request's fingerprint for idempotency, the lab
+test ordered (its id, name and markers: a "Sexual Health" panel says something about the
+person, issue 29), the results and their interpretation. Statuses, times, the lab and
+the collection method, and ids of the process stay in clear, so the audit keeps that an
+order was placed, moved, cancelled or completed after the user's erasure destroyed what
+it was about. Orders placed before the lab test was sealed were recorded as
+`Order.CreatedV1` (its test in clear); the service's start redacts them into `Created`
+(ADR 0028, `adapters/persistence/redactions/`).
 
 Event bodies only apply state; the rules (which step is next, when it is due, whether a
 cancel is allowed) are in the command methods and in `sandbox.py`.
@@ -23,7 +27,9 @@ cancel is allowed) are in the command methods and in `sandbox.py`.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
@@ -104,20 +110,50 @@ class ResultsNotReady(LedgerError):
         super().__init__("The order has no results yet: they come when it is completed.")
 
 
-class Order(Audited):
+@dataclass(frozen=True)
+class OrderedTest:
+    """What an order is of: the lab test (the team's, or a shared demo test) and its
+    markers, sealed together on the order (`Order.sealed_lab_test`)."""
+
+    lab_test_id: UUID
+    name: str
+    marker_ids: tuple[int, ...]
+
+    def sealable(self) -> dict[str, Any]:
+        """The value sealed with the user's key (JSON)."""
+        return {
+            "lab_test_id": str(self.lab_test_id),
+            "lab_test_name": self.name,
+            "marker_ids": list(self.marker_ids),
+        }
+
+    @classmethod
+    def of_opened(cls, opened: Any) -> OrderedTest | None:
+        """The test from its opened value (None: not opened, the user's key destroyed)."""
+        if not isinstance(opened, dict):
+            return None
+        return cls(
+            UUID(str(opened["lab_test_id"])),
+            str(opened["lab_test_name"]),
+            tuple(int(i) for i in opened["marker_ids"]),
+        )
+
+
+class Order(Audited, created_event_name="Created"):
     TOPIC = "healthledger:Order"
     USER_STREAM = UserStream("order", read_models=("read_model:orders",))
 
     class Event(Audited.Event):
         pass
 
-    class Created(Event, Aggregate.Created):
-        """The order placed. `sealed_request_digest` (orders placed with an idempotency
-        key) is the SHA-256 of the request as sent, sealed: a replay of the key with
-        another body is told apart without the body in clear anywhere."""
+    class CreatedV1(Event, Aggregate.Created):
+        """The order placed, as recorded before the lab test was sealed: its id, name and
+        markers in clear. Recorded no more; the service's start redacts those stored
+        into `Created` (ADR 0028)."""
 
         TOPIC = "healthledger:Order.Created.v1"
         ANNOUNCES = ("labtest.order.created",)
+        SUPERSEDED_BY = "healthledger:Order.Created.v2"
         PERSONAL_FIELDS = (
             "sealed_patient_details",
             "sealed_patient_address",
@@ -132,6 +168,39 @@ class Order(Audited):
         lab_id: int
         collection_method: str
         marker_ids: list[int]
+        sealed_patient_details: str
+        sealed_patient_address: str
+        sealed_request_digest: str | None
+        status: str
+        # When the simulated lab takes the next step (None: it never does by itself).
+        next_step_at: datetime | None
+
+        def apply(self, order: Order) -> None:
+            order.clear_lab_test = OrderedTest(
+                self.lab_test_id, self.lab_test_name, tuple(self.marker_ids)
+            )
+
+    class Created(Event, Aggregate.Created):
+        """The order placed. `sealed_lab_test` is the test ordered (`OrderedTest`),
+        sealed. `sealed_request_digest` (orders placed with an idempotency key) is the
+        SHA-256 of the request as sent, sealed: a replay of the key with another body is
+        told apart without the body in clear anywhere."""
+
+        TOPIC = "healthledger:Order.Created.v2"
+        ANNOUNCES = ("labtest.order.created",)
+        PERSONAL_FIELDS = (
+            "sealed_lab_test",
+            "sealed_patient_details",
+            "sealed_patient_address",
+            "sealed_request_digest",
+        )
+        user_id: UUID
+        team_id: UUID
+        # The environment of the key that placed it: only sandbox orders move by themselves.
+        environment: str
+        lab_id: int
+        collection_method: str
+        sealed_lab_test: str
         sealed_patient_details: str
         sealed_patient_address: str
         sealed_request_digest: str | None
@@ -206,26 +275,25 @@ class Order(Audited):
         user_id: UUID,
         team_id: UUID,
         environment: str,
-        lab_test_id: UUID,
-        lab_test_name: str,
         lab_id: int,
         collection_method: str,
-        marker_ids: list[int],
         sealed_patient_details: str,
         sealed_patient_address: str,
         sealed_request_digest: str | None,
         status: str,
         next_step_at: datetime | None,
+        sealed_lab_test: str | None = None,
     ) -> None:
-        """From the Created event's fields, at `place` and on every replay."""
+        """From the Created event's fields, at `place` and on every replay. A CreatedV1
+        has no `sealed_lab_test`: it gives its test in clear (`CreatedV1.apply`)."""
         self.user_id: UUID = user_id
         self.team_id: UUID = team_id
         self.environment: str = environment
-        self.lab_test_id: UUID = lab_test_id
-        self.lab_test_name: str = lab_test_name
         self.lab_id: int = lab_id
         self.collection_method: str = collection_method
-        self.marker_ids: list[int] = list(marker_ids)
+        self.sealed_lab_test: str | None = sealed_lab_test
+        # Only an order replayed from a CreatedV1 (before the start redacted it).
+        self.clear_lab_test: OrderedTest | None = None
         self.sealed_patient_details: str = sealed_patient_details
         self.sealed_patient_address: str = sealed_patient_address
         self.sealed_request_digest: str | None = sealed_request_digest
@@ -255,11 +323,9 @@ class Order(Audited):
         user_id: UUID,
         team_id: UUID,
         environment: str,
-        lab_test_id: UUID,
-        lab_test_name: str,
         lab_id: int,
         collection_method: str,
-        marker_ids: list[int],
+        sealed_lab_test: str,
         sealed_patient_details: str,
         sealed_patient_address: str,
         sealed_request_digest: str | None,
@@ -273,11 +339,9 @@ class Order(Audited):
             user_id=user_id,
             team_id=team_id,
             environment=environment,
-            lab_test_id=lab_test_id,
-            lab_test_name=lab_test_name,
             lab_id=lab_id,
             collection_method=collection_method,
-            marker_ids=marker_ids,
+            sealed_lab_test=sealed_lab_test,
             sealed_patient_details=sealed_patient_details,
             sealed_patient_address=sealed_patient_address,
             sealed_request_digest=sealed_request_digest,
@@ -286,6 +350,13 @@ class Order(Audited):
         )
 
     # -- state ------------------------------------------------------------------------
+
+    def ordered_test(self, open_sealed: Any) -> OrderedTest | None:
+        """The test ordered, opened with `open_sealed(user_id, sealed)` (a vault's
+        `open`); None once the user's key is destroyed."""
+        if self.sealed_lab_test is None:
+            return self.clear_lab_test
+        return OrderedTest.of_opened(open_sealed(self.user_id, self.sealed_lab_test))
 
     @property
     def top_level_status(self) -> str:

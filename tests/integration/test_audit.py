@@ -395,7 +395,8 @@ def test_a_pending_and_an_erased_users_audit_lists_everything_with_erased_placeh
 def sealed_fields() -> set[tuple[str, str]]:
     """Every (event, field) of every aggregate of the service's domain that holds a sealed
     value: its PERSONAL_FIELDS and any field named `sealed_...`. Not the webhook
-    receiver's (domain/mirror): they are in its own log, never in the service's audit."""
+    receiver's (domain/mirror): they are in its own log, never in the service's audit;
+    nor an old version's, recorded no more (`SUPERSEDED_BY`: redacted at the start)."""
     found = set()
     for info in pkgutil.walk_packages(healthledger.domain.__path__, "healthledger.domain."):
         if info.name.startswith("healthledger.domain.mirror"):
@@ -405,7 +406,11 @@ def sealed_fields() -> set[tuple[str, str]]:
             if not (isinstance(aggregate, type) and issubclass(aggregate, Aggregate)):
                 continue
             for event in vars(aggregate).values():
-                if isinstance(event, type) and "TOPIC" in vars(event):
+                if (
+                    isinstance(event, type)
+                    and "TOPIC" in vars(event)
+                    and getattr(event, "SUPERSEDED_BY", None) is None
+                ):
                     names = set(getattr(event, "PERSONAL_FIELDS", ()))
                     names |= {n for n in event.__annotations__ if n.startswith("sealed_")}
                     found |= {(event.__qualname__, name) for name in names}

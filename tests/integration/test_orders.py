@@ -526,10 +526,15 @@ def test_erasure_destroys_the_orders_data_and_the_audit_keeps_that_it_happened(
         for erased_part in (past["patient_details"], past["patient_address"]):
             assert set(erased_part.values()) == {ERASED_PLACEHOLDER}
         assert past["interpretation"] == ERASED_PLACEHOLDER
+        # The test ordered is a health fact, sealed with the user's key (issue 29): gone.
+        assert past["lab_test"] == _erased_lab_test(before["lab_test"])
+        erased_members = ("interpretation", "lab_test")
         assert {
-            k: v for k, v in past.items() if not k.startswith("patient") and k != "interpretation"
+            k: v for k, v in past.items() if not k.startswith("patient") and k not in erased_members
         } == {
-            k: v for k, v in before.items() if not k.startswith("patient") and k != "interpretation"
+            k: v
+            for k, v in before.items()
+            if not k.startswith("patient") and k not in erased_members
         }
         # The deletion report lists the order its deletion cancelled, and verifies.
         report = deletion_report(service, UUID(user), CTX, team_id=team.team_id)
@@ -713,12 +718,24 @@ def _erased_orders(page: dict[str, Any], user_id: str) -> dict[str, Any]:
             **order,
             "patient_details": erased(_DETAIL_MEMBERS),
             "patient_address": erased(_ADDRESS_MEMBERS),
+            "lab_test": _erased_lab_test(order["lab_test"]),
         }
         if order["interpretation"] is not None:
             hidden["interpretation"] = ERASED_PLACEHOLDER
         return hidden
 
     return {**page, "orders": [hide(o) for o in page["orders"]]}
+
+
+def _erased_lab_test(lab_test: dict[str, Any]) -> dict[str, Any]:
+    """A recorded order's test, of a user erased since, as `as_of` shows it: its id,
+    slug and name the placeholder, its markers (and their price) gone."""
+    return {
+        **lab_test,
+        **dict.fromkeys(("id", "slug", "name"), ERASED_PLACEHOLDER),
+        "markers": [],
+        "price": 0.0,
+    }
 
 
 def _erased_results(body: dict[str, Any]) -> dict[str, Any]:

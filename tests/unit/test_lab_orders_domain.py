@@ -97,11 +97,9 @@ def placed(method: str = "testkit", environment: str = "sandbox") -> Order:
         user_id=USER,
         team_id=TEAM,
         environment=environment,
-        lab_test_id=uuid4(),
-        lab_test_name="Metabolic",
         lab_id=1,
         collection_method=method,
-        marker_ids=[1, 2],
+        sealed_lab_test="sealed-lab-test",
         sealed_patient_details="sealed-details",
         sealed_patient_address="sealed-address",
         sealed_request_digest=None,
@@ -237,6 +235,7 @@ def test_the_created_event_names_user_and_team_and_seals_the_patient() -> None:
     assert isinstance(created, Order.Created)
     assert (created.user_id, created.team_id) == (USER, TEAM)
     assert set(Order.Created.PERSONAL_FIELDS) == {
+        "sealed_lab_test",
         "sealed_patient_details",
         "sealed_patient_address",
         "sealed_request_digest",

@@ -32,7 +32,7 @@ from healthledger.domain.keys import (
     team_api_key_id,
 )
 from healthledger.domain.labs.lab_tests import LabTest
-from healthledger.domain.labs.orders import Order
+from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.mirror.users import Envelope, MirroredUser
 from healthledger.domain.teams.custom_credentials import CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
@@ -226,11 +226,9 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
         user_id=USER,
         team_id=TEAM,
         environment="sandbox",
-        lab_test_id=fixed_id(16),
-        lab_test_name="Annual Wellness",
         lab_id=1,
         collection_method="walk_in_test",
-        marker_ids=[1077, 1071],
+        sealed_lab_test="v1.sealed-lab-test",
         sealed_patient_details="v1.sealed-details",
         sealed_patient_address="v1.sealed-address",
         sealed_request_digest="v1.sealed-digest",
@@ -701,7 +699,7 @@ GOLDEN = {
     ),
     "Order": Golden(
         id="11111111-2222-4333-8444-000000000011",
-        topic="healthledger:Order.Created.v1",
+        topic="healthledger:Order.Created.v2",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:Order",'
@@ -709,9 +707,8 @@ GOLDEN = {
             '"request_id":"req-golden","user_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"environment":"sandbox",'
-            '"lab_test_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000010"},'
-            '"lab_test_name":"Annual Wellness","lab_id":1,"collection_method":"walk_in_test",'
-            '"marker_ids":[1077,1071],"sealed_patient_details":"v1.sealed-details",'
+            '"lab_id":1,"collection_method":"walk_in_test",'
+            '"sealed_lab_test":"v1.sealed-lab-test","sealed_patient_details":"v1.sealed-details",'
             '"sealed_patient_address":"v1.sealed-address",'
             '"sealed_request_digest":"v1.sealed-digest","status":"received.walk_in_test.ordered",'
             '"next_step_at":{"_type_":"datetime_iso",'
@@ -724,9 +721,9 @@ GOLDEN = {
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},"user_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"environment":"sandbox",'
-            '"lab_test_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000010"},'
-            '"lab_test_name":"Annual Wellness","lab_id":1,"collection_method":"walk_in_test",'
-            '"marker_ids":[1077,1071],"sealed_patient_details":"v1.sealed-details",'
+            '"lab_id":1,"collection_method":"walk_in_test",'
+            '"sealed_lab_test":"v1.sealed-lab-test","clear_lab_test":null,'
+            '"sealed_patient_details":"v1.sealed-details",'
             '"sealed_patient_address":"v1.sealed-address",'
             '"sealed_request_digest":"v1.sealed-digest","sample_id":null,"sealed_results":null,'
             '"sealed_interpretation":null,"results_at":null,"cancel_reason":null,'
@@ -753,6 +750,40 @@ def test_a_created_event_is_stored_as_before_and_replays_to_the_same_aggregate(
     state = Snapshot.take(aggregate).state
     assert stock_transcoder().encode(state) == golden.aggregate_state.encode()
     assert loaded(MAPPER, record).mutate(None) == aggregate
+
+
+# An order's Created event as version 1 stored it (its lab test in clear), until the
+# service's start redacts it into version 2 (ADR 0028).
+ORDER_CREATED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:Order",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"environment":"sandbox",'
+    '"lab_test_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000010"},'
+    '"lab_test_name":"Annual Wellness","lab_id":1,"collection_method":"walk_in_test",'
+    '"marker_ids":[1077,1071],"sealed_patient_details":"v1.sealed-details",'
+    '"sealed_patient_address":"v1.sealed-address",'
+    '"sealed_request_digest":"v1.sealed-digest","status":"received.walk_in_test.ordered",'
+    '"next_step_at":{"_type_":"datetime_iso",'
+    '"_data_":"2026-03-01T12:01:00.123456+00:00"}}'
+)
+
+
+def test_an_order_created_event_stored_before_loads_with_its_test_in_clear() -> None:
+    record = StoredEvent(
+        originator_id=UUID("11111111-2222-4333-8444-000000000011"),
+        originator_version=1,
+        topic="healthledger:Order.Created.v1",
+        state=ORDER_CREATED_V1.encode(),
+    )
+    event = MAPPER.to_domain_event(record)
+    assert isinstance(event, Order.CreatedV1)
+    order = event.mutate(None)
+    assert isinstance(order, Order) and order.sealed_lab_test is None
+    test = order.ordered_test(lambda user_id, sealed: None)
+    assert test == OrderedTest(fixed_id(16), "Annual Wellness", (1077, 1071))
 
 
 # A user's Created event as version 1 stored it (before it recorded the environment).

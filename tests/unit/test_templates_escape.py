@@ -223,11 +223,9 @@ def order_row(status: str) -> OrderRow:
         team_id=uuid.uuid4(),
         user_id=uuid.uuid4(),
         environment="sandbox",
-        lab_test_id=uuid.uuid4(),
-        lab_test_name=f"Test {EVIL}",
+        sealed_lab_test=EVIL,
         lab_id=1,
         collection_method=EVIL,
-        marker_ids=[],
         status=status,
         detailed_status=EVIL,
         interpretation=EVIL,
@@ -258,7 +256,8 @@ def holder() -> PortalHolder:
 def test_the_portal_shows_hostile_values_as_text(rendered: set[str]) -> None:
     rows = [order_row(status) for status in ("completed", "cancelled", "failed", EVIL)]
     for who in (holder(), None):
-        page = body(portal_page.orders_page(rows, EVIL, who))
+        named = [(row, f"Test {EVIL}") for row in rows]
+        page = body(portal_page.orders_page(named, EVIL, who))
         assert_harmless(page)
         assert "".join(Page(page).text).count(f"Test {EVIL}") == len(rows)
         assert_harmless(body(portal_page.orders_page([], EVIL, who)), shows="")
@@ -281,7 +280,9 @@ def test_the_portal_shows_hostile_values_as_text(rendered: set[str]) -> None:
     for row in rows:
         for answers in (results, None, EVIL):
             for lab in ({"name": EVIL}, None):
-                page = body(portal_page.order_page(row, lab, answers, EVIL, holder()))
+                page = body(
+                    portal_page.order_page(row, f"Test {EVIL}", lab, answers, EVIL, holder())
+                )
                 assert_harmless(page)
                 assert f"Test {EVIL}" in "".join(Page(page).text)
     for back in (EVIL, None):

@@ -111,6 +111,15 @@ chain_redactions = Table(
     Column("redaction_position", BigInteger, nullable=False),
 )
 
+# Records the service's start has to redact (ADR 0028): the positions of the records of
+# an old version whose successor seals its health facts, listed by the revision that
+# brought the successor; each row goes with its record's redaction, in its transaction.
+pending_redactions = Table(
+    "pending_redactions",
+    metadata,
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+)
+
 snapshots = Table(
     "snapshots",
     metadata,
@@ -408,11 +417,11 @@ orders = Table(
     Column("team_id", Uuid, nullable=False),
     Column("user_id", Uuid, nullable=False, index=True),
     Column("environment", String(16), nullable=False),
-    Column("lab_test_id", Uuid, nullable=False),
-    Column("lab_test_name", String(255), nullable=False),
+    # The test ordered (its id, name and markers), sealed with the user's key (issue 29):
+    # NULL only in a row of before revision 0016 until the start's redaction fills it.
+    Column("sealed_lab_test", Text),
     Column("lab_id", Integer, nullable=False),
     Column("collection_method", String(32), nullable=False),
-    Column("marker_ids", JSON, nullable=False),
     # The top-level status (received, collecting_sample...) and the full one
     # (received.testkit.ordered...).
     Column("status", String(32), nullable=False),

@@ -12,7 +12,7 @@ redacted it meanwhile: the transaction then rolls back with `RedactionRaced`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
@@ -62,9 +62,14 @@ class Redactor:
         self.clock = clock
 
     def redact(
-        self, ctx: CommandContext, reason: str, replacements: Sequence[Replacement]
+        self,
+        ctx: CommandContext,
+        reason: str,
+        replacements: Sequence[Replacement],
+        also: Callable[[Connection], None] | None = None,
     ) -> Redaction:
-        """Replace the records' payloads and record the redaction, in one transaction."""
+        """Replace the records' payloads and record the redaction, in one transaction;
+        `also` runs the caller's statements in it (the read models' sealed values)."""
         by_position = {r.position: r for r in replacements}
         if len(by_position) != len(replacements):
             raise ValueError("a record is redacted once")
@@ -111,6 +116,8 @@ class Redactor:
                     for r in by_position.values()
                 ],
             )
+            if also is not None:
+                also(conn)
 
         self.recorder.insert_events(stored, aggregate_events=events, effect=replace)
         return redaction

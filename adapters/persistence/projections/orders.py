@@ -3,9 +3,11 @@
 The row keeps the order's statuses (`events`: one line per status, `<instant>\\t<status>`,
 each appended by SQL, so a step is one UPDATE and no read), what its answers render, and
 `due_at`, when the simulated lab takes a sandbox order's next step. Sealed values are kept
-sealed, but for the results' interpretation, which the projection opens with the user's
-key so that listings can filter on it (the row goes with the user's erasure; a rebuild
-that meets a destroyed key leaves it null).
+sealed (the test ordered too: an order recorded before it was sealed, `Order.CreatedV1`,
+is redacted into `Order.Created` at the start, which fills its row's `sealed_lab_test`),
+but for the results' interpretation, which the projection opens with the user's key so
+that listings can filter on it (the row goes with the user's erasure; a rebuild that
+meets a destroyed key leaves it null).
 """
 
 from __future__ import annotations
@@ -35,11 +37,9 @@ INSERT_ORDER = CompiledStatement(
             "team_id",
             "user_id",
             "environment",
-            "lab_test_id",
-            "lab_test_name",
+            "sealed_lab_test",
             "lab_id",
             "collection_method",
-            "marker_ids",
             "status",
             "detailed_status",
             "sealed_patient_details",
@@ -82,11 +82,9 @@ def order_created(conn: Connection, e: Order.Created) -> None:
             "team_id": e.team_id,
             "user_id": e.user_id,
             "environment": e.environment,
-            "lab_test_id": e.lab_test_id,
-            "lab_test_name": e.lab_test_name,
+            "sealed_lab_test": e.sealed_lab_test,
             "lab_id": e.lab_id,
             "collection_method": e.collection_method,
-            "marker_ids": list(e.marker_ids),
             "status": top_level(e.status),
             "detailed_status": e.status,
             "sealed_patient_details": e.sealed_patient_details,

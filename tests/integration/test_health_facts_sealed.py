@@ -1,0 +1,282 @@
+"""Health facts sealed in the log (issue 29 §1, ADR 0028), on a database written by main
+at 1809f39 (tests/data/main_1809f39), on SQLite and PostgreSQL.
+
+1809f39 stored each order's lab test in clear in its Created event (version 1) and in the
+orders read model. The first start of this code redacts those events into version 2 (the
+test sealed with the user's key), fills the read model's sealed value, and leaves no copy
+in clear where the database reaches: the chain and its signed heads still verify, every
+read still answers as 1809f39 answered it (test_todays_main.py), and after the erasure of
+`main-2` (its order of the shared demo test "Annual Wellness (Quest, walk-in)") nothing
+in the database's files names that test: SQLite's file and -wal byte for byte; on
+PostgreSQL the pages of the event log and of the orders table (pageinspect) and their
+relation files after a CHECKPOINT, when readable. The WAL and backups of before are out
+of reach (ADR 0028)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from freezegun import freeze_time
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.persistence.engine.schema import (
+    chain_redactions,
+    orders,
+    pending_redactions,
+    stored_events,
+    user_data_keys,
+)
+from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
+from healthledger.adapters.persistence.eventstore.old_versions import SUCCESSORS
+from healthledger.domain.audited import audited_events, topic_of
+from healthledger.domain.labs.orders import Order, OrderedTest
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
+from healthledger.domain.redaction import REMOVED, SEALED
+from sqlalchemy import delete, func, select, text
+
+from tests.integration.test_client_user_id_at_rest import _pageinspect, sqlite_bytes
+from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
+    DATA,
+    SIGNED_HEADS,
+    Written,
+    verified,
+    written,
+)
+
+# The shared demo test main-2 ordered (reference data: in the database only in the order).
+NEEDLE = "Annual Wellness (Quest, walk-in)"
+NEEDLE_ID = UUID("0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01")
+# Only an order's Created v1 names a test this way (a lab test's own events say "name").
+CLEAR_KEY = '"lab_test_name":'
+# The team's own test (main-0's order): in clear in the team's catalog by design, which
+# shows that the searches do read the rows.
+CONTROL = "Metabolic"
+
+
+@pytest.fixture
+def service(written: Written) -> Iterator[Service]:  # noqa: F811
+    with freeze_time(written.now):
+        built = build_service(written.settings())
+    yield built
+    built.close()
+
+
+def needles(service: Service) -> list[bytes]:
+    found = [NEEDLE.encode(), CLEAR_KEY.encode()]
+    if service.db.is_sqlite:
+        found.append(NEEDLE_ID.hex.encode())
+    return found
+
+
+def postgres_pages(service: Service, tables: tuple[str, ...]) -> bytes | None:
+    """Every page of the tables and their indexes (and TOAST tables) as the server holds
+    them (None without pageinspect)."""
+    pages = []
+    with service.db.write() as conn:
+        if not _pageinspect(conn):
+            return None
+        relations: list[str] = []
+        for table in tables:
+            relations.append(table)
+            relations += [
+                str(name)
+                for (name,) in conn.execute(
+                    text(
+                        "SELECT indexrelid::regclass::text FROM pg_index"
+                        " WHERE indrelid = CAST(:t AS regclass)"
+                    ),
+                    {"t": table},
+                )
+            ]
+            toast = conn.execute(
+                text(
+                    "SELECT reltoastrelid::regclass::text FROM pg_class"
+                    " WHERE oid = CAST(:t AS regclass) AND reltoastrelid <> 0"
+                ),
+                {"t": table},
+            ).scalar()
+            if toast is not None:
+                relations.append(str(toast))
+        for relation in relations:
+            blocks = conn.execute(
+                text(
+                    "SELECT pg_relation_size(CAST(:r AS regclass))"
+                    " / current_setting('block_size')::int"
+                ),
+                {"r": relation},
+            ).scalar_one()
+            for block in range(blocks):
+                page = conn.execute(
+                    text("SELECT public.get_raw_page(:r, :b)"), {"r": relation, "b": block}
+                ).scalar_one()
+                pages.append(bytes(page))
+    return b"".join(pages)
+
+
+def postgres_files(service: Service, tables: tuple[str, ...]) -> bytes | None:
+    """The tables' relation files after a checkpoint, when this process can read the
+    server's data directory (else None)."""
+    with service.db.write() as conn:
+        directory = Path(conn.execute(text("SHOW data_directory")).scalar_one())
+        paths = [
+            directory
+            / str(conn.execute(text("SELECT pg_relation_filepath(:t)"), {"t": t}).scalar())
+            for t in tables
+        ]
+        with contextlib.suppress(Exception):  # not allowed: read what is written
+            conn.execute(text("CHECKPOINT"))
+    try:
+        return b"".join(path.read_bytes() for path in paths)
+    except OSError:
+        return None
+
+
+def on_disk(service: Service) -> list[bytes]:
+    if service.db.is_sqlite:
+        return [sqlite_bytes(service)]
+    tables = ("stored_events", "orders", "lab_tests")
+    places = [p for p in (postgres_pages(service, tables), postgres_files(service, tables)) if p]
+    if not places:
+        pytest.skip("neither pageinspect nor the server's files are reachable")
+    return places
+
+
+def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> None:
+    superseded = {topic_of(e): e.SUPERSEDED_BY for e in audited_events() if e.SUPERSEDED_BY}
+    assert set(superseded) == set(SUCCESSORS) == {Order.CreatedV1.TOPIC}
+    assert superseded[Order.CreatedV1.TOPIC] == Order.Created.TOPIC
+
+
+def test_the_fixture_holds_the_test_in_clear(written: Written) -> None:  # noqa: F811
+    # What this file shows gone was there: the orders' tests in clear, as 1809f39 wrote.
+    if not written.url.startswith("sqlite"):
+        dump = gzip.decompress((DATA / "postgres-dump.sql.gz").read_bytes())
+        assert NEEDLE.encode() in dump
+        return
+    path = Path(written.url.removeprefix("sqlite:///"))
+    content = path.read_bytes()
+    assert NEEDLE.encode() in content and CLEAR_KEY.encode() in content
+
+
+def test_the_start_seals_the_orders_tests_and_the_chain_verifies(
+    written: Written,  # noqa: F811
+    service: Service,
+) -> None:
+    report = verified(service, SIGNED_HEADS)
+    assert report.startswith("ok: ")
+    with service.db.read() as conn:
+        topics: dict[str, int] = dict(
+            conn.execute(
+                select(stored_events.c.topic, func.count()).group_by(stored_events.c.topic)
+            ).all()
+        )
+        redacted = conn.execute(select(chain_redactions)).all()
+        pending = conn.execute(select(func.count()).select_from(pending_redactions)).scalar()
+        rows = conn.execute(select(orders.c.order_id, orders.c.sealed_lab_test)).all()
+    assert Order.CreatedV1.TOPIC not in topics
+    assert topics[Order.Created.TOPIC] == 2 == len(redacted)
+    assert topics[REDACTION_TOPIC] == 1 and pending == 0
+    # The redacted records, checked with the redaction that explains them (as a deletion
+    # report's span check does).
+    for entry in redacted:
+        assert service.chain.check_span(entry.position, entry.position) is None
+    # The read model holds the tests sealed, and they open with the users' keys.
+    opened = {
+        order_id: OrderedTest.of_opened(service.key_store.open(user_id, sealed))
+        for order_id, sealed, user_id in [
+            (r.order_id, r.sealed_lab_test, _owner(service, r.order_id)) for r in rows
+        ]
+    }
+    cancelled = UUID(written.expected["ids"]["cancelled_order"])
+    assert opened[cancelled] == OrderedTest(NEEDLE_ID, NEEDLE, (1077, 1079, 1080, 1046, 1038))
+    # A second start finds nothing to redact: the log is as the first left it.
+    with freeze_time(written.now):
+        again = build_service(written.settings())
+    try:
+        assert verified(again, SIGNED_HEADS) == report
+    finally:
+        again.close()
+
+
+def _owner(service: Service, order_id: UUID) -> UUID:
+    with service.db.read() as conn:
+        found = conn.execute(select(orders.c.user_id).where(orders.c.order_id == order_id))
+        return UUID(str(found.scalar_one()))
+
+
+def test_after_the_erasure_no_file_names_the_users_lab_test(
+    written: Written,  # noqa: F811
+    service: Service,
+) -> None:
+    for content in on_disk(service):
+        for needle in needles(service):
+            assert needle not in content, needle
+        assert CONTROL.encode() in content  # the searches read the rows
+    main_2 = written.user("main-2")
+    headers = written.headers("team")
+    with (
+        freeze_time(written.now) as frozen,
+        TestClient(create_team_api(service), raise_server_exceptions=False) as client,
+    ):
+        frozen.tick(written.expected["grace_period_days"] * 86400 + 3600)
+        assert service.jobs.sweep_erasures() == 1
+        assert service.key_store.cipher(UUID(main_2)) is None
+        answers = [
+            client.get(f"/v2/audit/user/{main_2}", headers=headers),
+            client.get(f"/v2/audit/user/{main_2}/deletion_report", headers=headers),
+            client.get("/v3/orders", headers=headers),
+            client.get(f"/v3/order/{written.expected['ids']['cancelled_order']}", headers=headers),
+        ]
+    assert [a.status_code for a in answers[:3]] == [200, 200, 200], [a.text for a in answers]
+    for answer in answers:
+        assert NEEDLE not in answer.text and NEEDLE_ID.hex not in answer.text
+    assert service.chain.verify().ok
+    for content in on_disk(service):
+        for needle in needles(service):
+            assert needle not in content, needle
+
+
+def test_an_order_of_a_user_erased_before_the_start_loses_its_test(
+    written: Written,  # noqa: F811
+) -> None:
+    # main-2's key destroyed before this code first starts (as its erasure does): its
+    # order's test cannot be sealed, and is removed; the chain still verifies.
+    main_2 = UUID(written.user("main-2"))
+    engine = sa.create_engine(written.url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(delete(user_data_keys).where(user_data_keys.c.user_id == main_2))
+    finally:
+        engine.dispose()
+    with freeze_time(written.now):
+        service = build_service(written.settings())
+    try:
+        verified(service, SIGNED_HEADS)
+        created = {
+            UUID(record["user_id"]["_data_"]): record["sealed_lab_test"]
+            for record in records_of(service, Order.Created.TOPIC)
+        }
+        assert created[main_2] == ERASED_PLACEHOLDER
+        others = [sealed for user, sealed in created.items() if user != main_2]
+        assert others and all(sealed != ERASED_PLACEHOLDER for sealed in others)
+        reasons = sorted(r["reason"] for r in records_of(service, REDACTION_TOPIC))
+        assert reasons == sorted([REMOVED, SEALED])
+        for content in on_disk(service):
+            assert NEEDLE.encode() not in content
+    finally:
+        service.close()
+
+
+def records_of(service: Service, topic: str) -> list[dict[str, Any]]:
+    with service.db.read() as conn:
+        found = conn.execute(select(stored_events.c.state).where(stored_events.c.topic == topic))
+        return [json.loads(state) for (state,) in found]
