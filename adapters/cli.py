@@ -1,6 +1,6 @@
 """The `healthledger` command line: serve, fake-makers, migrate, audit, report,
 verify-report, verify, chain, rebuild, replay, keys, features, erase-due, deprecations,
-webhooks, import.
+webhooks, makers, import.
 
 Each subcommand is declared by a `_declare_<name>` function (its arguments, its help) and
 run by a function of its own, which it names with `set_defaults`. A run takes the parsed
@@ -99,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
         _declare_erase_due,
         _declare_deprecations,
         _declare_webhooks,
+        _declare_makers,
         _declare_import,
     ):
         declare(commands.add_parser)
@@ -825,6 +826,51 @@ def _replay_webhooks(args: argparse.Namespace, service: Service) -> int:
         print(f"no webhook endpoint {args.endpoint_id}", file=sys.stderr)
         return 1
     print(f"queued {count} deliver{'y' if count == 1 else 'ies'} again", file=sys.stdout)
+    return 0
+
+
+# -- makers' webhook subscriptions -----------------------------------------------------------
+
+
+def _declare_makers(add_parser: AddParser) -> None:
+    makers = add_parser("makers", help="the makers' webhook subscriptions")
+    maker_commands = makers.add_subparsers(dest="makers_command", required=True)
+    subscribe = maker_commands.add_parser(
+        "subscribe",
+        help="register (or renew) our webhook subscriptions at each maker whose client is "
+        "set (Oura), pointing at {public_base_url}/makers/{provider}/webhook",
+    )
+    subscribe.set_defaults(with_service=_subscribe_makers)
+
+
+def _subscribe_makers(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.adapters.providers.maker_webhooks import oura_verification_token
+    from healthledger.adapters.providers.oura_subscriptions import (
+        SubscriptionFailed,
+        ensure_subscriptions,
+    )
+
+    settings = service.settings
+    oura = settings.oauth_clients.get("oura")
+    if oura is None:
+        print("no maker client is set (HEALTHLEDGER_OAUTH_CLIENTS): nothing to subscribe")
+        return 0
+    callback = f"{settings.public_base_url.rstrip('/')}/makers/oura/webhook"
+    try:
+        changes = ensure_subscriptions(
+            service.oauth_http,
+            settings.oura_api_url,
+            oura.client_id,
+            oura.client_secret.get_secret_value(),
+            callback,
+            oura_verification_token(settings),
+            service.clock(),
+        )
+    except SubscriptionFailed as exc:
+        print(f"oura: {exc}", file=sys.stderr)
+        return 1
+    for change in changes:
+        print(f"oura  {change.action:<8} {change.event_type:<7} {change.data_type}")
     return 0
 
 

@@ -37,10 +37,12 @@ from healthledger.adapters.persistence.integrity.integrity_check import (
 )
 from healthledger.adapters.persistence.keys.head_anchors import anchor_file_path
 from healthledger.adapters.persistence.keys.key_store import KEY_REFUSED, KeyStore, open_master_key
+from healthledger.adapters.persistence.keys.maker_accounts import AccountDigests
 from healthledger.adapters.persistence.keys.master_key import master_key_source
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.persistence.keys.signing_key import cursor_secret, signing_key_path
 from healthledger.adapters.persistence.leases.erasures import ErasureClaims, OverdueByTheLog
+from healthledger.adapters.persistence.projections.connections import fill_account_digests
 from healthledger.adapters.persistence.projections.erasure import (
     ErasurePlaces,
     erasure_effects,
@@ -53,6 +55,7 @@ from healthledger.adapters.persistence.queries.directory import TeamQueries, Use
 from healthledger.adapters.persistence.queries.health_data import HealthDataQueries
 from healthledger.adapters.persistence.queries.lab_tests import LabTestQueries
 from healthledger.adapters.persistence.queries.link_tokens import LinkTokenQueries
+from healthledger.adapters.persistence.queries.maker_notices import MakerNoticeQueries
 from healthledger.adapters.persistence.queries.orders import OrderQueries
 from healthledger.adapters.persistence.queries.portal import PortalQueries
 from healthledger.adapters.persistence.queries.pulls import PullQueries
@@ -62,6 +65,7 @@ from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.providers.fitbit import FitbitReader
 from healthledger.adapters.providers.import_files import ImportFolder
+from healthledger.adapters.providers.maker_webhooks import maker_webhooks
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.providers.oura import OuraReader
 from healthledger.adapters.providers.withings import WithingsReader
@@ -82,6 +86,8 @@ from healthledger.adapters.webhooks.payloads import Payloads
 from healthledger.domain.connections.connecting import Connections
 from healthledger.domain.connections.imports import ImportPolicy, Imports
 from healthledger.domain.connections.linking import LinkTokens
+from healthledger.domain.connections.maker_notices import MakerWebhooks
+from healthledger.domain.connections.notice_intake import MakerNotices
 from healthledger.domain.connections.oauth_clients import OAuthClients
 from healthledger.domain.connections.providers import OAuthClient, ProviderAdapter
 from healthledger.domain.connections.pulling import PullPolicy, Pulls
@@ -188,6 +194,11 @@ class Service:
     # import jobs that read them (docs/makers/apple_health.md).
     import_files: ImportFolder
     imports: Imports
+    # The makers' webhooks in (issue 28, ADR 0031): each maker's verifier by slug, the
+    # intake that records their notices and the worker's use case, and its queue.
+    maker_webhooks: Mapping[str, MakerWebhooks]
+    maker_notices: MakerNotices
+    maker_notice_queries: MakerNoticeQueries
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -334,10 +345,19 @@ def build_service(
         cipher = key_store.cipher_on(conn, user_id)
         return None if cipher is None else cipher.seal(value)
 
+    # The service's keyed digests of makers' account ids (ADR 0031): its key is made
+    # here, outside any transaction, before a projection needs it.
+    account_digests = AccountDigests(key_store)
     # The users read model holds a client_user_id sealed and as the team's digest (ADR
     # 0017): it opens what events hold sealed to digest it; `on_record` projects with it.
+    # The connections rows hold the account digest of the maker's account id likewise.
     read_models = ReadModels(
-        db, key_store.open_on, key_store.opener_on, seal=seal_on, digest=recorded_digest
+        db,
+        key_store.open_on,
+        key_store.opener_on,
+        seal=seal_on,
+        digest=recorded_digest,
+        account_digest=account_digests.account,
     )
     catalog = {entry.slug: entry for entry in provider_catalog()}
     # Read and checked here, so that a broken lab data file stops the service at start.
@@ -392,6 +412,9 @@ def build_service(
         db, Redactor(db, recorder, ledger.mapper, clock), ledger.mapper, partial(_sealer, key_store)
     ):
         leave_no_redacted_values(db)
+    # Connections rows written before revision 0017: their account digest (none to do
+    # on an up-to-date database).
+    fill_account_digests(db, key_store.open, account_digests.account)
     health_data = SqlHealthDataStore(db, key_store, clock)
     pull_queries = PullQueries(db, settings.pull_lease)
     demo_provider = DemoProvider()
@@ -500,6 +523,16 @@ def build_service(
         APPLE_HEALTH_RESOURCES,
         policy=ImportPolicy(),
     )
+    maker_notice_queries = MakerNoticeQueries(db, account_digests)
+    maker_notices = MakerNotices(
+        ledger,
+        clock,
+        pulls,
+        connections_of=maker_notice_queries.connections_of,
+        notice_name=account_digests.notice,
+        due_notices=maker_notice_queries.due_notices,
+        lease=settings.pull_lease,
+    )
     teams = TeamDirectory(
         ledger,
         clock,
@@ -570,7 +603,7 @@ def build_service(
     )
     jobs = Jobs(
         sweep_erasures=partial(sweep_erasures, erasure),
-        run_due_pulls=partial(run_due_pulls, pulls),
+        run_due_pulls=partial(run_due_pulls, pulls, maker_notices),
         sync_connected_feeds=partial(
             sync_connected_feeds, pulls, pull_queries.ingestion_bound_changes
         ),
@@ -644,6 +677,9 @@ def build_service(
             order_owner=portal_queries.order_owner,
         ),
         portal_queries=portal_queries,
+        maker_webhooks=maker_webhooks(settings),
+        maker_notices=maker_notices,
+        maker_notice_queries=maker_notice_queries,
         import_files=import_files,
         imports=imports,
     )

@@ -148,6 +148,11 @@ class Settings(BaseSettings):
     # How far back a new Oura connection's history is pulled (Oura keeps the ring's whole
     # history; the documented advice is one historical pull, then webhooks).
     oura_history_days: int = Field(default=730, ge=1)
+    # The verification token of our Oura webhook subscriptions (docs/makers/oura.md
+    # #webhooks): what Oura's handshake GET must present. Unset: derived from the service's
+    # Oura client secret, so that every process of a deployment agrees without more
+    # configuration.
+    oura_webhook_verification_token: SecretStr | None = None
     # Withings' Public API (docs/makers/withings.md): its base URL. Tests and the sandbox
     # point it at the fake Withings (healthledger.adapters.makers.fake_withings).
     withings_api_url: str = "https://wbsapi.withings.net"

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import date
 from uuid import UUID
 
+from healthledger.domain.connections.notice_intake import MakerNotices, NoticeReceipt
 from healthledger.domain.connections.pulling import Pulls
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 
@@ -27,16 +28,24 @@ IngestionBoundChanges = Callable[[date], Sequence[UUID]]
 def makes_a_pull_due(event: object) -> bool:
     """Whether a committed event makes a pull due at once, so the pull worker should run
     now rather than at its next interval: a pull was scheduled (a connect, a reconnect),
-    or a failed attempt's retry is already due (a retry due later waits for an interval).
+    a maker's notice was recorded, or a failed attempt's retry is already due (a retry
+    due later waits for an interval).
     """
-    if isinstance(event, ResourceFeed.PullScheduled):
-        return True
+    if isinstance(event, ResourceFeed.PullScheduled | NoticeReceipt.Received):
+        return True  # a pull scheduled, or a maker's notice recorded (its sync is due)
     return isinstance(event, ResourceFeed.PullRetrying) and event.retry_at <= event.timestamp
 
 
-def run_due_pulls(pulls: Pulls) -> int:
-    """Run the pulls that are due; how many were looked at."""
+def run_due_pulls(pulls: Pulls, notices: MakerNotices | None = None) -> int:
+    """Run the makers' notices and then the pulls that are due; how many were looked at.
+    Notices first: a maker's webhook waits for its window's sync, a history can wait."""
     total = 0
+    if notices is not None:
+        for _ in range(MAX_BATCHES):
+            looked_at = notices.run_due(BATCH)
+            total += looked_at
+            if looked_at < BATCH:
+                break
     for _ in range(MAX_BATCHES):
         looked_at = pulls.run_due(BATCH)
         total += looked_at

@@ -19,6 +19,7 @@ from healthledger.adapters.http import (
     introspection,
     lab_tests,
     link_tokens,
+    maker_webhooks,
     oauth_callback,
     orders,
     portal,
@@ -41,6 +42,8 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(link_tokens.router)
     # A page for browsers the makers send back (the custom credentials' redirect_uri).
     routes.include_router(oauth_callback.router)
+    # The makers call us here (no team key: each maker's own signature).
+    routes.include_router(maker_webhooks.router)
     routes.include_router(providers.router)
     routes.include_router(lab_tests.router)
     routes.include_router(area_info.router)

@@ -17,6 +17,9 @@ documented (docs/makers/oura.md) for a few synthetic people, and its OAuth 2.0 e
   Retry-After, 5xx), `slow(seconds, times)` (an answer that takes longer than the
   client's timeout), `revoke(person)`, `revise(person, day)` (a record re-sent changed,
   under the same id).
+- Webhooks (`webhooks`, adapters/makers/fake_oura_webhooks.py): subscriptions at
+  `{base}/v2/webhook/subscription` with the handshake, and signed notifications sent
+  when a person's data is revised (`revise`) or access revoked (`revoke`).
 
 The data is deterministic: a person's day is a function of (person, day) and of the
 revisions asked for, so tests can compute what the service must answer.
@@ -45,6 +48,8 @@ from urllib.parse import parse_qs, unquote_plus, urlencode
 
 import anyio
 import uvicorn
+from healthledger.adapters.makers.fake_oura_webhooks import FakeOuraWebhooks
+from healthledger.adapters.providers.oura_webhooks import REVOKE
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -160,6 +165,11 @@ class FakeOura:
     _failures: list[_Failure] = field(default_factory=list)
     _slow: list[float] = field(default_factory=list)
     _revisions: dict[tuple[str, date], int] = field(default_factory=dict)
+    # Webhook subscriptions and notifications (set up in __post_init__: shares the clients).
+    webhooks: FakeOuraWebhooks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.webhooks = FakeOuraWebhooks(clock=self.clock, clients=self.clients)
 
     # -- switches -----------------------------------------------------------------------
 
@@ -188,6 +198,7 @@ class FakeOura:
         """The person revoked the application's access at Oura: every token is refused."""
         with self.lock:
             self._revoked.add(person)
+        self.webhooks.notify(PEOPLE[person].user_id, "user", REVOKE)
 
     def restore(self, person: str) -> None:
         """The person allows the application again: new sign-ins work (old tokens stay
@@ -201,6 +212,13 @@ class FakeOura:
         """The person's records of `day` are sent again changed (same ids, new values)."""
         with self.lock:
             self._revisions[(person, day)] = self._revisions.get((person, day), 0) + 1
+        if not self.webhooks.subscriptions:
+            return
+        # Oura tells the subscribers of each of the day's data types, as it changed.
+        for data_type in sorted(_COLLECTIONS):
+            documents = self.collection(data_type, PEOPLE[person], day)
+            object_id = str(documents[0]["id"]) if documents and "id" in documents[0] else None
+            self.webhooks.notify(PEOPLE[person].user_id, data_type, "update", object_id)
 
     def data_requests(self, collection: str | None = None) -> list[dict[str, str]]:
         prefix = "/v2/usercollection/" + (collection or "")
@@ -648,6 +666,10 @@ def create_app(fake: FakeOura) -> Starlette:
             Route("/oura/token", fake.token, methods=["POST"]),
             Route("/oauth/token", fake.token, methods=["POST"]),
             Route("/v2/usercollection/{collection}", fake.data, methods=["GET"]),
+            Route("/v2/webhook/subscription", fake.webhooks.create, methods=["POST"]),
+            Route("/v2/webhook/subscription", fake.webhooks.listing, methods=["GET"]),
+            Route("/v2/webhook/subscription/renew/{id}", fake.webhooks.renew, methods=["PUT"]),
+            Route("/v2/webhook/subscription/{id}", fake.webhooks.delete, methods=["DELETE"]),
         ]
     )
 

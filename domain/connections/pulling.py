@@ -84,6 +84,11 @@ class _Synced:
         }
 
 
+class WindowNotSynced(Exception):
+    """The maker failed the sync of a notice's window (a passing failure, or a grant
+    broken: the connection shows that): the notice is tried again."""
+
+
 @dataclass(frozen=True)
 class PullPolicy:
     # Delays before the 2nd, 3rd... try of a pull that failed for a passing reason; a
@@ -376,17 +381,62 @@ class Pulls:
         )
         if start >= end:
             return None
+        return self._sync_days(ctx, feed, connection, start.date(), end.date(), now)
+
+    def sync_window(
+        self, feed_id: UUID, start: date, end: date
+    ) -> tuple[list[date], list[date]] | None:
+        """A maker's notice named the days start..end (inclusive) of this feed's resource
+        (notice_intake.py): fetch just those, store them, and record what is new and
+        changed as a sync does (its DailySynced announces each once). None when there is
+        nothing to sync: the historical pull has not succeeded (it covers the days), the
+        connection is not pulling, or the days are outside the user's ingestion bounds.
+        Raises WindowNotSynced when the maker failed: the notice is tried again."""
+        ctx = self._context()
+        feed = self.ledger.find(feed_id)
+        if not isinstance(feed, ResourceFeed) or feed.status != SUCCESS:
+            return None
+        connection = self.ledger.find(feed.connection_id)
+        user = self.ledger.find(feed.user_id)
+        if not isinstance(connection, Connection) or not connection.is_pulling:
+            return None
+        if not isinstance(user, User):
+            return None
+        now = self.clock()
+        first, after = _clamp(
+            datetime.combine(start, time(0), UTC),
+            datetime.combine(end + timedelta(days=1), time(0), UTC),
+            user,
+        )
+        if first >= after:
+            return None
+        synced = self._sync_days(
+            ctx, feed, connection, first.date(), (after - timedelta(microseconds=1)).date(), now
+        )
+        if synced is None:
+            raise WindowNotSynced()
+        return synced
+
+    def _sync_days(
+        self,
+        ctx: CommandContext,
+        feed: ResourceFeed,
+        connection: Connection,
+        start_day: date,
+        end_day: date,
+        now: datetime,
+    ) -> tuple[list[date], list[date]] | None:
+        """Fetch the feed's days start_day..end_day, store them and record the sync: the
+        days created and updated, or None when the maker failed (or the user's data is
+        gone)."""
+        start, end = start_day, end_day
         sessions = feed.resource in SESSION_RESOURCES
         try:
-            found = self._adapter(connection).fetch(
-                _target(feed, connection), start.date(), end.date(), now, 1
-            )
+            found = self._adapter(connection).fetch(_target(feed, connection), start, end, now, 1)
             # Sessions are announced one by one: what the days held before this sync
             # tells which of their sessions are new and which changed.
             before = (
-                self.store.read(
-                    feed.user_id, feed.provider, feed.resource, start.date(), end.date()
-                )
+                self.store.read(feed.user_id, feed.provider, feed.resource, start, end)
                 if sessions
                 else {}
             )

@@ -264,6 +264,25 @@ connections = Table(
     Column("sealed_external_user_id", Text),
     Column("demo", Boolean, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The service's keyed digest of (provider, the maker's account id): what a maker's
+    # webhook finds the connection by (keys/maker_accounts.py, ADR 0031). NULL while the
+    # account id is unknown, or until the start fills a row written before revision 0017.
+    Column("account_digest", String(64)),
+    Index("ix_connections_account_digest", "account_digest"),
+)
+
+# The makers' notices not handled yet (issue 28): the pull worker's queue. A row is
+# inserted when a notice is recorded and deleted when it is handled; `due_at` is when a
+# worker may take it (its receipt, or the end of a taken notice's lease). No user_id: a
+# notice of an erased user is taken, finds its connection gone, and leaves.
+maker_notices = Table(
+    "maker_notices",
+    metadata,
+    Column("notice_id", Uuid, primary_key=True),
+    Column("connection_id", Uuid, nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("received_at", UTCDateTime, nullable=False),
+    Column("due_at", UTCDateTime, nullable=False, index=True),
 )
 
 management_keys = Table(
@@ -555,4 +574,5 @@ READ_MODEL_TABLES = (
     stream_owners,
     orders,
     lab_tests,
+    maker_notices,
 )

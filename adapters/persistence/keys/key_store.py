@@ -342,6 +342,14 @@ class KeyStore:
         data_key = self._data_key(user_id)
         return None if data_key is None else UserCipher(user_id, data_key)
 
+    def service_cipher(self, key_id: UUID) -> UserCipher:
+        """The cipher of a key the service keeps for itself under a fixed id that is no
+        user's (the makers' account digests: adapters/persistence/keys/maker_accounts.py),
+        made at its first use (several processes at once: the first stored wins). Call it
+        outside a write transaction: making the key writes."""
+        data_key = self._data_key(key_id) or self._create_data_key(key_id)
+        return UserCipher(key_id, data_key)
+
     def cipher_on(self, conn: Connection, user_id: UUID) -> UserCipher | None:
         """`cipher`, reading the key on the caller's connection: a read that checks the
         user and reads its data in one transaction opens them with the key of that

@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
+from uuid import UUID
 
+from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
     connections,
     link_tokens,
+    maker_notices,
     resource_feeds,
 )
 from healthledger.adapters.persistence.engine.statements import (
@@ -15,19 +21,20 @@ from healthledger.adapters.persistence.engine.statements import (
     UpdatesByKey,
     insert_of,
 )
-from healthledger.adapters.persistence.projections import handles
+from healthledger.adapters.persistence.projections import Handlers, handles
 from healthledger.domain.connections.connection import CONNECTED, PAUSED
 from healthledger.domain.connections.connection import DEREGISTERED as CONNECTION_DEREGISTERED
 from healthledger.domain.connections.connection import ERROR as CONNECTION_ERROR
 from healthledger.domain.connections.connection import Connection as ProviderConnection
 from healthledger.domain.connections.link_tokens import LinkToken
+from healthledger.domain.connections.notice_intake import NoticeReceipt
 from healthledger.domain.connections.resource_feeds import FAILURE as PULL_FAILURE
 from healthledger.domain.connections.resource_feeds import IN_PROGRESS as PULL_IN_PROGRESS
 from healthledger.domain.connections.resource_feeds import RETRYING as PULL_RETRYING
 from healthledger.domain.connections.resource_feeds import SCHEDULED as PULL_SCHEDULED
 from healthledger.domain.connections.resource_feeds import SUCCESS as PULL_SUCCESS
 from healthledger.domain.connections.resource_feeds import ResourceFeed
-from sqlalchemy import ColumnElement, Connection, case, func
+from sqlalchemy import ColumnElement, Connection, bindparam, case, delete, func, select, update
 
 # last_attempt_status of a feed whose attempt failed (retrying or failure).
 ATTEMPT_FAILED = "failed"
@@ -50,6 +57,7 @@ INSERT_CONNECTION = CompiledStatement(
             "sealed_external_user_id",
             "demo",
             "updated_at",
+            "account_digest",
         ),
     )
 )
@@ -118,9 +126,63 @@ UPDATE_LINK_TOKEN = UpdatesByKey(link_tokens, "token_id")
 
 # -- provider connections -------------------------------------------------------------
 
+# Opens a user's sealed value on the recording transaction's connection (the key store's
+# `open_on`): (conn, user_id, sealed) -> the value, or None once the user's key is gone.
+OpenSealed = Callable[[Connection, UUID, str], Any]
+# The service's keyed digest of a maker's account id: (provider, account id) -> hex.
+AccountDigest = Callable[[str, str], str]
+
+
+@dataclass(frozen=True)
+class AccountKeys:
+    """What the connections projection computes `account_digest` with (ADR 0031): the
+    person's sealed account id opened only to digest it. Without them (a replay for
+    debugging), NULL."""
+
+    open_sealed: OpenSealed | None = None
+    digest: AccountDigest | None = None
+
+
+def account_digest_of(conn: Connection, e: Any, accounts: AccountKeys) -> str | None:
+    """The digest of the account a Created or Reconnected names; None when it names none,
+    or the user's key is gone (a rebuild meets an erased user: its Erased event, later,
+    deletes the row)."""
+    sealed = e.sealed_external_user_id
+    if sealed is None or accounts.open_sealed is None or accounts.digest is None:
+        return None
+    stream_owner = e.user_id if isinstance(e, ProviderConnection.Created) else None
+    if stream_owner is None:
+        ((stream_owner,),) = CONNECTION_OWNER.rows(conn, {"connection_id": e.originator_id})
+    opened = accounts.open_sealed(conn, stream_owner, sealed)
+    return None if opened is None else accounts.digest(_provider_of(conn, e), str(opened))
+
+
+def _provider_of(conn: Connection, e: Any) -> str:
+    if isinstance(e, ProviderConnection.Created):
+        return str(e.provider)
+    ((provider,),) = CONNECTION_PROVIDER.rows(conn, {"connection_id": e.originator_id})
+    return str(provider)
+
+
+CONNECTION_OWNER = CompiledStatement(
+    select(connections.c.user_id).where(connections.c.connection_id == bindparam("connection_id"))
+)
+CONNECTION_PROVIDER = CompiledStatement(
+    select(connections.c.provider).where(connections.c.connection_id == bindparam("connection_id"))
+)
+
+
+def opening_handlers(accounts: AccountKeys) -> Handlers:
+    """The connection handlers bound to the key store's opener and the account digest
+    (`ReadModels` puts them over the declared ones)."""
+    return {
+        ProviderConnection.Created: partial(connection_connected, accounts=accounts),
+        ProviderConnection.Reconnected: partial(connection_connected, accounts=accounts),
+    }
+
 
 @handles(ProviderConnection.Created, ProviderConnection.Reconnected)
-def connection_connected(conn: Connection, e: Any) -> None:
+def connection_connected(conn: Connection, e: Any, accounts: AccountKeys = AccountKeys()) -> None:
     values = {
         "status": CONNECTED,
         "created_on": e.timestamp,
@@ -129,6 +191,7 @@ def connection_connected(conn: Connection, e: Any) -> None:
         "sealed_external_user_id": e.sealed_external_user_id,
         "demo": e.demo,
         "updated_at": e.timestamp,
+        "account_digest": account_digest_of(conn, e, accounts),
     }
     if isinstance(e, ProviderConnection.Created):
         INSERT_CONNECTION.execute(
@@ -326,3 +389,95 @@ def link_token_consumed(conn: Connection, e: LinkToken.Consumed) -> None:
     UPDATE_LINK_TOKEN.execute(
         conn, e.originator_id, {"consumed_at": e.timestamp, "consumed_provider": e.provider}
     )
+
+
+# -- the makers' notices not handled yet (the pull worker's queue) --------------------
+
+INSERT_NOTICE = CompiledStatement(
+    insert_of(maker_notices, ("notice_id", "connection_id", "provider", "received_at", "due_at"))
+)
+NOTICE_TAKEN = CompiledStatement(
+    update(maker_notices)
+    .where(maker_notices.c.notice_id == bindparam("row_key"))
+    .values(due_at=bindparam("due_at"))
+)
+NOTICE_HANDLED = CompiledStatement(
+    delete(maker_notices).where(maker_notices.c.notice_id == bindparam("row_key"))
+)
+
+
+@handles(NoticeReceipt.Received)
+def notice_received(conn: Connection, e: NoticeReceipt.Received) -> None:
+    INSERT_NOTICE.execute(
+        conn,
+        {
+            "notice_id": e.originator_id,
+            "connection_id": e.connection_id,
+            "provider": e.provider,
+            "received_at": e.timestamp,
+            "due_at": e.timestamp,
+        },
+    )
+
+
+@handles(NoticeReceipt.Taken)
+def notice_taken(conn: Connection, e: NoticeReceipt.Taken) -> None:
+    """Due again when the taker's lease ends (it died, or the maker failed the sync)."""
+    NOTICE_TAKEN.execute(conn, {"row_key": e.originator_id, "due_at": e.until})
+
+
+@handles(NoticeReceipt.Handled)
+def notice_handled(conn: Connection, e: NoticeReceipt.Handled) -> None:
+    NOTICE_HANDLED.execute(conn, {"row_key": e.originator_id})
+
+
+# -- rows written before revision 0017 ------------------------------------------------
+
+_c = connections.c
+UNDIGESTED = (
+    select(_c.connection_id, _c.user_id, _c.provider, _c.sealed_external_user_id)
+    .where(
+        _c.account_digest.is_(None),
+        _c.sealed_external_user_id.is_not(None),
+        _c.connection_id > bindparam("after"),
+    )
+    .order_by(_c.connection_id)
+)
+SET_ACCOUNT_DIGEST = CompiledStatement(
+    update(connections)
+    .where(_c.connection_id == bindparam("cid"), _c.account_digest.is_(None))
+    .values(account_digest=bindparam("digest"))
+)
+FILL_BATCH = 500
+
+
+def fill_account_digests(
+    db: Database,
+    open_sealed: Callable[[UUID, str], Any],
+    digest: AccountDigest,
+    batch: int = FILL_BATCH,
+) -> int:
+    """At start: give each connections row written before revision 0017 its account
+    digest (the migration cannot: it opens no key). `open_sealed` opens the person's
+    sealed account id (None: the key is gone). Several processes may run it at once: a
+    row is set only while still NULL. Returns the rows set; on an up-to-date database,
+    one query that finds none."""
+    filled, after = 0, UUID(int=0)
+    while True:
+        with db.read() as conn:
+            pending = conn.execute(UNDIGESTED.limit(batch), {"after": after}).all()
+        if not pending:
+            return filled
+        after = pending[-1].connection_id
+        values = []
+        for connection_id, user_id, provider, sealed in pending:
+            opened = open_sealed(user_id, sealed)
+            if opened is not None:
+                values.append({"cid": connection_id, "digest": digest(provider, str(opened))})
+        if values:
+            with db.write() as conn:
+                for row in values:
+                    SET_ACCOUNT_DIGEST.execute(conn, row)
+        filled += len(values)
+        if len(pending) < batch:
+            return filled

@@ -49,13 +49,16 @@ class ReadModels:
         *,
         seal: users.SealOn | None = None,
         digest: users.DigestOf | None = None,
+        account_digest: connections.AccountDigest | None = None,
     ) -> None:
         """`open_sealed` (the key store's `open_on`) opens the values that events hold
         sealed (the users' client_user_ids, for their digests; orders' interpretations).
         `open_sealed_in_bulk` (its `opener_on`), if given, opens a rebuild's page. The
         users rows hold a client_user_id sealed and as the team's keyed digest, never in
         clear: `seal` (the key store's, on the connection) seals one an older event holds
-        in clear, `digest` is the team's digest of it (without them, NULLs)."""
+        in clear, `digest` is the team's digest of it (without them, NULLs). The
+        connections rows hold the service's `account_digest` of the maker's account id
+        (ADR 0031), opened with `open_sealed` to digest it (without it, NULL)."""
         self.db = db
         self.open_sealed_in_bulk = open_sealed_in_bulk
         self.client_user_id_keys = users.ClientUserIdKeys(
@@ -69,6 +72,7 @@ class ReadModels:
             **declared_handlers(),
             **users.opening_handlers(self.client_user_id_keys),
             **(orders.opening_handlers(open_sealed) if open_sealed is not None else {}),
+            **connections.opening_handlers(connections.AccountKeys(open_sealed, account_digest)),
         }
 
     def project(

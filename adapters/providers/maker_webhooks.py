@@ -1,0 +1,37 @@
+"""The makers' webhook verifiers this deployment has (the `MakerWebhooks` port,
+domain/connections/maker_notices.py): one per maker whose app credentials are set,
+keyed by our provider slug, as the route `/makers/{provider}/webhook` finds them.
+
+A maker's verifier is added here (one entry, built from settings), never in the route.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from healthledger.adapters.providers.oura_webhooks import OuraWebhooks
+from healthledger.adapters.settings import Settings
+from healthledger.domain.connections.maker_notices import MakerWebhooks
+
+
+def maker_webhooks(settings: Settings) -> dict[str, MakerWebhooks]:
+    """The verifiers of the makers whose service client (HEALTHLEDGER_OAUTH_CLIENTS) is
+    set: their notifications are signed with its secret."""
+    found: dict[str, MakerWebhooks] = {}
+    oura = settings.oauth_clients.get("oura")
+    if oura is not None:
+        found["oura"] = OuraWebhooks(
+            oura.client_secret.get_secret_value(), oura_verification_token(settings)
+        )
+    return found
+
+
+def oura_verification_token(settings: Settings) -> str:
+    """The token our Oura subscriptions carry: the setting, else derived from the client
+    secret (never the secret itself: Oura sends the token back in a URL)."""
+    if settings.oura_webhook_verification_token is not None:
+        return settings.oura_webhook_verification_token.get_secret_value()
+    client = settings.oauth_clients["oura"]
+    secret = client.client_secret.get_secret_value().encode()
+    return hmac.new(secret, b"healthledger oura webhook verification", hashlib.sha256).hexdigest()
