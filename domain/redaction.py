@@ -70,7 +70,12 @@ class Redaction(Audited):
         records: list[dict[str, Any]],
     ) -> None:
         self.reason = reason
-        self.records = [RedactedRecord.of_fields(dict(fields)) for fields in records]
+        # As the event holds them (plain values: what a snapshot stores).
+        self.records = [dict(fields) for fields in records]
+
+    def redacted(self) -> list[RedactedRecord]:
+        """The records it names."""
+        return [RedactedRecord.of_fields(fields) for fields in self.records]
 
     @classmethod
     def of_records(

@@ -34,6 +34,7 @@ from healthledger.domain.keys import (
 from healthledger.domain.labs.lab_tests import LabTest
 from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.mirror.users import Envelope, MirroredUser
+from healthledger.domain.redaction import SEALED, RedactedRecord, Redaction
 from healthledger.domain.teams.custom_credentials import CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
 from healthledger.domain.teams.teams import Organization, Team, TeamApiKey
@@ -247,6 +248,21 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
             first_problem=INTEGRITY_PROBLEM,
         ),
         id=fixed_id(18),
+    ),
+    "Redaction": lambda: Redaction.of_records(
+        CTX,
+        T,
+        id=fixed_id(19),
+        reason=SEALED,
+        records=[
+            RedactedRecord(
+                position=7,
+                original_topic="healthledger:Order.Created.v1",
+                original_digest="ab" * 32,
+                redacted_topic="healthledger:Order.Created.v2",
+                redacted_digest="cd" * 32,
+            )
+        ],
     ),
 }
 
@@ -636,6 +652,33 @@ GOLDEN = {
             'missing from the live table (1 row(s) differ in 1 table(s))"}'
         ),
     ),
+    "Redaction": Golden(
+        id="11111111-2222-4333-8444-000000000013",
+        topic="healthledger:Redaction.Created.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:Redaction",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","reason":"sealed","records":[{"position":7,'
+            '"original_topic":"healthledger:Order.Created.v1","original_digest":"'
+            + "ab" * 32
+            + '","redacted_topic":"healthledger:Order.Created.v2","redacted_digest":"'
+            + "cd" * 32
+            + '"}]}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"reason":"sealed",'
+            '"records":[{"position":7,"original_topic":"healthledger:Order.Created.v1",'
+            '"original_digest":"'
+            + "ab" * 32
+            + '","redacted_topic":"healthledger:Order.Created.v2","redacted_digest":"'
+            + "cd" * 32
+            + '"}]}'
+        ),
+    ),
     "DeprecationCalendar": Golden(
         id="b6087bfd-f7fe-5fb2-b3b9-7ade392f61ed",
         topic="healthledger:DeprecationCalendar.Created.v1",
@@ -955,7 +998,7 @@ def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
 def test_the_golden_values_cover_every_aggregate() -> None:
     founded = {type(found()) for found in FOUND.values()}
     assert {cls.__name__ for cls in founded} == {name.split(".")[0] for name in GOLDEN}
-    assert len(founded) == 18
+    assert len(founded) == 19
 
 
 def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> None:
