@@ -675,15 +675,41 @@ def _heartrate(session: _Session, start: date, end: date) -> dict[date, Any]:
         dataset = intraday.get("dataset") if isinstance(intraday, dict) else None
         if not isinstance(dataset, list):
             raise TEXTS.broken()
-        for entry in dataset:
-            moment = _local(f"{day.isoformat()}T{entry.get('time')}", zone)
-            value = entry.get("value")
-            if moment is not None and isinstance(value, int | float):
-                samples.append(
-                    (moment, {"timestamp": utc_iso(moment), "value": value, "unit": "bpm"})
-                )
+        samples += _day_samples(day, dataset, zone)
         day += timedelta(days=1)
-    return by_utc_day(samples, start, end)
+    # In time order already (day after day, each in order): grouped by UTC day as they come.
+    found: dict[date, list[dict[str, Any]]] = {}
+    for moment, sample in samples:
+        if start <= moment.date() <= end:
+            found.setdefault(moment.date(), []).append(sample)
+    return found
+
+
+def _day_samples(
+    day: date, dataset: list[Any], zone: tzinfo
+) -> list[tuple[datetime, dict[str, Any]]]:
+    """A day's intraday dataset (`time` local "HH:MM:SS", `value` bpm) as UTC samples.
+    Over a thousand a day: on a day whose offset does not change (all but two a year)
+    each instant is the day's UTC start plus the time, without a zone conversion each."""
+    midnight = datetime.combine(day, time(0), zone)
+    offset = midnight.utcoffset()
+    steady = offset == (midnight + timedelta(hours=23, minutes=59)).utcoffset()
+    base = (midnight.replace(tzinfo=None) - (offset or timedelta(0))).replace(tzinfo=UTC)
+    found = []
+    for entry in dataset:
+        value, clock = entry.get("value"), entry.get("time")
+        if not isinstance(value, int | float) or not isinstance(clock, str) or len(clock) != 8:
+            continue
+        try:
+            seconds = int(clock[:2]) * 3600 + int(clock[3:5]) * 60 + int(clock[6:])
+        except ValueError:
+            continue
+        if steady:
+            moment = base + timedelta(seconds=seconds)
+        else:
+            moment = (midnight + timedelta(seconds=seconds)).astimezone(UTC)
+        found.append((moment, {"timestamp": moment.isoformat(), "value": value, "unit": "bpm"}))
+    return found
 
 
 def _nightly(resource: str, session: _Session, start: date, end: date) -> dict[date, Any]:

@@ -139,15 +139,19 @@ class MakerSession:
         self.sleep = sleep
         self.wait_of = wait_of
         self.current: str | None = None
+        self.scopes: frozenset[str] | None = None
+        self.scopes_read = False
 
     def granted(self, scope: str | None) -> bool:
         """Whether the person granted `scope` (as the stored grant says; every scope when
         the maker's token answer did not say)."""
         if scope is None:
             return False
-        stored = self.maker.tokens.current(self.connection_id)
-        granted = granted_scopes(None if stored is None else stored.tokens.scope)
-        return granted is None or scope in granted
+        if not self.scopes_read:  # once per fetch: the stored grant is sealed
+            stored = self.maker.tokens.current(self.connection_id)
+            self.scopes = granted_scopes(None if stored is None else stored.tokens.scope)
+            self.scopes_read = True
+        return self.scopes is None or scope in self.scopes
 
     def token(self) -> str:
         if self.current is None:
