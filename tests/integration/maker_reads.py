@@ -1,17 +1,47 @@
-"""What the tests of a maker's reader look at (test_oura.py, test_fitbit.py,
-test_withings.py...): a connection's feeds, their statuses and last errors, and the team
-API's answers, for the maker `provider`."""
+"""What the tests of a maker's reader share (test_oura.py, test_fitbit.py,
+test_withings.py...): the service built to read the maker at its fake, and what they look
+at: a connection's feeds, their statuses and last errors, the team API's answers."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
-from healthledger.adapters.composition import Service
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 
+from tests.clocks import Clock
 from tests.conftest import Team
+from tests.integration.oauth_browser import API, LINK, SERVICE
+
+
+@contextmanager
+def maker_service(
+    settings: Settings, clock: Clock, provider: str, fake_base: str, **maker_settings: Any
+) -> Iterator[Service]:
+    """A service whose OAuth client for `provider` is the tests' (SERVICE), whose maker
+    endpoints are the fake's at `fake_base`, with a 1 s timeout on the maker's data API
+    (a slow answer is a timeout) and the maker's own settings (its API URL, its history)."""
+    configured = settings.model_copy(
+        update={
+            "link_url": LINK,
+            "public_base_url": API,
+            "oauth_maker_url": fake_base,
+            "maker_api_timeout": timedelta(seconds=1),
+            "oauth_clients": {provider: SERVICE},
+            **maker_settings,
+        }
+    )
+    built = build_service(configured, clock=clock)
+    try:
+        yield built
+    finally:
+        built.close()
 
 
 def feed(svc: Service, user_id: uuid.UUID, provider: str, resource: str) -> ResourceFeed:

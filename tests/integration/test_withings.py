@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service
 from healthledger.adapters.makers.fake_withings import (
     PEOPLE,
     FakeWithings,
@@ -39,10 +39,7 @@ from tests.conftest import Team
 from tests.integration import maker_reads as reads
 from tests.integration.maker_reads import get, provider_status
 from tests.integration.oauth_browser import (
-    API,
     APP,
-    LINK,
-    SERVICE,
     SERVICE_CLIENT,
     SERVICE_SECRET,
     Browser,
@@ -67,20 +64,15 @@ def withings(clock: Clock) -> Iterator[FakeWithings]:
 
 @pytest.fixture
 def svc(settings: Settings, withings: FakeWithings, clock: Clock) -> Iterator[Service]:
-    configured = settings.model_copy(
-        update={
-            "link_url": LINK,
-            "public_base_url": API,
-            "oauth_maker_url": withings.base,
-            "withings_api_url": withings.base,
-            "withings_history_days": HISTORY_DAYS,
-            "maker_api_timeout": timedelta(seconds=1),
-            "oauth_clients": {"withings": SERVICE},
-        }
-    )
-    built = build_service(configured, clock=clock)
-    yield built
-    built.close()
+    with reads.maker_service(
+        settings,
+        clock,
+        "withings",
+        withings.base,
+        withings_api_url=withings.base,
+        withings_history_days=HISTORY_DAYS,
+    ) as built:
+        yield built
 
 
 def connect(api: Any, home: Team, browser: Browser) -> uuid.UUID:
