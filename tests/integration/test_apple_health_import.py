@@ -12,6 +12,7 @@ import io
 import threading
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -65,17 +66,20 @@ def svc(settings: Settings, tmp_path: Path, clock: Clock) -> Iterator[Service]:
     built.close()
 
 
-@pytest.fixture
-def home(svc: Service) -> Team:
-    boot = svc.bootstrap()
-    assert boot is not None
-    return Team(boot.team_id, boot.team_api_key.plain)
-
-
-@pytest.fixture
-def api(svc: Service) -> Iterator[TestClient]:
-    with TestClient(create_team_api(svc), raise_server_exceptions=False) as test_client:
-        yield test_client
+@contextmanager
+def served(
+    settings: Settings, clock: Clock | None = None, **changed: Any
+) -> Iterator[tuple[Service, Team, TestClient]]:
+    """A service of its own (settings changed), its team and its team API: for the tests
+    that need other limits or another clock than the module's `svc`."""
+    built = build_service(settings.model_copy(update=changed), clock=clock or Clock())
+    try:
+        boot = built.bootstrap()
+        assert boot is not None
+        with TestClient(create_team_api(built), raise_server_exceptions=False) as api:
+            yield built, Team(boot.team_id, boot.team_api_key.plain), api
+    finally:
+        built.close()
 
 
 def upload(api: TestClient, team: Team, user_id: str, body: bytes, **headers: str) -> Any:
@@ -361,40 +365,29 @@ def test_an_upload_that_is_no_export_is_refused_at_once_and_records_nothing(
 def test_an_upload_of_another_type_or_over_the_limit_is_refused(
     settings: Settings, tmp_path: Path, exported: tuple[Path, list[Written]]
 ) -> None:
-    small = build_service(
-        settings.model_copy(
-            update={
-                "import_dir": tmp_path / "imports",
-                "apple_health_max_upload_bytes": 100_000,
-                # The JSON body limit does not apply to an upload.
-                "max_body_bytes": 2048,
-            }
+    with served(
+        settings,
+        import_dir=tmp_path / "imports",
+        apple_health_max_upload_bytes=100_000,
+        max_body_bytes=2048,  # the JSON body limit does not apply to an upload
+    ) as (_, team, api):
+        user = create_user(api, team, "big")["user_id"]
+        body = exported[0].read_bytes()
+        assert len(body) > 100_000
+        too_big = upload(api, team, user, body)
+        assert too_big.status_code == 413, too_big.text
+        assert too_big.json()["detail"]["error_type"] == "TOO_LARGE"
+        chunked = api.post(
+            f"/v2/user/{user}/import/apple_health",
+            content=iter([body[:60_000], body[60_000:]]),  # no Content-Length
+            headers={**team.headers, "content-type": "application/zip"},
         )
-    )
-    try:
-        boot = small.bootstrap()
-        assert boot is not None
-        team = Team(boot.team_id, boot.team_api_key.plain)
-        with TestClient(create_team_api(small), raise_server_exceptions=False) as api:
-            user = create_user(api, team, "big")["user_id"]
-            body = exported[0].read_bytes()
-            assert len(body) > 100_000
-            too_big = upload(api, team, user, body)
-            assert too_big.status_code == 413, too_big.text
-            assert too_big.json()["detail"]["error_type"] == "TOO_LARGE"
-            chunked = api.post(
-                f"/v2/user/{user}/import/apple_health",
-                content=iter([body[:60_000], body[60_000:]]),  # no Content-Length
-                headers={**team.headers, "content-type": "application/zip"},
-            )
-            assert chunked.status_code == 413, chunked.text
-            wrong = upload(api, team, user, b"{}", **{"content-type": "application/json"})
-            assert wrong.status_code == 415, wrong.text
-            fits = upload(api, team, user, _zipped(b"<HealthData locale='en'/>" + b" " * 5000))
-            assert fits.status_code == 202, fits.text  # over max_body_bytes, under its own
-            assert list((tmp_path / "imports").glob("*.part")) == []
-    finally:
-        small.close()
+        assert chunked.status_code == 413, chunked.text
+        wrong = upload(api, team, user, b"{}", **{"content-type": "application/json"})
+        assert wrong.status_code == 415, wrong.text
+        fits = upload(api, team, user, _zipped(b"<HealthData locale='en'/>" + b" " * 5000))
+        assert fits.status_code == 202, fits.text  # over max_body_bytes, under its own
+        assert list((tmp_path / "imports").glob("*.part")) == []
 
 
 @pytest.mark.parametrize(
@@ -409,26 +402,19 @@ def test_an_upload_of_another_type_or_over_the_limit_is_refused(
 def test_a_broken_export_fails_its_import_with_a_fixed_reason_and_stores_nothing(
     settings: Settings, tmp_path: Path, xml: bytes, code: str
 ) -> None:
-    svc = build_service(
-        settings.model_copy(
-            update={"import_dir": tmp_path / "imports", "apple_health_max_xml_bytes": 60_000}
-        )
-    )
-    try:
-        boot = svc.bootstrap()
-        assert boot is not None
-        team = Team(boot.team_id, boot.team_api_key.plain)
-        with TestClient(create_team_api(svc), raise_server_exceptions=False) as api:
-            user = create_user(api, team, "broken")["user_id"]
-            status = imported(svc, api, team, user, _zipped(xml))
+    with served(settings, import_dir=tmp_path / "imports", apple_health_max_xml_bytes=60_000) as (
+        svc,
+        team,
+        api,
+    ):
+        user = create_user(api, team, "broken")["user_id"]
+        status = imported(svc, api, team, user, _zipped(xml))
         assert status["status"] == "failure"
         assert status["failure_code"] == code
         assert "aaaa" not in (status["failure_reason"] or "")  # never the file's text
         assert svc.health_data.count(UUID(user)) == 0
         assert svc.ledger.find(Connection.id_for(UUID(user), PROVIDER)) is None
         assert list((tmp_path / "imports").glob("*.zip")) == []
-    finally:
-        svc.close()
 
 
 def test_an_export_of_another_person_is_refused_before_anything_is_stored(
@@ -520,24 +506,17 @@ class Ticking(Clock):
 def test_a_long_import_reports_progress_while_it_reads_which_renews_its_lease(
     settings: Settings, tmp_path: Path, exported: tuple[Path, list[Written]]
 ) -> None:
-    svc = build_service(settings.model_copy(update={"import_dir": tmp_path}), clock=Ticking())
-    try:
-        boot = svc.bootstrap()
-        assert boot is not None
-        team = Team(boot.team_id, boot.team_api_key.plain)
-        with TestClient(create_team_api(svc), raise_server_exceptions=False) as api:
-            user = create_user(api, team, "ida")["user_id"]
-            status = imported(svc, api, team, user, exported[0].read_bytes())
+    with served(settings, Ticking(), import_dir=tmp_path) as (svc, team, api):
+        user = create_user(api, team, "ida")["user_id"]
+        status = imported(svc, api, team, user, exported[0].read_bytes())
         assert status["status"] == "success"
         events = list(svc.ledger.events.get(UUID(status["import_id"])))
-        progressed = [e for e in events if isinstance(e, DataImport.ImportProgressed)]
-        # Some while the file is read (under 0.7), some while its days are stored.
-        assert any(e.progress < 0.7 for e in progressed)
-        assert any(e.progress > 0.7 for e in progressed)
-        assert [e.progress for e in progressed] == sorted(e.progress for e in progressed)
-        assert progressed[-1].counts["records_read"] == len(exported[1])
-    finally:
-        svc.close()
+    progressed = [e for e in events if isinstance(e, DataImport.ImportProgressed)]
+    # Some while the file is read (under 0.7), some while its days are stored.
+    assert any(e.progress < 0.7 for e in progressed)
+    assert any(e.progress > 0.7 for e in progressed)
+    assert [e.progress for e in progressed] == sorted(e.progress for e in progressed)
+    assert progressed[-1].counts["records_read"] == len(exported[1])
 
 
 def test_erasure_removes_the_imported_data(
