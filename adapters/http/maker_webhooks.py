@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from healthledger.adapters.http.errors import ErrorBody
+from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.connections.maker_notices import NoticeMalformed, NoticeRefused
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 WEBHOOK_PATH = "/makers/{provider}/webhook"
@@ -35,20 +35,32 @@ router = APIRouter(tags=["makers' webhooks"], route_class=LedgerRoute)
 class NoticesAccepted(BaseModel):
     """What a maker's notification brought (counts only: nothing about the person)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"recorded": 1, "duplicates": 0, "unknown": 0}]}
+    )
+
     recorded: int = Field(description="Notices recorded now (their sync follows).")
     duplicates: int = Field(description="Notices received before: nothing changed.")
     unknown: int = Field(description="Notices about no live connection: dropped.")
 
 
-@router.api_route(
+@router.head(
     WEBHOOK_PATH,
-    methods=["GET", "HEAD"],
+    summary="A maker's probe of the callback",
+    description="Withings probes a callback with HEAD before it subscribes it: answered as "
+    "the maker's scheme says (404 for a provider without webhooks here).",
+    operation_id="maker_webhook_probe",
+    responses=error_responses(404, 422, described={404: _UNKNOWN_MAKER}),
+)
+@router.get(
+    WEBHOOK_PATH,
     summary="A maker's subscription handshake",
+    operation_id="maker_webhook_handshake",
     description="The verification request a maker sends when we subscribe (Oura: GET with "
     "`verification_token` and `challenge`; Fitbit: GET with `verify`; Withings: HEAD). "
     "Answered as the maker's scheme says; 404 for a provider without webhooks here or a "
     "request that is no handshake of its.",
-    responses={404: {"description": _UNKNOWN_MAKER, "model": ErrorBody}},
+    responses=error_responses(404, 422, described={404: _UNKNOWN_MAKER}),
 )
 def handshake(provider: str, request: Request, service: CurrentService) -> Response:
     webhooks = service.maker_webhooks.get(provider)
@@ -68,16 +80,23 @@ def handshake(provider: str, request: Request, service: CurrentService) -> Respo
 @router.post(
     WEBHOOK_PATH,
     summary="A maker's notification",
+    operation_id="maker_webhook_notification",
     description="A maker tells us a person's data changed, or that the person revoked "
     "access. Verified with the maker's own signature scheme; recorded once; answered at "
     "once (the named days are synced afterwards, and announced to the team as "
     "`daily.data.<resource>.created|updated`). Not authenticated with a team key.",
     response_model=NoticesAccepted,
-    responses={
-        400: {"description": "Signed, but not a notification we can read.", "model": ErrorBody},
-        401: {"description": "Missing or wrong signature: nothing stored.", "model": ErrorBody},
-        404: {"description": _UNKNOWN_MAKER, "model": ErrorBody},
-    },
+    responses=error_responses(
+        400,
+        401,
+        404,
+        422,
+        described={
+            400: "Signed, but not a notification we can read.",
+            401: "Missing or wrong signature (each maker's own scheme): nothing stored.",
+            404: _UNKNOWN_MAKER,
+        },
+    ),
 )
 async def notification(provider: str, request: Request, service: CurrentService) -> Response:
     webhooks = service.maker_webhooks.get(provider)

@@ -22,7 +22,11 @@ APPS: dict[str, Callable[[Service], FastAPI]] = {
 }
 
 # Operations that take no key, so answer no 401: the token is itself the credential.
-KEYLESS = {("team", "POST", "/v2/link/token/isValid")}
+KEYLESS = {
+    ("team", "POST", "/v2/link/token/isValid"),
+    # The makers' webhooks: each maker authenticates with its own signature scheme.
+    *(("team", method, "/makers/{provider}/webhook") for method in ("GET", "HEAD", "POST")),
+}
 
 _REF = re.compile(r"^#/components/schemas/(.+)$")
 _METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
