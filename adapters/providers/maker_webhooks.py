@@ -11,19 +11,24 @@ import hashlib
 import hmac
 
 from healthledger.adapters.providers.oura_webhooks import OuraWebhooks
+from healthledger.adapters.providers.withings_webhooks import WithingsWebhooks
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.maker_notices import MakerWebhooks
 
 
 def maker_webhooks(settings: Settings) -> dict[str, MakerWebhooks]:
     """The verifiers of the makers whose service client (HEALTHLEDGER_OAUTH_CLIENTS) is
-    set: their notifications are signed with its secret."""
+    set: their notifications are signed with its secret, where the maker signs them."""
     found: dict[str, MakerWebhooks] = {}
     oura = settings.oauth_clients.get("oura")
     if oura is not None:
         found["oura"] = OuraWebhooks(
             oura.client_secret.get_secret_value(), oura_verification_token(settings)
         )
+    if "withings" in settings.oauth_clients:
+        # Withings Notify is not signed: a notice only prompts a sync of the window it
+        # names, read with our own token (docs/makers/withings.md#notify-webhooks-in).
+        found["withings"] = WithingsWebhooks()
     return found
 
 
