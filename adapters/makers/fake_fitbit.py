@@ -30,7 +30,7 @@ documented (docs/makers/fitbit.md) for a few synthetic people, and its OAuth 2.0
 The data is deterministic: a person's day is a function of (person, day) and of the
 revisions asked for, so tests can compute what the service must answer.
 
-Run it alone: `python -m healthledger.adapters.makers.fake_fitbit --port 8011`.
+Run it alone: `python -m healthledger.adapters.makers.fake_fitbit --port 8012`.
 """
 
 from __future__ import annotations
@@ -885,7 +885,7 @@ def running_fake_fitbit(
 
 def main() -> None:  # pragma: no cover - a manual sandbox
     parser = argparse.ArgumentParser(description="A fake Fitbit cloud on localhost.")
-    parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument("--port", type=int, default=8012)
     parser.add_argument("--client-id", default="sandbox-client")
     parser.add_argument("--client-secret", default="sandbox-secret")
     args = parser.parse_args()
