@@ -33,4 +33,10 @@ FAKE_MAKERS: tuple[FakeMaker, ...] = (
         8011,
         ("withings_api_url",),
     ),
+    FakeMaker(
+        "fitbit",
+        "healthledger.adapters.makers.fake_fitbit:running_fake_fitbit",
+        8012,
+        ("fitbit_api_url",),
+    ),
 )
