@@ -25,7 +25,7 @@ endpoints.
 - Switches: `fail(status, times, action=)`, `slow(seconds, times)`, `revoke(person)`,
   `restore(person)`, `revise(person, day)` (the day's measure groups, activity, workouts
   and night sent again changed, under the same `grpid`/`id`), `denied_scopes`,
-  `page_size`, `expires_in`.
+  `page_size`, `stuck_paging` (pages that never move on), `expires_in`.
 
 The data is deterministic: a person's day is a function of (person, day) and of the
 revisions asked for, so tests can compute what the service must answer.
@@ -144,6 +144,8 @@ class FakeWithings:
     clients: dict[str, str] = field(default_factory=dict)
     expires_in: int = 10800  # Withings' access tokens last 3 hours
     page_size: int = PAGE_SIZE
+    # A broken maker: every page says `more` and sends the offset it was asked with.
+    stuck_paging: bool = False
     denied_scopes: set[str] = field(default_factory=set)
     history_days: int = 2 * 365
     # What the fake saw: (method, path, params, Withings status), in order.
@@ -677,6 +679,8 @@ class FakeWithings:
         records = [r for day in days(first_day, last_day) for r in build(person, day)]
         page = records[offset : offset + self.page_size]
         more = offset + self.page_size < len(records)
+        if self.stuck_paging:
+            return {key: page, "more": True, "offset": offset}
         return {key: page, "more": more, "offset": offset + len(page) if more else 0}
 
 

@@ -241,6 +241,22 @@ def test_a_reader_that_stopped_at_the_first_page_would_be_caught(
     assert len([o for o in offsets if o]) >= len(served) - 2  # a request per page
 
 
+def test_pages_that_never_move_on_are_a_broken_answer_not_a_loop_or_a_silent_stop(
+    svc: Service, api: Any, home: Team, browser: Browser, withings: FakeWithings, clock: Clock
+) -> None:
+    withings.stuck_paging = True  # `more` forever, the same offset sent back
+    user_id = connect(api, home, browser)
+    svc.jobs.run_due_pulls()
+    assert feed(svc, user_id, "activity").status == "retrying"
+    assert last_error(svc, user_id, "activity") == "provider_unavailable"
+    asked = [q.get("offset") for q in withings.data_requests("getactivity")]
+    assert len(asked) == 2  # the first page, the page it pointed at again: then given up
+    withings.stuck_paging = False
+    clock.advance(timedelta(hours=1))
+    svc.jobs.run_due_pulls()
+    assert feed(svc, user_id, "activity").status == "success"
+
+
 # -- Withings' failures ---------------------------------------------------------------------
 
 
