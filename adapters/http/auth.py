@@ -1,4 +1,5 @@
-"""Team API authentication: the `x-service-api-key` header, checked against a hash."""
+"""Team API authentication: the `x-service-api-key` header (or `x-vital-api-key`, the one
+the official client libraries send), checked against a hash."""
 
 from dataclasses import dataclass
 from typing import Annotated
@@ -12,6 +13,10 @@ from healthledger.domain.keys import MANAGEMENT_KEY, key_matches, parse_key, tea
 from healthledger.domain.teams.management_keys import ORG_ADMIN
 
 TEAM_API_KEY_HEADER = "x-service-api-key"
+# The header the official clients (`vital`, `junction-api-sdk`, `@tryvital/vital-node`)
+# send the team key in, generated from the production API's definition: accepted as well,
+# same key and rules, so that a customer's client works with its base_url changed alone.
+OFFICIAL_CLIENT_KEY_HEADER = "x-vital-api-key"
 
 # Each scheme has its own name in the OpenAPI document (the default, the class name, is
 # the same for all: the second scheme of a document would replace the first).
@@ -20,6 +25,15 @@ team_api_key_scheme = APIKeyHeader(
     scheme_name="TeamApiKey",
     auto_error=False,
     description="The team API key (shown once when it was created).",
+)
+official_client_key_scheme = APIKeyHeader(
+    name=OFFICIAL_CLIENT_KEY_HEADER,
+    scheme_name="OfficialClientApiKey",
+    auto_error=False,
+    description=(
+        f"The team API key, in the header the official client libraries send (same keys "
+        f"and rules as {TEAM_API_KEY_HEADER})."
+    ),
 )
 
 
@@ -40,8 +54,16 @@ def _unauthorized(detail: str) -> HTTPException:
 def team_caller(
     request: Request,
     service: CurrentService,
-    api_key: str | None = Security(team_api_key_scheme),
+    service_key: str | None = Security(team_api_key_scheme),
+    client_key: str | None = Security(official_client_key_scheme),
 ) -> TeamCaller:
+    if service_key and client_key and service_key != client_key:
+        # Which of two keys was meant cannot be guessed; neither is echoed.
+        raise _unauthorized(
+            f"Two different API keys were sent ({TEAM_API_KEY_HEADER} and "
+            f"{OFFICIAL_CLIENT_KEY_HEADER}): send the team API key in one of them."
+        )
+    api_key = service_key or client_key
     if not api_key:
         raise _unauthorized(
             f"Missing API key: send the team API key in the {TEAM_API_KEY_HEADER} header."

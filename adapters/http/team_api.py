@@ -64,7 +64,8 @@ def create_team_api(service: Service) -> FastAPI:
         title="healthledger team API",
         version="2",
         description="Users, their lifecycle and their data. Authenticate with the "
-        "`x-service-api-key` header. Text fields refuse control characters (Unicode "
+        "`x-service-api-key` header (or `x-vital-api-key`, as the official clients send "
+        "the key). Text fields refuse control characters (Unicode "
         "category C) with a 422; any malformed JSON body is a 422 `json_invalid`.",
         # Starlette's `routes`: the shared route objects themselves, where include_router
         # would build each of them again.

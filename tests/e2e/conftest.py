@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 import uvicorn
 import vital
@@ -17,7 +16,6 @@ from healthledger.adapters.http.team_api import create_team_api
 from healthledger.domain.context import CommandContext
 
 from tests.conftest import Team
-from tests.e2e.official_client import rename_key_header
 from tests.e2e.servers import free_port
 
 
@@ -44,5 +42,6 @@ def base_url(service: Service) -> Iterator[str]:
 def api(base_url: str, team: Team, service: Service) -> Iterator[vital.Vital]:
     # Demographics are closed beta (gaps.md): the customer's team has them switched on.
     service.teams.set_feature(CommandContext.system("test"), team.team_id, "demographics", True)
-    with httpx.Client(event_hooks={"request": [rename_key_header]}, timeout=30) as http:
-        yield vital.Vital(api_key=team.key, base_url=base_url, httpx_client=http)
+    # The client as customers construct it: its key and our base_url, nothing else (it
+    # sends the key in x-vital-api-key, which the team API accepts).
+    yield vital.Vital(api_key=team.key, base_url=base_url, timeout=30)

@@ -1,5 +1,5 @@
-"""The official Python client (`vital==2.1.569`) as the e2e tests use it: the header hook
-customers add, a demographics upsert, and what the client's generated code expects of our
+"""The official Python client (`vital==2.1.569`) as the e2e tests use it, unchanged but
+for its base_url: a demographics upsert, and what the client's generated code expects of our
 OpenAPI document (its calls, and the fields its models require)."""
 
 from __future__ import annotations
@@ -10,21 +10,12 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pydantic
 import vital
 from vital.types import Address
 
 # Where the client keeps its generated code: raw_client.py holds each call's method and path.
 VITAL_DIR = Path(vital.__file__).parent
-
-
-def rename_key_header(request: httpx.Request) -> None:
-    """The customer's hook: the client sends its key as x-vital-api-key, we read
-    x-service-api-key (spec section 5)."""
-    key = request.headers.pop("x-vital-api-key", None)
-    if key is not None:
-        request.headers["x-service-api-key"] = key
 
 
 ADDRESS = Address(

@@ -469,8 +469,43 @@ def test_the_management_document_declares_both_key_headers_as_two_schemes(apis: 
         for operation in operations.values():
             requirements = [list(requirement) for requirement in operation["security"]]
             assert sorted(requirements) == sorted([name] for name in schemes)
-    team_schemes = documents(apis)["team"]["components"]["securitySchemes"]
-    assert [s["name"] for s in team_schemes.values()] == ["x-service-api-key"]
+
+
+def test_the_team_document_declares_our_key_header_and_the_official_clients(apis: Apis) -> None:
+    document = documents(apis)["team"]
+    schemes = document["components"]["securitySchemes"]
+    by_header = {scheme["name"]: name for name, scheme in schemes.items()}
+    assert sorted(by_header) == ["x-service-api-key", "x-vital-api-key"]
+    # Either header authenticates every operation that takes a key: two alternatives.
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            if operation.get("security"):
+                requirements = sorted(list(r) for r in operation["security"])
+                assert requirements == sorted([name] for name in schemes)
+
+
+def test_the_official_clients_header_carries_the_same_key_under_the_same_rules(
+    apis: Apis,
+) -> None:
+    def users(headers: dict[str, str]) -> Response:
+        return apis.team_api.get("/v2/user", headers=headers)
+
+    key = apis.team_key
+    listed = users({"x-vital-api-key": key})
+    assert listed.status_code == 200, listed.text
+    assert listed.json() == users({"x-service-api-key": key}).json()
+    # The same key in both headers is one key.
+    assert users({"x-vital-api-key": key, "x-service-api-key": key}).status_code == 200
+    # A wrong or a management key in the client's header is refused as in ours.
+    assert users({"x-vital-api-key": key[:-2] + "zz"}).status_code == 401
+    refused = users({"x-vital-api-key": apis.management_key})
+    assert refused.status_code == 401
+    assert "management key" in refused.json()["detail"]
+    # Two different keys: which was meant is not guessed, and neither is echoed.
+    both = users({"x-vital-api-key": key, "x-service-api-key": key[:-2] + "zz"})
+    assert both.status_code == 401
+    assert "Two different API keys" in both.json()["detail"]
+    assert key not in both.text and key[:-2] not in both.text
 
 
 def error_schema(document: dict[str, Any], response: dict[str, Any]) -> str:
