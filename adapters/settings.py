@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     # How far back a new Fitbit connection's history is pulled (Fitbit keeps it all; at
     # 150 requests an hour per person, two years take several hours: docs/makers/fitbit.md).
     fitbit_history_days: int = Field(default=730, ge=1)
+    # The subscriber verification code Fitbit's developer console shows for our subscriber
+    # (docs/makers/fitbit.md#subscriptions-webhooks-in): what Fitbit's `?verify=` must be.
+    # Unset, every verification is refused (404) and Fitbit does not enable the subscriber.
+    fitbit_subscriber_verification_code: SecretStr | None = None
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).

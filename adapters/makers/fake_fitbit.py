@@ -23,6 +23,10 @@ documented (docs/makers/fitbit.md) for a few synthetic people, and its OAuth 2.0
 - Bearer tokens expire (`expires_in`, 8 hours by default, by the fake's clock); a revoked
   person's tokens and refresh tokens are refused (401 `invalid_token`); a scope not granted
   is a 403 `insufficient_scope`.
+- Subscriptions: with `subscriber_url` set, `verify_subscriber(code)` makes Fitbit's two
+  verification GETs, and `revise` and `revoke` POST signed notifications there
+  (`X-Fitbit-Signature`, a wrong one with `bad_signature`); `notify` and `post` send one;
+  `sent` keeps each body and the status it got.
 - Switches to inject failures: `fail(status, times, retry_after=..., path=...)` (429 with
   or without Retry-After, 5xx), `slow(seconds, times)`, `revoke(person)`,
   `revise(person, day)` (the day's records re-sent changed under the same `logId`s).
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import json
 import random
 import secrets
 import socket
@@ -52,7 +57,9 @@ from urllib.parse import parse_qs, unquote_plus, urlencode
 from zoneinfo import ZoneInfo
 
 import anyio
+import httpx
 import uvicorn
+from healthledger.adapters.providers.fitbit_webhooks import REVOKED, sign
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -160,6 +167,14 @@ def local_text(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.000")
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A notification the fake sent: its raw body and the status our route answered."""
+
+    body: bytes
+    status: int
+
+
 @dataclass
 class _Failure:
     status: int
@@ -194,6 +209,13 @@ class FakeFitbit:
     retry_after_on_429: bool = True
     # How far back a person's tracker has data, from the fake's today.
     history_days: int = 2 * 365
+    # The Subscriptions API: where notifications go (unset: none are sent), signed with
+    # the secret of `subscriber_client` (the first registered client when unset), or with
+    # a wrong secret when `bad_signature` is on; what was sent.
+    subscriber_url: str | None = None
+    subscriber_client: str | None = None
+    bad_signature: bool = False
+    sent: list[Sent] = field(default_factory=list)
     # What the fake saw: (method, path, query, status), in order.
     requests: list[tuple[str, str, dict[str, str], int]] = field(default_factory=list)
     issued: list[str] = field(default_factory=list)
@@ -231,9 +253,12 @@ class FakeFitbit:
             self._slow.extend([seconds] * times)
 
     def revoke(self, person: str) -> None:
-        """The person revoked the application's access at Fitbit: every token is refused."""
+        """The person revoked the application's access at Fitbit: every token is refused,
+        and the subscriber is told (`userRevokedAccess`)."""
         with self.lock:
             self._revoked.add(person)
+        if self.subscriber_url:
+            self.notify(person, REVOKED, self.today(PEOPLE[person]))
 
     def restore(self, person: str) -> None:
         """The person allows the application again: new sign-ins work (old tokens stay
@@ -244,9 +269,53 @@ class FakeFitbit:
             self._refresh = {k: g for k, g in self._refresh.items() if g.person != person}
 
     def revise(self, person: str, day: date) -> None:
-        """The person's records of `day` are sent again changed (same logIds, new values)."""
+        """The person's records of `day` are sent again changed (same logIds, new values);
+        the subscriber is told, a notification per collection that changed."""
         with self.lock:
             self._revisions[(person, day)] = self._revisions.get((person, day), 0) + 1
+        if self.subscriber_url:
+            for collection in ("activities", "sleep", "body"):
+                self.notify(person, collection, day)
+
+    # -- the Subscriptions API ----------------------------------------------------------
+
+    def verify_subscriber(self, code: str) -> tuple[int, int]:
+        """Fitbit's check of a subscriber URL: a GET with the right code (204 expected),
+        then one with a wrong code (404 expected); the two statuses answered."""
+        assert self.subscriber_url is not None
+        with httpx.Client(timeout=10) as http:
+            right = http.get(self.subscriber_url, params={"verify": code})
+            wrong = http.get(self.subscriber_url, params={"verify": secrets.token_hex(16)})
+        return right.status_code, wrong.status_code
+
+    def notify(self, person: str, collection: str, day: date) -> Sent:
+        """POST one notification (a one-element array, as Fitbit sends them) about the
+        person's `collection` of `day`, signed."""
+        body = json.dumps(
+            [
+                {
+                    "collectionType": collection,
+                    "date": day.isoformat(),
+                    "ownerId": PEOPLE[person].encoded_id,
+                    "ownerType": "user",
+                    "subscriptionId": f"{person}-all",
+                }
+            ]
+        ).encode()
+        return self.post(body)
+
+    def post(self, body: bytes) -> Sent:
+        """POST a notification body to the subscriber, signed as Fitbit signs it (with a
+        wrong secret when `bad_signature` is on)."""
+        assert self.subscriber_url is not None
+        client = self.subscriber_client or next(iter(self.clients))
+        secret = self.clients[client] + ("-forged" if self.bad_signature else "")
+        headers = {"Content-Type": "application/json", "X-Fitbit-Signature": sign(secret, body)}
+        with httpx.Client(timeout=10) as http:
+            status = http.post(self.subscriber_url, content=body, headers=headers).status_code
+        sent = Sent(body, status)
+        self.sent.append(sent)
+        return sent
 
     def data_requests(self, part: str = "") -> list[tuple[str, dict[str, str]]]:
         """The data requests answered 200 whose path contains `part`: (path, query)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from healthledger.adapters.providers.fitbit_webhooks import FitbitWebhooks
 from healthledger.adapters.providers.oura_webhooks import OuraWebhooks
 from healthledger.adapters.providers.withings_webhooks import WithingsWebhooks
 from healthledger.adapters.settings import Settings
@@ -29,6 +30,15 @@ def maker_webhooks(settings: Settings) -> dict[str, MakerWebhooks]:
         # Withings Notify is not signed: a notice only prompts a sync of the window it
         # names, read with our own token (docs/makers/withings.md#notify-webhooks-in).
         found["withings"] = WithingsWebhooks()
+    fitbit = settings.oauth_clients.get("fitbit")
+    if fitbit is not None:
+        # Signed with the client secret; the handshake's code is the one Fitbit's console
+        # shows for our subscriber (docs/makers/fitbit.md#subscriptions-webhooks-in).
+        code = settings.fitbit_subscriber_verification_code
+        found["fitbit"] = FitbitWebhooks(
+            fitbit.client_secret.get_secret_value(),
+            None if code is None else code.get_secret_value(),
+        )
     return found
 
 
