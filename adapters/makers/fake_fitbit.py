@@ -7,7 +7,8 @@ documented (docs/makers/fitbit.md) for a few synthetic people, and its OAuth 2.0
   `POST {base}/fitbit/token` (also `/oauth2/token`) exchanges it (client authentication
   in the Basic header, as Fitbit wants it; redirect_uri and PKCE S256 checked, a code used
   once) and refreshes (refresh tokens are single use, as Fitbit's are). The answer names
-  the person (`user_id`) and the scopes granted. With `HEALTHLEDGER_OAUTH_MAKER_URL={base}`
+  the person (`user_id`) and the scopes granted. `POST {base}/fitbit/revoke` (also
+  `/oauth2/revoke`) ends a grant (RFC 7009, as Fitbit's). With `HEALTHLEDGER_OAUTH_MAKER_URL={base}`
   the service's OAuth client uses these endpoints.
 - Data: the Web API's paths (`/1/user/-/...`, `/1.2/user/-/sleep/...`) with Fitbit's
   shapes: local times without offset (the profile's `timezone` says where), values of
@@ -668,6 +669,35 @@ class FakeFitbit:
                 return answer(self._issue(held))
         return refused("unsupported_grant_type", 400)
 
+    async def revoke_token(self, request: Request) -> Response:
+        """RFC 7009 revocation, as Fitbit's `POST /oauth2/revoke`: the client in the Basic
+        header, `token` an access or refresh token of its grant; every token of that
+        grant stops working. 200 also for a token unknown (RFC 7009 2.2)."""
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+        client_id, secret = None, None
+        header = request.headers.get("authorization", "")
+        if header.startswith("Basic "):
+            pair = base64.b64decode(header.removeprefix("Basic ")).decode()
+            client_id, _, secret = (unquote_plus(part) for part in pair.partition(":"))
+        status = 200
+        if client_id is None or self.clients.get(client_id) != secret:
+            status = 401
+        else:
+            with self.lock:
+                token = form.get("token", "")
+                grant = self._access.get(token) or self._refresh.get(token)
+                if grant is not None and grant.client_id == client_id:
+                    # The whole grant: every token the application holds for the person.
+                    def kept(g: _Grant) -> bool:
+                        return (g.person, g.client_id) != (grant.person, client_id)
+
+                    self._access = {k: g for k, g in self._access.items() if kept(g)}
+                    self._refresh = {k: g for k, g in self._refresh.items() if kept(g)}
+        self.requests.append(("POST", request.url.path, {}, status))
+        if status != 200:
+            return _errors(status, "invalid_client", "Invalid client.")
+        return JSONResponse({})
+
     # -- the data API -----------------------------------------------------------------------
 
     def _injected(self, path: str) -> tuple[_Failure | None, float]:
@@ -918,6 +948,8 @@ def create_app(fake: FakeFitbit) -> Starlette:
             Route("/oauth2/authorize", fake.authorize, methods=["GET"]),
             Route("/fitbit/token", fake.token, methods=["POST"]),
             Route("/oauth2/token", fake.token, methods=["POST"]),
+            Route("/fitbit/revoke", fake.revoke_token, methods=["POST"]),
+            Route("/oauth2/revoke", fake.revoke_token, methods=["POST"]),
             Route("/{version}/user/{rest:path}", fake.data, methods=["GET"]),
         ]
     )

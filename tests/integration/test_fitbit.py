@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.makers.fake_fitbit import PEOPLE, FakeFitbit, running_fake_fitbit
@@ -469,3 +470,28 @@ def test_without_intraday_access_heart_rate_reads_nothing_and_asks_once(
 
 def test_the_composition_root_reads_fitbit_with_the_reader(svc: Service) -> None:
     assert isinstance(svc.pulls.adapter_for("fitbit", False), FitbitReader)
+
+
+def test_the_fakes_revocation_endpoint_ends_the_grant(
+    svc: Service, api: Any, home: Team, browser: Browser, fitbit: FakeFitbit, clock: Clock
+) -> None:
+    """The fake serves Fitbit's RFC 7009 revocation (`{base}/fitbit/revoke`, where the
+    generic adapter's revocation goes with HEALTHLEDGER_OAUTH_MAKER_URL): the grant's
+    tokens stop working, and the next pull puts the connection in error."""
+    user_id = connect(api, home, browser)
+    stored = svc.provider_tokens.current(Connection.id_for(user_id, "fitbit"))
+    assert stored is not None and stored.tokens.refresh_token
+    refused = httpx.post(
+        f"{fitbit.base}/fitbit/revoke",
+        data={"token": stored.tokens.refresh_token},
+        auth=(SERVICE_CLIENT, "wrong"),
+    )
+    assert refused.status_code == 401
+    revoked = httpx.post(
+        f"{fitbit.base}/fitbit/revoke",
+        data={"token": stored.tokens.refresh_token},
+        auth=(SERVICE_CLIENT, SERVICE_SECRET),
+    )
+    assert revoked.status_code == 200
+    svc.jobs.run_due_pulls()
+    assert provider_status(api, home, user_id)["status"] == "error"
