@@ -328,3 +328,36 @@ def test_a_revocation_ends_the_connection_and_the_team_is_told(
     svc.jobs.dispatch_webhooks()
     types = [json.loads(r.body)["event_type"] for r in receiver.on("ok")]
     assert types.count("provider.connection.error") == 1
+
+
+def test_the_subscribe_command_registers_our_subscriptions_at_oura(
+    svc: Service,
+    oura: FakeOura,
+    served: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from healthledger.adapters.cli import main
+
+    settings = svc.settings
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", settings.database_url)
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(settings.master_key_file))
+    monkeypatch.setenv("HEALTHLEDGER_OURA_API_URL", oura.base)
+    monkeypatch.setenv("HEALTHLEDGER_PUBLIC_BASE_URL", served)
+    monkeypatch.setenv(
+        "HEALTHLEDGER_OAUTH_CLIENTS",
+        json.dumps({"oura": {"client_id": SERVICE_CLIENT, "client_secret": SERVICE_SECRET}}),
+    )
+    assert main(["makers", "subscribe"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("created") == 12 and SERVICE_SECRET not in printed
+    assert {s["callback_url"] for s in oura.webhooks.subscriptions.values()} == {
+        f"{served}/makers/oura/webhook"
+    }
+    assert main(["makers", "subscribe"]) == 0
+    assert capsys.readouterr().out.count("kept") == 12
+    # Oura out of reach: a clear failure, no secret printed.
+    monkeypatch.setenv("HEALTHLEDGER_OURA_API_URL", "http://127.0.0.1:9")
+    assert main(["makers", "subscribe"]) == 1
+    failed = capsys.readouterr().err
+    assert "could not be reached" in failed and SERVICE_SECRET not in failed
