@@ -36,12 +36,12 @@ from tests.integration.test_oura_webhooks import (
     AVA,
     api,
     callback,
-    configured,
     connected_user,
     home,
     log_length,
     notice_streams,
     oura,
+    oura_service,
     served,
     subscribed,
     svc,
@@ -113,8 +113,7 @@ def test_two_processes_take_a_notice_once(
     oura.revise("ava", clock().date() - timedelta(days=1))
     notices = notice_streams(svc)
     assert len(notices) == 6
-    other = build_service(configured(settings, oura), clock=clock)
-    try:
+    with oura_service(settings, oura, clock) as other:
         outcomes: list[str | None] = []
         start = threading.Barrier(2)
 
@@ -128,8 +127,6 @@ def test_two_processes_take_a_notice_once(
             thread.start()
         for thread in threads:
             thread.join()
-    finally:
-        other.close()
     # Each notice was handled by one of the two: six outcomes, six Nones.
     assert sorted(o for o in outcomes if o is not None) == ["synced"] * 6
     assert outcomes.count(None) == 6
@@ -185,14 +182,11 @@ def test_connections_written_before_revision_0017_get_their_digest_at_start(
     with svc.db.write() as conn:
         conn.execute(update(connections).values(account_digest=None))
     assert svc.maker_notice_queries.connections_of("oura", AVA.user_id) == []
-    again = build_service(configured(settings, oura), clock=clock)
-    try:
+    with oura_service(settings, oura, clock) as again:
         assert again.maker_notice_queries.connections_of("oura", AVA.user_id) == [connection_id]
         # Nobody else's account finds it.
         assert again.maker_notice_queries.connections_of("oura", str(uuid.uuid4())) == []
         assert again.maker_notice_queries.connections_of("fitbit", AVA.user_id) == []
-    finally:
-        again.close()
 
 
 def test_the_notice_streams_name_no_account(

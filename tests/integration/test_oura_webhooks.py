@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.makers.fake_oura import PEOPLE, FakeOura, running_fake_oura
 from healthledger.adapters.persistence.engine.schema import stored_events
@@ -27,16 +27,13 @@ from healthledger.adapters.providers.oura_subscriptions import (
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.notice_intake import NoticeReceipt
-from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from sqlalchemy import func, select
 
 from tests.clocks import Clock
 from tests.conftest import Team
+from tests.integration.maker_reads import feed, maker_service
 from tests.integration.oauth_browser import (
-    API,
-    LINK,
-    SERVICE,
     SERVICE_CLIENT,
     SERVICE_SECRET,
     Browser,
@@ -65,25 +62,24 @@ def oura(clock: Clock) -> Iterator[FakeOura]:
         yield fake
 
 
-def configured(settings: Settings, oura: FakeOura) -> Settings:
-    return settings.model_copy(
-        update={
-            "link_url": LINK,
-            "public_base_url": API,
-            "oauth_maker_url": oura.base,
-            "oura_api_url": oura.base,
-            "oura_history_days": HISTORY_DAYS,
-            "maker_api_timeout": timedelta(seconds=2),
-            "oauth_clients": {"oura": SERVICE},
-        }
+def oura_service(settings: Settings, oura: FakeOura, clock: Clock) -> Any:
+    """A service reading the fake Oura (closed when the context ends): the tests' OAuth
+    client, whose secret signs the fake's notifications."""
+    return maker_service(
+        settings,
+        clock,
+        "oura",
+        oura.base,
+        oura_api_url=oura.base,
+        oura_history_days=HISTORY_DAYS,
+        maker_api_timeout=timedelta(seconds=2),
     )
 
 
 @pytest.fixture
 def svc(settings: Settings, oura: FakeOura, clock: Clock) -> Iterator[Service]:
-    built = build_service(configured(settings, oura), clock=clock)
-    yield built
-    built.close()
+    with oura_service(settings, oura, clock) as built:
+        yield built
 
 
 @pytest.fixture
@@ -142,11 +138,8 @@ def connected_user(svc: Service, api: Any, home: Team, browser: Browser) -> uuid
     """A person signed in at the fake Oura, the history pulled."""
     user_id = signed_in_user(api, home, browser, "oura")
     svc.jobs.run_due_pulls()
-    feeds = [
-        svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, "oura"), r))
-        for r in ("sleep", "activity", "workouts")
-    ]
-    assert all(isinstance(f, ResourceFeed) and f.status == "success" for f in feeds)
+    for resource in ("sleep", "activity", "workouts"):
+        assert feed(svc, user_id, "oura", resource).status == "success"
     return user_id
 
 
