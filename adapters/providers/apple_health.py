@@ -125,7 +125,7 @@ _INTERVAL = frozenset(
         "mindfulness_minutes",
     }
 )
-SUMMARIES = ("sleep", "activity", "workouts", "body", "profile")
+SUMMARIES = ("sleep", "sleep_cycle", "activity", "workouts", "body", "profile")
 # Every resource an import can give: what an import's connection offers.
 RESOURCES = tuple(sorted({*_RESOURCES, *SUMMARIES}))
 
@@ -148,6 +148,8 @@ _SEXES = {
     "HKBiologicalSexMale": "male",
     "HKBiologicalSexOther": "other",
 }
+# A sleep record as kept: (source, start, end, our stage).
+SleepRecord = tuple[int, datetime, datetime, str]
 # A night is the sleep that ends from 18:00 the evening before to 18:00 on its day.
 _NIGHT_SHIFT = timedelta(hours=6)
 
@@ -335,7 +337,7 @@ class AppleHealthReading:
         self.sources: dict[str, int] = {}
         self.source_kinds: list[Source] = []
         self.totals = _DayTotals()
-        self.sleep: list[tuple[int, datetime, datetime, str]] = []
+        self.sleep: list[SleepRecord] = []
         self.workouts: list[_Workout] = []
         self.workout: _Workout | None = None
         self.activity: dict[date, dict[str, float]] = {}
@@ -538,8 +540,10 @@ class AppleHealthReading:
 
     def batches(self) -> Iterator[Mapping[str, Mapping[date, Any]]]:
         yield from self._series()
+        sleeps, cycles = self._sleep()
         summaries: list[tuple[str, dict[date, Any]]] = [
-            ("sleep", self._sleep()),
+            ("sleep", sleeps),
+            ("sleep_cycle", cycles),
             ("activity", self._activity()),
             ("body", self._body()),
             ("workouts", self._workouts()),
@@ -606,16 +610,23 @@ class AppleHealthReading:
         if batch:
             yield batch
 
-    def _sleep(self) -> dict[date, Any]:
+    def _sleep(self) -> tuple[dict[date, Any], dict[date, Any]]:
+        """Each night's sleep summary, and its sleep cycle where its source staged it."""
         nights: dict[date, list[tuple[int, datetime, datetime, str]]] = {}
         for record in self.sleep:
             nights.setdefault((record[2] + _NIGHT_SHIFT).date(), []).append(record)
-        found: dict[date, Any] = {}
+        sleeps: dict[date, Any] = {}
+        cycles: dict[date, Any] = {}
         for night, records in nights.items():
-            summary = _night(night, records, self.source_kinds)
-            if summary is not None:
-                found[night] = summary
-        return found
+            kept = _night_source(records)
+            summary = _night(night, kept, self.source_kinds)
+            if summary is None:
+                continue
+            sleeps[night] = summary
+            cycle = _cycle(kept)
+            if cycle is not None:
+                cycles[night] = cycle
+        return sleeps, cycles
 
     def _activity(self) -> dict[date, Any]:
         amounts = self.totals.amounts
@@ -736,20 +747,46 @@ def _sport(kind: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in text).lstrip("_")
 
 
-def _night(
-    night: date, records: list[tuple[int, datetime, datetime, str]], sources: Sequence[Source]
-) -> dict[str, Any] | None:
-    """A night's summary from its sleep records: those of the source that recorded the
-    most sleep (the watch's stages, rather than the phone's time in bed)."""
-    by_source: dict[int, list[tuple[int, datetime, datetime, str]]] = {}
+# The stages a sleep cycle names (time in bed and unstaged sleep are not stages).
+_CYCLE_STAGES = frozenset({"light", "deep", "rem", "awake"})
+
+
+def _night_source(records: list[SleepRecord]) -> list[SleepRecord]:
+    """The night's records of the source that recorded the most sleep (the watch's
+    stages, rather than the phone's time in bed)."""
+    by_source: dict[int, list[SleepRecord]] = {}
     for record in records:
         by_source.setdefault(record[0], []).append(record)
 
-    def weight(items: list[tuple[int, datetime, datetime, str]]) -> tuple[float, float]:
+    def weight(items: list[SleepRecord]) -> tuple[float, float]:
         asleep = sum((e - s).total_seconds() for _, s, e, stage in items if stage in _ASLEEP)
         return asleep, sum((e - s).total_seconds() for _, s, e, _stage in items)
 
-    source, kept = max(by_source.items(), key=lambda pair: (weight(pair[1]), -pair[0]))
+    _, kept = max(by_source.items(), key=lambda pair: (weight(pair[1]), -pair[0]))
+    return kept
+
+
+def _cycle(kept: list[SleepRecord]) -> dict[str, Any] | None:
+    """The night's stages as the demo's sleep cycle: offsets from the night's start."""
+    staged = sorted((s, e, stage) for _, s, e, stage in kept if stage in _CYCLE_STAGES)
+    if not staged:
+        return None
+    begin = min(s for _, s, _e, _stage in kept)
+    stop = max(e for _, _s, e, _stage in kept)
+    return {
+        "session_start": begin.isoformat(),
+        "session_end": stop.isoformat(),
+        "stage_start_offset_second": [int((s - begin).total_seconds()) for s, _, _ in staged],
+        "stage_end_offset_second": [int((e - begin).total_seconds()) for _, e, _ in staged],
+        "stage_type": [stage for _, _, stage in staged],
+    }
+
+
+def _night(
+    night: date, kept: list[SleepRecord], sources: Sequence[Source]
+) -> dict[str, Any] | None:
+    """A night's summary from the records of its source (`_night_source`)."""
+    source = kept[0][0]
     begin = min(s for _, s, _e, _stage in kept)
     stop = max(e for _, _s, e, _stage in kept)
     seconds = dict.fromkeys(("asleep", "light", "deep", "rem", "awake", "in_bed"), 0)

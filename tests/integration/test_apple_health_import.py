@@ -193,7 +193,7 @@ def test_an_uploaded_export_is_read_into_the_summaries_and_timeseries(
     # stages (not the phone's time in bed); the offset changes with summer time.
     sleeps = get(api, home, f"/v2/summary/sleep/{user}", start_date=str(FIRST), end_date=str(LAST))
     nights = {s["calendar_date"]: s for s in sleeps["sleep"]}
-    assert len(nights) == SHAPE.days - 1 or len(nights) == SHAPE.days
+    assert len(nights) == SHAPE.days  # the first ends on the morning of the first day
     night = nights["2024-03-30"]
     assert night["bedtime_start"] == "2024-03-29T23:10:00+01:00"
     assert night["timezone_offset"] == 3600
@@ -208,6 +208,16 @@ def test_an_uploaded_export_is_read_into_the_summaries_and_timeseries(
     }
     # The phone's time in bed was in the file, and not taken for the night.
     assert of(records, SLEEP, PHONE[0])
+    # Its stages, as the night's sleep cycle (the client's codes: 1 deep ... 4 awake).
+    cycles = get(api, home, f"/v2/summary/sleep_cycle/{user}", start_date="2024-03-30")
+    cycle = next(c for c in cycles["sleep_cycle"] if c["calendar_date"] == "2024-03-30")
+    assert cycle["sleep_id"] == night["id"]
+    assert cycle["stage_type"] == [4, 2, 1, 2, 3, 4, 2, 3]
+    minutes = [10, 95, 60, 80, 45, 5, 90, 40]
+    starts = [60 * sum(minutes[:n]) for n in range(len(minutes))]
+    assert cycle["stage_start_offset_second"] == starts
+    ends = [start + 60 * m for start, m in zip(starts, minutes, strict=True)]
+    assert cycle["stage_end_offset_second"] == ends
 
     # Workouts: Apple's statistics, under a stable id of ours.
     workouts = get(
