@@ -104,25 +104,29 @@ class FakeOuraWebhooks:
             mine = [_shown(s) for s in self.subscriptions.values() if s["client_id"] == client_id]
         return JSONResponse(mine)
 
-    async def renew(self, request: Request) -> Response:
+    def _owned(self, request: Request) -> dict[str, Any] | Response:
+        """The client's subscription the path names (under the lock), or the refusal."""
         client_id = self._client(request)
         if client_id is None:
             return JSONResponse({"status": 401, "title": "Unauthorized"}, status_code=401)
+        found = self.subscriptions.get(request.path_params["id"])
+        if found is None or found["client_id"] != client_id:
+            return JSONResponse({"status": 404, "title": "Not Found"}, status_code=404)
+        return found
+
+    async def renew(self, request: Request) -> Response:
         with self.lock:
-            found = self.subscriptions.get(request.path_params["id"])
-            if found is None or found["client_id"] != client_id:
-                return JSONResponse({"status": 404, "title": "Not Found"}, status_code=404)
+            found = self._owned(request)
+            if isinstance(found, Response):
+                return found
             found["expiration_time"] = (self.clock() + SUBSCRIPTION_LIFETIME).isoformat()
             return JSONResponse(_shown(found))
 
     async def delete(self, request: Request) -> Response:
-        client_id = self._client(request)
-        if client_id is None:
-            return JSONResponse({"status": 401, "title": "Unauthorized"}, status_code=401)
         with self.lock:
-            found = self.subscriptions.get(request.path_params["id"])
-            if found is None or found["client_id"] != client_id:
-                return JSONResponse({"status": 404, "title": "Not Found"}, status_code=404)
+            found = self._owned(request)
+            if isinstance(found, Response):
+                return found
             del self.subscriptions[found["id"]]
         return Response(status_code=204)
 
