@@ -60,7 +60,6 @@ from healthledger.adapters.persistence.queries.orders import OrderQueries
 from healthledger.adapters.persistence.queries.portal import PortalQueries
 from healthledger.adapters.persistence.queries.pulls import PullQueries
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
-from healthledger.adapters.providers.apple_health import RESOURCES as APPLE_HEALTH_RESOURCES
 from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.providers.fitbit import FitbitReader
@@ -520,7 +519,8 @@ def build_service(
         key_store,
         import_files,
         apple_health_kit.availability,
-        APPLE_HEALTH_RESOURCES,
+        # What the catalog offers: those an export does not give are unavailable.
+        catalog["apple_health_kit"].supported_resources,
         policy=ImportPolicy(),
     )
     maker_notice_queries = MakerNoticeQueries(db, account_digests)

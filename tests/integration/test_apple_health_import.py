@@ -151,6 +151,12 @@ def test_an_uploaded_export_is_read_into_the_summaries_and_timeseries(
     # succeeded: announced as historical.data.<resource>.created, once.
     [provider] = get(api, home, f"/v2/user/providers/{user}")["providers"]
     assert provider["slug"] == PROVIDER and provider["status"] == "connected"
+    # What an export gives is available; what the catalog offers beyond it is not.
+    availability = provider["resource_availability"]
+    assert set(availability) == set(svc.catalog[PROVIDER].supported_resources)
+    assert availability["heartrate"]["status"] == "available"
+    assert availability["sleep_cycle"]["status"] == "available"
+    assert availability["electrocardiogram"]["status"] == "unavailable"
     for resource in ("heartrate", "steps", "sleep", "workouts", "activity", "body"):
         assert announced(svc, user, resource) == [f"historical.data.{resource}.created"]
 
