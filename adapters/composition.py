@@ -478,6 +478,8 @@ def build_service(
             api_url=settings.fitbit_api_url,
             maker_url=settings.oauth_maker_urls.get("fitbit", settings.oauth_maker_url),
             history_days=settings.fitbit_history_days,
+            # Subscribed to Fitbit's notifications at sign-in once our subscriber is set up.
+            subscribe=settings.fitbit_subscriber_verification_code is not None,
         )
 
     apple_health_kit = AppleHealthKit()

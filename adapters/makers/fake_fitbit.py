@@ -24,9 +24,11 @@ documented (docs/makers/fitbit.md) for a few synthetic people, and its OAuth 2.0
 - Bearer tokens expire (`expires_in`, 8 hours by default, by the fake's clock); a revoked
   person's tokens and refresh tokens are refused (401 `invalid_token`); a scope not granted
   is a 403 `insufficient_scope`.
-- Subscriptions: with `subscriber_url` set, `verify_subscriber(code)` makes Fitbit's two
+- Subscriptions: `POST /1/user/-/apiSubscriptions/{id}.json` subscribes the person
+  (`subscriptions`); with `subscriber_url` set, `verify_subscriber(code)` makes Fitbit's two
   verification GETs, and `revise` and `revoke` POST signed notifications there
-  (`X-Fitbit-Signature`, a wrong one with `bad_signature`); `notify` and `post` send one;
+  for subscribed people (`X-Fitbit-Signature`, a wrong one with `bad_signature`);
+  `notify` and `post` send one whoever it is about;
   `sent` keeps each body and the status it got.
 - Switches to inject failures: `fail(status, times, retry_after=..., path=...)` (429 with
   or without Retry-After, 5xx), `slow(seconds, times)`, `revoke(person)`,
@@ -217,6 +219,8 @@ class FakeFitbit:
     subscriber_client: str | None = None
     bad_signature: bool = False
     sent: list[Sent] = field(default_factory=list)
+    # person -> the id of the application's subscription to their collections.
+    subscriptions: dict[str, str] = field(default_factory=dict)
     # What the fake saw: (method, path, query, status), in order.
     requests: list[tuple[str, str, dict[str, str], int]] = field(default_factory=list)
     issued: list[str] = field(default_factory=list)
@@ -258,7 +262,7 @@ class FakeFitbit:
         and the subscriber is told (`userRevokedAccess`)."""
         with self.lock:
             self._revoked.add(person)
-        if self.subscriber_url:
+        if self.subscriber_url and person in self.subscriptions:
             self.notify(person, REVOKED, self.today(PEOPLE[person]))
 
     def restore(self, person: str) -> None:
@@ -274,7 +278,7 @@ class FakeFitbit:
         the subscriber is told, a notification per collection that changed."""
         with self.lock:
             self._revisions[(person, day)] = self._revisions.get((person, day), 0) + 1
-        if self.subscriber_url:
+        if self.subscriber_url and person in self.subscriptions:
             for collection in ("activities", "sleep", "body"):
                 self.notify(person, collection, day)
 
@@ -730,7 +734,7 @@ class FakeFitbit:
         headers: dict[str, str] = {}
 
         def answer(body: Any, status: int = 200) -> Response:
-            self.requests.append(("GET", path, query, status))
+            self.requests.append((request.method, path, query, status))
             return JSONResponse(body, status_code=status, headers=headers)
 
         failure, delay = self._injected(path)
@@ -761,6 +765,8 @@ class FakeFitbit:
                 headers["Retry-After"] = str(reset)
             return answer(_error_body("system", "Too Many Requests"), 429)
         person = PEOPLE[grant.person]
+        if request.method == "POST":
+            return self._subscribe(person, path, answer)
         try:
             route = _route(path)
         except ValueError:
@@ -775,6 +781,30 @@ class FakeFitbit:
         except _Invalid as exc:
             return answer(_error_body("validation", str(exc)), 400)
         return answer(body)
+
+    def _subscribe(
+        self, person: Person, path: str, answer: Callable[[Any, int], Response]
+    ) -> Response:
+        """`POST /1/user/-/apiSubscriptions/{id}.json`: the person's every collection
+        (201; 200 for the same again; 409 for an id another person's subscription has)."""
+        prefix, suffix = "/1/user/-/apiSubscriptions/", ".json"
+        if not path.startswith(prefix) or not path.endswith(suffix):
+            return answer(_error_body("not_found", "No such resource."), 404)
+        subscription = path.removeprefix(prefix).removesuffix(suffix)
+        body = {
+            "collectionType": "user",
+            "ownerId": person.encoded_id,
+            "ownerType": "user",
+            "subscriberId": "1",
+            "subscriptionId": subscription,
+        }
+        with self.lock:
+            taken = {s: p for p, s in self.subscriptions.items()}
+            if taken.get(subscription, person.key) != person.key:
+                return answer(_error_body("conflict", "Subscription id in use."), 409)
+            status = 200 if self.subscriptions.get(person.key) == subscription else 201
+            self.subscriptions[person.key] = subscription
+        return answer(body, status)
 
     def _range(self, kind: str, first: str, last: str) -> tuple[date, date]:
         try:
@@ -950,7 +980,7 @@ def create_app(fake: FakeFitbit) -> Starlette:
             Route("/oauth2/token", fake.token, methods=["POST"]),
             Route("/fitbit/revoke", fake.revoke_token, methods=["POST"]),
             Route("/oauth2/revoke", fake.revoke_token, methods=["POST"]),
-            Route("/{version}/user/{rest:path}", fake.data, methods=["GET"]),
+            Route("/{version}/user/{rest:path}", fake.data, methods=["GET", "POST"]),
         ]
     )
 

@@ -34,6 +34,8 @@ Nothing Fitbit sends is logged or put in an error: messages are fixed texts.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import threading
 import time as time_module
 from collections import OrderedDict
@@ -173,6 +175,7 @@ class FitbitReader(OAuth2Maker):
         history_days: int = HISTORY_DAYS,
         max_wait: float = MAX_WAIT,
         sleep: Sleep = time_module.sleep,
+        subscribe: bool = False,
     ) -> None:
         assert entry.oauth is not None
         super().__init__(
@@ -194,6 +197,9 @@ class FitbitReader(OAuth2Maker):
         # sync, reads afresh): each endpoint's last ranges, the profile, the logs.
         self.recent: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.recent_lock = threading.Lock()
+        # Whether a new grant is subscribed to Fitbit's notifications (our subscriber is
+        # configured: fitbit_webhooks.py).
+        self.subscribe = subscribe
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
@@ -201,6 +207,30 @@ class FitbitReader(OAuth2Maker):
         """What Fitbit offers of each resource, under the scope that covers it (SCOPES):
         unavailable when the person unticked that scope or Fitbit does not give it."""
         return scope_availability(resources, SCOPES, grant)
+
+    def exchange(
+        self, code: str, redirect_uri: str, client: OAuthClient | None, code_verifier: str
+    ) -> OAuthGrant:
+        """The generic exchange, then the person's subscription to Fitbit's notifications
+        (when our subscriber is configured): `POST /1/user/-/apiSubscriptions/{id}.json`,
+        every collection, the id a digest of the account (Fitbit wants ids unique across
+        the application; the same person subscribed again is the same id: 409 from Fitbit
+        for one already there, fine). A subscription Fitbit refuses or cannot take now
+        leaves the sign-in standing: the daily sync reads the data all the same."""
+        grant = super().exchange(code, redirect_uri, client, code_verifier)
+        if not self.subscribe or grant.tokens is None or not grant.external_user_id:
+            return grant
+        subscription = subscription_id(grant.external_user_id)
+        with contextlib.suppress(httpx.HTTPError):
+            self.http.post(
+                f"{self.api_url}/1/user/-/apiSubscriptions/{subscription}.json",
+                headers={
+                    "Authorization": f"Bearer {grant.tokens.access_token}",
+                    "Accept": "application/json",
+                },
+                timeout=self.api_timeout,
+            )
+        return grant
 
     def remember(self, key: tuple[Any, ...], value: Any) -> None:
         with self.recent_lock:
@@ -239,6 +269,12 @@ class FitbitReader(OAuth2Maker):
         if resource == "profile":
             return _profile(session, start, end, now)
         return {}  # not in Fitbit's API (availability says so)
+
+
+def subscription_id(account: str) -> str:
+    """Our id of a person's Fitbit subscription: a digest of their encoded id (stable, so
+    that subscribing again names the same subscription; no account id in the URL)."""
+    return "hl-" + hashlib.sha256(account.encode()).hexdigest()[:32]
 
 
 def fitbit_wait(response: httpx.Response, now: datetime) -> timedelta | None:

@@ -147,6 +147,8 @@ def test_fitbit_data_arrives_whole_in_the_persons_zone_and_our_units(
     assert provider["status"] == "connected"
     # Fitbit's encoded user id, from its token answer (its notifications name it).
     assert provider["external_user_id"] == ELI.encoded_id
+    # No subscriber configured here: the person is not subscribed to notifications.
+    assert fitbit.subscriptions == {}
     days = past_days(clock)
 
     # Sleep: the main sleep of each night, Fitbit's local times placed in Europe/Paris.

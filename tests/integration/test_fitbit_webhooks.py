@@ -22,6 +22,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.makers.fake_fitbit import PEOPLE, FakeFitbit, running_fake_fitbit
 from healthledger.adapters.persistence.engine.schema import stored_events
+from healthledger.adapters.providers.fitbit import subscription_id
 from healthledger.adapters.providers.fitbit_webhooks import FitbitWebhooks, sign
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
@@ -104,8 +105,12 @@ def receiver() -> Iterator[Receiver]:
         yield running
 
 
-def connected_user(svc: Service, api: Any, home: Team, browser: Browser) -> uuid.UUID:
+def connected_user(
+    svc: Service, api: Any, home: Team, browser: Browser, fitbit: FakeFitbit
+) -> uuid.UUID:
     user_id = signed_in_user(api, home, browser, "fitbit")
+    # Subscribed at the sign-in (our subscriber is configured), under a digest of the id.
+    assert fitbit.subscriptions == {"eli": subscription_id(ELI.encoded_id)}
     svc.jobs.run_due_pulls()
     feed = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, "fitbit"), "sleep"))
     assert isinstance(feed, ResourceFeed) and feed.status == "success"
@@ -177,7 +182,7 @@ def test_a_notification_syncs_its_window_and_announces_each_change_once(
     subscribed: None,
     receiver: Receiver,
 ) -> None:
-    user_id = connected_user(svc, api, home, browser)
+    user_id = connected_user(svc, api, home, browser, fitbit)
     svc.webhooks.create(CTX, home.team_id, "sandbox", url=receiver.url("ok"))
     svc.jobs.dispatch_webhooks()
     receiver.received.clear()
@@ -219,7 +224,7 @@ def test_a_bad_signature_is_a_401_and_nothing_is_stored(
     clock: Clock,
     subscribed: None,
 ) -> None:
-    connected_user(svc, api, home, browser)
+    connected_user(svc, api, home, browser, fitbit)
     before = log_length(svc)
     fitbit.bad_signature = True
     fitbit.revise("eli", clock().date())
@@ -240,7 +245,7 @@ def test_a_notice_about_an_unknown_account_is_acknowledged_and_dropped(
     clock: Clock,
     subscribed: None,
 ) -> None:
-    connected_user(svc, api, home, browser)
+    connected_user(svc, api, home, browser, fitbit)
     before = log_length(svc)
     assert fitbit.notify("gus", "sleep", clock().date()).status == 200
     assert log_length(svc) == before
@@ -255,7 +260,7 @@ def test_the_persons_revocation_ends_the_connection_and_the_team_is_told(
     subscribed: None,
     receiver: Receiver,
 ) -> None:
-    user_id = connected_user(svc, api, home, browser)
+    user_id = connected_user(svc, api, home, browser, fitbit)
     svc.webhooks.create(CTX, home.team_id, "sandbox", url=receiver.url("ok"))
     svc.jobs.dispatch_webhooks()
     receiver.received.clear()
