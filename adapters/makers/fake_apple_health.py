@@ -40,12 +40,17 @@ PHONE = (
 )
 SCALE = ("Health Mate", None)
 SENSOR = ("Dexcom G7", None)
+CUFF = ("OMRON connect", None)
+MINDFUL = "HKCategoryTypeIdentifierMindfulSession"
+SYSTOLIC = "HKQuantityTypeIdentifierBloodPressureSystolic"
+DIASTOLIC = "HKQuantityTypeIdentifierBloodPressureDiastolic"
 BIRTH_DATE = "1985-06-15"
 
 _HEADER = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE HealthData [
 <!-- HealthKit Export Version: 14 -->
 <!ELEMENT HealthData (ExportDate,Me,(Record|Correlation|Workout|ActivitySummary)*)>
+<!ELEMENT Correlation ((MetadataEntry|Record)*)>
 <!ATTLIST HealthData
   locale CDATA #REQUIRED
 >
@@ -317,6 +322,17 @@ def _write(writer: _Writer, shape: ExportShape) -> None:
         writer.record(
             "HKQuantityTypeIdentifierRestingHeartRate", WATCH, noon, noon, "56", "count/min"
         )
+    for day in days:
+        _pressure(writer, datetime.combine(day, time(8, 15), ZONE), day.toordinal())
+        session = datetime.combine(day, time(12, 30), ZONE)
+        writer.record(
+            MINDFUL,
+            WATCH,
+            session,
+            session + timedelta(minutes=10),
+            "HKCategoryValueNotApplicable",
+            None,
+        )
     height = datetime.combine(shape.first_day, time(8), ZONE)
     writer.record("HKQuantityTypeIdentifierHeight", PHONE, height, height, "1.72", "m")
     for day in days:
@@ -366,6 +382,23 @@ def _night(writer: _Writer, day: date) -> None:
         end = moment + timedelta(minutes=minutes)
         writer.record(SLEEP, WATCH, moment, end, stage, None)
         moment = end
+
+
+def _pressure(writer: _Writer, taken: datetime, seed: int) -> None:
+    """A cuff's reading: its two records inside the correlation, and beside it, as the
+    Health app writes them."""
+    systolic, diastolic = str(112 + seed % 17), str(70 + seed % 11)
+    name, _ = CUFF
+    writer.write(
+        f' <Correlation type="HKCorrelationTypeIdentifierBloodPressure" sourceName="{name}"'
+        f' creationDate="{_stamp(taken)}" startDate="{_stamp(taken)}"'
+        f' endDate="{_stamp(taken)}">\n'
+    )
+    writer.record(DIASTOLIC, CUFF, taken, taken, diastolic, "mmHg")
+    writer.record(SYSTOLIC, CUFF, taken, taken, systolic, "mmHg")
+    writer.write(" </Correlation>\n")
+    writer.record(SYSTOLIC, CUFF, taken, taken, systolic, "mmHg")
+    writer.record(DIASTOLIC, CUFF, taken, taken, diastolic, "mmHg")
 
 
 def _workout(writer: _Writer, day: date) -> None:

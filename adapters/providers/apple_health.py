@@ -104,6 +104,10 @@ _SERIES: dict[str, Series] = {
     "HKQuantityTypeIdentifierDietaryCaffeine": Series("caffeine", "mg", _ONE, 0, True),
     "HKQuantityTypeIdentifierAppleStandTime": Series("stand_duration", "min", _MINUTES, 0, True),
     "HKQuantityTypeIdentifierTimeInDaylight": Series("daylight_exposure", "min", _MINUTES, 0, True),
+    # A category record: its amount is its length (see `_record`).
+    "HKCategoryTypeIdentifierMindfulSession": Series(
+        "mindfulness_minutes", "min", _MINUTES, 1, True
+    ),
 }
 _RESOURCES = tuple(spec.resource for spec in _SERIES.values())
 _RESOURCE_INDEX = {resource: index for index, resource in enumerate(_RESOURCES)}
@@ -125,7 +129,7 @@ _INTERVAL = frozenset(
         "mindfulness_minutes",
     }
 )
-SUMMARIES = ("sleep", "sleep_cycle", "activity", "workouts", "body", "profile")
+SUMMARIES = ("sleep", "sleep_cycle", "activity", "workouts", "body", "profile", "blood_pressure")
 # Every resource an import can give: what an import's connection offers.
 RESOURCES = tuple(sorted({*_RESOURCES, *SUMMARIES}))
 
@@ -133,6 +137,13 @@ _SLEEP = "HKCategoryTypeIdentifierSleepAnalysis"
 _RESTING_HR = "HKQuantityTypeIdentifierRestingHeartRate"
 _WALKING_HR = "HKQuantityTypeIdentifierWalkingHeartRateAverage"
 _HEIGHT = "HKQuantityTypeIdentifierHeight"
+# A reading's two records (inside a blood pressure correlation, and beside it).
+_PRESSURE = {
+    "HKQuantityTypeIdentifierBloodPressureSystolic": "systolic",
+    "HKQuantityTypeIdentifierBloodPressureDiastolic": "diastolic",
+}
+# A mindful session is a category record: its length is its amount.
+_MINDFUL = "HKCategoryTypeIdentifierMindfulSession"
 _STAGES = {
     "HKCategoryValueSleepAnalysisInBed": "in_bed",
     "HKCategoryValueSleepAnalysisAsleepUnspecified": "asleep",
@@ -342,6 +353,7 @@ class AppleHealthReading:
         self.workout: _Workout | None = None
         self.activity: dict[date, dict[str, float]] = {}
         self.heights: list[tuple[datetime, float]] = []
+        self.pressure: dict[tuple[int, datetime], dict[str, float]] = {}
         self.me: dict[str, Any] = {}
         self.exported: datetime | None = None
 
@@ -405,8 +417,14 @@ class AppleHealthReading:
             self._other_record(kind, a)
             return
         begin = instant(a.get("startDate", ""))
-        raw = _number(a.get("value"))
-        value = None if raw is None else _convert(spec, raw, a.get("unit"))
+        raw, unit = _number(a.get("value")), a.get("unit")
+        if kind == _MINDFUL:
+            # A category record: its amount is its length.
+            finish = instant(a.get("endDate", ""))
+            raw, unit = None, "s"
+            if begin is not None and finish is not None and finish >= begin:
+                raw = (finish - begin).total_seconds()
+        value = None if raw is None else _convert(spec, raw, unit)
         if begin is None or value is None:
             counts["records_skipped"] += 1
             return
@@ -464,6 +482,15 @@ class AppleHealthReading:
             counts["records_mapped"] += 1
             kept = self.totals.resting if kind == _RESTING_HR else self.totals.walking
             kept[begin.date()] = value
+        elif kind in _PRESSURE:
+            if a.get("unit") != "mmHg":
+                counts["records_skipped"] += 1
+                return
+            counts["records_mapped"] += 1
+            # Keyed by source and instant: the reading's records inside its correlation
+            # and beside it are one reading.
+            reading = self.pressure.setdefault((self._source(a), begin), {})
+            reading[_PRESSURE[kind]] = value
         elif kind == _HEIGHT:
             height = _HEIGHT_CM.get(a.get("unit", ""))
             if height is None:
@@ -548,6 +575,7 @@ class AppleHealthReading:
             ("body", self._body()),
             ("workouts", self._workouts()),
             ("profile", self._profile()),
+            ("blood_pressure", self._blood_pressure()),
         ]
         for resource, days in summaries:
             ordered = sorted(days)
@@ -678,6 +706,29 @@ class AppleHealthReading:
                 activity["heart_rate"] = rate
             found[day] = activity
         return found
+
+    def _blood_pressure(self) -> dict[date, Any]:
+        """A day's readings (under the UTC day of each, as samples are), in time order;
+        a reading is stored once both its numbers are known."""
+        found: dict[date, list[tuple[datetime, dict[str, Any]]]] = {}
+        for (_, moment), reading in self.pressure.items():
+            if "systolic" not in reading or "diastolic" not in reading:
+                continue
+            found.setdefault(moment.astimezone(UTC).date(), []).append(
+                (
+                    moment,
+                    {
+                        "timestamp": _utc(moment),
+                        "systolic": round(reading["systolic"]),
+                        "diastolic": round(reading["diastolic"]),
+                        "unit": "mmHg",
+                    },
+                )
+            )
+        return {
+            day: [item for _, item in sorted(items, key=lambda pair: pair[0])]
+            for day, items in found.items()
+        }
 
     def _body(self) -> dict[date, Any]:
         weight, fat = self.totals.weight, self.totals.fat

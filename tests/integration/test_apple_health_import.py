@@ -24,8 +24,10 @@ from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.makers.fake_apple_health import (
+    DIASTOLIC,
     PHONE,
     SLEEP,
+    SYSTOLIC,
     WATCH,
     ZONE,
     ExportShape,
@@ -194,6 +196,17 @@ def test_an_uploaded_export_is_read_into_the_summaries_and_timeseries(
     assert all(35 < s["value"] < 38 and s["unit"] == "°C" for s in temperature)
     basal = get(api, home, f"/v2/timeseries/{user}/calories_basal", start_date=str(day))
     assert basal and all(30 < s["value"] < 40 for s in basal)  # ~140 kJ a half hour
+
+    # Blood pressure: a reading a morning, written inside its correlation and beside it,
+    # kept once; mindful sessions as minutes.
+    pressure = get(api, home, f"/v2/timeseries/{user}/blood_pressure", start_date=str(day))
+    morning = next(r for r in of(records, SYSTOLIC) if r.start.date() == day)
+    low = next(r for r in of(records, DIASTOLIC) if r.start == morning.start)
+    assert [(p["systolic"], p["diastolic"], p["unit"]) for p in pressure] == [
+        (int(morning.value), int(low.value), "mmHg")
+    ]
+    mindful = get(api, home, f"/v2/timeseries/{user}/mindfulness_minutes", start_date=str(day))
+    assert [(m["value"], m["unit"]) for m in mindful] == [(10, "min")]
 
     # Sleep: the night to the morning of each day, across midnight, from the watch's
     # stages (not the phone's time in bed); the offset changes with summer time.
