@@ -46,10 +46,17 @@ def verify_command(
         )
         return 1
     last = "none" if result.last_position is None else str(result.last_position)
+    redacted = result.redacted_records_checked
+    # Said, so that an auditor knows some payloads are not the ones first written.
+    among = (
+        f"; {redacted} redacted record(s) among them, each as its redaction says (ADR 0028)"
+        if redacted
+        else ""
+    )
     print(
         f"ok: {result.records_checked} record(s) checked from position "
         f"{result.first_position}, last position {last}; "
-        f"{result.signed_heads_checked} signed head(s) checked{in_file}",
+        f"{result.signed_heads_checked} signed head(s) checked{in_file}{among}",
         file=out,
     )
     return 0

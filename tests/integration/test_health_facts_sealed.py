@@ -180,6 +180,7 @@ def test_the_start_seals_the_orders_tests_and_the_chain_verifies(
 ) -> None:
     report = verified(service, SIGNED_HEADS)
     assert report.startswith("ok: ")
+    assert "2 redacted record(s) among them" in report
     with service.db.read() as conn:
         topics: dict[str, int] = dict(
             conn.execute(

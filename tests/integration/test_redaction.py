@@ -113,6 +113,7 @@ def test_a_redacted_log_verifies_with_its_heads_and_anchors(
     result = service.chain.verify(anchored=read_anchors(service.chain.anchors.path))  # type: ignore[union-attr]
     assert result.ok, result.problem
     assert result.signed_heads_checked == 2 and result.anchored_heads_checked == 2
+    assert result.redacted_records_checked == len(positions)
     for position in positions:
         row = row_at(service, position)
         assert json.loads(row["state"])["actor"] == REDACTED_ACTOR

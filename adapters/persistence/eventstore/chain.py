@@ -378,6 +378,8 @@ class VerifyResult:
     problem: ChainProblem | None
     # The heads of the head file compared with the log (None: no head file was given).
     anchored_heads_checked: int | None = None
+    # The redacted records walked, each checked against its redaction (ADR 0028).
+    redacted_records_checked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -747,6 +749,7 @@ class Chain:
             signed_heads_checked=len(heads),
             problem=problem,
             anchored_heads_checked=None if anchored is None else len(anchored),
+            redacted_records_checked=walk.redacted,
         )
 
     def anchor_problem(self, anchored: Sequence[AnchoredHead]) -> ChainProblem | None:
@@ -1093,6 +1096,7 @@ class _Walk:
         # positions the redaction records walked named.
         self.redactions: dict[int, RedactionEntry] = {}
         self.confirmed: set[int] = set()
+        self.redacted = 0
         if db.is_sqlite:
             self.uuid_bytes: Any = _uuid_bytes_of_hex
             self.micros: Any = _sqlite_micros
@@ -1161,6 +1165,7 @@ class _Walk:
                 topic_hash, state_hash = digests(topic), sha256(state).digest()
             elif redacted_digest(entry, topic, state):
                 topic_hash, state_hash = digests(entry.original_topic), entry.original_digest
+                self.redacted += 1
             else:
                 return ChainProblem(
                     CHANGED,
