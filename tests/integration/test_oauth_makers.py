@@ -82,7 +82,7 @@ def svc(settings: Settings, maker: FakeMaker, clock: Clock) -> Iterator[Service]
             "link_url": LINK,
             "public_base_url": API,
             "oauth_maker_url": maker.base,
-            "oauth_clients": {"oura": SERVICE, "polar": POLAR, "fitbit": SERVICE},
+            "oauth_clients": {"oura": SERVICE, "polar": POLAR, "whoop": SERVICE},
         }
     )
     built = build_service(configured, clock=clock)
@@ -238,9 +238,10 @@ def test_basic_client_authentication_and_the_account_id_of_the_token_answer(
 def test_an_expired_access_token_is_refreshed_before_a_pull_which_then_fails_clearly(
     svc: Service, api: Any, home: Team, browser: Browser, clock: Clock, maker: FakeMaker
 ) -> None:
-    # Fitbit: a maker whose data API has no reader yet (Oura's has: test_oura.py).
-    user_id = connect(api, home, browser, "fitbit")
-    connection_id = Connection.id_for(user_id, "fitbit")
+    # WHOOP: a maker whose data API has no reader yet (Oura's, Fitbit's and Withings'
+    # have: test_oura.py, test_fitbit.py, test_withings.py).
+    user_id = connect(api, home, browser, "whoop")
+    connection_id = Connection.id_for(user_id, "whoop")
     first = svc.provider_tokens.current(connection_id)
     assert first is not None and first.version == 1
     # Two hours on, the access token (an hour's) has expired: the pull refreshes it.
@@ -259,20 +260,20 @@ def test_an_expired_access_token_is_refreshed_before_a_pull_which_then_fails_cle
     assert clear_copies(svc, maker.issued) == set()
     # No reader of the maker's data API here: each pull failed for good, saying why, and
     # the connection itself is fine.
-    failed = last_failure(svc, user_id, "sleep", "fitbit")
+    failed = last_failure(svc, user_id, "sleep", "whoop")
     assert isinstance(failed, ResourceFeed.PullFailed)
     assert failed.error_code == NON_RETRIABLE
-    assert "Fitbit's data API cannot be read by this deployment" in failed.reason
+    assert "WHOOP's data API cannot be read by this deployment" in failed.reason
     assert status_of(api, home, user_id)["status"] == "connected"
 
 
 def test_a_fresh_access_token_is_used_as_it_is(
     svc: Service, api: Any, home: Team, browser: Browser, maker: FakeMaker
 ) -> None:
-    user_id = connect(api, home, browser, "fitbit")
+    user_id = connect(api, home, browser, "whoop")
     svc.jobs.run_due_pulls()
     assert maker.grants("refresh_token") == []
-    assert last_failure(svc, user_id, "sleep", "fitbit").error_code == NON_RETRIABLE
+    assert last_failure(svc, user_id, "sleep", "whoop").error_code == NON_RETRIABLE
 
 
 def test_a_grant_the_maker_no_longer_accepts_puts_the_connection_in_error(
