@@ -204,3 +204,14 @@ def test_the_notice_streams_name_no_account(
         for event in svc.ledger.events.get(notice.id):
             assert AVA.user_id not in repr(vars(event))
     assert SERVICE_CLIENT  # the app whose secret signed them
+
+
+def test_a_rebuild_of_the_read_models_keeps_the_account_digests(
+    svc: Service, api: Any, home: Team, browser: Browser
+) -> None:
+    user_id = connected_user(svc, api, home, browser)
+    found = svc.maker_notice_queries.connections_of("oura", AVA.user_id)
+    assert found == [Connection.id_for(user_id, "oura")]
+    # Projected again from the log, a page's keys read at once: the same digest.
+    svc.read_models.rebuild(svc.recorder, svc.ledger.mapper)
+    assert svc.maker_notice_queries.connections_of("oura", AVA.user_id) == found

@@ -172,6 +172,10 @@ CONNECTION_PROVIDER = CompiledStatement(
 )
 
 
+# The event that founds a connection, naming its user (a rebuild reads its key at once).
+CONNECTED_FIRST = ProviderConnection.Created
+
+
 def opening_handlers(accounts: AccountKeys) -> Handlers:
     """The connection handlers bound to the key store's opener and the account digest
     (`ReadModels` puts them over the declared ones)."""

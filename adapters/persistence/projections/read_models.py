@@ -66,13 +66,14 @@ class ReadModels:
             seal=seal or users.ClientUserIdKeys.seal,
             digest=digest,
         )
+        self.account_keys = connections.AccountKeys(open_sealed, account_digest)
         # Each context's module declares its handlers (`@handles`); those that open a
         # sealed value are bound to the key store over them.
         self.handlers = {
             **declared_handlers(),
             **users.opening_handlers(self.client_user_id_keys),
             **(orders.opening_handlers(open_sealed) if open_sealed is not None else {}),
-            **connections.opening_handlers(connections.AccountKeys(open_sealed, account_digest)),
+            **connections.opening_handlers(self.account_keys),
         }
 
     def project(
@@ -105,10 +106,19 @@ class ReadModels:
         if self.open_sealed_in_bulk is None:
             return self.handlers
         owners = {e.originator_id for e in events if type(e) in users.OPENING}
+        # A connection's first event names its user, whose account id it opens to digest
+        # (a reconnection's user is read from its row: opened on its own).
+        owners |= {e.user_id for e in events if type(e) is connections.CONNECTED_FIRST}
         if not owners:
             return self.handlers
-        keys = replace(self.client_user_id_keys, open_sealed=self.open_sealed_in_bulk(conn, owners))
-        return {**self.handlers, **users.opening_handlers(keys)}
+        opener = self.open_sealed_in_bulk(conn, owners)
+        keys = replace(self.client_user_id_keys, open_sealed=opener)
+        accounts = replace(self.account_keys, open_sealed=opener)
+        return {
+            **self.handlers,
+            **users.opening_handlers(keys),
+            **connections.opening_handlers(accounts),
+        }
 
     def rebuild(
         self,
