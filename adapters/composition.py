@@ -90,6 +90,7 @@ from healthledger.domain.connections.notice_intake import MakerNotices
 from healthledger.domain.connections.oauth_clients import OAuthClients
 from healthledger.domain.connections.providers import OAuthClient, ProviderAdapter
 from healthledger.domain.connections.pulling import PullPolicy, Pulls
+from healthledger.domain.connections.revocation import GrantRevocations
 from healthledger.domain.connections.user_deletion import UserConnections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.errors import TeamNotFound
@@ -616,6 +617,7 @@ def build_service(
         sign_chain_head=chain.sign_moved_head,
         makes_head_signing_due=SigningTally(settings.chain_sign_every).committed,
         progress_lab_orders=partial(progress_lab_orders, lab_orders),
+        revoke_grants=GrantRevocations(provider_tokens, adapter_for, clock).revoke_due,
         run_due_imports=partial(run_due_imports, imports),
         **integrity_check_job(
             settings, db, chain, anchor_file, read_models, recorder, ledger, clock

@@ -115,6 +115,9 @@ def configure_logging(settings: Settings) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # The link page's and the portal's tokens travel in query strings: not into the log.
     redact_access_log_queries()
+    # httpx logs every request's URL at INFO: a maker's URLs can carry a token (Oura's
+    # revocation takes the access token in its query), so only its warnings show.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def uvicorn_config(settings: Settings, app: Any, port: int) -> uvicorn.Config:

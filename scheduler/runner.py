@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from healthledger.domain.connections.revocation import ends_a_grant
 from healthledger.scheduler.imports import makes_an_import_due
 from healthledger.scheduler.lab_orders import makes_an_order_step_due
 from healthledger.scheduler.pulls import makes_a_pull_due
 from healthledger.scheduler.wakeups import WakeableJob
 
 PULL_WORKER = "pull-worker"
+GRANT_REVOCATION = "grant-revocation"
 WEBHOOK_DISPATCHER = "webhook-dispatcher"
 SANDBOX_LAB = "sandbox-lab"
 MASTER_KEY_ROTATION = "master-key-rotation"
@@ -60,6 +62,9 @@ class Jobs:
     # The chain walked and the read models compared with the log, if the latest recorded
     # check is an interval old (scheduler/integrity.py): 1 if it ran, else 0.
     check_integrity: Callable[[], int] = lambda: 0
+    # Revocations at the makers of the grants of ended connections, when due
+    # (domain/connections/revocation.py): the number ended.
+    revoke_grants: Callable[[], int] = lambda: 0
     # Whether a committed event gives the webhook dispatcher work at once (it announces
     # something, or makes a delivery due): other commits do not wake it, and its interval
     # moves its position past them. Every event, unless told otherwise.
@@ -90,6 +95,9 @@ class Intervals:
     integrity_check: timedelta | None = None
     # How often the import worker looks for due imports (an upload also wakes it).
     import_worker: timedelta = timedelta(seconds=30)
+    # How often owed grant revocations are looked for (a deregistration committed in
+    # this process wakes the job at once; a retry's delay is the job's own).
+    grant_revocation: timedelta = timedelta(seconds=30)
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -115,6 +123,9 @@ class LedgerScheduler(BackgroundScheduler):
         )
         self.import_worker = self.wakeable(
             IMPORT_WORKER, intervals.import_worker, jobs.run_due_imports
+        )
+        self.grant_revoker = self.wakeable(
+            GRANT_REVOCATION, intervals.grant_revocation, jobs.revoke_grants
         )
         for job_id, interval, work in (
             ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
@@ -156,6 +167,8 @@ class LedgerScheduler(BackgroundScheduler):
             self.webhook_dispatcher.wake()
         if self.makes_head_signing_due(events):
             self.chain_signer.wake()
+        if any(ends_a_grant(event) for event in events):
+            self.grant_revoker.wake()
 
     def every(
         self,
@@ -188,6 +201,7 @@ class LedgerScheduler(BackgroundScheduler):
             self.sandbox_lab,
             self.chain_signer,
             self.import_worker,
+            self.grant_revoker,
         ):
             job.close()
         super().shutdown(wait)

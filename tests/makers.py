@@ -68,6 +68,8 @@ class FakeMaker:
     issued: list[str] = field(default_factory=list)
     codes: dict[str, Authorization] = field(default_factory=dict)
     refresh_tokens: dict[str, str] = field(default_factory=dict)
+    # RFC 7009 revocations received (`{base}/{slug}/revoke`).
+    revocations: list[TokenRequest] = field(default_factory=list)
 
     def register(self, client_id: str, secret: str) -> None:
         self.clients[client_id] = secret
@@ -121,15 +123,7 @@ class FakeMaker:
 
     async def token(self, request: Request) -> Response:
         slug = request.path_params["slug"]
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
-        client_id, secret, auth = form.get("client_id"), form.get("client_secret"), None
-        header = request.headers.get("authorization", "")
-        if header.startswith("Basic "):
-            pair = base64.b64decode(header.removeprefix("Basic ")).decode()
-            client_id, _, secret = (unquote_plus(part) for part in pair.partition(":"))
-            auth = "basic"
-        elif secret is not None:
-            auth = "post"
+        form, client_id, secret, auth = await _client_form(request)
         grant_type = form.get("grant_type", "")
         self.token_requests.append(TokenRequest(slug, grant_type, client_id, form, auth))
         if client_id is None or self.clients.get(client_id) != secret:
@@ -152,6 +146,35 @@ class FakeMaker:
             return JSONResponse(self._issue(client_id))
         return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
 
+    async def revoke(self, request: Request) -> Response:
+        """RFC 7009: the client authenticated as at the token endpoint; a 200 whatever the
+        token (2.2: an invalid one too). The refresh token revoked is refused after."""
+        form, client_id, secret, auth = await _client_form(request)
+        self.revocations.append(
+            TokenRequest(request.path_params["slug"], "revoke", client_id, form, auth)
+        )
+        if client_id is None or self.clients.get(client_id) != secret:
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        self.refresh_tokens.pop(form.get("token", ""), None)
+        return Response(status_code=200)
+
+
+async def _client_form(
+    request: Request,
+) -> tuple[dict[str, str], str | None, str | None, str | None]:
+    """(the form, the client id and secret, how the client authenticated: "basic",
+    "post" or None)."""
+    form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+    client_id, secret, auth = form.get("client_id"), form.get("client_secret"), None
+    header = request.headers.get("authorization", "")
+    if header.startswith("Basic "):
+        pair = base64.b64decode(header.removeprefix("Basic ")).decode()
+        client_id, _, secret = (unquote_plus(part) for part in pair.partition(":"))
+        auth = "basic"
+    elif secret is not None:
+        auth = "post"
+    return form, client_id, secret, auth
+
 
 def challenge(verifier: str) -> str:
     """RFC 7636 S256, as a maker computes it."""
@@ -166,6 +189,7 @@ def fake_maker() -> Iterator[FakeMaker]:
         routes=[
             Route("/{slug}/authorize", maker.authorize, methods=["GET"]),
             Route("/{slug}/token", maker.token, methods=["POST"]),
+            Route("/{slug}/revoke", maker.revoke, methods=["POST"]),
         ]
     )
     with serving(app) as base:

@@ -7,6 +7,7 @@ documented (docs/makers/oura.md) for a few synthetic people, and its OAuth 2.0 e
   (client secret in the body or Basic, redirect_uri and PKCE S256 checked, a code used
   once) and refreshes (refresh tokens are single use, as Oura's are). With
   `HEALTHLEDGER_OAUTH_MAKER_URL={base}` the service's OAuth client uses these endpoints.
+  `GET {base}/oauth/revoke?access_token=` revokes a grant (`revoked` lists the tokens).
 - Data: `GET {base}/v2/usercollection/<collection>` with `start_date`/`end_date` (days) or,
   for `heartrate`, `start_datetime`/`end_datetime`, answered as Oura answers:
   `{"data": [...], "next_token": ...}`, a page at a time; `personal_info` is one document.
@@ -157,6 +158,9 @@ class FakeOura:
     # What the fake saw: (method, path, query, status), in order.
     requests: list[tuple[str, str, dict[str, str], int]] = field(default_factory=list)
     issued: list[str] = field(default_factory=list)
+    # Access tokens revoked by the application (`GET /oauth/revoke`), in order: their
+    # grant (its refresh token too) is refused from then on.
+    revoked: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _codes: dict[str, dict[str, str]] = field(default_factory=dict)
     _access: dict[str, _Grant] = field(default_factory=dict)
@@ -553,6 +557,24 @@ class FakeOura:
                 return answer(self._issue(held))
         return answer({"error": "unsupported_grant_type"}, 400)
 
+    async def revoke_grant(self, request: Request) -> Response:
+        """Oura's revocation: `GET /oauth/revoke?access_token=...` ends the grant the
+        access token belongs to (its refresh token with it). A `fail(..., path="revoke")`
+        answers it too (Oura down)."""
+        failure, _ = self._injected(request.url.path)
+        token = request.query_params.get("access_token", "")
+        if failure is not None:
+            status = failure.status
+        else:
+            with self.lock:
+                grant = self._access.pop(token, None)
+                if grant is not None:
+                    self._refresh = {k: g for k, g in self._refresh.items() if g is not grant}
+                    self.revoked.append(token)
+            status = 200 if grant is not None else 401
+        self.requests.append(("GET", request.url.path, {}, status))
+        return JSONResponse({} if status == 200 else {"status": status}, status_code=status)
+
     # -- the data API -----------------------------------------------------------------------
 
     def _injected(self, path: str) -> tuple[_Failure | None, float]:
@@ -665,6 +687,7 @@ def create_app(fake: FakeOura) -> Starlette:
             Route("/oauth/authorize", fake.authorize, methods=["GET"]),
             Route("/oura/token", fake.token, methods=["POST"]),
             Route("/oauth/token", fake.token, methods=["POST"]),
+            Route("/oauth/revoke", fake.revoke_grant, methods=["GET"]),
             Route("/v2/usercollection/{collection}", fake.data, methods=["GET"]),
             Route("/v2/webhook/subscription", fake.webhooks.create, methods=["POST"]),
             Route("/v2/webhook/subscription", fake.webhooks.listing, methods=["GET"]),

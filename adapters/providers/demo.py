@@ -21,7 +21,9 @@ import random
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
+from uuid import UUID
 
+from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
     NON_RETRIABLE,
@@ -193,6 +195,9 @@ class DemoProvider:
     ) -> OAuthGrant:
         """No maker to sign in at, so no authorization code can be meant for a demo device."""
         raise OAuthNotSupported("A demo device is not an OAuth provider.")
+
+    def revoke(self, team_id: UUID, client_id: str, tokens: ProviderTokens) -> None:
+        """A simulated device holds no grant at a maker: nothing to revoke."""
 
     @staticmethod
     def _maybe_fail(target: PullTarget, end: date, now: datetime, attempt: int) -> None:

@@ -62,6 +62,8 @@ REFRESH_LOCK_STRIPES = 64
 # The person's account at the maker is theirs to connect again: these end the grant.
 _MUST_RECONNECT = "The provider no longer accepts this connection's grant; connect again."
 _UNREACHABLE = "The provider could not be reached. Try again later."
+_NO_CLIENT = "The OAuth client that obtained this grant is not configured any more."
+_REVOCATION_REFUSED = "The provider refused to revoke this grant."
 _NO_READER = (
     "{name}'s data API cannot be read by this deployment (no reader of its data formats); "
     "nothing was pulled."
@@ -111,11 +113,14 @@ class OAuth2Maker:
         # One refresh at a time per connection in this process: the others wait for it and
         # take its grant, instead of spending the refresh token again.
         self.refresh_locks = [threading.Lock() for _ in range(REFRESH_LOCK_STRIPES)]
+        self.revoke_url = endpoints.revoke_url
         if maker_url is None:
             self.authorize_url, self.token_url = endpoints.authorize_url, endpoints.token_url
         else:  # one stand-in server for every maker (tests, staging)
             base = f"{maker_url.rstrip('/')}/{entry.slug}"
             self.authorize_url, self.token_url = f"{base}/authorize", f"{base}/token"
+            if self.revoke_url is not None:
+                self.revoke_url = f"{base}/revoke"
 
     # -- the link flow ------------------------------------------------------------------
 
@@ -264,25 +269,67 @@ class OAuth2Maker:
     def refresh_client(self, stored: StoredGrant) -> OAuthClient:
         """The client that obtained the grant: the team's custom one, or the service's;
         gone (credentials changed or deleted) means the grant cannot be refreshed."""
-        for candidate in (self.custom_client(stored.team_id, self.slug), self.service_client):
-            if candidate is not None and candidate.client_id == stored.client_id:
+        found = self.grant_client(stored.team_id, stored.client_id)
+        if found is None:
+            raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
+        return found
+
+    def grant_client(self, team_id: UUID, client_id: str) -> OAuthClient | None:
+        """The team's custom client or the service's, whichever is `client_id`."""
+        for candidate in (self.custom_client(team_id, self.slug), self.service_client):
+            if candidate is not None and candidate.client_id == client_id:
                 return candidate
-        raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
+        return None
+
+    # -- deregistration -------------------------------------------------------------------
+
+    def revoke(self, team_id: UUID, client_id: str, tokens: ProviderTokens) -> None:
+        """RFC 7009 at the maker's documented revocation endpoint (none: nothing to do):
+        the refresh token (which ends the access tokens made with it) or else the access
+        token, the client authenticated as at the token endpoint. A 200 is done, and so is
+        a 400 (RFC 7009 2.2.1: the token is not valid any more, or never was); 429, 5xx and
+        a maker out of reach are retried later."""
+        if self.revoke_url is None:
+            return
+        client = self.grant_client(team_id, client_id)
+        if client is None:  # the credentials that obtained it are gone: cannot ask
+            raise ProviderError(NON_RETRIABLE, _NO_CLIENT)
+        token, hint = (
+            (tokens.refresh_token, "refresh_token")
+            if tokens.refresh_token
+            else (tokens.access_token, "access_token")
+        )
+        data, headers = self.client_authentication(
+            client, {"token": token, "token_type_hint": hint}
+        )
+        try:
+            response = self.http.post(self.revoke_url, data=data, headers=headers)
+        except httpx.HTTPError:
+            raise ProviderError("transport_failure", _UNREACHABLE) from None
+        revocation_answer(response.status_code)
 
     # -- the token endpoint -------------------------------------------------------------
+
+    def client_authentication(
+        self, client: OAuthClient, form: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """`form` and the headers of a request to the maker's OAuth server authenticated as
+        `client` the way the catalog says (RFC 6749 2.3.1)."""
+        data = dict(form)
+        headers = {"Accept": "application/json"}
+        if self.endpoints.token_auth == "client_secret_basic":
+            # Each part form-encoded before the Basic scheme's base64.
+            pair = f"{quote_plus(client.client_id)}:{quote_plus(client.client_secret)}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        else:
+            data |= {"client_id": client.client_id, "client_secret": client.client_secret}
+        return data, headers
 
     def token_request(self, client: OAuthClient, form: Mapping[str, str]) -> dict[str, Any]:
         """POST a grant request to the token endpoint, authenticated as `client`; its JSON
         answer. Raises TokenEndpointError."""
         # Parameters the maker wants besides RFC 6749's (Withings' `action=requesttoken`).
-        data = {**self.endpoints.token_params, **form}
-        headers = {"Accept": "application/json"}
-        if self.endpoints.token_auth == "client_secret_basic":
-            # RFC 6749 2.3.1: each part form-encoded before the Basic scheme's base64.
-            pair = f"{quote_plus(client.client_id)}:{quote_plus(client.client_secret)}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        else:
-            data |= {"client_id": client.client_id, "client_secret": client.client_secret}
+        data, headers = self.client_authentication(client, {**self.endpoints.token_params, **form})
         try:
             response = self.http.post(self.token_url, data=data, headers=headers)
         except httpx.HTTPError:
@@ -318,6 +365,19 @@ class OAuth2Maker:
         for part in path.split("."):
             value = value.get(part) if isinstance(value, Mapping) else None
         return str(value) if isinstance(value, str | int) and value != "" else None
+
+
+def revocation_answer(status: int) -> None:
+    """A revocation endpoint's answer: returns when the grant is gone (200, 204; a 400 or
+    401 says the token is not valid any more, RFC 7009 2.2.1), raises ProviderError
+    (retriable for 429 and 5xx) otherwise."""
+    if status in (200, 204, 400, 401):
+        return
+    if status == 429:
+        raise ProviderError("provider_rate_limit_exceeded", _UNREACHABLE)
+    if status >= 500:
+        raise ProviderError("provider_unavailable", _UNREACHABLE)
+    raise ProviderError(NON_RETRIABLE, _REVOCATION_REFUSED)
 
 
 # A token endpoint that could not grant for a passing reason: the pull code to retry with.

@@ -49,15 +49,27 @@ from healthledger.adapters.providers.maker_api import (
     scope_availability,
     utc_iso,
 )
-from healthledger.adapters.providers.oauth2 import CustomClient, OAuth2Maker
+from healthledger.adapters.providers.oauth2 import (
+    CustomClient,
+    OAuth2Maker,
+    TokenEndpointError,
+    revocation_answer,
+    tokens_of,
+)
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
+    NON_RETRIABLE,
     OAuthClient,
     OAuthGrant,
+    ProviderError,
     PullTarget,
 )
 from healthledger.domain.ledger import Clock
+
+_NO_CLIENT = "The OAuth client that obtained this grant is not configured any more."
+_NO_REVOCATION = "Oura could not be reached to revoke the grant; it will be tried again."
 
 HISTORY_DAYS = 2 * 365  # Oura keeps the ring's whole history; we take two years
 # Collections kept for the resources of the same pull (a chunk's dozen, a few pulls').
@@ -189,6 +201,37 @@ class OuraReader(OAuth2Maker):
         if not isinstance(account, str) or not account:
             return grant
         return OAuthGrant(external_user_id=account, client_id=grant.client_id, tokens=grant.tokens)
+
+    # -- deregistration -------------------------------------------------------------------
+
+    def revoke(self, team_id: UUID, client_id: str, tokens: ProviderTokens) -> None:
+        """Oura's documented revocation: `GET {api}/oauth/revoke?access_token=...` (its
+        token in the query, as Oura asks: httpx's request log is kept off, server.py).
+        An access token expired is refreshed first (Oura revokes by a live one). Done on
+        a 200, and on a 400 or 401 (the grant is gone already); 429, 5xx and a maker out
+        of reach are retried later (revocation.py)."""
+        access = tokens.access_token
+        if tokens.expired(self.clock()) and tokens.refresh_token:
+            client = self.grant_client(team_id, client_id)
+            if client is None:
+                raise ProviderError(NON_RETRIABLE, _NO_CLIENT)
+            form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh_token}
+            try:
+                fresh = tokens_of(self.token_request(client, form), self.clock(), None)
+            except TokenEndpointError as exc:
+                if exc.kind in ("refused", "malformed"):
+                    return  # the grant is not Oura's to end any more
+                raise ProviderError("provider_unavailable", _NO_REVOCATION) from None
+            access = fresh.access_token
+        try:
+            response = self.http.get(
+                f"{self.api_url}/oauth/revoke",
+                params={"access_token": access},
+                timeout=self.api_timeout,
+            )
+        except httpx.HTTPError:
+            raise ProviderError("transport_failure", _NO_REVOCATION) from None
+        revocation_answer(response.status_code)
 
     # -- pulls ----------------------------------------------------------------------------
 

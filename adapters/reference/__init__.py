@@ -76,6 +76,10 @@ class OAuthEndpoints(BaseModel):
     # Where the token answer names the person's account at the maker, as a dotted path
     # (`athlete.id`); None when it does not.
     user_id_field: str | None = None
+    # The maker's documented revocation endpoint (RFC 7009: POST `token`, the client
+    # authenticated as at the token endpoint), where a deregistration ends the grant;
+    # None when the maker documents none.
+    revoke_url: str | None = Field(default=None, pattern=r"^https://")
 
 
 class ProviderEntry(BaseModel):

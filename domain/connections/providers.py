@@ -189,3 +189,11 @@ class ProviderAdapter(Protocol):
         the authorization was ours with the PKCE `code_verifier`. Raises
         OAuthNotSupported or OAuthExchangeFailed."""
         ...
+
+    def revoke(self, team_id: UUID, client_id: str, tokens: ProviderTokens) -> None:
+        """End the person's grant at the maker, where the maker offers that (else nothing),
+        authenticating as the client that obtained it (`client_id`: the team's custom
+        client or the service's). Done once the maker says so, or says the grant is gone
+        already. Raises ProviderError: a retriable code when the maker could not answer
+        now (revocation.py tries again later)."""
+        ...

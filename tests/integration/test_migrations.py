@@ -156,7 +156,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0017")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0018")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -171,6 +171,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0015",
         "0016",
         "0017",
+        "0018",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -316,13 +317,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0017" in status
+    assert "written before migrations" in status and "head      0018" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0017" in capsys.readouterr().out
+    assert "nothing to apply: already at 0018" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -350,6 +351,7 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0015",
         "0016",
         "0017",
+        "0018",
     ]
 
     done = upgrade(empty_database.url)
@@ -357,9 +359,9 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         None,
         [
             *("0001", "0002", "0003", "0004", "0005", "0013", "0010", "0007", "0012", "0006"),
-            *("0014", "0015", "0016", "0017"),
+            *("0014", "0015", "0016", "0017", "0018"),
         ],
-        "0017",
+        "0018",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -397,7 +399,9 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     monkeypatch.setenv("HEALTHLEDGER_MIGRATE_ON_START", "refuse")
     assert main(["serve"]) == 1
     refused = capsys.readouterr().err
-    pending = "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017"
+    pending = (
+        "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017, 0018"
+    )
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused
     assert main(["erase-due"]) == 1
@@ -437,8 +441,8 @@ def test_processes_starting_together_migrate_once(empty_database: ScratchDatabas
     for thread in threads:
         thread.join()
     assert errors == []
-    # One starter applies every revision (0001 to 0017); the others find nothing to do.
-    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [14]
+    # One starter applies every revision (0001 to 0018); the others find nothing to do.
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [15]
     assert schema_state(empty_database.url).up_to_date
 
 

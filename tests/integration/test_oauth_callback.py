@@ -492,28 +492,33 @@ def test_the_tokens_go_with_the_connection_and_the_user(
     outcome(browser.sign_in(token)[1])
     [row] = token_rows(svc, user_id)
     sealed = row.sealed_tokens
-    # Deleting the user deregisters its connections, and their tokens go at once.
+    # Deleting the user deregisters its connections: their tokens are only kept for the
+    # revocation at the maker (test_grant_revocation.py), never used again.
     assert api.delete(f"/v2/user/{user_id}", headers=home.headers).status_code == 200
-    assert token_rows(svc, user_id) == []
+    assert [r.revoke_due_at is not None for r in token_rows(svc, user_id)] == [True]
+    assert svc.provider_tokens.current(row.connection_id) is None
     # The erasure checks the place too, and destroys the key: no copy of the sealed
     # tokens (a backup's) opens any more.
     clock.advance(timedelta(days=7, minutes=1))
     assert svc.jobs.sweep_erasures() == 1
     erased = list(svc.ledger.events.get(uuid.UUID(user_id)))[-1]
     assert isinstance(erased, User.Erased)
-    assert erased.checked["provider_tokens"] == 0
+    # Found and destroyed: the revocation was not done (no maker answers it here).
+    assert erased.checked["provider_tokens"] == 1
+    assert token_rows(svc, user_id) == []
     assert svc.key_store.open(uuid.UUID(user_id), sealed) is None
     assert clear_copies(svc, maker.issued) == set()
 
 
-def test_a_team_s_deregistration_deletes_the_tokens_and_a_reconnection_stores_new_ones(
+def test_a_team_s_deregistration_ends_the_tokens_and_a_reconnection_stores_new_ones(
     svc: Service, api: TestClient, home: Team, browser: Browser, maker: FakeMaker
 ) -> None:
     user_id, token = link(api, home, redirect_url=APP)
     outcome(browser.sign_in(token)[1])
     assert len(token_rows(svc, user_id)) == 1
     assert api.delete(f"/v2/user/{user_id}/oura", headers=home.headers).status_code == 200
-    assert token_rows(svc, user_id) == []
+    # Kept only for the revocation at the maker (test_grant_revocation.py).
+    assert [r.revoke_due_at is not None for r in token_rows(svc, user_id)] == [True]
     response = api.post("/v2/link/token", json={"user_id": user_id}, headers=home.headers)
     _, again = browser.sign_in(response.json()["link_token"])
     assert again.status_code == 200  # no redirect_url: a page

@@ -387,9 +387,11 @@ health_data = Table(
 
 # The maker's tokens of each OAuth connection (ADR 0022): not a read model (the log never
 # holds them, and a rebuild leaves them alone). Sealed under the user's key; replaced by a
-# refresh (`version` guards it), deleted when the connection is deregistered or connected
-# again without them, and by the user's erasure. `client_id` names the OAuth client that
-# obtained them (a refresh authenticates as it); `expires_at` is the access token's.
+# refresh (`version` guards it), deleted when the connection is connected again, and by
+# the user's erasure. `client_id` names the OAuth client that obtained them (a refresh
+# authenticates as it); `expires_at` is the access token's. A deregistration sets
+# `revoke_due_at`: the tokens are then only owed a revocation at the maker, and deleted
+# once it is done or given up (domain/connections/revocation.py; `revoke_attempts`).
 provider_tokens = Table(
     "provider_tokens",
     metadata,
@@ -403,6 +405,8 @@ provider_tokens = Table(
     Column("version", Integer, nullable=False),
     Column("stored_at", UTCDateTime, nullable=False),
     Column("refreshed_at", UTCDateTime),
+    Column("revoke_due_at", UTCDateTime, index=True),
+    Column("revoke_attempts", Integer, nullable=False, default=0, server_default="0"),
 )
 
 # Lab test orders (issue 14), one row per order: its status now, the statuses it had

@@ -5,10 +5,16 @@ A connect hands its tokens over with `kept_with`: they are sealed at once (outsi
 transaction) and held for this thread until the save that records the connection runs
 `record` in its transaction (the recorder's on_record), which writes them beside the
 connection's events. So a connection made by OAuth never exists without its tokens, and
-tokens never outlive a save that failed. `record` also deletes a connection's tokens
-when it is deregistered, or connected again without new ones: they belong to one
-connection period. It is not a projection: a rebuild never runs it (a replayed
-deregistration must not delete the tokens of the period that followed it).
+tokens never outlive a save that failed. They belong to one connection period: `record`
+deletes a connection's tokens when it is connected again (with new ones or without), and
+marks them owed a revocation when it is deregistered (`revoke_due_at`): from then on no
+pull opens them (`current`), and the revocation job (domain/connections/revocation.py,
+through `claim_due`, `retry_at`, `destroy`) deletes them once the maker revoked the grant
+or the attempts are given up; the user's erasure deletes them in any case. A connection
+made again before its revocation was done drops it: revoking the old grant then could
+end the new one (a maker that revokes every grant of the person, as Fitbit does). It is
+not a projection: a rebuild never runs it (a replayed deregistration must not touch the
+tokens of the period that followed it).
 
 A refresh replaces the tokens with `replace`, compared and set on `version`, so two
 workers refreshing at once cannot overwrite each other's newer grant with an older one.
@@ -20,7 +26,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -30,9 +36,10 @@ from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.health_data import UserDataGone
 from healthledger.domain.connections.provider_tokens import GrantToKeep, ProviderTokens
+from healthledger.domain.connections.revocation import OwedRevocation
 from healthledger.domain.ledger import Clock
+from sqlalchemy import ColumnElement, delete, insert, select, update
 from sqlalchemy import Connection as SqlConnection
-from sqlalchemy import delete, insert, select, update
 
 # The events that start a connection period, and the one that ends it.
 _STARTS = frozenset({Connection.Created, Connection.Reconnected})
@@ -97,39 +104,51 @@ class SqlProviderTokenStore:
     # -- in the recording transaction (on_record) ------------------------------------------
 
     def record(self, conn: SqlConnection, events: Sequence[Any]) -> None:
-        """Write the tokens handed over for connections these events start, and delete
-        the tokens of connections they end or start again without new ones."""
-        touched: list[UUID] = []
+        """Write the tokens handed over for connections these events start (deleting the
+        previous period's), and mark the tokens of connections they end owed a revocation,
+        due at once."""
+        started: list[UUID] = []
+        ended: dict[UUID, datetime] = {}
         rows: list[dict[str, Any]] = []
         for event in events:
             kind = type(event)
             if kind not in _WATCHED:
                 continue  # nearly every event: one set lookup
-            touched.append(event.originator_id)
-            if kind in _STARTS:
-                row = self._staged().pop(event.originator_id, None)
-                if row is not None:
-                    rows.append(row)
-        if touched:
-            conn.execute(
-                delete(provider_tokens).where(provider_tokens.c.connection_id.in_(touched))
-            )
+            if kind in _ENDS:
+                ended[event.originator_id] = event.timestamp
+                continue
+            started.append(event.originator_id)
+            row = self._staged().pop(event.originator_id, None)
+            if row is not None:
+                rows.append(row)
+        t = provider_tokens.c
+        if started:
+            conn.execute(delete(provider_tokens).where(t.connection_id.in_(started)))
         if rows:
             conn.execute(insert(provider_tokens), rows)
+        for connection_id, at in ended.items():
+            conn.execute(
+                update(provider_tokens)
+                .where(t.connection_id == connection_id, t.revoke_due_at.is_(None))
+                .values(revoke_due_at=at, revoke_attempts=0)
+            )
 
     # -- reads and refreshes ------------------------------------------------------------
 
     def current(self, connection_id: UUID) -> StoredGrant | None:
         """The connection's tokens, opened; None when it has none (or its user's key is
         destroyed: then they are gone in effect)."""
+        t = provider_tokens.c
         with self.db.read() as conn:
             row = conn.execute(
-                select(provider_tokens).where(provider_tokens.c.connection_id == connection_id)
+                select(provider_tokens).where(
+                    t.connection_id == connection_id, t.revoke_due_at.is_(None)
+                )
             ).first()
         if row is None:
             return None
-        opened = self.key_store.open(row.user_id, row.sealed_tokens)
-        if not isinstance(opened, dict):
+        tokens = self._opened(row)
+        if tokens is None:
             return None
         return StoredGrant(
             connection_id=row.connection_id,
@@ -137,9 +156,13 @@ class SqlProviderTokenStore:
             team_id=row.team_id,
             provider=row.provider,
             client_id=row.client_id,
-            tokens=ProviderTokens.from_sealable(opened),
+            tokens=tokens,
             version=row.version,
         )
+
+    def _opened(self, row: Any) -> ProviderTokens | None:
+        opened = self.key_store.open(row.user_id, row.sealed_tokens)
+        return ProviderTokens.from_sealable(opened) if isinstance(opened, dict) else None
 
     def replace(self, stored: StoredGrant, tokens: ProviderTokens, now: datetime) -> bool:
         """Store refreshed tokens in place of `stored`, unless they moved on meanwhile (a
@@ -153,7 +176,11 @@ class SqlProviderTokenStore:
         with self.db.write() as conn:
             changed = conn.execute(
                 update(provider_tokens)
-                .where(t.connection_id == stored.connection_id, t.version == stored.version)
+                .where(
+                    t.connection_id == stored.connection_id,
+                    t.version == stored.version,
+                    t.revoke_due_at.is_(None),
+                )
                 .values(
                     sealed_tokens=sealed,
                     expires_at=tokens.expires_at,
@@ -162,3 +189,65 @@ class SqlProviderTokenStore:
                 )
             ).rowcount
         return bool(changed == 1)
+
+    # -- revocations owed (OwedRevocations, domain/connections/revocation.py) -------------
+
+    def claim_due(self, now: datetime, lease: timedelta, limit: int) -> list[OwedRevocation]:
+        """The ended periods' tokens due a revocation attempt, each claimed by moving its
+        due time to the end of `lease` (compared and set: a worker of another process
+        that read the same row claims none of it)."""
+        t = provider_tokens.c
+        claimed: list[Any] = []
+        with self.db.write() as conn:
+            rows = conn.execute(
+                select(provider_tokens)
+                .where(t.revoke_due_at <= now)
+                .order_by(t.revoke_due_at)
+                .limit(limit)
+            ).all()
+            for row in rows:
+                taken = conn.execute(
+                    update(provider_tokens)
+                    .where(
+                        t.connection_id == row.connection_id,
+                        t.stored_at == row.stored_at,
+                        t.revoke_due_at == row.revoke_due_at,
+                    )
+                    .values(revoke_due_at=now + lease)
+                ).rowcount
+                if taken == 1:
+                    claimed.append(row)
+        return [
+            OwedRevocation(
+                connection_id=row.connection_id,
+                stored_at=row.stored_at,
+                team_id=row.team_id,
+                provider=row.provider,
+                client_id=row.client_id,
+                tokens=self._opened(row),
+                attempts=row.revoke_attempts,
+            )
+            for row in claimed
+        ]
+
+    def retry_at(self, owed: OwedRevocation, attempts: int, due_at: datetime) -> None:
+        with self.db.write() as conn:
+            conn.execute(
+                update(provider_tokens)
+                .where(*_period(owed))
+                .values(revoke_due_at=due_at, revoke_attempts=attempts)
+            )
+
+    def destroy(self, owed: OwedRevocation) -> None:
+        with self.db.write() as conn:
+            conn.execute(delete(provider_tokens).where(*_period(owed)))
+
+
+def _period(owed: OwedRevocation) -> tuple[ColumnElement[bool], ...]:
+    """The row of the ended period `owed` is about (never a later period's tokens)."""
+    t = provider_tokens.c
+    return (
+        t.connection_id == owed.connection_id,
+        t.stored_at == owed.stored_at,
+        t.revoke_due_at.is_not(None),
+    )
