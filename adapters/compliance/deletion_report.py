@@ -701,8 +701,10 @@ def _categories(
         },
         _category(
             "lab_orders_and_results",
-            "lab test orders (the patient's details and address, sealed) and their results "
-            "and interpretation (sealed)",
+            "lab test orders (the test ordered with its markers, the patient's details and "
+            "address, sealed; orders recorded before the test was sealed were redacted into "
+            "that form, the chain kept: ADR 0028) and their results and interpretation "
+            "(sealed)",
             orders["orders"],
             orders,
             ("read_model:orders", "user_data_key"),

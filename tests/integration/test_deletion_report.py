@@ -858,6 +858,7 @@ def test_the_report_lists_the_categories_held_and_the_recipients(
         "link_tokens": 1,
     }
     assert held["lab_orders_and_results"]["items"] == {"orders": 1, "results": 0}
+    assert "the test ordered" in held["lab_orders_and_results"]["what"]
     resources = held["health_data"]["by_resource"]
     assert {r["provider"] for r in resources} == {"freestyle_libre", "oura"}
     assert held["health_data"]["held"] == sum(r["rows_now"] for r in resources) > 0

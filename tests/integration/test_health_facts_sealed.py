@@ -26,6 +26,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
+from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.persistence.engine.schema import (
@@ -224,6 +225,8 @@ def _owner(service: Service, order_id: UUID) -> UUID:
 def test_after_the_erasure_no_file_names_the_users_lab_test(
     written: Written,  # noqa: F811
     service: Service,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     places = on_disk(service)
     for needle in needles(service):
@@ -238,15 +241,38 @@ def test_after_the_erasure_no_file_names_the_users_lab_test(
         frozen.tick(written.expected["grace_period_days"] * 86400 + 3600)
         assert service.jobs.sweep_erasures() == 1
         assert service.key_store.cipher(UUID(main_2)) is None
+        order = written.expected["ids"]["cancelled_order"]
+        then = {"as_of": written.now.isoformat()}
         answers = [
             client.get(f"/v2/audit/user/{main_2}", headers=headers),
             client.get(f"/v2/audit/user/{main_2}/deletion_report", headers=headers),
             client.get("/v3/orders", headers=headers),
-            client.get(f"/v3/order/{written.expected['ids']['cancelled_order']}", headers=headers),
+            # As they were before the erasure: the order then, its test as erased now.
+            client.get("/v3/orders", params=then, headers=headers),
+            client.get(f"/v3/order/{order}", params=then, headers=headers),
+            client.get(f"/v3/order/{order}", headers=headers),
         ]
-    assert [a.status_code for a in answers[:3]] == [200, 200, 200], [a.text for a in answers]
-    for answer in answers:
-        assert NEEDLE not in answer.text and NEEDLE_ID.hex not in answer.text
+    assert [a.status_code for a in answers[:5]] == [200] * 5, [a.text for a in answers]
+    assert answers[4].json()["lab_test"]["name"] == ERASED_PLACEHOLDER
+    # The command line's answers: the audit and the deletion report (HTML too).
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", written.url)
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(written.master_key_file))
+    monkeypatch.setenv("HEALTHLEDGER_SIGNING_KEY_FILE", str(written.signing_key_file))
+    printed = []
+    for command in (
+        ["audit", main_2],
+        ["audit", main_2, "--json"],
+        ["report", "deletion", main_2],
+        ["report", "deletion", main_2, "--format", "html"],
+    ):
+        capsys.readouterr()
+        assert main(command) == 0, command
+        printed.append(capsys.readouterr().out)
+    # They do show the order (that it was placed and cancelled), not what it was of.
+    assert all(order in answer for answer in printed), printed
+    for text_answer in [a.text for a in answers] + printed:
+        assert NEEDLE not in text_answer and NEEDLE_ID.hex not in text_answer
+        assert str(NEEDLE_ID) not in text_answer
     assert service.chain.verify().ok
     places = on_disk(service)
     for needle in needles(service):
