@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service
 from healthledger.adapters.makers.fake_fitbit import PEOPLE, FakeFitbit, running_fake_fitbit
 from healthledger.adapters.providers.fitbit import FitbitReader
 from healthledger.adapters.settings import Settings
@@ -24,11 +24,10 @@ from healthledger.domain.connections.resource_feeds import ResourceFeed
 
 from tests.clocks import Clock
 from tests.conftest import Team
+from tests.integration import maker_reads as reads
+from tests.integration.maker_reads import get, provider_status
 from tests.integration.oauth_browser import (
-    API,
     APP,
-    LINK,
-    SERVICE,
     SERVICE_CLIENT,
     SERVICE_SECRET,
     Browser,
@@ -53,22 +52,18 @@ def fitbit(clock: Clock) -> Iterator[FakeFitbit]:
 
 @pytest.fixture
 def svc(settings: Settings, fitbit: FakeFitbit, clock: Clock) -> Iterator[Service]:
-    configured = settings.model_copy(
-        update={
-            "link_url": LINK,
-            "public_base_url": API,
-            "oauth_maker_url": fitbit.base,
-            "fitbit_api_url": fitbit.base,
-            "fitbit_history_days": HISTORY_DAYS,
-            # Short, for the slow answer's test; not so short that a loaded machine's
-            # ordinary answer times out.
-            "maker_api_timeout": timedelta(seconds=2),
-            "oauth_clients": {"fitbit": SERVICE},
-        }
-    )
-    built = build_service(configured, clock=clock)
-    yield built
-    built.close()
+    with reads.maker_service(
+        settings,
+        clock,
+        "fitbit",
+        fitbit.base,
+        fitbit_api_url=fitbit.base,
+        fitbit_history_days=HISTORY_DAYS,
+        # Short, for the slow answer's test (4 s); not so short that a loaded machine's
+        # ordinary answer times out.
+        maker_api_timeout=timedelta(seconds=2),
+    ) as built:
+        yield built
 
 
 @pytest.fixture
@@ -92,30 +87,15 @@ def connect(api: Any, home: Team, browser: Browser) -> uuid.UUID:
 
 
 def feed(svc: Service, user_id: uuid.UUID, resource: str) -> ResourceFeed:
-    found = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, "fitbit"), resource))
-    assert isinstance(found, ResourceFeed)
-    return found
+    return reads.feed(svc, user_id, "fitbit", resource)
 
 
 def statuses(svc: Service, user_id: uuid.UUID) -> dict[str, str | None]:
-    entry = svc.catalog["fitbit"]
-    return {r: feed(svc, user_id, r).status for r in entry.supported_resources}
+    return reads.statuses(svc, user_id, "fitbit")
 
 
 def last_error(svc: Service, user_id: uuid.UUID, resource: str) -> str:
-    event: Any = list(svc.ledger.events.get(feed(svc, user_id, resource).id))[-1]
-    return str(event.error_code)
-
-
-def get(api: Any, home: Team, path: str, **params: Any) -> Any:
-    response = api.get(path, params=params, headers=home.headers)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def provider_status(api: Any, home: Team, user_id: uuid.UUID) -> dict[str, Any]:
-    [provider] = get(api, home, f"/v2/user/providers/{user_id}")["providers"]
-    return dict(provider)
+    return reads.last_error(svc, user_id, "fitbit", resource)
 
 
 def past_days(clock: Clock) -> list[date]:

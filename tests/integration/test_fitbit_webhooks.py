@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.makers.fake_fitbit import PEOPLE, FakeFitbit, running_fake_fitbit
 from healthledger.adapters.persistence.engine.schema import stored_events
@@ -34,10 +34,8 @@ from sqlalchemy import func, select
 
 from tests.clocks import Clock
 from tests.conftest import Team
+from tests.integration import maker_reads as reads
 from tests.integration.oauth_browser import (
-    API,
-    LINK,
-    SERVICE,
     SERVICE_CLIENT,
     SERVICE_SECRET,
     Browser,
@@ -60,20 +58,17 @@ def fitbit(clock: Clock) -> Iterator[FakeFitbit]:
 
 @pytest.fixture
 def svc(settings: Settings, fitbit: FakeFitbit, clock: Clock) -> Iterator[Service]:
-    configured = settings.model_copy(
-        update={
-            "link_url": LINK,
-            "public_base_url": API,
-            "oauth_maker_url": fitbit.base,
-            "fitbit_api_url": fitbit.base,
-            "fitbit_history_days": HISTORY_DAYS,
-            "fitbit_subscriber_verification_code": SecretStr(CODE),
-            "oauth_clients": {"fitbit": SERVICE},
-        }
-    )
-    built = build_service(configured, clock=clock)
-    yield built
-    built.close()
+    with reads.maker_service(
+        settings,
+        clock,
+        "fitbit",
+        fitbit.base,
+        fitbit_api_url=fitbit.base,
+        fitbit_history_days=HISTORY_DAYS,
+        fitbit_subscriber_verification_code=SecretStr(CODE),
+        maker_api_timeout=timedelta(seconds=5),
+    ) as built:
+        yield built
 
 
 @pytest.fixture
