@@ -9,6 +9,7 @@ with the user."""
 from __future__ import annotations
 
 import io
+import json
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -320,6 +321,21 @@ def test_an_export_imported_again_changes_nothing_and_one_changed_record_updates
     assert sorted(w["calories"] for w in workouts) == [412] * 6 + [500]
     samples = get(api, home, f"/v2/timeseries/{user}/heartrate", start_date=str(day))
     assert [s["value"] for s in samples if s["timestamp"] == changed_at.isoformat()] == [190]
+    # The webhook the dispatcher sends for it carries the day as stored now.
+    body = svc.dispatcher.payloads.build(
+        event_type="daily.data.heartrate.updated",
+        user_id=UUID(user),
+        team_id=home.team_id,
+        source_id=synced.originator_id,
+        source_version=synced.originator_version,
+        day=day,
+    )
+    assert body is not None
+    sent = json.loads(body)
+    assert sent["event_type"] == "daily.data.heartrate.updated"
+    assert {"timestamp": changed_at.isoformat(), "value": 190, "unit": "bpm"} in (
+        sent["data"]["data"]
+    )
 
 
 def _zipped(xml: bytes, name: str = "apple_health_export/export.xml") -> bytes:
