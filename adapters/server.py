@@ -31,6 +31,7 @@ from typing import Any, TextIO
 import uvicorn
 from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.http.access_log import redact_access_log_queries
+from healthledger.adapters.http.imports import UNLIMITED_PATH
 from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.request_deadlines import request_deadlines
@@ -128,6 +129,9 @@ def uvicorn_config(settings: Settings, app: Any, port: int) -> uvicorn.Config:
     protocol = request_deadlines(
         header_timeout=settings.request_header_timeout.total_seconds(),
         body_timeout=settings.request_body_timeout.total_seconds(),
+        # An export upload streams for as long as a large file takes (adapters/http/imports.py).
+        upload_paths=UNLIMITED_PATH,
+        upload_timeout=settings.upload_body_timeout.total_seconds(),
     )
     return uvicorn.Config(
         app,

@@ -247,6 +247,8 @@ class Settings(BaseSettings):
     # answered 503 until slow ones are closed.
     request_header_timeout: Duration = Field(default=timedelta(seconds=10), gt=timedelta(0))
     request_body_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    # An export upload's body (POST /v2/user/{id}/import/apple_health) has this instead.
+    upload_body_timeout: Duration = Field(default=timedelta(minutes=15), gt=timedelta(0))
     keep_alive_timeout: Duration = Field(default=timedelta(seconds=5), gt=timedelta(0))
     connection_limit: int = Field(default=1000, ge=1)
     # `serve`: team API processes on team_api_port (`--workers` overrides; more than one

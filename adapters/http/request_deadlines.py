@@ -12,13 +12,16 @@ to uvicorn as `Config(http=...)`) and follows the bytes a connection receives wi
 parser of its own. A request head must be complete `header_timeout` after the connection
 opened or after its first byte arrived, and its body `body_timeout` after the head; else
 the connection is closed. Time spent computing a response is never counted, and a quiet
-keep-alive connection is uvicorn's to close.
+keep-alive connection is uvicorn's to close. A file upload (a POST to a path that
+`upload_paths` matches: an Apple Health export, hundreds of MB) has `upload_timeout` for
+its body instead: a deadline still, but one a large file over a real link can meet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 import h11
@@ -35,6 +38,9 @@ class RequestDeadlines(asyncio.Protocol):
 
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    # POSTs to these paths upload a file: their body has `upload_timeout`.
+    upload_paths: re.Pattern[str] | None = None
+    upload_timeout: float = 900.0
 
     def __init__(self, **uvicorn_arguments: Any) -> None:
         # The arguments uvicorn builds every HTTP protocol with (its config and state).
@@ -94,7 +100,10 @@ class RequestDeadlines(asyncio.Protocol):
                 return
             if isinstance(event, h11.Request):
                 self._disarm()
-                self._arm(self.body_timeout, "request body")
+                if self._is_upload(event):
+                    self._arm(self.upload_timeout, "upload body")
+                else:
+                    self._arm(self.body_timeout, "request body")
             elif isinstance(event, h11.EndOfMessage):
                 self._disarm()
                 if not self._next_request():
@@ -119,6 +128,12 @@ class RequestDeadlines(asyncio.Protocol):
             self._arm(self.header_timeout, "request head")
         return True
 
+    def _is_upload(self, request: h11.Request) -> bool:
+        if self.upload_paths is None or request.method != b"POST":
+            return False
+        path = request.target.decode("latin-1").split("?", 1)[0]
+        return self.upload_paths.match(path) is not None
+
     def _stop_following(self) -> None:
         self._disarm()
         self.following = False
@@ -141,7 +156,13 @@ class RequestDeadlines(asyncio.Protocol):
             self.transport.close()
 
 
-def request_deadlines(header_timeout: float, body_timeout: float) -> type[RequestDeadlines]:
+def request_deadlines(
+    header_timeout: float,
+    body_timeout: float,
+    *,
+    upload_paths: re.Pattern[str] | None = None,
+    upload_timeout: float = 900.0,
+) -> type[RequestDeadlines]:
     """The protocol class to give uvicorn (`Config(http=...)`), with these deadlines."""
 
     class Configured(RequestDeadlines):
@@ -149,4 +170,6 @@ def request_deadlines(header_timeout: float, body_timeout: float) -> type[Reques
 
     Configured.header_timeout = header_timeout
     Configured.body_timeout = body_timeout
+    Configured.upload_paths = upload_paths
+    Configured.upload_timeout = upload_timeout
     return Configured

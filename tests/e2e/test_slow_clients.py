@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,6 +122,33 @@ def test_half_sent_requests_are_closed_after_the_deadline_and_others_answer_mean
         assert sent > 5, "the trickling head was not kept up until its deadline"
 
         normal_requests_answer(base)
+
+
+def test_an_upload_has_its_own_longer_deadline_for_its_body(
+    sqlite_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    opened: list[socket.socket],
+) -> None:
+    """An export upload over a slow link takes longer than a JSON body may: its path has
+    HEALTHLEDGER_UPLOAD_BODY_TIMEOUT, still a deadline."""
+    monkeypatch.setenv("HEALTHLEDGER_REQUEST_BODY_TIMEOUT", "1")
+    monkeypatch.setenv("HEALTHLEDGER_UPLOAD_BODY_TIMEOUT", "4")
+    upload = (
+        f"POST /v2/user/{uuid.uuid4()}/import/apple_health HTTP/1.1\r\nHost: ledger\r\n"
+        "Content-Type: application/zip\r\nContent-Length: 100\r\n\r\nPK"
+    ).encode()
+    with running_server(sqlite_settings, tmp_path) as (base, _management, _link, _output):
+        started = time.monotonic()
+        uploading = connect(base, opened, upload)
+        json_body = connect(base, opened, HALF_BODY)
+        time.sleep(2)
+        assert closed_by_server(json_body), "a JSON body's deadline is its own"
+        assert not closed_by_server(uploading), "the upload was held to the JSON deadline"
+        while not closed_by_server(uploading):
+            assert time.monotonic() - started < 10, "an upload's deadline never came"
+            time.sleep(0.2)
+        assert time.monotonic() - started >= 4 - 0.1
 
 
 def test_beyond_the_connection_limit_requests_are_503_until_slow_ones_are_closed(
