@@ -170,8 +170,9 @@ class FakeWithings:
         self.clients[client_id] = secret
 
     def fail(self, status: int, times: int = 1, *, action: str | None = None) -> None:
-        """The next `times` data requests (of `action`, if given) answer `status` (601,
-        an "error occurred" status, 401, or an HTTP 5xx when `status` >= 500 is one)."""
+        """The next `times` data requests (of `action`, if given: a data action, or
+        Notify's `subscribe` or `revoke`) answer `status` (601, an "error occurred"
+        status, 401, or an HTTP 5xx when `status` >= 500 is one)."""
         with self.lock:
             self._failures.append(_Failure(status, times, action))
 
@@ -584,17 +585,20 @@ class FakeWithings:
 
     # -- the data API -----------------------------------------------------------------------
 
-    def _injected(self, action: str) -> tuple[_Failure | None, float]:
+    def _injected(self, action: str, *, data: bool = True) -> tuple[_Failure | None, float]:
+        """The failure and the delay injected for this request. Notify's requests
+        (`data=False`) meet only failures named for their action, and no delay: the
+        switches without an action are the data API's."""
         with self.lock:
             failure = None
             for candidate in self._failures:
-                if candidate.action is None or candidate.action == action:
+                if (data and candidate.action is None) or candidate.action == action:
                     failure = candidate
                     candidate.times -= 1
                     if candidate.times <= 0:
                         self._failures.remove(candidate)
                     break
-            delay = self._slow.pop(0) if self._slow else 0.0
+            delay = self._slow.pop(0) if self._slow and data else 0.0
         return failure, delay
 
     async def data(self, request: Request) -> Response:
@@ -709,6 +713,7 @@ async def _notify(fake: FakeWithings, request: Request) -> Response:
     if request.method == "POST":
         params |= {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
     action = params.get("action", "")
+    failure, _ = fake._injected(action, data=False)
     token = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
     with fake.lock:
         grant = fake._access.get(token)
@@ -719,7 +724,11 @@ async def _notify(fake: FakeWithings, request: Request) -> Response:
             return JSONResponse({"status": status, "error": "fake"})
         return JSONResponse({"status": 0, "body": body or {}})
 
+    if failure is not None:
+        return answer(failure.status)
     if grant is None or grant.person in fake._revoked:
+        return answer(401)
+    if grant.expires_at is not None and grant.expires_at <= fake.clock():
         return answer(401)
     if action == "subscribe":
         status = await anyio.to_thread.run_sync(_subscribe, fake, grant, params)
@@ -740,6 +749,8 @@ async def _notify(fake: FakeWithings, request: Request) -> Response:
             if params.get("callbackurl") not in urls:
                 return answer(294)  # no such subscription
             urls.remove(params["callbackurl"])
+            if not urls:
+                del fake.subscriptions[(grant.person, appli)]
         return answer(0)
     return answer(2554)
 

@@ -56,9 +56,11 @@ from healthledger.adapters.providers.oauth2 import (
     CustomClient,
     OAuth2Maker,
     TokenEndpointError,
+    tokens_of,
 )
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     OAuthClient,
@@ -293,26 +295,61 @@ class WithingsReader(OAuth2Maker):
         each (0: subscribed; -1: not reached)."""
         granted = None if scope is None else frozenset(scope.split())
         found = []
-        for appli, scope_needed in NOTIFY_CATEGORIES.items():
-            if granted is not None and scope_needed not in granted:
-                continue
-            try:
-                response = self.http.post(
-                    f"{self.api_url}/notify",
-                    data={
-                        "action": "subscribe",
-                        "callbackurl": str(self.callback_url),
-                        "appli": str(appli),
-                    },
-                    headers={"Authorization": f"Bearer {access_token}"},
-                    timeout=self.api_timeout,
-                )
-                answer = response.json()
-                status = answer.get("status") if isinstance(answer, dict) else None
-            except (httpx.HTTPError, ValueError):
-                status = None
-            found.append(status if isinstance(status, int) else -1)
+        for appli, needed in NOTIFY_CATEGORIES.items():
+            if granted is None or needed in granted:
+                status = self.notify_request(access_token, "subscribe", appli)
+                found.append(-1 if status is None else status)
         return found
+
+    def revoke(self, team_id: UUID, client_id: str, tokens: ProviderTokens) -> None:
+        """Withings documents no way for a partner to end a person's grant (the person
+        unlinks the application in their Withings account): what ends here, at the
+        connection's end, is our Notify subscriptions, each revoked with the person's token
+        (refreshed first when expired), so that Withings stops calling us about them. A
+        subscription gone already (294) is done, and so is a grant Withings no longer
+        accepts (nothing left to end); 601, the passing statuses and a maker out of reach
+        raise a retriable ProviderError (revocation.py tries again later)."""
+        if self.callback_url is None:
+            return
+        access = tokens.access_token
+        if tokens.expired(self.clock()) and tokens.refresh_token:
+            client = self.grant_client(team_id, client_id)
+            if client is None:
+                return  # the credentials that obtained it are gone: nothing to ask with
+            form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh_token}
+            try:
+                access = tokens_of(
+                    self.token_request(client, form), self.clock(), None
+                ).access_token
+            except TokenEndpointError as exc:
+                if exc.kind in ("refused", "malformed"):
+                    return  # the grant is not Withings' to end any more
+                raise ProviderError("provider_unavailable", TEXTS.unavailable) from None
+        for appli in NOTIFY_CATEGORIES:
+            status = self.notify_request(access, "revoke", appli)
+            if status in AUTH_FAILED:
+                return  # the grant is gone: so are its subscriptions
+            if status == TOO_MANY_REQUESTS:
+                raise ProviderError("provider_rate_limit_exceeded", TEXTS.rate_limited)
+            if status is None or status in PASSING:
+                raise ProviderError("provider_unavailable", TEXTS.unavailable)
+            # 0 (revoked), 294 (no such subscription) and any refusal: nothing left to do.
+
+    def notify_request(self, access_token: str, action: str, appli: int) -> int | None:
+        """One Notify request about our callback (`subscribe`, `revoke`) for `appli`; its
+        Withings status, None when Withings could not be reached or answered nothing."""
+        try:
+            response = self.http.post(
+                f"{self.api_url}/notify",
+                data={"action": action, "callbackurl": str(self.callback_url), "appli": str(appli)},
+                headers={"Authorization": f"Bearer {access_token}"},
+                timeout=self.api_timeout,
+            )
+            answer = response.json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        status = answer.get("status") if isinstance(answer, dict) else None
+        return status if isinstance(status, int) else None
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None

@@ -190,3 +190,49 @@ def test_a_notice_about_an_unknown_account_or_not_withings_form_stores_nothing(
     assert refused.status_code == 400
     assert "dana" not in refused.text
     assert log_length(svc) == before
+
+
+def test_a_deleted_connection_s_subscriptions_are_revoked_with_a_refreshed_token(
+    svc: Service,
+    api: Any,
+    home: Team,
+    browser: Browser,
+    withings: FakeWithings,
+    clock: Clock,
+    callback: str,
+) -> None:
+    """Withings offers partners no way to end the grant: the deregistration's revocation
+    (ADR 0030) ends our Notify subscriptions, with the person's token refreshed first when
+    it expired meanwhile; once, and Withings calls us about them no more."""
+    user_id = connected_user(svc, api, home, browser)
+    assert len(withings.subscriptions) == 5
+    assert api.delete(f"/v2/user/{user_id}/withings", headers=home.headers).status_code == 200
+    clock.advance(timedelta(seconds=withings.expires_in + 60))
+    assert svc.jobs.revoke_grants() == 1
+    assert withings.subscriptions == {}
+    revokes = [r for r in withings.requests if r[1] == "/notify" and r[2]["action"] == "revoke"]
+    assert sorted(int(r[2]["appli"]) for r in revokes) == [1, 2, 4, 16, 44]
+    assert {r[3] for r in revokes} == {0}
+    refreshes = [r for r in withings.requests if r[2].get("grant_type") == "refresh_token"]
+    assert [r[3] for r in refreshes] == [0]
+    assert svc.jobs.revoke_grants() == 0  # done once
+    assert withings.notify("dana", 1, startdate=1, enddate=2) == []  # no one to call
+
+
+def test_a_revocation_withings_cannot_answer_is_tried_again(
+    svc: Service,
+    api: Any,
+    home: Team,
+    browser: Browser,
+    withings: FakeWithings,
+    clock: Clock,
+    callback: str,
+) -> None:
+    user_id = connected_user(svc, api, home, browser)
+    assert api.delete(f"/v2/user/{user_id}/withings", headers=home.headers).status_code == 200
+    withings.fail(601, times=1, action="revoke")  # too many requests
+    assert svc.jobs.revoke_grants() == 0
+    assert len(withings.subscriptions) == 5
+    clock.advance(timedelta(minutes=2))
+    assert svc.jobs.revoke_grants() == 1
+    assert withings.subscriptions == {}
