@@ -51,6 +51,8 @@ BATCH_SAMPLES = 10_000
 BATCH_DAYS = 120
 # Spill rows written at a time.
 SPILL_ROWS = 20_000
+# The name a read's spill folder starts with (beside the uploads, see import_files.py).
+SPILL_PREFIX = "apple-health-"
 
 # -- units: Apple's unit strings -> (our unit's factor, offset) ------------------------------
 
@@ -336,7 +338,7 @@ class AppleHealthReading:
             "records_skipped": 0,
             "workouts": 0,
         }
-        self.workdir = Path(tempfile.mkdtemp(prefix="apple-health-", dir=spill_dir))
+        self.workdir = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=spill_dir))
         self.spill = sqlite3.connect(self.workdir / "spill.sqlite3")
         self.spill.executescript(
             "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8000;"

@@ -11,15 +11,21 @@ never reads a file still arriving.
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from uuid import UUID
 
-from healthledger.adapters.providers.apple_health import AppleHealthReading
+from healthledger.adapters.providers.apple_health import SPILL_PREFIX, AppleHealthReading
 from healthledger.domain.connections.imports import FILE_GONE, ImportRefused
 
 _SUFFIX = ".zip"
 _PARTIAL = ".part"
+# What a crashed process leaves behind (an upload cut off, a read's spill folder) is
+# removed once nothing has written to it for this long: far longer than an upload's
+# deadline or a running import's silence (its spill file is written as it goes).
+LEFTOVER_AFTER = 24 * 3600.0
 
 
 class UploadTooLarge(Exception):
@@ -87,12 +93,34 @@ class ImportFolder:
             path, user_id, max_xml_bytes=self.max_xml_bytes, spill_dir=self._ready()
         )
 
+    def sweep_leftovers(self, now: float | None = None) -> int:
+        """Remove uploads cut off and spill folders of reads that died, untouched for
+        LEFTOVER_AFTER; how many."""
+        limit = (time.time() if now is None else now) - LEFTOVER_AFTER
+        removed = 0
+        for path in self.folder.iterdir():
+            try:
+                if path.is_dir() and path.name.startswith(SPILL_PREFIX):
+                    touched = max(
+                        [path.stat().st_mtime, *(f.stat().st_mtime for f in path.iterdir())]
+                    )
+                    if touched < limit:
+                        shutil.rmtree(path, ignore_errors=True)
+                        removed += 1
+                elif path.suffix == _PARTIAL and path.stat().st_mtime < limit:
+                    path.unlink(missing_ok=True)
+                    removed += 1
+            except FileNotFoundError:
+                continue  # removed meanwhile (its import ended)
+        return removed
+
     def discard(self, import_id: UUID) -> None:
         self.path(import_id).unlink(missing_ok=True)
 
     def waiting(self) -> list[UUID]:
         if not self.folder.is_dir():
             return []
+        self.sweep_leftovers()
         found = []
         for path in sorted(self.folder.glob(f"*{_SUFFIX}")):
             try:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -562,6 +564,26 @@ def test_a_long_import_reports_progress_while_it_reads_which_renews_its_lease(
     assert any(e.progress > 0.7 for e in progressed)
     assert [e.progress for e in progressed] == sorted(e.progress for e in progressed)
     assert progressed[-1].counts["records_read"] == len(exported[1])
+
+
+def test_what_a_crashed_process_left_is_swept_once_long_untouched(svc: Service) -> None:
+    folder = svc.settings.import_dir
+    assert folder is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    old, fresh = time.time() - 2 * 86400, time.time()
+    made: dict[str, tuple[Path, Path]] = {}
+    for name, when in (("old", old), ("fresh", fresh)):
+        cut_off = folder / f"{UUID(int=len(made) + 1)}.part"
+        cut_off.write_bytes(b"PK")
+        spill = folder / f"apple-health-{name}"
+        spill.mkdir()
+        (spill / "spill.sqlite3").write_bytes(b"")
+        for path in (cut_off, spill / "spill.sqlite3", spill):
+            os.utime(path, (when, when))
+        made[name] = (cut_off, spill)
+    assert svc.jobs.run_due_imports() == 0  # the worker's look sweeps them
+    assert not any(path.exists() for path in made["old"])
+    assert all(path.exists() for path in made["fresh"])
 
 
 def test_erasure_removes_the_imported_data(
