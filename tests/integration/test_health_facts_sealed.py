@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from freezegun import freeze_time
 from healthledger.adapters.cli import main
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.persistence.engine.migrating import SERVICE, upgrade
 from healthledger.adapters.persistence.engine.schema import (
     chain_redactions,
     orders,
@@ -313,3 +315,40 @@ def records_of(service: Service, topic: str) -> list[dict[str, Any]]:
     with service.db.read() as conn:
         found = conn.execute(select(stored_events.c.state).where(stored_events.c.topic == topic))
         return [json.loads(state) for (state,) in found]
+
+
+def test_two_processes_starting_at_once_redact_each_record_once(
+    written: Written,  # noqa: F811
+) -> None:
+    # Two services of this code start together on the database of 1809f39: the start's
+    # redactions race, one wins each batch, the other finds it done.
+    upgrade(written.url, SERVICE)
+    built: list[Service] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def start() -> None:
+        try:
+            barrier.wait()
+            built.append(build_service(written.settings()))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    with freeze_time(written.now):  # for both threads: freezegun's patching is global
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    try:
+        assert errors == []
+        service = built[0]
+        verified(service, SIGNED_HEADS)
+        with service.db.read() as conn:
+            redacted = conn.execute(select(func.count()).select_from(chain_redactions)).scalar()
+        assert redacted == 2
+        named = [r["position"] for x in records_of(service, REDACTION_TOPIC) for r in x["records"]]
+        assert sorted(named) == sorted(set(named)) and len(named) == 2
+    finally:
+        for service in built:
+            service.close()
