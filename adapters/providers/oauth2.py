@@ -286,9 +286,9 @@ class OAuth2Maker:
     def revoke(self, team_id: UUID, client_id: str, tokens: ProviderTokens) -> None:
         """RFC 7009 at the maker's documented revocation endpoint (none: nothing to do):
         the refresh token (which ends the access tokens made with it) or else the access
-        token, the client authenticated as at the token endpoint. A 200 is done, and so is
-        a 400 (RFC 7009 2.2.1: the token is not valid any more, or never was); 429, 5xx and
-        a maker out of reach are retried later."""
+        token, the client authenticated as at the token endpoint. A 200 is done (also for
+        a token already invalid, RFC 7009 2.2); 429, 5xx and a maker out of reach are
+        retried later; any other answer is a refusal (given up, revocation.py)."""
         if self.revoke_url is None:
             return
         client = self.grant_client(team_id, client_id)
@@ -367,11 +367,13 @@ class OAuth2Maker:
         return str(value) if isinstance(value, str | int) and value != "" else None
 
 
-def revocation_answer(status: int) -> None:
-    """A revocation endpoint's answer: returns when the grant is gone (200, 204; a 400 or
-    401 says the token is not valid any more, RFC 7009 2.2.1), raises ProviderError
-    (retriable for 429 and 5xx) otherwise."""
-    if status in (200, 204, 400, 401):
+def revocation_answer(status: int, gone: frozenset[int] = frozenset()) -> None:
+    """A revocation endpoint's answer: returns when the grant is ended (200, 204; RFC 7009
+    2.2 answers 200 for a token already invalid too) or gone already (`gone`: a maker's own
+    statuses for a token it does not know any more), raises ProviderError otherwise:
+    retriable for 429 and 5xx, not for a refusal (a 401 is our client refused, RFC 7009
+    2.2.1: asking again would not change it)."""
+    if status in (200, 204) or status in gone:
         return
     if status == 429:
         raise ProviderError("provider_rate_limit_exceeded", _UNREACHABLE)

@@ -69,6 +69,8 @@ from healthledger.domain.connections.providers import (
 from healthledger.domain.ledger import Clock
 
 _NO_CLIENT = "The OAuth client that obtained this grant is not configured any more."
+# Oura's answers to a revocation with a token it no longer knows: the grant is gone already.
+TOKEN_NOT_KNOWN = frozenset({400, 401})
 _NO_REVOCATION = "Oura could not be reached to revoke the grant; it will be tried again."
 
 HISTORY_DAYS = 2 * 365  # Oura keeps the ring's whole history; we take two years
@@ -231,7 +233,7 @@ class OuraReader(OAuth2Maker):
             )
         except httpx.HTTPError:
             raise ProviderError("transport_failure", _NO_REVOCATION) from None
-        revocation_answer(response.status_code)
+        revocation_answer(response.status_code, gone=TOKEN_NOT_KNOWN)
 
     # -- pulls ----------------------------------------------------------------------------
 

@@ -148,6 +148,26 @@ def test_a_fitbit_grant_is_revoked_by_rfc_7009_as_the_client_that_obtained_it(
     assert token_rows(svc, user_id) == []
 
 
+def test_a_revocation_the_maker_refuses_is_given_up_at_once_and_the_tokens_destroyed(
+    svc: Service,
+    api: Any,
+    home: Team,
+    browser: Browser,
+    maker: FakeMaker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RFC 7009 2.2.1: a 401 is our client refused, not a token gone: said, not retried."""
+    user_id = str(signed_in_user(api, home, browser, "fitbit"))
+    del maker.clients[SERVICE_CLIENT]  # the application deleted at the maker
+    assert api.delete(f"/v2/user/{user_id}/fitbit", headers=home.headers).status_code == 200
+    with caplog.at_level(logging.WARNING, logger="healthledger.revocations"):
+        assert svc.jobs.revoke_grants() == 1
+    assert len(maker.revocations) == 1
+    assert token_rows(svc, user_id) == []
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "healthledger.revocations"]
+    assert "fitbit" in warning and "non_retriable_error" in warning and user_id not in warning
+
+
 # -- the maker down -----------------------------------------------------------------------------
 
 
