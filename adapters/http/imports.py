@@ -18,6 +18,8 @@ from uuid import UUID, uuid4
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from healthledger.adapters.compliance.time_travel import aggregate_as_of, reads_as_of
+from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, ErrorBody, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -25,7 +27,7 @@ from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.providers.apple_health import FILE_FORMAT, PROVIDER
 from healthledger.adapters.providers.apple_health_export import check_upload
 from healthledger.adapters.providers.import_files import UploadTooLarge
-from healthledger.domain.connections.imports import DataImport, ImportRefused
+from healthledger.domain.connections.imports import DataImport, ImportNotFound, ImportRefused
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
 
@@ -195,8 +197,19 @@ def _receive(
     responses=error_responses(401, 404, 422, described=_IMPORT_NOT_FOUND),
 )
 def apple_health_import(
-    service: CurrentService, user_id: UUID, import_id: UUID, caller: TeamApiCaller
+    service: CurrentService,
+    user_id: UUID,
+    import_id: UUID,
+    caller: TeamApiCaller,
+    as_of: TeamAsOf,
 ) -> Any:
-    """An Apple Health import of the user: its status, progress and counts (ours)."""
-    service.users.load_live(caller.team_id, user_id)
-    return status_of(service.imports.find(caller.team_id, user_id, import_id))
+    """An Apple Health import of the user: its status, progress and counts (ours); with
+    `as_of`, as it stood at that instant (from the log: not received yet is a 404)."""
+    if as_of is None:
+        service.users.load_live(caller.team_id, user_id)
+        return status_of(service.imports.find(caller.team_id, user_id, import_id))
+    reads_as_of(service, as_of)  # a future instant is refused
+    job = aggregate_as_of(service, import_id, as_of)
+    if not isinstance(job, DataImport) or job.team_id != caller.team_id or job.user_id != user_id:
+        raise ImportNotFound()
+    return status_of(job)

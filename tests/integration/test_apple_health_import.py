@@ -495,6 +495,37 @@ def test_another_teams_user_and_import_are_not_found(
     assert api.get(mixed, headers=other.headers).status_code == 404
 
 
+def test_an_import_read_as_of_an_instant_is_as_it_stood_then(
+    svc: Service, api: TestClient, home: Team, clock: Clock, exported: tuple[Path, list[Written]]
+) -> None:
+    user = create_user(api, home, "fay", fallback_birth_date="1985-06-15")["user_id"]
+    clock.advance(timedelta(minutes=1))
+    before = clock()
+    clock.advance(timedelta(minutes=1))
+    accepted = upload(api, home, user, exported[0].read_bytes()).json()
+    received = clock()
+    clock.advance(timedelta(minutes=1))
+    assert svc.jobs.run_due_imports() == 1
+    path = f"/v2/user/{user}/import/apple_health/{accepted['import_id']}"
+
+    def as_of(instant: datetime, team: Team = home) -> Any:
+        return api.get(path, params={"as_of": instant.isoformat()}, headers=team.headers)
+
+    then = as_of(received)
+    assert then.status_code == 200, then.text
+    assert then.json()["status"] == "received" and then.json()["ended_at"] is None
+    now = get(api, home, path)
+    assert now["status"] == "success"
+    assert as_of(clock()).json() == now
+    # Not received yet at that instant: as unknown as an import that never was.
+    assert as_of(before).status_code == 404
+    # Another team's key finds nothing at any instant.
+    ctx = CommandContext.system("test:setup")
+    team_id = svc.teams.create_team(ctx, svc.teams.create_organization(ctx, "Other"), "T", "eu")
+    other = Team(team_id, svc.teams.issue_team_api_key(ctx, team_id).plain)
+    assert as_of(clock(), other).status_code == 404
+
+
 # -- restarts, two workers, erasure -----------------------------------------------------------
 
 
