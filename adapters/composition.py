@@ -62,6 +62,7 @@ from healthledger.adapters.persistence.queries.pulls import PullQueries
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
+from healthledger.adapters.providers.dexcom import DexcomReader
 from healthledger.adapters.providers.fitbit import FitbitReader
 from healthledger.adapters.providers.import_files import ImportFolder
 from healthledger.adapters.providers.maker_webhooks import maker_webhooks
@@ -482,6 +483,22 @@ def build_service(
             # Subscribed to Fitbit's notifications at sign-in once our subscriber is set up.
             subscribe=settings.fitbit_subscriber_verification_code is not None,
         )
+    # Dexcom's API v3 serves the G6 generation and the G7 alike: both catalog entries
+    # read it (docs/makers/dexcom.md).
+    for slug in ("dexcom", "dexcom_v3"):
+        if slug in makers:
+            makers[slug] = DexcomReader(
+                catalog[slug],
+                service_client=makers[slug].service_client,
+                custom_client=oauth_clients.custom,
+                tokens=provider_tokens,
+                http=oauth_http,
+                api_timeout=settings.maker_api_timeout.total_seconds(),
+                clock=clock,
+                api_url=settings.dexcom_api_url,
+                maker_url=settings.oauth_maker_urls.get(slug, settings.oauth_maker_url),
+                history_days=settings.dexcom_history_days,
+            )
 
     apple_health_kit = AppleHealthKit()
 

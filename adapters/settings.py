@@ -168,6 +168,14 @@ class Settings(BaseSettings):
     # (docs/makers/fitbit.md#subscriptions-webhooks-in): what Fitbit's `?verify=` must be.
     # Unset, every verification is refused (404) and Fitbit does not enable the subscriber.
     fitbit_subscriber_verification_code: SecretStr | None = None
+    # The Dexcom API v3 (docs/makers/dexcom.md): its base URL (US; the EU's is
+    # https://api.dexcom.eu, Japan's https://api.dexcom.jp, the sandbox's
+    # https://sandbox-api.dexcom.com). Tests and the sandbox point it at the fake Dexcom
+    # (healthledger.adapters.makers.fake_dexcom).
+    dexcom_api_url: str = "https://api.dexcom.com"
+    # How far back a new Dexcom connection's history is pulled (read 30 days a request at
+    # most; the months without a sensor are skipped through Dexcom's dataRange).
+    dexcom_history_days: int = Field(default=730, ge=1)
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
