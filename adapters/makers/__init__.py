@@ -39,4 +39,22 @@ FAKE_MAKERS: tuple[FakeMaker, ...] = (
         8012,
         ("fitbit_api_url",),
     ),
+    FakeMaker(
+        "dexcom",
+        "healthledger.adapters.makers.fake_dexcom:running_fake_dexcom",
+        8015,
+        ("dexcom_api_url",),
+    ),
+    FakeMaker(
+        "whoop_v2",
+        "healthledger.adapters.makers.fake_whoop:running_fake_whoop",
+        8013,
+        ("whoop_api_url",),
+    ),
+    FakeMaker(
+        "polar",
+        "healthledger.adapters.makers.fake_polar:running_fake_polar",
+        8016,
+        ("polar_api_url",),
+    ),
 )
