@@ -45,16 +45,4 @@ FAKE_MAKERS: tuple[FakeMaker, ...] = (
         8015,
         ("dexcom_api_url",),
     ),
-    FakeMaker(
-        "whoop_v2",
-        "healthledger.adapters.makers.fake_whoop:running_fake_whoop",
-        8013,
-        ("whoop_api_url",),
-    ),
-    FakeMaker(
-        "polar",
-        "healthledger.adapters.makers.fake_polar:running_fake_polar",
-        8016,
-        ("polar_api_url",),
-    ),
 )
