@@ -68,6 +68,7 @@ from healthledger.adapters.providers.import_files import ImportFolder
 from healthledger.adapters.providers.maker_webhooks import maker_webhooks
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.providers.oura import OuraReader
+from healthledger.adapters.providers.whoop import WhoopReader
 from healthledger.adapters.providers.withings import WithingsReader
 from healthledger.adapters.reference import (
     ProviderEntry,
@@ -500,6 +501,21 @@ def build_service(
                 history_days=settings.dexcom_history_days,
             )
 
+    # WHOOP's API v2 is read for the catalog's `whoop_v2` entry (docs/makers/whoop.md);
+    # `whoop` (API v1, retired by WHOOP) keeps the generic OAuth adapter.
+    if "whoop_v2" in makers:
+        makers["whoop_v2"] = WhoopReader(
+            catalog["whoop_v2"],
+            service_client=makers["whoop_v2"].service_client,
+            custom_client=oauth_clients.custom,
+            tokens=provider_tokens,
+            http=oauth_http,
+            api_timeout=settings.maker_api_timeout.total_seconds(),
+            clock=clock,
+            api_url=settings.whoop_api_url,
+            maker_url=settings.oauth_maker_urls.get("whoop_v2", settings.oauth_maker_url),
+            history_days=settings.whoop_history_days,
+        )
     apple_health_kit = AppleHealthKit()
 
     def adapter_for(provider: str, demo: bool) -> ProviderAdapter:

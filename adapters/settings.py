@@ -176,6 +176,12 @@ class Settings(BaseSettings):
     # How far back a new Dexcom connection's history is pulled (read 30 days a request at
     # most; the months without a sensor are skipped through Dexcom's dataRange).
     dexcom_history_days: int = Field(default=730, ge=1)
+    # WHOOP's API v2 (docs/makers/whoop.md): its base URL (the collections are under
+    # `/developer/v2/`). Tests and the sandbox point it at the fake WHOOP
+    # (healthledger.adapters.makers.fake_whoop).
+    whoop_api_url: str = "https://api.prod.whoop.com"
+    # How far back a new WHOOP connection's history is pulled (WHOOP keeps it all).
+    whoop_history_days: int = Field(default=730, ge=1)
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
