@@ -45,4 +45,10 @@ FAKE_MAKERS: tuple[FakeMaker, ...] = (
         8015,
         ("dexcom_api_url",),
     ),
+    FakeMaker(
+        "whoop_v2",
+        "healthledger.adapters.makers.fake_whoop:running_fake_whoop",
+        8013,
+        ("whoop_api_url",),
+    ),
 )
