@@ -39,6 +39,7 @@ from healthledger.adapters.persistence.keys.head_anchors import anchor_file_path
 from healthledger.adapters.persistence.keys.key_store import KEY_REFUSED, KeyStore, open_master_key
 from healthledger.adapters.persistence.keys.maker_accounts import AccountDigests
 from healthledger.adapters.persistence.keys.master_key import master_key_source
+from healthledger.adapters.persistence.keys.order_interpretations import InterpretationDigests
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.persistence.keys.signing_key import cursor_secret, signing_key_path
 from healthledger.adapters.persistence.leases.erasures import ErasureClaims, OverdueByTheLog
@@ -47,6 +48,7 @@ from healthledger.adapters.persistence.projections.erasure import (
     ErasurePlaces,
     erasure_effects,
 )
+from healthledger.adapters.persistence.projections.orders import fill_interpretations
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.projections.users import seal_client_user_ids
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
@@ -99,6 +101,7 @@ from healthledger.domain.errors import TeamNotFound
 from healthledger.domain.integrity import IntegrityChecks
 from healthledger.domain.labs.lab_tests import LabTests
 from healthledger.domain.labs.ordering import LabOrders
+from healthledger.domain.labs.orders import Order
 from healthledger.domain.labs.portal import Portal, PortalLifetimes
 from healthledger.domain.labs.sandbox import SandboxPolicy
 from healthledger.domain.labs.user_deletion import UserOrders
@@ -240,6 +243,11 @@ def _user_or_none(ledger: Ledger, user_id: UUID) -> User | None:
     return found if isinstance(found, User) else None
 
 
+def _sealed_interpretation(ledger: Ledger, order_id: UUID) -> str | None:
+    found = ledger.find(order_id)
+    return found.sealed_interpretation if isinstance(found, Order) else None
+
+
 def _digest_or_none(users: UserLifecycle, team_id: UUID, value: str) -> str | None:
     """The team's digest, recording the secret of a team created before digests (outside
     any transaction: the conversion of revision 0015's rows); None for a deleted team."""
@@ -350,6 +358,9 @@ def build_service(
     # The service's keyed digests of makers' account ids (ADR 0031): its key is made
     # here, outside any transaction, before a projection needs it.
     account_digests = AccountDigests(key_store)
+    # The orders' interpretations, sealed, are filtered by the service's keyed digest of
+    # (team, value) (issue 29): its key is the account digests' one, read here likewise.
+    interpretation_digests = InterpretationDigests(key_store)
     # The users read model holds a client_user_id sealed and as the team's digest (ADR
     # 0017): it opens what events hold sealed to digest it; `on_record` projects with it.
     # The connections rows hold the account digest of the maker's account id likewise.
@@ -360,6 +371,7 @@ def build_service(
         seal=seal_on,
         digest=recorded_digest,
         account_digest=account_digests.account,
+        interpretation_digest=interpretation_digests.digest,
     )
     catalog = {entry.slug: entry for entry in provider_catalog()}
     # Read and checked here, so that a broken lab data file stops the service at start.
@@ -370,7 +382,7 @@ def build_service(
         return {"name": entry.name, "slug": entry.slug, "logo": entry.logo}
 
     connection_queries = ConnectionQueries(db, key_store, describe)
-    order_queries = OrderQueries(db)
+    order_queries = OrderQueries(db, interpretation_digests.digest)
     portal_queries = PortalQueries(db)
     erasure_places = ErasurePlaces(db)
     erasure_claims = ErasureClaims(db, settings.erasure_claim_lease)
@@ -412,6 +424,16 @@ def build_service(
     # database), before anything reads.
     if redact_old_versions(
         db, Redactor(db, recorder, ledger.mapper, clock), ledger.mapper, partial(_sealer, key_store)
+    ):
+        leave_no_redacted_values(db)
+    # Orders rows written before revision 0019, which dropped their interpretation in
+    # clear: sealed again from their Completed events, and digested (none to do on an
+    # up-to-date database); then no page keeps the dropped values.
+    if fill_interpretations(
+        db,
+        partial(_sealed_interpretation, ledger),
+        key_store.open,
+        interpretation_digests.digest,
     ):
         leave_no_redacted_values(db)
     # Connections rows written before revision 0017: their account digest (none to do

@@ -60,8 +60,9 @@ class UsersKey:
 @dataclass(frozen=True)
 class OrderRow:
     """An order as the `orders` read model holds it (the columns its answers read), with
-    its interpretation in clear. `clear_lab_test`: the test of an order replayed from an
-    event recorded before the test was sealed (none once the start redacted it)."""
+    its interpretation opened (the row holds it sealed). `clear_lab_test`: the test of an
+    order replayed from an event recorded before the test was sealed (none once the start
+    redacted it)."""
 
     order_id: UUID
     team_id: UUID
@@ -83,21 +84,23 @@ class OrderRow:
     clear_lab_test: OrderedTest | None = None
 
     @classmethod
-    def from_row(cls, row: Any) -> OrderRow:
+    def from_row(cls, row: Any, vault: OpensSealed) -> OrderRow:
+        """The read model's row, its interpretation opened with `vault`."""
         values = {
             name: getattr(row, name)
             for name in cls.__dataclass_fields__
-            if name not in ("events", "clear_lab_test")
+            if name not in ("events", "clear_lab_test", "interpretation")
         }
-        return cls(**values, events=statuses_of(row.events))
+        return cls(
+            **values,
+            events=statuses_of(row.events),
+            interpretation=_opened(vault, row.user_id, row.sealed_interpretation),
+        )
 
     @classmethod
     def of(cls, order: Order, vault: OpensSealed) -> OrderRow:
         """The row the projection made of `order` (as it was: loaded at a version)."""
-        interpretation = None
-        if order.sealed_interpretation is not None:
-            opened = vault.open(order.user_id, order.sealed_interpretation)
-            interpretation = None if opened is None else str(opened)
+        interpretation = _opened(vault, order.user_id, order.sealed_interpretation)
         return cls(
             order_id=order.id,
             team_id=order.team_id,
@@ -123,6 +126,12 @@ class OrderRow:
         )
 
 
+def _opened(vault: OpensSealed, user_id: UUID, sealed: str | None) -> str | None:
+    """A sealed interpretation opened (None: no results yet, or the key is gone)."""
+    opened = None if sealed is None else vault.open(user_id, sealed)
+    return None if opened is None else str(opened)
+
+
 class OrderAnswers:
     def __init__(self, catalog: LabCatalog, vault: OpensSealed) -> None:
         self.catalog = catalog
@@ -131,6 +140,10 @@ class OrderAnswers:
     def with_vault(self, vault: OpensSealed) -> OrderAnswers:
         """The same answers, opening sealed values with another vault (the past's)."""
         return OrderAnswers(self.catalog, vault)
+
+    def row_of(self, stored: Any) -> OrderRow:
+        """The `orders` read model's row, its sealed interpretation opened."""
+        return OrderRow.from_row(stored, self.vault)
 
     # -- the order ----------------------------------------------------------------------
 

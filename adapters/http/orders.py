@@ -109,7 +109,7 @@ def _statuses(values: Sequence[str] | None) -> list[str]:
 
 def _changed(service: Service, order: Order, message: str) -> dict[str, Any]:
     row = service.order_queries.order(order.team_id, order.id)
-    answer = service.order_answers.order(OrderRow.from_row(row))
+    answer = service.order_answers.order(service.order_answers.row_of(row))
     return {**answer, "order": answer, "message": message}
 
 
@@ -117,7 +117,7 @@ def _stored(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
     row = service.order_queries.order(caller.team_id, order_id)
     if row is None:
         raise OrderNotFound()
-    return OrderRow.from_row(row)
+    return service.order_answers.row_of(row)
 
 
 def _order_as_of(
@@ -225,7 +225,7 @@ def list_orders(
     )
     if as_of is None:
         found = service.order_queries.page(caller.team_id, filters, page, size)
-        rows, total = [OrderRow.from_row(row) for row in found.rows], found.total
+        rows, total = [service.order_answers.row_of(row) for row in found.rows], found.total
         answers = service.order_answers
     else:
         reads = reads_as_of(service, as_of)

@@ -132,7 +132,7 @@ def orders(request: Request) -> Response:
     grant, holder = found
     rows = service.order_queries.orders_of_user(grant.team_id, grant.user_id)
     token = request.query_params["token"]
-    listed = [OrderRow.from_row(row) for row in rows]
+    listed = [service.order_answers.row_of(row) for row in rows]
     named = [(row, _test_name(service, row)) for row in listed]
     return orders_page(named, token, holder)
 
@@ -148,7 +148,7 @@ def order(request: Request) -> Response:
     stored = service.order_queries.order(grant.team_id, order_id)
     if stored is None or stored.user_id != grant.user_id:
         return error_page(404, _NO_ORDER, holder, back=token)
-    row = OrderRow.from_row(stored)
+    row = service.order_answers.row_of(stored)
     lab = service.order_answers.lab_test(row)["lab"]
     results = service.order_answers.results(row)["results"] if _has_results(row) else None
     return order_page(row, _test_name(service, row), lab, results, token, holder)

@@ -317,6 +317,55 @@ def records_of(service: Service, topic: str) -> list[dict[str, Any]]:
         return [json.loads(state) for (state,) in found]
 
 
+# The interpretation of main-0's completed order, which 1809f39 kept in clear in the orders
+# row (its only occurrence in the SQLite file: no other value of the fixture says so).
+INTERPRETATION = b"normal"
+
+
+def test_the_start_seals_the_orders_interpretation(
+    written: Written,  # noqa: F811
+    service: Service,
+) -> None:
+    # Revision 0019 dropped the clear column; the start filled the sealed value from the
+    # Completed event and its keyed digest, then left no copy of the dropped value.
+    order = UUID(written.expected["ids"]["order"])
+    main_0 = UUID(written.user("main-0"))
+    team = UUID(written.expected["team_id"])
+    with service.db.read() as conn:
+        row = conn.execute(select(orders).where(orders.c.order_id == order)).one()
+    assert "interpretation" not in row._fields
+    assert service.key_store.open(main_0, row.sealed_interpretation) == "normal"
+    assert row.interpretation_digest == service.order_queries.interpretation_digest(team, "normal")
+    # Another team's digest of the same value differs (no telling across teams).
+    assert row.interpretation_digest != service.order_queries.interpretation_digest(
+        UUID(int=1), "normal"
+    )
+    headers = written.headers("team")
+    with freeze_time(written.now), TestClient(create_team_api(service)) as client:
+        listed = {
+            value: [
+                o["id"]
+                for o in client.get(
+                    "/v3/orders", params={"interpretation": value}, headers=headers
+                ).json()["orders"]
+            ]
+            for value in ("normal", "critical")
+        }
+        answer = client.get(f"/v3/order/{order}", headers=headers).json()
+    assert listed == {"normal": [str(order)], "critical": []}
+    assert answer["interpretation"] == "normal"
+    assert holding(on_disk(service), INTERPRETATION) == []
+    # A second start has nothing to fill: the row stays as the first left it.
+    with freeze_time(written.now):
+        again = build_service(written.settings())
+    try:
+        with again.db.read() as conn:
+            kept = conn.execute(select(orders).where(orders.c.order_id == order)).one()
+        assert kept.sealed_interpretation == row.sealed_interpretation
+    finally:
+        again.close()
+
+
 def test_two_processes_starting_at_once_redact_each_record_once(
     written: Written,  # noqa: F811
 ) -> None:

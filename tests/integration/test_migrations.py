@@ -156,7 +156,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0018")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0019")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -172,6 +172,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0016",
         "0017",
         "0018",
+        "0019",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -317,13 +318,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0018" in status
+    assert "written before migrations" in status and "head      0019" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0018" in capsys.readouterr().out
+    assert "nothing to apply: already at 0019" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -352,6 +353,7 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0016",
         "0017",
         "0018",
+        "0019",
     ]
 
     done = upgrade(empty_database.url)
@@ -359,9 +361,9 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         None,
         [
             *("0001", "0002", "0003", "0004", "0005", "0013", "0010", "0007", "0012", "0006"),
-            *("0014", "0015", "0016", "0017", "0018"),
+            *("0014", "0015", "0016", "0017", "0018", "0019"),
         ],
-        "0018",
+        "0019",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -400,7 +402,8 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     assert main(["serve"]) == 1
     refused = capsys.readouterr().err
     pending = (
-        "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017, 0018"
+        "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017, 0018,"
+        " 0019"
     )
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused
@@ -441,8 +444,8 @@ def test_processes_starting_together_migrate_once(empty_database: ScratchDatabas
     for thread in threads:
         thread.join()
     assert errors == []
-    # One starter applies every revision (0001 to 0018); the others find nothing to do.
-    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [15]
+    # One starter applies every revision (0001 to 0019); the others find nothing to do.
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [16]
     assert schema_state(empty_database.url).up_to_date
 
 

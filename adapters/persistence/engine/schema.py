@@ -411,10 +411,12 @@ provider_tokens = Table(
 
 # Lab test orders (issue 14), one row per order: its status now, the statuses it had
 # (`events`: a line `<instant>\t<status>` each, appended by SQL), and what the answers
-# render. The patient's details and address and the
-# results are sealed with the user's key; `interpretation` is opened by the projection so
-# that listings filter on it. `due_at` is when the simulated lab takes a sandbox order's
-# next step (what its sweep selects on). Deleted, and counted, by the user's erasure.
+# render. The patient's details and address, the
+# results and their interpretation are sealed with the user's key; the interpretation is
+# also kept as the service's keyed digest of (team, value), which listings filter on
+# (keys/order_interpretations.py, issue 29). `due_at` is when the simulated lab takes a
+# sandbox order's next step (what its sweep selects on). Deleted, and counted, by the
+# user's erasure.
 # A team's lab tests (domain/labs/lab_tests.py). The shared demo tests are reference data,
 # not rows. Nothing personal: a lab test is about markers, not about a user.
 lab_tests = Table(
@@ -449,7 +451,10 @@ orders = Table(
     # (received.testkit.ordered...).
     Column("status", String(32), nullable=False),
     Column("detailed_status", String(96), nullable=False),
-    Column("interpretation", String(16)),
+    # The results' interpretation sealed, and its keyed digest (NULL before the results,
+    # and in a row of before revision 0019 until the start fills them).
+    Column("sealed_interpretation", Text),
+    Column("interpretation_digest", String(64)),
     Column("sample_id", String(32)),
     Column("sealed_patient_details", Text, nullable=False),
     Column("sealed_patient_address", Text, nullable=False),

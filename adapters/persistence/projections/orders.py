@@ -4,10 +4,11 @@ The row keeps the order's statuses (`events`: one line per status, `<instant>\\t
 each appended by SQL, so a step is one UPDATE and no read), what its answers render, and
 `due_at`, when the simulated lab takes a sandbox order's next step. Sealed values are kept
 sealed (the test ordered too: an order recorded before it was sealed, `Order.CreatedV1`,
-is redacted into `Order.Created` at the start, which fills its row's `sealed_lab_test`),
-but for the results' interpretation, which the projection opens with the user's key so
-that listings can filter on it (the row goes with the user's erasure; a rebuild that
-meets a destroyed key leaves it null).
+is redacted into `Order.Created` at the start, which fills its row's `sealed_lab_test`).
+The results' interpretation is kept sealed too, and as the service's keyed digest of
+(team, value), which listings filter on: the projection opens it with the user's key
+only to digest it (a rebuild that meets a destroyed key leaves the digest null; the row
+goes with the user's erasure anyway). Issue 29, keys/order_interpretations.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
+from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import orders
 from healthledger.adapters.persistence.engine.statements import (
     CompiledStatement,
@@ -25,7 +28,10 @@ from healthledger.adapters.persistence.engine.statements import (
 from healthledger.adapters.persistence.projections import handles
 from healthledger.adapters.persistence.projections.users import OpenSealed
 from healthledger.domain.labs.orders import INTERPRETATIONS, Order, top_level
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, select, update
+
+# The service's keyed digest of an interpretation: (team_id, value) -> hex.
+InterpretationDigest = Callable[[UUID, str], str]
 
 # Compiled once (per set of columns an update sets): a rebuild runs them for every event.
 _o = orders.c
@@ -55,7 +61,9 @@ INSERT_ORDER = CompiledStatement(
 # A status appends its line to the row's statuses.
 UPDATE_ORDER = UpdatesByKey(orders, "order_id", {"events": lambda line: _o.events + line})
 OWNER = CompiledStatement(
-    select(_o.user_id).where(_o.order_id == bindparam("order_id", type_=_o.order_id.type))
+    select(_o.user_id, _o.team_id).where(
+        _o.order_id == bindparam("order_id", type_=_o.order_id.type)
+    )
 )
 
 
@@ -132,27 +140,69 @@ def _no_key_store(conn: Connection, user_id: Any, sealed: str) -> Any:
     raise RuntimeError("projecting an order's results needs the key store (ReadModels)")
 
 
+def _no_digest(team_id: UUID, value: str) -> str:
+    raise RuntimeError("projecting an order's results needs the service's digest key")
+
+
 @handles(Order.Completed)
 def completed(
-    conn: Connection, e: Order.Completed, open_sealed: OpenSealed = _no_key_store
+    conn: Connection,
+    e: Order.Completed,
+    open_sealed: OpenSealed = _no_key_store,
+    digest: InterpretationDigest = _no_digest,
 ) -> None:
-    ((user_id,),) = OWNER.rows(conn, {"order_id": e.originator_id})
+    ((user_id, team_id),) = OWNER.rows(conn, {"order_id": e.originator_id})
     opened = open_sealed(conn, user_id, e.sealed_interpretation)
     _moved(
         conn,
         e,
         due_at=None,
         sealed_results=e.sealed_results,
+        sealed_interpretation=e.sealed_interpretation,
         # Null where the key is gone, or where it is not opened (a replay for debugging
         # shows the placeholder of a sealed value, which is no interpretation).
-        interpretation=opened if opened in INTERPRETATIONS else None,
+        interpretation_digest=digest(team_id, opened) if opened in INTERPRETATIONS else None,
     )
 
 
-def opening_handlers(open_sealed: OpenSealed) -> dict[type, Callable[[Connection, Any], None]]:
-    """The handlers that open a sealed value as they project it, bound to the key store."""
+def opening_handlers(
+    open_sealed: OpenSealed, digest: InterpretationDigest | None = None
+) -> dict[type, Callable[[Connection, Any], None]]:
+    """The handlers that open a sealed value as they project it, bound to the key store
+    and the service's interpretation digest."""
 
     def completed_opening(conn: Connection, e: Order.Completed) -> None:
-        completed(conn, e, open_sealed)
+        completed(conn, e, open_sealed, digest or _no_digest)
 
     return {Order.Completed: completed_opening}
+
+
+def fill_interpretations(
+    db: Database,
+    sealed_interpretation_of: Callable[[UUID], str | None],
+    open_sealed: Callable[[UUID, str], Any],
+    digest: InterpretationDigest,
+) -> int:
+    """Rows of completed orders written before revision 0019, which dropped their
+    interpretation in clear: their sealed interpretation (`sealed_interpretation_of`, the
+    order's from its Completed event) and its digest, as the projection writes them now.
+    Returns the rows filled (none on an up-to-date database: one query)."""
+    query = select(_o.order_id, _o.user_id, _o.team_id).where(
+        _o.sealed_results.is_not(None), _o.sealed_interpretation.is_(None)
+    )
+    with db.read() as conn:
+        rows = conn.execute(query).all()
+    filled = 0
+    for order_id, user_id, team_id in rows:
+        sealed = sealed_interpretation_of(order_id)
+        if sealed is None:
+            continue
+        opened = open_sealed(user_id, sealed)
+        values = {
+            "sealed_interpretation": sealed,
+            "interpretation_digest": digest(team_id, opened) if opened in INTERPRETATIONS else None,
+        }
+        with db.write() as conn:
+            conn.execute(update(orders).where(_o.order_id == order_id).values(**values))
+        filled += 1
+    return filled

@@ -50,6 +50,7 @@ class ReadModels:
         seal: users.SealOn | None = None,
         digest: users.DigestOf | None = None,
         account_digest: connections.AccountDigest | None = None,
+        interpretation_digest: orders.InterpretationDigest | None = None,
     ) -> None:
         """`open_sealed` (the key store's `open_on`) opens the values that events hold
         sealed (the users' client_user_ids, for their digests; orders' interpretations).
@@ -58,7 +59,9 @@ class ReadModels:
         clear: `seal` (the key store's, on the connection) seals one an older event holds
         in clear, `digest` is the team's digest of it (without them, NULLs). The
         connections rows hold the service's `account_digest` of the maker's account id
-        (ADR 0031), opened with `open_sealed` to digest it (without it, NULL)."""
+        (ADR 0031), opened with `open_sealed` to digest it (without it, NULL). The orders
+        rows hold an interpretation sealed and as its `interpretation_digest` (issue 29),
+        which only an interpretation opened needs (a replay's placeholders are none)."""
         self.db = db
         self.open_sealed_in_bulk = open_sealed_in_bulk
         self.client_user_id_keys = users.ClientUserIdKeys(
@@ -72,7 +75,11 @@ class ReadModels:
         self.handlers = {
             **declared_handlers(),
             **users.opening_handlers(self.client_user_id_keys),
-            **(orders.opening_handlers(open_sealed) if open_sealed is not None else {}),
+            **(
+                orders.opening_handlers(open_sealed, interpretation_digest)
+                if open_sealed is not None
+                else {}
+            ),
             **connections.opening_handlers(self.account_keys),
         }
 

@@ -4,7 +4,7 @@ orders for the portal. All from the `orders` read model (and `users` for who is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,9 +48,14 @@ class OrderPage:
     total: int
 
 
+# The service's keyed digest of (team, interpretation): what the rows are filtered by.
+InterpretationDigest = Callable[[UUID, str], str]
+
+
 class OrderQueries:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, interpretation_digest: InterpretationDigest) -> None:
         self.db = db
+        self.interpretation_digest = interpretation_digest
 
     # -- for the simulated lab and the user lifecycle -----------------------------------
 
@@ -99,6 +104,10 @@ class OrderQueries:
         """The team's orders that pass the filters, newest first, and how many there are."""
         o = orders.c
         where = [o.team_id == team_id, *_conditions(filters)]
+        if filters.interpretation is not None:
+            # The row holds the interpretation sealed, and its team's digest of it.
+            digest = self.interpretation_digest(team_id, filters.interpretation)
+            where.append(o.interpretation_digest == digest)
         listing = (
             select(orders)
             .where(*where)
@@ -134,8 +143,6 @@ def _conditions(filters: OrderFilters) -> list[ColumnElement[bool]]:
         # A low-level status is the last part of the detailed one (received.testkit.ordered).
         low = [o.detailed_status.like(f"%.{status}") for status in statuses]
         found.append(or_(o.status.in_(statuses), *low))
-    if filters.interpretation is not None:
-        found.append(o.interpretation == filters.interpretation)
     for column, start, end in (
         (o.created_at, filters.created_from, filters.created_until),
         (o.updated_at, filters.updated_from, filters.updated_until),
