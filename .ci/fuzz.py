@@ -137,6 +137,11 @@ def main() -> int:
             "LEDGER_TEAM_ID": found["team"],
             "LEDGER_SPARE_TEAM_ID": spare.json()["id"],
             "LEDGER_USER_ID": user.json()["user_id"],
+            # Our serializers for media types schemathesis does not know (fuzz_hooks.py).
+            "SCHEMATHESIS_HOOKS": "fuzz_hooks",
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])
+            ),
         }
         status = 0
         for base, header in (

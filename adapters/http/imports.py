@@ -21,7 +21,12 @@ from fastapi.responses import JSONResponse
 from healthledger.adapters.compliance.time_travel import aggregate_as_of, reads_as_of
 from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
-from healthledger.adapters.http.errors import USER_NOT_FOUND, ErrorBody, error_responses
+from healthledger.adapters.http.errors import (
+    REDACTED,
+    USER_NOT_FOUND,
+    ErrorBody,
+    error_responses,
+)
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.providers.apple_health import FILE_FORMAT, PROVIDER
@@ -175,7 +180,10 @@ async def import_apple_health(
         job = await run_in_threadpool(_receive, service, caller, user_id, import_id, size)
     except ImportRefused as exc:
         files.discard(import_id)
-        return _refused(422, exc.code.upper(), exc.message)
+        # A body that is no export is a 422 of the documented validation shape (every 422
+        # of both APIs is): the problem's type is the refusal's code.
+        problem = {"type": exc.code, "loc": ["body"], "msg": exc.message, "input": REDACTED}
+        return JSONResponse({"detail": [problem]}, status_code=422)
     except BaseException:
         files.discard(import_id)
         raise

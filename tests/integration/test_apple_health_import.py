@@ -392,9 +392,9 @@ _BOMB = b"""<?xml version="1.0"?>
 @pytest.mark.parametrize(
     ("body", "status", "error_type"),
     [
-        (b"PK\x03\x04 this is no zip", 422, "NOT_A_ZIP"),
-        (b"", 422, "NOT_A_ZIP"),
-        (_zipped(b"<HealthData/>", "apple_health_export/export_cda.xml"), 422, "NO_EXPORT_XML"),
+        (b"PK\x03\x04 this is no zip", 422, "not_a_zip"),
+        (b"", 422, "not_a_zip"),
+        (_zipped(b"<HealthData/>", "apple_health_export/export_cda.xml"), 422, "no_export_xml"),
     ],
 )
 def test_an_upload_that_is_no_export_is_refused_at_once_and_records_nothing(
@@ -403,7 +403,9 @@ def test_an_upload_that_is_no_export_is_refused_at_once_and_records_nothing(
     user = create_user(api, home, "bad")["user_id"]
     response = upload(api, home, user, body)
     assert response.status_code == status, response.text
-    assert response.json()["detail"]["error_type"] == error_type
+    # The documented 422 shape (ValidationErrors), the refusal's code as its type.
+    [problem] = response.json()["detail"]
+    assert problem["type"] == error_type and problem["loc"] == ["body"], problem
     assert svc.jobs.run_due_imports() == 0
     assert svc.ledger.find(Connection.id_for(UUID(user), PROVIDER)) is None
     assert list((svc.settings.import_dir or Path()).glob("*.zip")) == []
