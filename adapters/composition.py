@@ -70,6 +70,7 @@ from healthledger.adapters.providers.import_files import ImportFolder
 from healthledger.adapters.providers.maker_webhooks import maker_webhooks
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.providers.oura import OuraReader
+from healthledger.adapters.providers.polar import PolarReader
 from healthledger.adapters.providers.whoop import WhoopReader
 from healthledger.adapters.providers.withings import WithingsReader
 from healthledger.adapters.reference import (
@@ -87,6 +88,7 @@ from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.adapters.webhooks.payloads import Payloads
 from healthledger.domain.connections.connecting import Connections
+from healthledger.domain.connections.connection import Connection as ConnectionAggregate
 from healthledger.domain.connections.imports import ImportPolicy, Imports
 from healthledger.domain.connections.linking import LinkTokens
 from healthledger.domain.connections.maker_notices import MakerWebhooks
@@ -538,6 +540,31 @@ def build_service(
             maker_url=settings.oauth_maker_urls.get("whoop_v2", settings.oauth_maker_url),
             history_days=settings.whoop_history_days,
         )
+    if "polar" in makers:
+
+        def polar_account(connection_id: UUID) -> str | None:
+            # The Polar user id (`x_user_id`) recorded, sealed, at the sign-in: every
+            # AccessLink transaction's path names it.
+            found = ledger.find(connection_id)
+            if not isinstance(found, ConnectionAggregate) or found.sealed_external_user_id is None:
+                return None
+            opened = key_store.open(found.user_id, found.sealed_external_user_id)
+            return opened if isinstance(opened, str) else None
+
+        makers["polar"] = PolarReader(
+            catalog["polar"],
+            service_client=makers["polar"].service_client,
+            custom_client=oauth_clients.custom,
+            tokens=provider_tokens,
+            http=oauth_http,
+            api_timeout=settings.maker_api_timeout.total_seconds(),
+            clock=clock,
+            api_url=settings.polar_api_url,
+            polar_user_of=polar_account,
+            maker_url=settings.oauth_maker_urls.get("polar", settings.oauth_maker_url),
+            history_days=settings.polar_history_days,
+        )
+
     apple_health_kit = AppleHealthKit()
 
     def adapter_for(provider: str, demo: bool) -> ProviderAdapter:

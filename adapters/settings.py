@@ -158,6 +158,12 @@ class Settings(BaseSettings):
     withings_api_url: str = "https://wbsapi.withings.net"
     # How far back a new Withings connection's history is pulled (Withings keeps it all).
     withings_history_days: int = Field(default=730, ge=1)
+    # Polar AccessLink v3 (docs/makers/polar.md): its base URL. Tests and the sandbox
+    # point it at the fake Polar (healthledger.adapters.makers.fake_polar).
+    polar_api_url: str = "https://www.polaraccesslink.com"
+    # How far back a new Polar connection's history is asked for: Polar serves what its
+    # transactions hold (since the registration) and 28 days of sleep and recharge.
+    polar_history_days: int = Field(default=28, ge=1)
     # The Fitbit Web API (docs/makers/fitbit.md): its base URL. Tests and the sandbox point
     # it at the fake Fitbit (healthledger.adapters.makers.fake_fitbit).
     fitbit_api_url: str = "https://api.fitbit.com"

@@ -51,4 +51,10 @@ FAKE_MAKERS: tuple[FakeMaker, ...] = (
         8013,
         ("whoop_api_url",),
     ),
+    FakeMaker(
+        "polar",
+        "healthledger.adapters.makers.fake_polar:running_fake_polar",
+        8016,
+        ("polar_api_url",),
+    ),
 )

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from healthledger.domain.connections.provider_tokens import ProviderTokens
@@ -148,6 +148,17 @@ class OAuthExchangeFailed(Exception):
     def __init__(self, message: str = "The provider did not accept the sign-in.") -> None:
         super().__init__(message)
         self.message = message
+
+
+@runtime_checkable
+class KeptAfterStoring(Protocol):
+    """An adapter whose maker serves data until told it is kept (Polar's transactions:
+    data committed is gone from the maker): told once a pull's data is stored, never
+    before, so that a crash in between means the maker serves it again (our store's
+    record ids make a second store harmless). Raises ProviderError (retriable: the pull
+    is tried again and stores the same records again)."""
+
+    def stored(self, target: PullTarget, now: datetime) -> None: ...
 
 
 class ProviderAdapter(Protocol):

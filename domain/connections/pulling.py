@@ -33,6 +33,7 @@ from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     UNEXPECTED,
     AdapterFor,
+    KeptAfterStoring,
     ProviderAdapter,
     ProviderError,
     PullTarget,
@@ -340,6 +341,14 @@ class Pulls:
                         span["days_with_data"] += len(days)
                         span["oldest_day"] = span["oldest_day"] or min(days)
                         span["newest_day"] = max(days)
+        if isinstance(adapter, KeptAfterStoring):
+            # Every chunk of these pulls is stored: the maker may forget what it served.
+            for feed in feeds:
+                if feed.id not in errors:
+                    try:
+                        adapter.stored(_target(feed, connection), now)
+                    except ProviderError as exc:
+                        errors[feed.id] = exc
         return spans, errors
 
     # -- the daily sync -------------------------------------------------------------------
@@ -443,6 +452,9 @@ class Pulls:
             stored = self.store.store(feed.user_id, feed.provider, {feed.resource: found})[
                 feed.resource
             ]
+            adapter = self._adapter(connection)
+            if isinstance(adapter, KeptAfterStoring):
+                adapter.stored(_target(feed, connection), now)
         except ProviderError as exc:
             if exc.connection_error is not None:
                 connection.error(ctx, now, exc.connection_error, exc.message)

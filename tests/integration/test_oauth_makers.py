@@ -83,6 +83,9 @@ def svc(settings: Settings, maker: FakeMaker, clock: Clock) -> Iterator[Service]
             "public_base_url": API,
             "oauth_maker_url": maker.base,
             "oauth_clients": {"oura": SERVICE, "polar": POLAR, "whoop": SERVICE},
+            # Polar's reader registers the person at the sign-in: with the stand-in maker,
+            # which does not know AccessLink (a 404 that leaves the sign-in standing).
+            "polar_api_url": maker.base,
         }
     )
     built = build_service(configured, clock=clock)
