@@ -594,8 +594,13 @@ class FakeWhoop:
             token = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
             with self.lock:
                 grant = self._access.pop(token, None)
-                if grant is not None:
-                    self._refresh = {k: g for k, g in self._refresh.items() if g is not grant}
+                if grant is not None:  # every token of the person's grant to this client
+
+                    def kept(other: _Grant) -> bool:
+                        return (other.person, other.client_id) != (grant.person, grant.client_id)
+
+                    self._access = {k: g for k, g in self._access.items() if kept(g)}
+                    self._refresh = {k: g for k, g in self._refresh.items() if kept(g)}
                     self.revoked.append(token)
             status = 204 if grant is not None else 401
         self.requests.append(("DELETE", request.url.path, {}, status))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from healthledger.adapters.makers.fake_whoop import PEOPLE, FakeWhoop, running_f
 from healthledger.adapters.providers.whoop import WhoopReader
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.providers import ProviderError
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 
 from tests.clocks import Clock
@@ -390,3 +392,33 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
 
 def test_the_composition_root_reads_whoop_v2_with_the_reader(svc: Service) -> None:
     assert isinstance(svc.pulls.adapter_for(SLUG, False), WhoopReader)
+
+
+def test_deregistration_revokes_the_access_at_whoop_with_a_refreshed_token(
+    svc: Service, api: Any, home: Team, browser: Browser, whoop: FakeWhoop, clock: Clock
+) -> None:
+    """The reader's revoke (called by the revocation job, ADR 0030): DELETE user/access
+    with the person's token, refreshed first when it expired; after it, WHOOP refuses the
+    grant's tokens. Asked again, the grant is gone already: done, not an error."""
+    user_id = connect(api, home, browser)
+    stored = svc.provider_tokens.current(Connection.id_for(user_id, SLUG))
+    assert stored is not None
+    reader = svc.pulls.adapter_for(SLUG, False)
+    assert isinstance(reader, WhoopReader)
+    clock.advance(timedelta(seconds=whoop.expires_in + 60))
+    reader.revoke(stored.team_id, stored.client_id, stored.tokens)
+    refreshes = [r for r in whoop.requests if r[2].get("grant_type") == "refresh_token"]
+    assert len(refreshes) == 1 and refreshes[0][3] == 200
+    [revoked] = whoop.revoked
+    assert revoked != stored.tokens.access_token  # the refreshed one
+    assert [r[3] for r in whoop.requests if r[0] == "DELETE"] == [204]
+    svc.jobs.run_due_pulls()
+    assert provider_status(api, home, user_id)["status"] == "error"
+    # WHOOP down: retried later, not given up.
+    whoop.fail(503, path="user/access")
+    with pytest.raises(ProviderError) as down:
+        reader.revoke(stored.team_id, stored.client_id, replace(stored.tokens, expires_at=None))
+    assert down.value.retriable
+    # The grant gone already (a 401): done.
+    reader.revoke(stored.team_id, stored.client_id, replace(stored.tokens, expires_at=None))
+    assert [r[3] for r in whoop.requests if r[0] == "DELETE"] == [204, 503, 401]
