@@ -463,50 +463,44 @@ def build_service(
         maker_url=settings.oauth_maker_url,
         maker_urls=settings.oauth_maker_urls,
     )
+
     # Makers whose data API this deployment reads: their reader replaces the generic
-    # OAuth adapter (docs/makers/).
+    # OAuth adapter (docs/makers/), with what every reader is given the same way.
+    def reader_of(slug: str) -> dict[str, Any]:
+        return {
+            "service_client": makers[slug].service_client,
+            "custom_client": oauth_clients.custom,
+            "tokens": provider_tokens,
+            "http": oauth_http,
+            "api_timeout": settings.maker_api_timeout.total_seconds(),
+            "clock": clock,
+            "maker_url": settings.oauth_maker_urls.get(slug, settings.oauth_maker_url),
+        }
+
     if "oura" in makers:
         makers["oura"] = OuraReader(
             catalog["oura"],
-            service_client=makers["oura"].service_client,
-            custom_client=oauth_clients.custom,
-            tokens=provider_tokens,
-            http=oauth_http,
-            api_timeout=settings.maker_api_timeout.total_seconds(),
-            clock=clock,
             api_url=settings.oura_api_url,
-            maker_url=settings.oauth_maker_urls.get("oura", settings.oauth_maker_url),
             history_days=settings.oura_history_days,
+            **reader_of("oura"),
         )
     if "withings" in makers:
         makers["withings"] = WithingsReader(
             catalog["withings"],
-            service_client=makers["withings"].service_client,
-            custom_client=oauth_clients.custom,
-            tokens=provider_tokens,
-            http=oauth_http,
-            api_timeout=settings.maker_api_timeout.total_seconds(),
-            clock=clock,
             api_url=settings.withings_api_url,
-            maker_url=settings.oauth_maker_urls.get("withings", settings.oauth_maker_url),
             history_days=settings.withings_history_days,
             # Withings Notify calls the makers' webhook route (adapters/http/maker_webhooks.py).
             callback_url=f"{settings.public_base_url.rstrip('/')}/makers/withings/webhook",
+            **reader_of("withings"),
         )
     if "fitbit" in makers:
         makers["fitbit"] = FitbitReader(
             catalog["fitbit"],
-            service_client=makers["fitbit"].service_client,
-            custom_client=oauth_clients.custom,
-            tokens=provider_tokens,
-            http=oauth_http,
-            api_timeout=settings.maker_api_timeout.total_seconds(),
-            clock=clock,
             api_url=settings.fitbit_api_url,
-            maker_url=settings.oauth_maker_urls.get("fitbit", settings.oauth_maker_url),
             history_days=settings.fitbit_history_days,
             # Subscribed to Fitbit's notifications at sign-in once our subscriber is set up.
             subscribe=settings.fitbit_subscriber_verification_code is not None,
+            **reader_of("fitbit"),
         )
     # Dexcom's API v3 serves the G6 generation and the G7 alike: both catalog entries
     # read it (docs/makers/dexcom.md).
@@ -514,15 +508,9 @@ def build_service(
         if slug in makers:
             makers[slug] = DexcomReader(
                 catalog[slug],
-                service_client=makers[slug].service_client,
-                custom_client=oauth_clients.custom,
-                tokens=provider_tokens,
-                http=oauth_http,
-                api_timeout=settings.maker_api_timeout.total_seconds(),
-                clock=clock,
                 api_url=settings.dexcom_api_url,
-                maker_url=settings.oauth_maker_urls.get(slug, settings.oauth_maker_url),
                 history_days=settings.dexcom_history_days,
+                **reader_of(slug),
             )
 
     # WHOOP's API v2 is read for the catalog's `whoop_v2` entry (docs/makers/whoop.md);
@@ -530,15 +518,9 @@ def build_service(
     if "whoop_v2" in makers:
         makers["whoop_v2"] = WhoopReader(
             catalog["whoop_v2"],
-            service_client=makers["whoop_v2"].service_client,
-            custom_client=oauth_clients.custom,
-            tokens=provider_tokens,
-            http=oauth_http,
-            api_timeout=settings.maker_api_timeout.total_seconds(),
-            clock=clock,
             api_url=settings.whoop_api_url,
-            maker_url=settings.oauth_maker_urls.get("whoop_v2", settings.oauth_maker_url),
             history_days=settings.whoop_history_days,
+            **reader_of("whoop_v2"),
         )
     if "polar" in makers:
 

@@ -36,9 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
-import time as time_module
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from typing import Any
@@ -47,12 +44,10 @@ from uuid import UUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
-from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.maker_api import (
-    MAX_WAIT,
+    MakerReader,
     MakerSession,
     MakerTexts,
-    Sleep,
     by_utc_day,
     cursor_pages,
     offset_seconds,
@@ -60,13 +55,10 @@ from healthledger.adapters.providers.maker_api import (
     scope_availability,
     utc_iso,
 )
-from healthledger.adapters.providers.oauth2 import CustomClient, OAuth2Maker
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import OAuthClient, OAuthGrant, PullTarget
-from healthledger.domain.ledger import Clock
 
-HISTORY_DAYS = 2 * 365  # Fitbit keeps the whole history; we take two years
 TEXTS = MakerTexts.of("Fitbit")
 # Reads kept for the pull running now (per endpoint: its last few ranges).
 RECENT_READS = 128
@@ -156,47 +148,13 @@ _SPORTS = {
 _MILE = 1609.344
 
 
-class FitbitReader(OAuth2Maker):
+class FitbitReader(MakerReader):
     """Implements the ProviderAdapter port for Fitbit: OAuth from the catalog, data from
-    the Web API at `api_url`."""
+    the Web API at `api_url`. Its `recent` reads: each endpoint's last ranges, the
+    profile, the logs."""
 
-    def __init__(
-        self,
-        entry: ProviderEntry,
-        *,
-        service_client: OAuthClient | None,
-        custom_client: CustomClient,
-        tokens: SqlProviderTokenStore,
-        http: httpx.Client,
-        clock: Clock,
-        api_url: str,
-        api_timeout: float = 30.0,
-        maker_url: str | None = None,
-        history_days: int = HISTORY_DAYS,
-        max_wait: float = MAX_WAIT,
-        sleep: Sleep = time_module.sleep,
-        subscribe: bool = False,
-    ) -> None:
-        assert entry.oauth is not None
-        super().__init__(
-            entry,
-            entry.oauth,
-            service_client=service_client,
-            custom_client=custom_client,
-            tokens=tokens,
-            http=http,
-            clock=clock,
-            maker_url=maker_url,
-        )
-        self.api_url = api_url.rstrip("/")
-        self.api_timeout = api_timeout
-        self.history_days = history_days
-        self.max_wait = max_wait
-        self.sleep = sleep
-        # What the pull running now read (keyed by the pull's `now`: a retry, or the next
-        # sync, reads afresh): each endpoint's last ranges, the profile, the logs.
-        self.recent: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self.recent_lock = threading.Lock()
+    def __init__(self, entry: ProviderEntry, *, subscribe: bool = False, **reader: Any) -> None:
+        super().__init__(entry, recent_reads=RECENT_READS, **reader)
         # Whether a new grant is subscribed to Fitbit's notifications (our subscriber is
         # configured: fitbit_webhooks.py).
         self.subscribe = subscribe
@@ -231,17 +189,6 @@ class FitbitReader(OAuth2Maker):
                 timeout=self.api_timeout,
             )
         return grant
-
-    def remember(self, key: tuple[Any, ...], value: Any) -> None:
-        with self.recent_lock:
-            self.recent[key] = value
-            self.recent.move_to_end(key)
-            while len(self.recent) > RECENT_READS:
-                self.recent.popitem(last=False)
-
-    def recall(self, key: tuple[Any, ...]) -> Any:
-        with self.recent_lock:
-            return self.recent.get(key)
 
     # -- pulls ----------------------------------------------------------------------------
 
@@ -314,13 +261,13 @@ class _Session(MakerSession):
         if not self.granted("profile"):
             return None
         key = (self.connection_id, self.now, "profile")
-        found = self.reader.recall(key)
+        found = self.reader.recent.get(key)
         if found is None:
             answer = self.read("/1/user/-/profile.json")
             found = answer.get("user") if isinstance(answer, dict) else None
             if not isinstance(found, dict):
                 raise TEXTS.broken()
-            self.reader.remember(key, found)
+            self.reader.recent.put(key, found)
         return dict(found)
 
     def zone(self) -> tzinfo:
@@ -345,7 +292,7 @@ class _Session(MakerSession):
         days first..last: a range read earlier in this pull when one covers them, else
         the longest range Fitbit allows from `first` (up to tomorrow), read now."""
         key = (self.connection_id, self.now, path)
-        kept: list[tuple[date, date, Any]] = self.reader.recall(key) or []
+        kept: list[tuple[date, date, Any]] = self.reader.recent.get(key) or []
         answers = []
         for begin, stop, answer in kept:
             if begin <= first and last <= stop:
@@ -364,7 +311,7 @@ class _Session(MakerSession):
             stop = min(first + timedelta(days=span - 1), max(last, tomorrow))
             answer = self.read(path.format(start=first.isoformat(), end=stop.isoformat()))
             kept = [*kept, (first, stop, answer)][-RANGES_KEPT:]
-            self.reader.remember(key, kept)
+            self.reader.recent.put(key, kept)
             answers.append(answer)
             first = stop + timedelta(days=1)
         return answers
@@ -405,7 +352,7 @@ class _Session(MakerSession):
         """The activity logs after the day before `first`, to the last page; the list
         read earlier in this pull when it started before."""
         key = (self.connection_id, self.now, "activities/list")
-        kept = self.reader.recall(key)
+        kept = self.reader.recent.get(key)
         if kept is not None and kept[0] <= first:
             return list(kept[1])
         api = self.reader.api_url
@@ -435,7 +382,7 @@ class _Session(MakerSession):
             return listed, pagination.get("next") or None
 
         logs = cursor_pages(read, TEXTS)
-        self.reader.remember(key, (first, logs))
+        self.reader.recent.put(key, (first, logs))
         return logs
 
 

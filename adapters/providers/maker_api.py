@@ -3,6 +3,10 @@
 A reader (`OuraReader`, `FitbitReader`...) is the generic OAuth adapter (`OAuth2Maker`)
 plus the maker's own endpoints and formats. The rest is here, once:
 
+- `MakerReader`: the generic OAuth adapter with what every reader adds to it: the data
+  API's base URL and timeout, how far back a new connection's history reaches, how long
+  a maker's Retry-After is waited out, and `recent` (`RecentReads`): what the pulls
+  running now have read, for the resources that share a read.
 - `MakerTexts`: the fixed error texts of a maker's failures (nothing the maker sends
   reaches an error, an event or a log).
 - `granted_scopes`, `scope_availability`: which resources the person's grant covers
@@ -21,21 +25,32 @@ plus the maker's own endpoints and formats. The rest is here, once:
 
 from __future__ import annotations
 
+import threading
 import time as time_module
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import httpx
 from healthledger.adapters.outbound import retry_after
+from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.oauth2 import (
     RETRY_REFRESH_AFTER,
     TOKEN_REFRESH_FAILED,
+    CustomClient,
     OAuth2Maker,
 )
-from healthledger.domain.connections.providers import NON_RETRIABLE, OAuthGrant, ProviderError
+from healthledger.adapters.reference import ProviderEntry
+from healthledger.domain.connections.providers import (
+    NON_RETRIABLE,
+    OAuthClient,
+    OAuthGrant,
+    ProviderError,
+)
+from healthledger.domain.ledger import Clock
 
 # A wait the maker asks for up to this long is waited out within the fetch; a longer one
 # ends it (the engine's retry comes no sooner than the maker said).
@@ -49,6 +64,83 @@ Sleep = Callable[[float], None]
 # How long a 429 answer asks us to wait (None: it does not say): Retry-After by default;
 # a maker with its own header (Fitbit's rate-limit reset) passes its own.
 WaitOf = Callable[[httpx.Response, datetime], timedelta | None]
+
+
+T = TypeVar("T")
+
+
+class RecentReads:
+    """What the pulls running now have read, kept for the resources that share a read (a
+    maker's endpoint often serves several of our resources: each is asked once per pull).
+    Callers key a read with the pull's `now`, so a retry or the next sync reads afresh;
+    past `size` reads the oldest is dropped (a chunk's dozen, a few pulls' at once)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._reads: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> Any | None:
+        with self._lock:
+            return self._reads.get(key)
+
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        with self._lock:
+            self._reads[key] = value
+            self._reads.move_to_end(key)
+            while len(self._reads) > self.size:
+                self._reads.popitem(last=False)
+
+    def shared(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
+        """What `read` answers, read once for every caller of the same key. Two pulls
+        racing on a key may both read: the later answer is kept, and either is right."""
+        found: T | None = self.get(key)
+        if found is None:
+            found = read()
+            self.put(key, found)
+        return found
+
+
+class MakerReader(OAuth2Maker):
+    """A maker's reader: the generic OAuth adapter (the link flow and the tokens, ADR
+    0022) plus the maker's data API at `api_url`. A maker's class adds its endpoints and
+    formats (its own `fetch` and `availability`) and, where it needs them, settings of
+    its own."""
+
+    def __init__(
+        self,
+        entry: ProviderEntry,
+        *,
+        service_client: OAuthClient | None,
+        custom_client: CustomClient,
+        tokens: SqlProviderTokenStore,
+        http: httpx.Client,
+        clock: Clock,
+        api_url: str,
+        history_days: int,
+        api_timeout: float = 30.0,
+        maker_url: str | None = None,
+        max_wait: float = MAX_WAIT,
+        sleep: Sleep = time_module.sleep,
+        recent_reads: int = 64,
+    ) -> None:
+        assert entry.oauth is not None
+        super().__init__(
+            entry,
+            entry.oauth,
+            service_client=service_client,
+            custom_client=custom_client,
+            tokens=tokens,
+            http=http,
+            clock=clock,
+            maker_url=maker_url,
+        )
+        self.api_url = api_url.rstrip("/")
+        self.api_timeout = api_timeout
+        self.history_days = history_days
+        self.max_wait = max_wait
+        self.sleep = sleep
+        self.recent = RecentReads(recent_reads)
 
 
 @dataclass(frozen=True)

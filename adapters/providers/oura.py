@@ -26,21 +26,16 @@ Nothing Oura sends is logged or put in an error: messages are fixed texts.
 
 from __future__ import annotations
 
-import threading
-import time as time_module
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from uuid import UUID
 
 import httpx
-from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.maker_api import (
-    MAX_WAIT,
+    MakerReader,
     MakerSession,
     MakerTexts,
-    Sleep,
     by_utc_day,
     cursor_pages,
     granted_scopes,
@@ -50,13 +45,10 @@ from healthledger.adapters.providers.maker_api import (
     utc_iso,
 )
 from healthledger.adapters.providers.oauth2 import (
-    CustomClient,
-    OAuth2Maker,
     TokenEndpointError,
     revocation_answer,
     tokens_of,
 )
-from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
@@ -66,16 +58,12 @@ from healthledger.domain.connections.providers import (
     ProviderError,
     PullTarget,
 )
-from healthledger.domain.ledger import Clock
 
 _NO_CLIENT = "The OAuth client that obtained this grant is not configured any more."
 # Oura's answers to a revocation with a token it no longer knows: the grant is gone already.
 TOKEN_NOT_KNOWN = frozenset({400, 401})
 _NO_REVOCATION = "Oura could not be reached to revoke the grant; it will be tried again."
 
-HISTORY_DAYS = 2 * 365  # Oura keeps the ring's whole history; we take two years
-# Collections kept for the resources of the same pull (a chunk's dozen, a few pulls').
-RECENT_COLLECTIONS = 64
 
 TEXTS = MakerTexts.of("Oura")
 
@@ -125,47 +113,10 @@ _DAILY_SAMPLES: dict[str, tuple[str, str, Callable[[Mapping[str, Any]], Any]]] =
 }
 
 
-class OuraReader(OAuth2Maker):
+class OuraReader(MakerReader):
     """Implements the ProviderAdapter port for Oura: OAuth from the catalog, data from
-    API v2 at `api_url`."""
-
-    def __init__(
-        self,
-        entry: ProviderEntry,
-        *,
-        service_client: OAuthClient | None,
-        custom_client: CustomClient,
-        tokens: SqlProviderTokenStore,
-        http: httpx.Client,
-        clock: Clock,
-        api_url: str,
-        api_timeout: float = 30.0,
-        maker_url: str | None = None,
-        history_days: int = HISTORY_DAYS,
-        max_wait: float = MAX_WAIT,
-        sleep: Sleep = time_module.sleep,
-    ) -> None:
-        assert entry.oauth is not None
-        super().__init__(
-            entry,
-            entry.oauth,
-            service_client=service_client,
-            custom_client=custom_client,
-            tokens=tokens,
-            http=http,
-            clock=clock,
-            maker_url=maker_url,
-        )
-        self.api_url = api_url.rstrip("/")
-        self.api_timeout = api_timeout
-        self.history_days = history_days
-        self.max_wait = max_wait
-        self.sleep = sleep
-        # Collections read by the pull running now: the resources of one chunk share a
-        # collection (six come from `sleep`), so each page is asked of Oura once per pull
-        # (keyed by the pull's `now`: a retry, or the next sync, reads afresh).
-        self.recent: OrderedDict[tuple[Any, ...], list[dict[str, Any]]] = OrderedDict()
-        self.recent_lock = threading.Lock()
+    API v2 at `api_url`. Its `recent` reads are collections: the resources of one chunk
+    share them (six come from `sleep`), so each page is asked of Oura once per pull."""
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
@@ -298,17 +249,10 @@ class _Session(MakerSession):
         window for every resource of a chunk, read once per pull."""
         first, last = start - timedelta(days=1), end + timedelta(days=1)
         key = (self.connection_id, self.now, name, first, last)
-        with self.reader.recent_lock:
-            found = self.reader.recent.get(key)
-        if found is not None:
-            return found
         params = {"start_date": first.isoformat(), "end_date": last.isoformat()}
-        found = self.pages(f"/v2/usercollection/{name}", params)
-        with self.reader.recent_lock:
-            self.reader.recent[key] = found
-            while len(self.reader.recent) > RECENT_COLLECTIONS:
-                self.reader.recent.popitem(last=False)
-        return found
+        return self.reader.recent.shared(
+            key, lambda: self.pages(f"/v2/usercollection/{name}", params)
+        )
 
     def heartrate(self, start: datetime, end: datetime) -> list[dict[str, Any]]:
         params = {"start_datetime": start.isoformat(), "end_datetime": end.isoformat()}

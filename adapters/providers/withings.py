@@ -33,8 +33,6 @@ Nothing Withings sends is logged or put in an error: messages are fixed texts.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
@@ -42,9 +40,9 @@ from uuid import UUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
-from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.maker_api import (
     MAX_PAGES,
+    MakerReader,
     MakerSession,
     MakerTexts,
     by_utc_day,
@@ -53,8 +51,6 @@ from healthledger.adapters.providers.maker_api import (
 )
 from healthledger.adapters.providers.oauth2 import (
     TOKEN_REFRESH_FAILED,
-    CustomClient,
-    OAuth2Maker,
     TokenEndpointError,
     tokens_of,
 )
@@ -68,11 +64,7 @@ from healthledger.domain.connections.providers import (
     ProviderError,
     PullTarget,
 )
-from healthledger.domain.ledger import Clock
 
-HISTORY_DAYS = 2 * 365  # Withings keeps the whole history; we take two years
-# Services read by the pull running now, shared by the resources of its chunks.
-RECENT_READS = 64
 TEXTS = MakerTexts.of("Withings")
 
 # Withings' response statuses (developer.withings.com, api-reference "Response status").
@@ -212,45 +204,17 @@ NOTIFY_CATEGORIES: dict[int, str] = {
 }
 
 
-class WithingsReader(OAuth2Maker):
+class WithingsReader(MakerReader):
     """Implements the ProviderAdapter port for Withings: OAuth from the catalog, data from
-    the Public API at `api_url`."""
+    the Public API at `api_url`. Its `recent` reads: one getmeas serves eight resources, a
+    night's sleep three."""
 
     def __init__(
-        self,
-        entry: ProviderEntry,
-        *,
-        service_client: OAuthClient | None,
-        custom_client: CustomClient,
-        tokens: SqlProviderTokenStore,
-        http: httpx.Client,
-        clock: Clock,
-        api_url: str,
-        api_timeout: float = 30.0,
-        maker_url: str | None = None,
-        history_days: int = HISTORY_DAYS,
-        callback_url: str | None = None,
+        self, entry: ProviderEntry, *, callback_url: str | None = None, **reader: Any
     ) -> None:
-        assert entry.oauth is not None
-        super().__init__(
-            entry,
-            entry.oauth,
-            service_client=service_client,
-            custom_client=custom_client,
-            tokens=tokens,
-            http=http,
-            clock=clock,
-            maker_url=maker_url,
-        )
-        self.api_url = api_url.rstrip("/")
-        self.api_timeout = api_timeout
-        self.history_days = history_days
+        super().__init__(entry, **reader)
         # Where Withings Notify calls us (`/makers/withings/webhook`); None: no subscription.
         self.callback_url = callback_url
-        # What the pull running now read (keyed by the pull's `now`: a retry, or the next
-        # sync, reads afresh): one getmeas serves eight resources, a night's sleep three.
-        self.recent: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self.recent_lock = threading.Lock()
 
     # -- the token endpoint's answer ----------------------------------------------------
 
@@ -448,17 +412,7 @@ class _Session(MakerSession):
 
     def shared(self, key: tuple[Any, ...], read: Callable[[], Any]) -> Any:
         """What `read` answers, read once per pull for the resources that share it."""
-        key = (self.connection_id, self.now, *key)
-        with self.reader.recent_lock:
-            found = self.reader.recent.get(key)
-        if found is not None:
-            return found
-        found = read()
-        with self.reader.recent_lock:
-            self.reader.recent[key] = found
-            while len(self.reader.recent) > RECENT_READS:
-                self.reader.recent.popitem(last=False)
-        return found
+        return self.reader.recent.shared((self.connection_id, self.now, *key), read)
 
     def measures(self, start: date, end: date) -> list[dict[str, Any]]:
         """The measure groups taken from the day before `start` to the day after `end`
