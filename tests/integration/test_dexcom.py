@@ -118,6 +118,12 @@ def test_glucose_arrives_whole_in_mmol_per_litre_from_every_window(
     assert svc.jobs.run_due_pulls() > 0
     assert feed(svc, user_id).status == "success"
     assert provider_status(api, home, user_id)["status"] == "connected"
+    # Dexcom's one scope covers glucose (its token answer names no scope: all asked).
+    connection = svc.ledger.find(Connection.id_for(user_id, "dexcom"))
+    assert isinstance(connection, Connection)
+    available = connection.resource_availability["glucose"]
+    assert available["status"] == "available"
+    assert available["scope_requirements"]["user_granted"]["required"] == ["offline_access"]
     days = past_days(clock)
     samples = glucose(api, home, user_id, days)
     assert answered(samples) == served(dexcom, "gail", days)
