@@ -119,6 +119,18 @@ class _Transaction:
     records: list[dict[str, Any]]
     opened: datetime
     stored: set[str] = field(default_factory=set)
+    # resource -> the windows (start, end) of days handed to the pull engine from it.
+    handed: dict[str, list[tuple[date, date]]] = field(default_factory=dict)
+
+    def handed_whole(self, kind: str, resource: str) -> bool:
+        """Whether every record lies on a day of a window `resource` was handed."""
+        windows = self.handed.get(resource, [])
+        # A record without a day we can read is never stored: nothing to keep it for.
+        return all(
+            (day := _record_day(kind, record)) is None
+            or any(start <= day <= end for start, end in windows)
+            for record in self.records
+        )
 
 
 class PolarReader(OAuth2Maker):
@@ -210,7 +222,10 @@ class PolarReader(OAuth2Maker):
             return _sleep(session.nightly("sleep", "nights"), start, end)
         if resource in ("hrv", "respiratory_rate"):
             return _recharge(resource, session.nightly("nightly-recharge", "recharges"), start, end)
-        records = self.transaction(session, KIND_OF[resource]).records
+        transaction = self.transaction(session, KIND_OF[resource])
+        with self.open_lock:
+            transaction.handed.setdefault(resource, []).append((start, end))
+        records = transaction.records
         if resource == "workouts":
             return _workouts(records, start, end)
         if resource == "activity":
@@ -236,8 +251,10 @@ class PolarReader(OAuth2Maker):
 
     def stored(self, target: PullTarget, now: datetime) -> None:
         """The pull of `target` stored all it read: the transaction it read from is
-        committed once every resource reading it is stored (an uncommitted one Polar
-        serves again; nothing is lost)."""
+        committed once every resource reading it is stored, and only when each of them
+        was handed every record of it (a record on a day outside the windows read, e.g.
+        uploaded late for a day before a sync's window, was not stored: the transaction
+        is left uncommitted, and Polar serves it again; nothing is lost)."""
         kind = KIND_OF.get(target.resource)
         if kind is None:
             return  # sleep and recharge: nothing to commit
@@ -248,10 +265,12 @@ class PolarReader(OAuth2Maker):
             if found is None:
                 return
             found.stored.add(target.resource)
-            if not KINDS[kind][2] <= found.stored:
+            readers = KINDS[kind][2]
+            if not readers <= found.stored:
                 return  # another resource of the transaction is not stored yet
             del self.open[key]
-        if found.id is not None:
+            whole = all(found.handed_whole(kind, resource) for resource in readers)
+        if found.id is not None and whole:
             _Session(self, connection_id, now).commit(kind, found.id)
 
 
@@ -396,6 +415,17 @@ def _seconds(duration: Any) -> int | None:
             return None
         number = ""
     return None if number else int(total)
+
+
+def _record_day(kind: str, record: Mapping[str, Any]) -> date | None:
+    """The day a transaction's record is stored under (as the mapping below files it)."""
+    if kind == "exercise":
+        begin = _start(record)
+        return None if begin is None else begin.date()
+    if kind == "activity":
+        return _day(record.get("date"))
+    created = instant(record.get("created"))
+    return None if created is None else created.date()
 
 
 def _start(exercise: Mapping[str, Any]) -> datetime | None:

@@ -193,6 +193,22 @@ def test_a_failure_mid_transaction_commits_nothing_and_the_retry_stores_each_exe
     assert sorted(exercises_committed(polar)) == [1] * len(ours)
 
 
+def test_records_on_days_outside_the_windows_read_leave_the_transaction_uncommitted(
+    svc: Service, api: Any, home: Team, browser: Browser, polar: FakePolar, clock: Clock
+) -> None:
+    """Polar serves exercises older than the pull's 28 days (a watch synced late): they
+    are not stored, so the transaction is not committed (committing would drop them at
+    Polar); what the window covers is stored all the same."""
+    polar.history_days = 40
+    user_id = connect(api, home, browser)
+    svc.jobs.run_due_pulls()
+    assert feed(svc, user_id, "workouts").status == "success"
+    assert exercises_committed(polar) == []
+    served = served_exercises(polar)
+    stored = {w["provider_id"] for w in workouts(api, home, user_id, polar)}
+    assert stored < set(served) and len(stored) >= 27
+
+
 def test_429_goes_retrying_then_succeeds(
     svc: Service, api: Any, home: Team, browser: Browser, polar: FakePolar, clock: Clock
 ) -> None:
