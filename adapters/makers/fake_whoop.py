@@ -20,6 +20,9 @@ documented (docs/makers/whoop.md) for a few synthetic people, and its OAuth 2.0 
   sleeps and workouts scored again, changed, under the same ids), `denied_scopes`,
   `page_size` (records a page at most, whatever `limit` asks), `stuck_paging` (pages
   that never move on), `expires_in`.
+- Webhooks: with `webhook_url` set, `revise` POSTs WHOOP's signed webhooks of the day's
+  records (`notify(person, type, id)` sends one; `bad_signature` signs with another
+  secret), through `callback_http`, which a test can mount its app on.
 
 The data is deterministic: a person's day is a function of (person, day) and of the
 revisions asked for, so tests can compute what the service must answer.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import hmac
 import json
 import secrets
 import threading
@@ -44,6 +48,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote_plus, urlencode
 
 import anyio
+import httpx
 from healthledger.adapters.makers.serving import days, seeded, served
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -154,6 +159,13 @@ class FakeWhoop:
     _failures: list[_Failure] = field(default_factory=list)
     _slow: list[float] = field(default_factory=list)
     _revisions: dict[tuple[str, date], int] = field(default_factory=dict)
+    # Webhooks: the URL set in WHOOP's developer dashboard (None: none sent), the client
+    # that posts to it (a test may mount its app on it), what was sent and answered, and
+    # a switch for signatures that are not the application's.
+    webhook_url: str | None = None
+    callback_http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=5.0))
+    sent: list[tuple[bytes, dict[str, str], int]] = field(default_factory=list)
+    bad_signature: bool = False
 
     # -- switches -----------------------------------------------------------------------
 
@@ -192,9 +204,54 @@ class FakeWhoop:
             self._refresh = {k: g for k, g in self._refresh.items() if g.person != person}
 
     def revise(self, person: str, day: date) -> None:
-        """The person's records of local `day` are scored again, changed, same ids."""
+        """The person's records of local `day` are scored again, changed, same ids; WHOOP
+        tells the webhook URL, if one is set, of each (`sleep.updated`, `recovery.updated`
+        naming the sleep's id as API v2 does, `workout.updated`)."""
         with self.lock:
             self._revisions[(person, day)] = self._revisions.get((person, day), 0) + 1
+        if self.webhook_url is None:
+            return
+        member = PEOPLE[person]
+        for sleep in self.sleeps(member, day):
+            self.notify(person, "sleep.updated", sleep["id"])
+        for recovery in self.recoveries(member, day):
+            self.notify(person, "recovery.updated", recovery["sleep_id"])
+        for workout in self.workouts(member, day):
+            self.notify(person, "workout.updated", workout["id"])
+
+    def notify(self, person: str, event_type: str, record_id: str | int) -> int:
+        """POST WHOOP's webhook to `webhook_url`, signed with the first registered
+        client's secret (`X-WHOOP-Signature`: base64 HMAC-SHA256 of the timestamp and the
+        body); the HTTP status answered."""
+        assert self.webhook_url is not None
+        body = json.dumps(
+            {
+                "user_id": PEOPLE[person].user_id if person in PEOPLE else 99_999,
+                "id": record_id,
+                "type": event_type,
+                "trace_id": secrets.token_hex(8),
+            }
+        ).encode()
+        timestamp = str(int(self.clock().timestamp() * 1000))
+        secret = next(iter(self.clients.values()), "")
+        if self.bad_signature:
+            secret = "not-" + secret
+        digest = hmac.new(secret.encode(), timestamp.encode() + body, hashlib.sha256).digest()
+        headers = {
+            "Content-Type": "application/json",
+            "X-WHOOP-Signature": base64.b64encode(digest).decode(),
+            "X-WHOOP-Signature-Timestamp": timestamp,
+        }
+        return self.post(body, headers)
+
+    def post(self, body: bytes, headers: dict[str, str]) -> int:
+        """POST a webhook as it was sent (a retry of the same delivery)."""
+        assert self.webhook_url is not None
+        status = self.callback_http.post(
+            self.webhook_url, content=body, headers=headers
+        ).status_code
+        self.sent.append((body, headers, status))
+        return status
 
     def data_requests(self, collection: str | None = None) -> list[dict[str, str]]:
         """The queries of the data requests answered 200 (to `collection`, if given)."""

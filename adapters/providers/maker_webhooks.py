@@ -12,6 +12,7 @@ import hmac
 
 from healthledger.adapters.providers.fitbit_webhooks import FitbitWebhooks
 from healthledger.adapters.providers.oura_webhooks import OuraWebhooks
+from healthledger.adapters.providers.whoop_webhooks import WhoopWebhooks
 from healthledger.adapters.providers.withings_webhooks import WithingsWebhooks
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.maker_notices import MakerWebhooks
@@ -39,6 +40,10 @@ def maker_webhooks(settings: Settings) -> dict[str, MakerWebhooks]:
             fitbit.client_secret.get_secret_value(),
             None if code is None else code.get_secret_value(),
         )
+    whoop = settings.oauth_clients.get("whoop_v2")
+    if whoop is not None:
+        # Signed with the client secret (docs/makers/whoop.md#webhooks-in).
+        found["whoop_v2"] = WhoopWebhooks(whoop.client_secret.get_secret_value())
     return found
 
 
