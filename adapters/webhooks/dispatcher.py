@@ -56,6 +56,7 @@ from healthledger.domain.webhooks.deliveries import (
     DELIVERY_TIMEOUT,
     FAILING_TOO_LONG,
     PENDING,
+    UsersDigest,
     WebhookDelivery,
 )
 from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE
@@ -167,6 +168,8 @@ class Dispatcher:
         deliveries: list[WebhookDelivery] = []
         # A team environment's endpoints, read once per round (a round is one transaction).
         endpoints: dict[tuple[UUID, str], list[tuple[UUID, list[str]]]] = {}
+        # The users' keyed digests the message ids are derived with, once per user a round.
+        digests: dict[UUID, UsersDigest | None] = {}
         for notification in notifications:
             event = attributed(self.ledger.mapper.to_domain_event(notification))
             stream = self.ledger.find(event.originator_id)
@@ -182,6 +185,8 @@ class Dispatcher:
                 key = (found.team_id, environment)
                 if key not in endpoints:
                     endpoints[key] = self.queries.enabled_endpoints(*key)
+                if found.user_id not in digests:
+                    digests[found.user_id] = self._users_digest(found.user_id)
                 for endpoint_id, filter_types in endpoints[key]:
                     if not subscribed(filter_types, found.event_type):
                         continue
@@ -198,6 +203,7 @@ class Dispatcher:
                             source_timestamp=event.timestamp,
                             day=found.day,
                             log_position=notification.id,
+                            users_digest=digests[found.user_id],
                         )
                     )
         try:
@@ -205,6 +211,12 @@ class Dispatcher:
         except IntegrityError:
             return 0  # another dispatcher recorded this stretch of the log first
         return len(notifications) or 1
+
+    def _users_digest(self, user_id: UUID) -> UsersDigest | None:
+        """The user's keyed digest a message id is derived with (ADR 0028); None once the
+        key is destroyed (only `user.erased` is recorded then)."""
+        cipher = self.payloads.key_store.cipher(user_id)
+        return None if cipher is None else cipher.digest
 
     @staticmethod
     def gives_work(event: object) -> bool:

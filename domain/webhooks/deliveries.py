@@ -30,6 +30,7 @@ delivery is dropped, never sent.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from uuid import UUID
 
@@ -66,10 +67,30 @@ FAILING_TOO_LONG = timedelta(days=5)
 _NAMESPACE = uuid.UUID("5b0f4f8e-2c61-5d7a-9e13-7a4c2b9d0e61")
 
 
-def message_id_for(source_id: UUID, source_version: int, event_type: str, day: date | None) -> str:
+# A keyed digest under the user's data key (the user's cipher's `digest`): bytes -> hex.
+UsersDigest = Callable[[bytes], str]
+
+
+def message_id_for(
+    source_id: UUID,
+    source_version: int,
+    event_type: str,
+    day: date | None,
+    users_digest: UsersDigest | None = None,
+) -> str:
     """The Standard Webhooks message id of a public event: derived from the event it
-    announces, so every endpoint, every retry and every redelivery sends the same id."""
+    announces, so every endpoint, every retry and every redelivery sends the same id.
+
+    Keyed with the user's data key (`users_digest`, issue 29, ADR 0028): everything else
+    it is derived from is in clear in the log, so an unkeyed id (uuid5, as before) lets
+    anyone holding the log find the event type (`labtest.result.critical`) by trying
+    each; keyed, no one can once the key is erased. The key never changes while the user
+    exists, so the id stays stable for receivers' de-duplication. Unkeyed only where the
+    key is gone already (`user.erased`, which says no health fact), and in the ids
+    stored before, which receivers have seen."""
     key = f"{source_id}:{source_version}:{event_type}:{day.isoformat() if day else ''}"
+    if users_digest is not None:
+        return "msg_" + users_digest(b"message-id\x1f" + key.encode())[:32]
     return "msg_" + uuid.uuid5(_NAMESPACE, key).hex
 
 
@@ -245,8 +266,9 @@ class WebhookDelivery(Audited):
         source_timestamp: datetime,
         day: date | None,
         log_position: int,
+        users_digest: UsersDigest | None = None,
     ) -> WebhookDelivery:
-        message_id = message_id_for(source_id, source_version, event_type, day)
+        message_id = message_id_for(source_id, source_version, event_type, day, users_digest)
         return cls.new(
             ctx,
             now,

@@ -23,7 +23,7 @@ from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
-from healthledger.domain.webhooks.deliveries import RETRY_DELAYS, WebhookDelivery
+from healthledger.domain.webhooks.deliveries import RETRY_DELAYS, WebhookDelivery, message_id_for
 from sqlalchemy import select
 
 from tests.clocks import Clock
@@ -120,6 +120,24 @@ def test_events_are_delivered_signed_once_per_endpoint_in_the_envelope(
             select(tracking.c.notification_id).where(tracking.c.application_name == "webhooks")
         ).all()
     assert len(positions) == 1
+
+
+def test_a_message_id_is_keyed_with_the_users_key(svc: Service, receiver: Receiver) -> None:
+    # ADR 0028: the id sent is derived under the user's data key, so the log's clear
+    # fields (source, version, day) do not give the type away to one who tries each.
+    endpoint_id, _secret = endpoint(svc, receiver.url("ok"))
+    user_id = connected_user(svc)
+    svc.jobs.dispatch_webhooks()
+    cipher = svc.key_store.cipher(user_id)
+    assert cipher is not None
+    stored = rows(svc, endpoint_id)
+    types = {row.event_type for row in stored}
+    assert len(stored) == 2
+    for row in stored:
+        args = (row.source_id, row.source_version)
+        assert row.message_id == message_id_for(*args, row.event_type, row.day, cipher.digest)
+        assert row.message_id not in {message_id_for(*args, t, row.day) for t in types}
+    assert {r.headers["webhook-id"] for r in receiver.on("ok")} == {r.message_id for r in stored}
 
 
 def test_filters_and_environments_choose_the_endpoints(svc: Service, receiver: Receiver) -> None:

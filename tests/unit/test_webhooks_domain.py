@@ -3,6 +3,9 @@ without I/O (the catalog is read from its shipped data file)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import get_args
 from uuid import UUID, uuid4
@@ -309,6 +312,27 @@ def test_a_message_id_is_derived_from_the_event_it_announces() -> None:
     assert delivery.message_id == first
     assert delivery.id == WebhookDelivery.id_for(endpoint_id, first)
     assert delivery.id != _delivery().id
+
+
+def _keyed(key: bytes) -> Callable[[bytes], str]:
+    return lambda value: hmac.new(key, value, hashlib.sha256).hexdigest()
+
+
+def test_a_message_id_keyed_with_the_users_key_does_not_give_the_type_away() -> None:
+    # Keyed (ADR 0028): stable under one key, so receivers de-duplicate as before, and
+    # not found by trying the types without it.
+    day = date(2026, 2, 28)
+    critical = "labtest.result.critical"
+    keyed = message_id_for(SOURCE_ID, 3, critical, day, _keyed(b"user key"))
+    assert keyed == message_id_for(SOURCE_ID, 3, critical, day, _keyed(b"user key"))
+    assert keyed.startswith("msg_") and len(keyed) == 4 + 32
+    assert keyed != message_id_for(SOURCE_ID, 3, critical, day, _keyed(b"another key"))
+    tried = {
+        message_id_for(SOURCE_ID, 3, event_type, day)
+        for event_type in (critical, "labtest.order.updated", "daily.data.sleep.created")
+    }
+    assert keyed not in tried
+    assert message_id_for(SOURCE_ID, 3, critical, day) in tried  # the unkeyed one is found
 
 
 def test_a_new_delivery_is_due_at_once_and_a_2xx_succeeds() -> None:
