@@ -48,9 +48,7 @@ import hashlib
 import json
 import random
 import secrets
-import socket
 import threading
-import time as time_module
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -61,7 +59,9 @@ from zoneinfo import ZoneInfo
 
 import anyio
 import httpx
-import uvicorn
+from healthledger.adapters.makers.serving import days as _days
+from healthledger.adapters.makers.serving import seeded as _rng
+from healthledger.adapters.makers.serving import served
 from healthledger.adapters.providers.fitbit_webhooks import REVOKED, sign
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -147,22 +147,10 @@ PEOPLE: dict[str, Person] = {
 }
 
 
-def _rng(*parts: object) -> random.Random:
-    seed = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(seed, "big"))
-
-
 def _log_id(*parts: object) -> int:
     """A Fitbit-like numeric logId, stable for the same parts."""
     digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=6).digest()
     return 10_000_000_000 + int.from_bytes(digest, "big") % 90_000_000_000
-
-
-def _days(start: date, end: date) -> Iterator[date]:
-    day = start
-    while day <= end:
-        yield day
-        day += timedelta(days=1)
 
 
 def local_text(moment: datetime) -> str:
@@ -991,27 +979,9 @@ def running_fake_fitbit(
 ) -> Iterator[FakeFitbit]:
     """Serve a fake Fitbit with uvicorn in a thread; yields it with its `base` URL set."""
     fake = fake or FakeFitbit()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit it: an answer leaves at once, not after the client's
-    # delayed ACK (40 ms a request on keep-alive).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    server = uvicorn.Server(uvicorn.Config(create_app(fake), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time_module.monotonic() + 10
-    while not server.started:
-        if time_module.monotonic() > deadline:
-            raise RuntimeError("the fake Fitbit did not start")
-        time_module.sleep(0.01)
-    fake.base = f"http://{host}:{sock.getsockname()[1]}"
-    try:
+    with served(create_app(fake), "the fake Fitbit", host, port) as base:
+        fake.base = base
         yield fake
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def main() -> None:  # pragma: no cover - a manual sandbox

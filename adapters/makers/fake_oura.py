@@ -36,9 +36,7 @@ import hashlib
 import json
 import random
 import secrets
-import socket
 import threading
-import time as time_module
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -48,8 +46,10 @@ from typing import Any
 from urllib.parse import parse_qs, unquote_plus, urlencode
 
 import anyio
-import uvicorn
 from healthledger.adapters.makers.fake_oura_webhooks import FakeOuraWebhooks
+from healthledger.adapters.makers.serving import days as _days
+from healthledger.adapters.makers.serving import seeded as _rng
+from healthledger.adapters.makers.serving import served
 from healthledger.adapters.providers.oura_webhooks import REVOKE
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -109,20 +109,8 @@ PEOPLE: dict[str, Person] = {
 }
 
 
-def _rng(*parts: object) -> random.Random:
-    seed = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(seed, "big"))
-
-
 def _doc_id(*parts: object) -> str:
     return str(uuid.uuid5(_NAMESPACE, "/".join(map(str, parts))))
-
-
-def _days(start: date, end: date) -> Iterator[date]:
-    day = start
-    while day <= end:
-        yield day
-        day += timedelta(days=1)
 
 
 @dataclass
@@ -703,27 +691,9 @@ def running_fake_oura(
 ) -> Iterator[FakeOura]:
     """Serve a fake Oura with uvicorn in a thread; yields it with its `base` URL set."""
     fake = fake or FakeOura()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit it: an answer's headers and body leave at once, instead
-    # of the body waiting out the client's delayed ACK (40 ms a request on keep-alive).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    server = uvicorn.Server(uvicorn.Config(create_app(fake), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time_module.monotonic() + 10
-    while not server.started:
-        if time_module.monotonic() > deadline:
-            raise RuntimeError("the fake Oura did not start")
-        time_module.sleep(0.01)
-    fake.base = f"http://{host}:{sock.getsockname()[1]}"
-    try:
+    with served(create_app(fake), "the fake Oura", host, port) as base:
+        fake.base = base
         yield fake
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def main() -> None:  # pragma: no cover - a manual sandbox

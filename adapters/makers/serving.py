@@ -1,8 +1,7 @@
 """What every fake maker does the same way: serve its app on localhost in a thread, and
 draw its synthetic people's data from seeds, so that a day is a function of its seed.
 
-The fake Withings uses these; a fake that still has its own copy (the fake Oura) can take
-them as they are.
+Every fake maker uses these (none keeps a copy of its own).
 """
 
 from __future__ import annotations
