@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     # How far back a new Polar connection's history is asked for: Polar serves what its
     # transactions hold (since the registration) and 28 days of sleep and recharge.
     polar_history_days: int = Field(default=28, ge=1)
+    # The signature secret Polar answered when our webhook was created (`POST
+    # /v3/webhooks`, docs/makers/polar.md#webhooks-in): what signs its notifications.
+    # Unset, Polar's notifications are not taken (404): the daily syncs read its data.
+    polar_webhook_signature_secret: SecretStr | None = None
     # The Fitbit Web API (docs/makers/fitbit.md): its base URL. Tests and the sandbox point
     # it at the fake Fitbit (healthledger.adapters.makers.fake_fitbit).
     fitbit_api_url: str = "https://api.fitbit.com"

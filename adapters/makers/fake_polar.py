@@ -19,6 +19,8 @@ documented (docs/makers/polar.md) for a few synthetic people, and its OAuth 2.0 
   contains `path` answer `status`: 429, 5xx, 403...), `slow(seconds, times)`, `revoke(person)`
   (every token refused: 401), `unregister(person)`, `refuse_consent(person)` (403: the
   person has not accepted Polar's data sharing consents).
+- Webhook: `push(person, event, entity_id, timestamp, signed=)` POSTs a notification to
+  `webhook_url`, signed with `webhook_secret` as Polar signs them.
 
 The data is deterministic: a person's day is a function of (person, day).
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -40,7 +43,9 @@ from urllib.parse import parse_qs, unquote_plus, urlencode
 from zoneinfo import ZoneInfo
 
 import anyio
+import httpx
 from healthledger.adapters.makers.serving import days, seeded, served
+from healthledger.adapters.providers.polar_webhooks import sign
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -110,6 +115,10 @@ class FakePolar:
     # (person, kind) -> (transaction id, the record paths it holds)
     _open: dict[tuple[str, str], tuple[int, list[str]]] = field(default_factory=dict)
     _next_transaction: int = 1000
+    # The webhook: where Polar POSTs its notifications, and the secret that signs them.
+    webhook_url: str | None = None
+    webhook_secret: str = "polar-webhook-secret"
+    callback_http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=5.0))
 
     # -- switches -----------------------------------------------------------------------
 
@@ -139,6 +148,27 @@ class FakePolar:
     def refuse_consent(self, person: str) -> None:
         with self.lock:
             self._no_consent.add(person)
+
+    def push(
+        self, person: str, event: str, entity_id: str, timestamp: datetime, *, signed: bool = True
+    ) -> httpx.Response:
+        """Polar notifies the webhook: `{event, user_id, entity_id, timestamp, url}`,
+        signed in `Polar-Webhook-Signature` (HMAC-SHA256 hex of the body), or not."""
+        assert self.webhook_url is not None
+        user = PEOPLE[person].user_id
+        body = json.dumps(
+            {
+                "event": event,
+                "user_id": user,
+                "entity_id": entity_id,
+                "timestamp": timestamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+                "url": f"{self.base}/v3/users/{user}",
+            }
+        ).encode()
+        headers = {"Content-Type": "application/json", "Polar-Webhook-Event": event}
+        if signed:
+            headers["Polar-Webhook-Signature"] = sign(self.webhook_secret, body)
+        return self.callback_http.post(self.webhook_url, content=body, headers=headers)
 
     def is_registered(self, person: str) -> bool:
         return person in self._registered

@@ -12,6 +12,7 @@ import hmac
 
 from healthledger.adapters.providers.fitbit_webhooks import FitbitWebhooks
 from healthledger.adapters.providers.oura_webhooks import OuraWebhooks
+from healthledger.adapters.providers.polar_webhooks import PolarWebhooks
 from healthledger.adapters.providers.whoop_webhooks import WhoopWebhooks
 from healthledger.adapters.providers.withings_webhooks import WithingsWebhooks
 from healthledger.adapters.settings import Settings
@@ -44,6 +45,11 @@ def maker_webhooks(settings: Settings) -> dict[str, MakerWebhooks]:
     if whoop is not None:
         # Signed with the client secret (docs/makers/whoop.md#webhooks-in).
         found["whoop_v2"] = WhoopWebhooks(whoop.client_secret.get_secret_value())
+    polar_secret = settings.polar_webhook_signature_secret
+    if "polar" in settings.oauth_clients and polar_secret is not None:
+        # Signed with the secret Polar gave when our webhook was created
+        # (docs/makers/polar.md#webhooks-in).
+        found["polar"] = PolarWebhooks(polar_secret.get_secret_value())
     return found
 
 
