@@ -36,17 +36,13 @@ Nothing Dexcom sends is logged or put in an error: messages are fixed texts.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
-from uuid import UUID
 
-import httpx
-from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.maker_api import (
+    MakerReader,
     MakerSession,
     MakerTexts,
     by_utc_day,
@@ -54,17 +50,12 @@ from healthledger.adapters.providers.maker_api import (
     scope_availability,
     utc_iso,
 )
-from healthledger.adapters.providers.oauth2 import CustomClient, OAuth2Maker
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
-from healthledger.domain.connections.providers import OAuthClient, OAuthGrant, PullTarget
-from healthledger.domain.ledger import Clock
+from healthledger.domain.connections.providers import OAuthGrant, PullTarget
 
-HISTORY_DAYS = 2 * 365  # Dexcom keeps the person's history; we take two years
 # Dexcom answers at most 30 days per request (developer.dexcom.com, "Date and time").
 WINDOW_DAYS = 30
-# Data ranges read by the pulls running now, shared by their chunks.
-RECENT_RANGES = 64
 TEXTS = MakerTexts.of("Dexcom")
 MG_DL_PER_MMOL_L = 18.0156
 # Dexcom's one scope covers everything it gives; the resource -> that scope.
@@ -79,44 +70,16 @@ class Range:
     end: datetime
 
 
-class DexcomReader(OAuth2Maker):
+class DexcomReader(MakerReader):
     """Implements the ProviderAdapter port for Dexcom: OAuth from the catalog, data from
-    the API v3 at `api_url`."""
+    the API v3 at `api_url`. Its `recent` reads: the data range of each pull (None: no
+    EGVs at all)."""
 
     def __init__(
-        self,
-        entry: ProviderEntry,
-        *,
-        service_client: OAuthClient | None,
-        custom_client: CustomClient,
-        tokens: SqlProviderTokenStore,
-        http: httpx.Client,
-        clock: Clock,
-        api_url: str,
-        api_timeout: float = 30.0,
-        maker_url: str | None = None,
-        history_days: int = HISTORY_DAYS,
-        window_days: int = WINDOW_DAYS,
+        self, entry: ProviderEntry, *, window_days: int = WINDOW_DAYS, **reader: Any
     ) -> None:
-        assert entry.oauth is not None
-        super().__init__(
-            entry,
-            entry.oauth,
-            service_client=service_client,
-            custom_client=custom_client,
-            tokens=tokens,
-            http=http,
-            clock=clock,
-            maker_url=maker_url,
-        )
-        self.api_url = api_url.rstrip("/")
-        self.api_timeout = api_timeout
-        self.history_days = history_days
+        super().__init__(entry, **reader)
         self.window_days = window_days
-        # The data range each pull read (keyed by the connection and the pull's `now`: a
-        # retry, or the next sync, reads it afresh); None: no EGVs at all.
-        self.ranges: OrderedDict[tuple[UUID, datetime], Range | None] = OrderedDict()
-        self.ranges_lock = threading.Lock()
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
@@ -144,19 +107,14 @@ class DexcomReader(OAuth2Maker):
 
     def data_range(self, session: MakerSession) -> Range | None:
         """The span of the person's EGVs, read once per pull (its chunks share it)."""
-        key = (session.connection_id, session.now)
-        with self.ranges_lock:
-            if key in self.ranges:
-                return self.ranges[key]
-        answer = session.get(f"{self.api_url}/v3/users/self/dataRange")
-        if not isinstance(answer, dict):
-            raise TEXTS.broken()
-        found = _range(answer.get("egvs"))
-        with self.ranges_lock:
-            self.ranges[key] = found
-            while len(self.ranges) > RECENT_RANGES:
-                self.ranges.popitem(last=False)
-        return found
+
+        def read() -> Range | None:
+            answer = session.get(f"{self.api_url}/v3/users/self/dataRange")
+            if not isinstance(answer, dict):
+                raise TEXTS.broken()
+            return _range(answer.get("egvs"))
+
+        return self.recent.shared((session.connection_id, session.now, "dataRange"), read)
 
     def egvs(self, session: MakerSession, begin: datetime, stop: datetime) -> list[dict[str, Any]]:
         """The EGV records of one window (at most `window_days`; Dexcom does not page)."""

@@ -92,12 +92,15 @@ class RecentReads:
                 self._reads.popitem(last=False)
 
     def shared(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
-        """What `read` answers, read once for every caller of the same key. Two pulls
-        racing on a key may both read: the later answer is kept, and either is right."""
-        found: T | None = self.get(key)
-        if found is None:
-            found = read()
-            self.put(key, found)
+        """What `read` answers (None too), read once for every caller of the same key.
+        Two pulls racing on a key may both read: the later answer is kept, and either is
+        right."""
+        with self._lock:
+            if key in self._reads:
+                kept: T = self._reads[key]
+                return kept
+        found = read()
+        self.put(key, found)
         return found
 
 
