@@ -1,7 +1,7 @@
 """The Polar reader: Polar AccessLink v3 behind the provider port (docs/makers/polar.md).
 
-The link flow and the tokens are the generic OAuth 2.0 adapter's (`OAuth2Maker`, ADR
-0022): HTTP Basic client authentication, the person's Polar user id in the token answer's
+The link flow and the tokens are the generic OAuth 2.0 adapter's (through `MakerReader`,
+ADR 0022): HTTP Basic client authentication, the person's Polar user id in the token answer's
 `x_user_id` (the catalog's `user_id_field`). Polar's access tokens last for years and come
 without a refresh token: a token Polar refuses is a grant gone (the connection's
 `error`, token_refresh_failed).
@@ -45,6 +45,7 @@ import httpx
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.maker_api import (
     MAX_PAGES,
+    MakerReader,
     MakerSession,
     MakerTexts,
     by_utc_day,
@@ -53,11 +54,7 @@ from healthledger.adapters.providers.maker_api import (
     scope_availability,
     utc_iso,
 )
-from healthledger.adapters.providers.oauth2 import (
-    TOKEN_REFRESH_FAILED,
-    CustomClient,
-    OAuth2Maker,
-)
+from healthledger.adapters.providers.oauth2 import TOKEN_REFRESH_FAILED, CustomClient
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import (
@@ -133,11 +130,11 @@ class _Transaction:
         )
 
 
-class PolarReader(OAuth2Maker):
+class PolarReader(MakerReader):
     """Implements the ProviderAdapter port (and KeptAfterStoring) for Polar: OAuth from
-    the catalog, data from AccessLink v3 at `api_url`. `polar_user_of` answers a connection's
-    Polar user id (the `x_user_id` recorded at its sign-in), which every transaction's
-    path names."""
+    the catalog, data from AccessLink v3 at `api_url`. `polar_user_of` answers a
+    connection's Polar user id (the `x_user_id` recorded at its sign-in), which every
+    transaction's path names."""
 
     def __init__(
         self,
@@ -154,20 +151,18 @@ class PolarReader(OAuth2Maker):
         maker_url: str | None = None,
         history_days: int = HISTORY_DAYS,
     ) -> None:
-        assert entry.oauth is not None
         super().__init__(
             entry,
-            entry.oauth,
             service_client=service_client,
             custom_client=custom_client,
             tokens=tokens,
             http=http,
             clock=clock,
+            api_url=api_url,
+            history_days=history_days,
+            api_timeout=api_timeout,
             maker_url=maker_url,
         )
-        self.api_url = api_url.rstrip("/")
-        self.api_timeout = api_timeout
-        self.history_days = history_days
         self.polar_user_of = polar_user_of
         # (connection, kind) -> its open transaction.
         self.open: OrderedDict[tuple[UUID, str], _Transaction] = OrderedDict()
