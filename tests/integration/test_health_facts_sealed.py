@@ -10,7 +10,11 @@ read still answers as 1809f39 answered it (test_todays_main.py), and after the e
 in the database's files names that test: SQLite's file and -wal byte for byte; on
 PostgreSQL the pages of the event log and of the orders table (pageinspect) and their
 relation files after a CHECKPOINT, when readable. The WAL and backups of before are out
-of reach (ADR 0028)."""
+of reach (ADR 0028).
+
+1809f39 also kept `main-0`'s order's interpretation (`normal`) in clear in its orders row:
+after the start it is only sealed and keyed-digested (revision 0019), and after `main-0`'s
+erasure no answer of the API or the CLI, nor any page, says it."""
 
 from __future__ import annotations
 
@@ -364,6 +368,57 @@ def test_the_start_seals_the_orders_interpretation(
         assert kept.sealed_interpretation == row.sealed_interpretation
     finally:
         again.close()
+
+
+def test_after_the_erasure_no_answer_nor_file_names_the_interpretation(
+    written: Written,  # noqa: F811
+    service: Service,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # main-0's completed order (normal): main-0 deleted, then erased after its grace
+    # period; no answer about it, nor any page, says "normal" (no other value of the
+    # fixture does), and the chain verifies with its signed heads.
+    main_0 = written.user("main-0")
+    order = written.expected["ids"]["order"]
+    headers = written.headers("team")
+    with (
+        freeze_time(written.now) as frozen,
+        TestClient(create_team_api(service), raise_server_exceptions=False) as client,
+    ):
+        assert client.delete(f"/v2/user/{main_0}", headers=headers).status_code == 200
+        frozen.tick(written.expected["grace_period_days"] * 86400 + 3600)
+        assert service.jobs.sweep_erasures() >= 1
+        assert service.key_store.cipher(UUID(main_0)) is None
+        then = {"as_of": written.now.isoformat()}
+        answers = [
+            client.get(f"/v2/audit/user/{main_0}", headers=headers),
+            client.get(f"/v2/audit/user/{main_0}/deletion_report", headers=headers),
+            client.get("/v3/orders", headers=headers),
+            client.get("/v3/orders", params=then, headers=headers),
+            client.get(f"/v3/order/{order}", params=then, headers=headers),
+        ]
+    assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers]
+    assert answers[4].json()["interpretation"] == ERASED_PLACEHOLDER
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", written.url)
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(written.master_key_file))
+    monkeypatch.setenv("HEALTHLEDGER_SIGNING_KEY_FILE", str(written.signing_key_file))
+    printed = []
+    for command in (
+        ["audit", main_0, "--json"],
+        ["report", "deletion", main_0],
+        ["report", "deletion", main_0, "--format", "html"],
+    ):
+        capsys.readouterr()
+        assert main(command) == 0, command
+        printed.append(capsys.readouterr().out)
+    assert all(order in answer for answer in printed[:2]), printed
+    for text_answer in [a.text for a in answers] + printed:
+        assert INTERPRETATION.decode() not in text_answer
+    # `healthledger verify` passes (the deletion report signed a head of its own).
+    assert service.chain.verify().ok
+    assert main(["verify"]) == 0
+    assert holding(on_disk(service), INTERPRETATION) == []
 
 
 def test_two_processes_starting_at_once_redact_each_record_once(
