@@ -308,6 +308,27 @@ class OAuth2Maker:
             raise ProviderError("transport_failure", _UNREACHABLE) from None
         revocation_answer(response.status_code)
 
+    def live_access_token(
+        self, team_id: UUID, client_id: str, tokens: ProviderTokens, unreachable: str
+    ) -> str | None:
+        """The access token to end a grant with, at a maker that revokes by a live one
+        (Oura, WHOOP): `tokens`' own, refreshed first when it expired. None when the
+        maker refuses the refresh (the grant is not the maker's to end any more). Raises
+        ProviderError: not retriable without the client that obtained the grant,
+        `provider_unavailable` (`unreachable`) when the token endpoint could not answer."""
+        if not tokens.expired(self.clock()) or not tokens.refresh_token:
+            return tokens.access_token
+        client = self.grant_client(team_id, client_id)
+        if client is None:
+            raise ProviderError(NON_RETRIABLE, _NO_CLIENT)
+        form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh_token}
+        try:
+            return tokens_of(self.token_request(client, form), self.clock(), None).access_token
+        except TokenEndpointError as exc:
+            if exc.kind in ("refused", "malformed"):
+                return None
+            raise ProviderError("provider_unavailable", unreachable) from None
+
     # -- the token endpoint -------------------------------------------------------------
 
     def client_authentication(

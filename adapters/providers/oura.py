@@ -45,21 +45,17 @@ from healthledger.adapters.providers.maker_api import (
     utc_iso,
 )
 from healthledger.adapters.providers.oauth2 import (
-    TokenEndpointError,
     revocation_answer,
-    tokens_of,
 )
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
-    NON_RETRIABLE,
     OAuthClient,
     OAuthGrant,
     ProviderError,
     PullTarget,
 )
 
-_NO_CLIENT = "The OAuth client that obtained this grant is not configured any more."
 # Oura's answers to a revocation with a token it no longer knows: the grant is gone already.
 TOKEN_NOT_KNOWN = frozenset({400, 401})
 _NO_REVOCATION = "Oura could not be reached to revoke the grant; it will be tried again."
@@ -163,19 +159,9 @@ class OuraReader(MakerReader):
         An access token expired is refreshed first (Oura revokes by a live one). Done on
         a 200, and on a 400 or 401 (the grant is gone already); 429, 5xx and a maker out
         of reach are retried later (revocation.py)."""
-        access = tokens.access_token
-        if tokens.expired(self.clock()) and tokens.refresh_token:
-            client = self.grant_client(team_id, client_id)
-            if client is None:
-                raise ProviderError(NON_RETRIABLE, _NO_CLIENT)
-            form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh_token}
-            try:
-                fresh = tokens_of(self.token_request(client, form), self.clock(), None)
-            except TokenEndpointError as exc:
-                if exc.kind in ("refused", "malformed"):
-                    return  # the grant is not Oura's to end any more
-                raise ProviderError("provider_unavailable", _NO_REVOCATION) from None
-            access = fresh.access_token
+        access = self.live_access_token(team_id, client_id, tokens, _NO_REVOCATION)
+        if access is None:
+            return  # the grant is not Oura's to end any more
         try:
             response = self.http.get(
                 f"{self.api_url}/oauth/revoke",

@@ -54,15 +54,12 @@ from healthledger.adapters.providers.maker_api import (
 from healthledger.adapters.providers.oauth2 import (
     CustomClient,
     OAuth2Maker,
-    TokenEndpointError,
     revocation_answer,
-    tokens_of,
 )
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
-    NON_RETRIABLE,
     OAuthClient,
     OAuthGrant,
     ProviderError,
@@ -80,7 +77,6 @@ KCAL_PER_KJ = 1 / 4.184
 TOKEN_NOT_KNOWN = frozenset({401})
 
 TEXTS = MakerTexts.of("WHOOP")
-_NO_CLIENT = "The OAuth client that obtained this grant is not configured any more."
 _NO_REVOCATION = "WHOOP could not be reached to revoke the grant; it will be tried again."
 
 # The resource -> the WHOOP scope that covers it (docs/makers/whoop.md). Not here, so
@@ -199,19 +195,9 @@ class WhoopReader(OAuth2Maker):
         (their access token, refreshed first when expired) ends the application's access.
         Done on a 204, and on a 401 (the grant is gone already); 429, 5xx and WHOOP out of
         reach are retried later (revocation.py)."""
-        access = tokens.access_token
-        if tokens.expired(self.clock()) and tokens.refresh_token:
-            client = self.grant_client(team_id, client_id)
-            if client is None:
-                raise ProviderError(NON_RETRIABLE, _NO_CLIENT)
-            form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh_token}
-            try:
-                fresh = tokens_of(self.token_request(client, form), self.clock(), None)
-            except TokenEndpointError as exc:
-                if exc.kind in ("refused", "malformed"):
-                    return  # the grant is not WHOOP's to end any more
-                raise ProviderError("provider_unavailable", _NO_REVOCATION) from None
-            access = fresh.access_token
+        access = self.live_access_token(team_id, client_id, tokens, _NO_REVOCATION)
+        if access is None:
+            return  # the grant is not WHOOP's to end any more
         try:
             response = self.http.delete(
                 f"{self.api_url}/developer/v2/user/access",
