@@ -29,21 +29,16 @@ their WHOOP `user_id`, which WHOOP's webhooks name.
 
 from __future__ import annotations
 
-import threading
-import time as time_module
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 from uuid import UUID
 
 import httpx
-from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.maker_api import (
-    MAX_WAIT,
+    MakerReader,
     MakerSession,
     MakerTexts,
-    Sleep,
     by_utc_day,
     cursor_pages,
     granted_scopes,
@@ -52,11 +47,8 @@ from healthledger.adapters.providers.maker_api import (
     utc_iso,
 )
 from healthledger.adapters.providers.oauth2 import (
-    CustomClient,
-    OAuth2Maker,
     revocation_answer,
 )
-from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
@@ -65,13 +57,9 @@ from healthledger.domain.connections.providers import (
     ProviderError,
     PullTarget,
 )
-from healthledger.domain.ledger import Clock
 
-HISTORY_DAYS = 2 * 365  # WHOOP keeps the strap's whole history; we take two years
 # WHOOP's largest page (its `limit`): fewer requests against its 100 a minute.
 PAGE_LIMIT = 25
-# Collections kept for the resources of the same pull (a chunk's few, a few pulls').
-RECENT_COLLECTIONS = 64
 KCAL_PER_KJ = 1 / 4.184
 # WHOOP's answer to a revocation with a token it no longer knows: the grant is gone.
 TOKEN_NOT_KNOWN = frozenset({401})
@@ -110,46 +98,10 @@ _RECOVERY_SAMPLES = {
 }
 
 
-class WhoopReader(OAuth2Maker):
+class WhoopReader(MakerReader):
     """Implements the ProviderAdapter port for WHOOP: OAuth from the catalog, data from
-    API v2 at `api_url`."""
-
-    def __init__(
-        self,
-        entry: ProviderEntry,
-        *,
-        service_client: OAuthClient | None,
-        custom_client: CustomClient,
-        tokens: SqlProviderTokenStore,
-        http: httpx.Client,
-        clock: Clock,
-        api_url: str,
-        api_timeout: float = 30.0,
-        maker_url: str | None = None,
-        history_days: int = HISTORY_DAYS,
-        max_wait: float = MAX_WAIT,
-        sleep: Sleep = time_module.sleep,
-    ) -> None:
-        assert entry.oauth is not None
-        super().__init__(
-            entry,
-            entry.oauth,
-            service_client=service_client,
-            custom_client=custom_client,
-            tokens=tokens,
-            http=http,
-            clock=clock,
-            maker_url=maker_url,
-        )
-        self.api_url = api_url.rstrip("/")
-        self.api_timeout = api_timeout
-        self.history_days = history_days
-        self.max_wait = max_wait
-        self.sleep = sleep
-        # Collections read by the pull running now (keyed by the pull's `now`: a retry,
-        # or the next sync, reads afresh).
-        self.recent: OrderedDict[tuple[Any, ...], list[dict[str, Any]]] = OrderedDict()
-        self.recent_lock = threading.Lock()
+    API v2 at `api_url`. Its `recent` reads are collections: the resources of one chunk
+    share them (three come from `recovery`), so each page is asked of WHOOP once per pull."""
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
@@ -272,22 +224,11 @@ class _Session(MakerSession):
         (a local day reaches 14 hours either side of UTC), read once per pull."""
         first = datetime.combine(start - timedelta(days=1), time(0), UTC)
         last = datetime.combine(end + timedelta(days=2), time(0), UTC)
-        key = (self.connection_id, self.now, name, first, last)
-        with self.reader.recent_lock:
-            found = self.reader.recent.get(key)
-        if found is not None:
-            return found
-        params = {
-            "start": _z(first),
-            "end": _z(last),
-            "limit": str(PAGE_LIMIT),
-        }
-        found = self.pages(COLLECTIONS[name], params)
-        with self.reader.recent_lock:
-            self.reader.recent[key] = found
-            while len(self.reader.recent) > RECENT_COLLECTIONS:
-                self.reader.recent.popitem(last=False)
-        return found
+        params = {"start": _z(first), "end": _z(last), "limit": str(PAGE_LIMIT)}
+        return self.reader.recent.shared(
+            (self.connection_id, self.now, name, first, last),
+            lambda: self.pages(COLLECTIONS[name], params),
+        )
 
     def body_measurement(self) -> dict[str, Any]:
         answer = self.get(f"{self.reader.api_url}/developer/v2/user/measurement/body")
