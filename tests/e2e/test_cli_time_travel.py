@@ -15,7 +15,12 @@ from freezegun import freeze_time
 from healthledger.adapters.cli import main
 from healthledger.adapters.compliance.time_travel import FUTURE, before_message, stream_began
 from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.engine.schema import READ_MODEL_TABLES, stored_events, users
+from healthledger.adapters.persistence.engine.schema import (
+    READ_MODEL_TABLES,
+    connections,
+    stored_events,
+    users,
+)
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
@@ -203,16 +208,24 @@ def test_replay_builds_the_read_models_as_of_an_instant_into_a_new_file(
         got = rows(replayed)
         # Every read model as it was then: the users' client_user_ids sealed as their
         # events hold them (never in clear); the copy holds no key nor team secret to
-        # digest them with.
+        # digest them with, nor the service key of the makers' account digests (ADR 0031).
         with replayed.connect() as conn:
             shown = dict(conn.execute(select(users.c.user_id, users.c.client_user_id_digest)).all())
+            accounts = conn.execute(select(connections.c.account_digest)).scalars().all()
         assert shown == {kept.id: None, gone.id: None}
-        hide = [c.name for c in users.columns].index("client_user_id_digest")
+        assert accounts and set(accounts) == {None}
+        digests = {
+            "users": [c.name for c in users.columns].index("client_user_id_digest"),
+            "connections": [c.name for c in connections.columns].index("account_digest"),
+        }
 
         def without_digest(tables: dict[str, list[tuple[Any, ...]]]) -> Any:
             return {
                 **tables,
-                "users": sorted((r[:hide] + r[hide + 1 :] for r in tables["users"]), key=repr),
+                **{
+                    table: sorted((r[:at] + r[at + 1 :] for r in tables[table]), key=repr)
+                    for table, at in digests.items()
+                },
             }
 
         assert without_digest(got) == without_digest(then)

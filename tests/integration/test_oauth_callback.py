@@ -255,7 +255,9 @@ def test_a_person_connects_through_the_maker_with_the_team_s_own_client(
     redirect_uri = custom_credentials(svc, boot)
     assert redirect_uri == f"{API}{CALLBACK}"
     user_id, token = link(api, home, redirect_url=APP)
-    with caplog.at_level(logging.DEBUG):
+    # httpx's own request log too, which `serve` quiets (its logging set-up, if another
+    # test of this process ran it, would hide the calls to the maker from this check).
+    with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, logger="httpx"):
         callback, answer = browser.sign_in(token)
     assert outcome(answer) == {"state": "success"}
     # The authorization and the exchange used the team's client and the handed-out
