@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from healthledger.adapters.settings import Settings
+from healthledger.adapters.settings import Settings, unknown_variables
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
@@ -107,6 +108,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`healthledger audit --json | head`): stop quietly, as
+        # Python's documentation advises (signal.SIGPIPE notes), with stdout pointed at
+        # /dev/null so that the interpreter's last flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     offline: OfflineRun | None = args.offline
     if offline is not None:
@@ -121,7 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _settings() -> Settings | None:
-    """The settings from the environment; None, with each problem said, if they are wrong."""
+    """The settings from the environment; None, with each problem said, if they are wrong.
+    A HEALTHLEDGER_* variable that no setting reads is said too, but does not stop."""
+    for warning in unknown_variables(os.environ):
+        print(f"healthledger: warning: {warning}", file=sys.stderr)
     try:
         return Settings()
     except ValidationError as exc:
@@ -235,6 +251,8 @@ def _serve_with_fake_makers(settings: Settings) -> int:
     with running_fake_makers(settings.host) as fakes:
         for slug, base in fakes.bases.items():
             print(f"fake maker  {slug:<10} {base}", file=sys.stdout, flush=True)
+        # The fakes that deliver (Garmin's backfills) post to this service's webhook.
+        fakes.call_back(settings.public_base_url)
         serve(settings.model_copy(update=fakes.settings_updates()))
     return 0
 
@@ -419,11 +437,8 @@ def _declare_report(add_parser: AddParser) -> None:
 
 def _deletion_report(args: argparse.Namespace, service: Service) -> int:
     from healthledger.adapters.compliance.deletion_report import LogNotSound, deletion_report
-    from healthledger.adapters.compliance.report_rendering import (
-        PdfUnavailable,
-        render_html,
-        render_pdf,
-    )
+    from healthledger.adapters.compliance.report_rendering import render_html
+    from healthledger.adapters.printing import PdfUnavailable, render_pdf
     from healthledger.domain.errors import UserNotFound
 
     user_id: UUID = args.user_id
@@ -584,7 +599,7 @@ def _rebuild(args: argparse.Namespace, service: Service) -> int:
     from tqdm import tqdm
 
     resuming = None if args.restart else unfinished_rebuild(service.db)
-    total = (service.recorder.max_notification_id() or 0) - (resuming or 0)
+    total = service.recorder.count_events(after=resuming or 0)
     with tqdm(total=total, unit="event", desc="rebuilding read models", file=sys.stderr) as bar:
         rebuilt = rebuild_read_models(
             service.read_models,
@@ -595,9 +610,20 @@ def _rebuild(args: argparse.Namespace, service: Service) -> int:
             commit_events=args.commit_events or COMMIT_EVENTS,
             restart=args.restart,
         )
+        _finish(bar, "written while rebuilding")
     resumed = f", resumed after event {rebuilt.resumed_from}" if rebuilt.resumed_from else ""
     print(f"rebuilt the read models from {rebuilt.events} events{resumed}", file=sys.stdout)
     return 0
+
+
+def _finish(bar: Any, meanwhile: str) -> None:
+    """A bar whose work is done ends at 100%: its total counted at the start, events
+    recorded since (a running service writes on) are said, and the bar takes them in."""
+    if bar.n != bar.total:
+        more = bar.n - bar.total
+        bar.set_postfix_str(f"{more:+d} events {meanwhile}", refresh=False)
+        bar.total = bar.n
+        bar.refresh()
 
 
 # -- replay --until --------------------------------------------------------------------------
@@ -622,12 +648,13 @@ def _replay(args: argparse.Namespace, service: Service) -> int:
     from tqdm import tqdm
 
     until: datetime = args.until
-    total = 2 * (service.recorder.max_notification_id() or 0)  # at most: copied, projected
+    total = 2 * service.recorder.count_events(until=until)  # each copied, then projected
     try:
         with tqdm(total=total, unit="event", desc="replaying", file=sys.stderr) as bar:
             replayed = replay_until(
                 service, until, args.into, force=args.force, progress=bar.update
             )
+            _finish(bar, "recorded while replaying")
     except ReplayRefused as exc:
         print(f"healthledger: {exc}", file=sys.stderr)
         return 1
@@ -838,39 +865,122 @@ def _declare_makers(add_parser: AddParser) -> None:
     subscribe = maker_commands.add_parser(
         "subscribe",
         help="register (or renew) our webhook subscriptions at each maker whose client is "
-        "set (Oura), pointing at {public_base_url}/makers/{provider}/webhook",
+        "set (Oura, Polar), pointing at {public_base_url}/makers/{provider}/webhook",
+    )
+    # No `choices`: Python 3.11's argparse checks an empty `nargs="*"` list against them.
+    subscribe.add_argument(
+        "makers",
+        nargs="*",
+        type=_subscribing_maker,
+        help="only these: oura, polar (default: all set)",
     )
     subscribe.set_defaults(with_service=_subscribe_makers)
+    unsubscribe = maker_commands.add_parser(
+        "unsubscribe", help="delete our webhook at the maker (Polar) and the key kept for it"
+    )
+    unsubscribe.add_argument("maker", choices=("polar",))
+    unsubscribe.set_defaults(with_service=_unsubscribe_maker)
+
+
+# The makers whose webhooks `makers subscribe` registers.
+SUBSCRIBING_MAKERS = ("oura", "polar")
+
+
+def _subscribing_maker(text: str) -> str:
+    if text not in SUBSCRIBING_MAKERS:
+        raise argparse.ArgumentTypeError(f"not one of {', '.join(SUBSCRIBING_MAKERS)}")
+    return text
 
 
 def _subscribe_makers(args: argparse.Namespace, service: Service) -> int:
-    from healthledger.adapters.providers.maker_webhooks import oura_verification_token
-    from healthledger.adapters.providers.oura_subscriptions import (
-        SubscriptionFailed,
-        ensure_subscriptions,
-    )
+    from healthledger.adapters.providers.maker_subscriptions import SubscriptionFailed
 
     settings = service.settings
-    oura = settings.oauth_clients.get("oura")
-    if oura is None:
+    wanted = [m for m in args.makers or SUBSCRIBING_MAKERS if m in settings.oauth_clients]
+    if not wanted:
         print("no maker client is set (HEALTHLEDGER_OAUTH_CLIENTS): nothing to subscribe")
         return 0
-    callback = f"{settings.public_base_url.rstrip('/')}/makers/oura/webhook"
-    try:
-        changes = ensure_subscriptions(
-            service.oauth_http,
-            settings.oura_api_url,
-            oura.client_id,
-            oura.client_secret.get_secret_value(),
-            callback,
-            oura_verification_token(settings),
-            service.clock(),
-        )
-    except SubscriptionFailed as exc:
-        print(f"oura: {exc}", file=sys.stderr)
-        return 1
+    failed = False
+    for maker in wanted:
+        subscribing = _subscribe_oura if maker == "oura" else _subscribe_polar
+        try:
+            failed |= not subscribing(service)
+        except SubscriptionFailed as exc:
+            print(f"{maker}: {exc}", file=sys.stderr)
+            failed = True
+    return 1 if failed else 0
+
+
+def _maker_callback(service: Service, maker: str) -> str:
+    return f"{service.settings.public_base_url.rstrip('/')}/makers/{maker}/webhook"
+
+
+def _subscribe_oura(service: Service) -> bool:
+    from healthledger.adapters.providers.maker_webhooks import oura_verification_token
+    from healthledger.adapters.providers.oura_subscriptions import ensure_subscriptions
+
+    settings = service.settings
+    oura = settings.oauth_clients["oura"]
+    changes = ensure_subscriptions(
+        service.oauth_http,
+        settings.oura_api_url,
+        oura.client_id,
+        oura.client_secret.get_secret_value(),
+        _maker_callback(service, "oura"),
+        oura_verification_token(settings),
+        service.clock(),
+    )
     for change in changes:
         print(f"oura  {change.action:<8} {change.event_type:<7} {change.data_type}")
+    return True
+
+
+def _subscribe_polar(service: Service) -> bool:
+    """Polar's webhook made (its key kept sealed) or kept; False when notifications could
+    not be verified: a webhook made elsewhere whose key is neither kept nor set."""
+    from healthledger.adapters.providers.polar_subscriptions import ensure_webhook
+
+    settings = service.settings
+    polar = settings.oauth_clients["polar"]
+    client = (polar.client_id, polar.client_secret.get_secret_value())
+    change = ensure_webhook(
+        service.oauth_http, settings.polar_api_url, client, _maker_callback(service, "polar")
+    )
+    secrets = service.maker_webhook_secrets
+    if change.signature_secret_key is not None:
+        secrets.store("polar", change.webhook_id, change.signature_secret_key)
+    print(f"polar {change.action:<8} webhook {change.webhook_id}")
+    kept = secrets.stored("polar")
+    if kept is not None and kept.webhook_id == change.webhook_id:
+        return True
+    if kept is not None:
+        secrets.forget("polar")  # the key of a webhook Polar no longer has
+    print(
+        "polar: this webhook was not made here, so its key is not kept: notifications are "
+        "checked with HEALTHLEDGER_POLAR_WEBHOOK_SIGNATURE_SECRET (or run `healthledger "
+        "makers unsubscribe polar` then `subscribe` to make ours)",
+        file=sys.stderr,
+    )
+    return settings.polar_webhook_signature_secret is not None
+
+
+def _unsubscribe_maker(args: argparse.Namespace, service: Service) -> int:
+    from healthledger.adapters.providers.maker_subscriptions import SubscriptionFailed
+    from healthledger.adapters.providers.polar_subscriptions import remove_webhook
+
+    settings = service.settings
+    polar = settings.oauth_clients.get("polar")
+    if polar is None:
+        print("no polar client is set (HEALTHLEDGER_OAUTH_CLIENTS): nothing to unsubscribe")
+        return 0
+    client = (polar.client_id, polar.client_secret.get_secret_value())
+    try:
+        removed = remove_webhook(service.oauth_http, settings.polar_api_url, client)
+    except SubscriptionFailed as exc:
+        print(f"polar: {exc}", file=sys.stderr)
+        return 1
+    service.maker_webhook_secrets.forget("polar")
+    print("polar no webhook" if removed is None else f"polar deleted  webhook {removed}")
     return 0
 
 

@@ -18,6 +18,7 @@ from uuid import UUID
 import httpx
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from healthledger.adapters.answers.orders import OrderAnswers
+from healthledger.adapters.brokers.publisher import EventPublisher
 from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.database import Database
@@ -30,20 +31,29 @@ from healthledger.adapters.persistence.eventstore.old_versions import (
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder, SnapshotRecorder
 from healthledger.adapters.persistence.eventstore.redaction import Redactor
 from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
+from healthledger.adapters.persistence.eventstore.sealed_facts import StoredKeys
+from healthledger.adapters.persistence.health_data.conversion import convert_stored_days
+from healthledger.adapters.persistence.health_data.sessions import index_stored_sessions
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.integrity.integrity_check import (
     LatestCheck,
     run_integrity_checks,
 )
+from healthledger.adapters.persistence.keys.connection_providers import ProviderDigests
 from healthledger.adapters.persistence.keys.head_anchors import anchor_file_path
 from healthledger.adapters.persistence.keys.key_store import KEY_REFUSED, KeyStore, open_master_key
 from healthledger.adapters.persistence.keys.maker_accounts import AccountDigests
+from healthledger.adapters.persistence.keys.maker_webhook_secrets import MakerWebhookSecrets
 from healthledger.adapters.persistence.keys.master_key import master_key_source
 from healthledger.adapters.persistence.keys.order_interpretations import InterpretationDigests
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.persistence.keys.signing_key import cursor_secret, signing_key_path
 from healthledger.adapters.persistence.leases.erasures import ErasureClaims, OverdueByTheLog
-from healthledger.adapters.persistence.projections.connections import fill_account_digests
+from healthledger.adapters.persistence.leases.event_destinations import DestinationLeases
+from healthledger.adapters.persistence.projections.connections import (
+    AccountKeys,
+    fill_connection_digests,
+)
 from healthledger.adapters.persistence.projections.erasure import (
     ErasurePlaces,
     erasure_effects,
@@ -54,6 +64,7 @@ from healthledger.adapters.persistence.projections.users import seal_client_user
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
 from healthledger.adapters.persistence.queries.deletion_cascade import deletion_targets
 from healthledger.adapters.persistence.queries.directory import TeamQueries, UserQueries
+from healthledger.adapters.persistence.queries.event_destinations import EventDestinationQueries
 from healthledger.adapters.persistence.queries.health_data import HealthDataQueries
 from healthledger.adapters.persistence.queries.lab_tests import LabTestQueries
 from healthledger.adapters.persistence.queries.link_tokens import LinkTokenQueries
@@ -66,7 +77,9 @@ from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.providers.dexcom import DexcomReader
 from healthledger.adapters.providers.fitbit import FitbitReader
+from healthledger.adapters.providers.garmin import GarminReader
 from healthledger.adapters.providers.import_files import ImportFolder
+from healthledger.adapters.providers.libreview import LibreViewReader
 from healthledger.adapters.providers.maker_webhooks import maker_webhooks
 from healthledger.adapters.providers.oauth2 import OAuth2Maker, oauth_makers
 from healthledger.adapters.providers.oura import OuraReader
@@ -82,13 +95,16 @@ from healthledger.adapters.reference import (
     webhook_event_types,
 )
 from healthledger.adapters.reference.labs import lab_reference
+from healthledger.adapters.reference.labs.appointment_places import AppointmentPlaces
 from healthledger.adapters.reference.labs.areas import AreaIndex
 from healthledger.adapters.reference.labs.catalog import ReferenceLabCatalog
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
 from healthledger.adapters.webhooks.payloads import Payloads
+from healthledger.domain.connections.bulk_operations import BulkOperations
 from healthledger.domain.connections.connecting import Connections
 from healthledger.domain.connections.connection import Connection as ConnectionAggregate
+from healthledger.domain.connections.credential_links import CredentialLinks
 from healthledger.domain.connections.imports import ImportPolicy, Imports
 from healthledger.domain.connections.linking import LinkTokens
 from healthledger.domain.connections.maker_notices import MakerWebhooks
@@ -101,6 +117,8 @@ from healthledger.domain.connections.user_deletion import UserConnections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.errors import TeamNotFound
 from healthledger.domain.integrity import IntegrityChecks
+from healthledger.domain.labs.booking import LabAppointments
+from healthledger.domain.labs.kits import KitRegistrations
 from healthledger.domain.labs.lab_tests import LabTests
 from healthledger.domain.labs.ordering import LabOrders
 from healthledger.domain.labs.orders import Order
@@ -108,6 +126,7 @@ from healthledger.domain.labs.portal import Portal, PortalLifetimes
 from healthledger.domain.labs.sandbox import SandboxPolicy
 from healthledger.domain.labs.user_deletion import UserOrders
 from healthledger.domain.ledger import Clock, Ledger, utc_now
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
 from healthledger.domain.users.client_user_ids import (
@@ -118,6 +137,7 @@ from healthledger.domain.users.client_user_ids import (
 from healthledger.domain.users.lifecycle import UserLifecycle
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecations import Deprecations
+from healthledger.domain.webhooks.event_destination_management import EventDestinations
 from healthledger.domain.webhooks.event_types import EventTypeCatalog
 from healthledger.domain.webhooks.management import (
     Destinations,
@@ -158,6 +178,8 @@ class Service:
     connections: Connections
     connection_queries: ConnectionQueries
     link_tokens: LinkTokens
+    credential_links: CredentialLinks
+    bulk_operations: BulkOperations
     link_token_queries: LinkTokenQueries
     health_data: SqlHealthDataStore
     # Summaries and timeseries samples of live users (docs/data.md).
@@ -171,6 +193,11 @@ class Service:
     deprecations: Deprecations
     dispatcher: Dispatcher
     redeliveries: Redeliveries
+    # Event destinations (issue 35): a team's brokers, their read model, and the
+    # publisher that sends them the outbox's messages.
+    event_destinations: EventDestinations
+    event_destination_queries: EventDestinationQueries
+    publisher: EventPublisher
     # The scheduler's jobs, bound to their ports: `start_scheduler` runs them, and the
     # CLI's sweeps and the tests call them directly.
     jobs: Jobs
@@ -189,11 +216,16 @@ class Service:
     # Lab test orders (issue 14): the use cases (with the simulated lab's sweep), the
     # orders read model's queries (also the portal's: a user's orders), their answers.
     lab_orders: LabOrders
+    # At-home test kits registered by their sample id (domain/labs/kits.py).
+    kit_registrations: KitRegistrations
     order_queries: OrderQueries
     order_answers: OrderAnswers
     lab_test_commands: LabTests
     # Area info: zip codes, patient service centers, phlebotomy service areas.
     area_info: AreaIndex
+    # Appointments of orders (issue 33): their places (reference data) and use cases.
+    appointment_places: AppointmentPlaces
+    appointments: LabAppointments
     # The hosted portal (docs/labs.md#portal): its passes, and what its pages read.
     portal: Portal
     portal_queries: PortalQueries
@@ -206,6 +238,8 @@ class Service:
     maker_webhooks: Mapping[str, MakerWebhooks]
     maker_notices: MakerNotices
     maker_notice_queries: MakerNoticeQueries
+    # The keys of our webhooks at the makers that give one when it is made (Polar).
+    maker_webhook_secrets: MakerWebhookSecrets
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -235,6 +269,7 @@ class Service:
 
     def close(self) -> None:
         self.dispatcher.close()
+        self.publisher.close()
         self.oauth_http.close()
         self.ledger.close()
         self.db.dispose()
@@ -278,6 +313,12 @@ def shipped_labs() -> tuple[ReferenceLabCatalog, AreaIndex]:
     in it (the index alone costs about 35 ms, which each `build_service` paid)."""
     catalog = ReferenceLabCatalog(lab_reference())
     return catalog, AreaIndex(catalog.reference)
+
+
+@cache
+def shipped_places() -> AppointmentPlaces:
+    """Where appointments happen (reference data, read-only): built once per process."""
+    return AppointmentPlaces(shipped_labs()[0].reference)
 
 
 def _sealer(key_store: KeyStore, user_id: UUID) -> Callable[[Any], str] | None:
@@ -333,7 +374,8 @@ def build_service(
     # PostgreSQL: a new user's key refused on the server fails the create's COMMIT.
     recorder.on_failed_check(KEY_REFUSED, lambda: key_store.refused())
     ledger = Ledger(
-        LedgerInfrastructure(recorder, SnapshotRecorder(db)),
+        # Connections' and feeds' facts sealed with their user's key (ADR 0032).
+        LedgerInfrastructure(recorder, SnapshotRecorder(db), StoredKeys(key_store)),
         # Long-lived users replay from a snapshot; erasure deletes their snapshots.
         snapshot_intervals={User: settings.user_snapshot_interval},
         aggregate_cache_size=settings.aggregate_cache_size,
@@ -363,6 +405,9 @@ def build_service(
     # The orders' interpretations, sealed, are filtered by the service's keyed digest of
     # (team, value) (issue 29): its key is the account digests' one, read here likewise.
     interpretation_digests = InterpretationDigests(key_store)
+    # The connections' providers, sealed, are filtered by the service's keyed digest of
+    # (team, provider) (ADR 0032): the same key under another label.
+    provider_digests = ProviderDigests(key_store)
     # The users read model holds a client_user_id sealed and as the team's digest (ADR
     # 0017): it opens what events hold sealed to digest it; `on_record` projects with it.
     # The connections rows hold the account digest of the maker's account id likewise.
@@ -374,16 +419,22 @@ def build_service(
         digest=recorded_digest,
         account_digest=account_digests.account,
         interpretation_digest=interpretation_digests.digest,
+        provider_digest=provider_digests.digest,
     )
     catalog = {entry.slug: entry for entry in provider_catalog()}
     # Read and checked here, so that a broken lab data file stops the service at start.
     lab_catalog, area_index = shipped_labs()
+    appointment_places = shipped_places()
 
     def describe(slug: str) -> dict[str, Any]:
-        entry = catalog[slug]
+        entry = catalog.get(slug)
+        if entry is None:
+            # A connection of a user erased since, read as of before (ADR 0032): its
+            # provider went with the user's key.
+            return dict.fromkeys(("name", "slug", "logo"), ERASED_PLACEHOLDER)
         return {"name": entry.name, "slug": entry.slug, "logo": entry.logo}
 
-    connection_queries = ConnectionQueries(db, key_store, describe)
+    connection_queries = ConnectionQueries(db, key_store, describe, key_store.opener_on)
     order_queries = OrderQueries(db, interpretation_digests.digest)
     portal_queries = PortalQueries(db)
     erasure_places = ErasurePlaces(db)
@@ -438,11 +489,23 @@ def build_service(
         interpretation_digests.digest,
     ):
         leave_no_redacted_values(db)
-    # Connections rows written before revision 0017: their account digest (none to do
-    # on an up-to-date database).
-    fill_account_digests(db, key_store.open, account_digests.account)
+    # Connections rows written before revisions 0017 and 0022: their account and
+    # provider digests (none to do on an up-to-date database).
+    fill_connection_digests(
+        db,
+        key_store.open,
+        AccountKeys(digest=account_digests.account, provider_digest=provider_digests.digest),
+    )
     health_data = SqlHealthDataStore(db, key_store, clock)
-    pull_queries = PullQueries(db, settings.pull_lease)
+    # Days stored before revision 0021, one sealed text each: written into their blocks
+    # (ADR 0033; none to do on an up-to-date database), resumably, before anything reads.
+    convert_stored_days(health_data)
+    # Sleeps and workouts stored before revision 0030: indexed by their public ids
+    # (docs/data.md#sessions; none to do on an up-to-date database), resumably.
+    index_stored_sessions(db, key_store)
+    pull_queries = PullQueries(
+        db, settings.pull_lease, key_store.opener_on, provider_digests.digest
+    )
     demo_provider = DemoProvider()
     oauth_clients = OAuthClients(ledger, key_store)
     oauth_http = httpx.Client(
@@ -522,6 +585,15 @@ def build_service(
             history_days=settings.whoop_history_days,
             **reader_of("whoop_v2"),
         )
+    # Garmin delivers rather than being read: its reader asks for backfills and stores
+    # what its pushes and pings bring (docs/makers/garmin.md).
+    if "garmin" in makers:
+        makers["garmin"] = GarminReader(
+            catalog["garmin"],
+            api_url=settings.garmin_api_url,
+            history_days=settings.garmin_history_days,
+            **reader_of("garmin"),
+        )
     if "polar" in makers:
 
         def polar_account(connection_id: UUID) -> str | None:
@@ -548,6 +620,18 @@ def build_service(
         )
 
     apple_health_kit = AppleHealthKit()
+    # Makers whose people sign in with credentials through a link (ADR 0038): each is
+    # its provider's adapter too.
+    libreview = LibreViewReader(
+        settings.libreview_api_url,
+        oauth_http,
+        provider_tokens,
+        clock,
+        settings.libreview_history_days,
+        settings.maker_api_timeout.total_seconds(),
+    )
+    # FreeStyle Libre's sensors are read through the person's LibreView account.
+    credential_makers = {"abbott_libreview": libreview, "freestyle_libre": libreview}
 
     def adapter_for(provider: str, demo: bool) -> ProviderAdapter:
         # A demo device, or the OAuth adapter of a maker whose endpoints the catalog
@@ -557,6 +641,8 @@ def build_service(
             return demo_provider
         if provider == "apple_health_kit":
             return apple_health_kit
+        if provider in credential_makers:
+            return credential_makers[provider]
         maker = makers.get(provider)
         if maker is None:
             raise LookupError(f"no provider adapter for {provider}")
@@ -591,6 +677,7 @@ def build_service(
         policy=ImportPolicy(),
     )
     maker_notice_queries = MakerNoticeQueries(db, account_digests)
+    webhook_secrets = MakerWebhookSecrets(db, key_store, clock)
     maker_notices = MakerNotices(
         ledger,
         clock,
@@ -599,6 +686,8 @@ def build_service(
         notice_name=account_digests.notice,
         due_notices=maker_notice_queries.due_notices,
         lease=settings.pull_lease,
+        # Records a maker delivers with its notice (Garmin's pushes) are sealed into it.
+        vault=key_store,
     )
     teams = TeamDirectory(
         ledger,
@@ -610,7 +699,7 @@ def build_service(
     )
     team_queries = TeamQueries(db)
     event_types = webhook_event_types()
-    webhook_queries = WebhookQueries(db)
+    webhook_queries = WebhookQueries(db, key_store.opener_on)
     deprecations = Deprecations(ledger, clock, deprecation_calendar())
     webhooks = WebhookEndpoints(
         ledger,
@@ -620,6 +709,16 @@ def build_service(
         event_types,
         own_addresses(settings),
         Destinations.parse(settings.webhook_allowed_destinations),
+    )
+    event_destination_queries = EventDestinationQueries(db)
+    event_destinations = EventDestinations(
+        ledger,
+        clock,
+        key_store,
+        teams,
+        event_types,
+        webhooks.own_addresses,
+        webhooks.destinations,
     )
     # Lab test orders (issue 14): their answers, the use cases, and the simulated lab that
     # moves sandbox orders (docs/labs.md#orders).
@@ -651,7 +750,18 @@ def build_service(
         rules_at,
         timeout=settings.webhook_timeout,
         lease=settings.webhook_lease,
+        routed_destinations=event_destination_queries.routed,
     )
+    publisher = EventPublisher(
+        dispatcher,
+        event_destinations,
+        DestinationLeases(db),
+        webhook_queries,
+        clock,
+        timeout=settings.webhook_timeout,
+        lease=settings.webhook_lease,
+    )
+    health_data_queries = HealthDataQueries(db, key_store, describe, rules_at, clock)
     erasure = ErasurePorts(
         users=users,
         teams=teams,
@@ -667,6 +777,17 @@ def build_service(
         overdue_by_the_log=OverdueByTheLog(
             db, recorder, ledger.mapper, settings.erasure_claim_lease
         ).overdue,
+        forget_in_memory=health_data_queries.opened.forget,
+    )
+
+    def client_of(team_id: UUID, provider: str) -> str | None:
+        # The client an imported grant is refreshed as: the team's own, else ours.
+        maker = makers.get(provider)
+        chosen = maker and (maker.custom_client(team_id, provider) or maker.service_client)
+        return chosen.client_id if chosen else None
+
+    bulk_operations = BulkOperations(
+        connections, provider_tokens, client_of, lambda slug: catalog[slug].supported_resources
     )
     jobs = Jobs(
         sweep_erasures=partial(sweep_erasures, erasure),
@@ -674,7 +795,7 @@ def build_service(
         sync_connected_feeds=partial(
             sync_connected_feeds, pulls, pull_queries.ingestion_bound_changes
         ),
-        dispatch_webhooks=partial(dispatch_webhooks, dispatcher),
+        dispatch_webhooks=partial(dispatch_webhooks, dispatcher, publisher),
         gives_webhooks_work=dispatcher.gives_work,
         apply_cut_overs=partial(apply_cut_overs, deprecations, webhook_queries.applied_cut_overs),
         **master_key_rotation_job(key_store, settings.master_key_rotation_interval),
@@ -683,9 +804,19 @@ def build_service(
         progress_lab_orders=partial(progress_lab_orders, lab_orders),
         revoke_grants=GrantRevocations(provider_tokens, adapter_for, clock).revoke_due,
         run_due_imports=partial(run_due_imports, imports),
+        run_due_bulk_operations=lambda: bulk_operations.run_due(team_queries.team_ids()),
         **integrity_check_job(
             settings, db, chain, anchor_file, read_models, recorder, ledger, clock
         ),
+    )
+    link_tokens = LinkTokens(
+        ledger,
+        clock,
+        users,
+        connections,
+        provider_slugs(),
+        oauth_clients=oauth_clients,
+        provider_tokens=provider_tokens,
     )
     return Service(
         settings=settings,
@@ -703,18 +834,19 @@ def build_service(
         catalog=catalog,
         connections=connections,
         connection_queries=connection_queries,
-        link_tokens=LinkTokens(
+        link_tokens=link_tokens,
+        bulk_operations=bulk_operations,
+        credential_links=CredentialLinks(
             ledger,
             clock,
-            users,
-            connections,
-            provider_slugs(),
-            oauth_clients=oauth_clients,
-            provider_tokens=provider_tokens,
+            key_store,
+            link_tokens,
+            {slug: entry.supported_resources for slug, entry in catalog.items()},
+            credential_makers.__getitem__,
         ),
         link_token_queries=LinkTokenQueries(db),
         health_data=health_data,
-        health_data_queries=HealthDataQueries(db, key_store, describe, rules_at, clock),
+        health_data_queries=health_data_queries,
         pulls=pulls,
         pull_queries=pull_queries,
         event_types=event_types,
@@ -723,6 +855,9 @@ def build_service(
         deprecations=deprecations,
         dispatcher=dispatcher,
         redeliveries=Redeliveries(ledger, clock, webhook_queries.deliveries_since),
+        event_destinations=event_destinations,
+        event_destination_queries=event_destination_queries,
+        publisher=publisher,
         jobs=jobs,
         chain=chain,
         provider_tokens=provider_tokens,
@@ -732,7 +867,10 @@ def build_service(
         lab_tests=lab_tests,
         lab_test_commands=LabTests(ledger, clock, lab_catalog),
         area_info=area_index,
+        appointment_places=appointment_places,
+        appointments=LabAppointments(ledger, key_store, clock, lab_orders, appointment_places),
         lab_orders=lab_orders,
+        kit_registrations=KitRegistrations(lab_orders, order_queries.kit_order),
         order_queries=order_queries,
         order_answers=order_answers,
         portal=Portal(
@@ -745,9 +883,10 @@ def build_service(
             order_owner=portal_queries.order_owner,
         ),
         portal_queries=portal_queries,
-        maker_webhooks=maker_webhooks(settings),
+        maker_webhooks=maker_webhooks(settings, webhook_secrets.secret),
         maker_notices=maker_notices,
         maker_notice_queries=maker_notice_queries,
+        maker_webhook_secrets=webhook_secrets,
         import_files=import_files,
         imports=imports,
     )

@@ -1,6 +1,6 @@
 """Embedding healthledger: the team API's user operations in-process (docs/embedding.md).
 
-    from healthledger.adapters.embedded import HealthLedger
+    from healthledger import HealthLedger
 
     with HealthLedger.open("sqlite:///app.db", master_key_file="app.master.key") as ledger:
         user = ledger.create_user("user-42")
@@ -14,13 +14,14 @@ their input (pydantic's ValidationError where the API answers 422), the same dom
 come out (`healthledger.domain.errors`, each a `LedgerError`), and the answers are the
 API's response models (`healthledger.adapters.operations.schemas`).
 
-It lives in `healthledger.adapters` because the package-dir mapping installs only
-`healthledger.domain`, `.adapters` and `.scheduler`: `healthledger` itself is a namespace
-with no module of its own to hold a shorter import.
+`from healthledger import HealthLedger` is the short import of the same class (the
+package's `__init__.py` gives it when first asked for). User ids are taken as UUIDs or
+their text; anything else is `InvalidRequest` naming user_id, as the API's 422.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -31,7 +32,15 @@ from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
+from healthledger.adapters.compliance.audit import AuditEntry, history, user_team
+from healthledger.adapters.compliance.deletion_report import deletion_report
 from healthledger.adapters.composition import Service, build_service, start_scheduler
+from healthledger.adapters.http.date_ranges import date_range
+from healthledger.adapters.http.introspection import LiveReads, historical_pulls_of
+from healthledger.adapters.http.order_schemas import OrderAnswer
+from healthledger.adapters.http.summaries import LISTS as SUMMARY_RESOURCES
+from healthledger.adapters.http.timeseries import PATH_NAMES as TIMESERIES_PATH_NAMES
+from healthledger.adapters.http.timeseries import samples_json
 from healthledger.adapters.operations import users as operations
 from healthledger.adapters.operations.schemas import (
     CreateUserRequest,
@@ -44,10 +53,19 @@ from healthledger.adapters.operations.schemas import (
     UpdateUserRequest,
     UserList,
     UserProviders,
+    UserPulls,
 )
+from healthledger.adapters.operations.source_priorities import summary_order
+from healthledger.adapters.persistence.queries.orders import OrderFilters
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import DEFAULT_ENVIRONMENT, CommandContext
-from healthledger.domain.errors import FeatureNotEnabled, InvalidRequest, TeamNotFound
+from healthledger.domain.errors import (
+    FeatureNotEnabled,
+    InvalidRequest,
+    TeamNotFound,
+    UserNotFound,
+)
+from healthledger.domain.labs.orders import OrderNotFound
 from healthledger.domain.ledger import Clock, utc_now
 from healthledger.domain.personal_data import demographics_answer
 from healthledger.domain.teams.directory import DEFAULT_ORG_ID, Bootstrap
@@ -218,9 +236,9 @@ class HealthLedger:
         )
         return operations.create_user(self.service, self._ctx(), self.team_id, body)
 
-    def get_user(self, user_id: UUID) -> ResolvedUser:
+    def get_user(self, user_id: UUID | str) -> ResolvedUser:
         """GET /v2/user/{user_id}: `UserNotFound`, or `UserScheduledForDeletion`."""
-        return operations.resolved_user(self.service, self.team_id, user_id)
+        return operations.resolved_user(self.service, self.team_id, _user_id(user_id))
 
     def get_user_by_client_user_id(self, client_user_id: str) -> ResolvedUser:
         """GET /v2/user/resolve/{client_user_id}: the live user holding it."""
@@ -238,14 +256,14 @@ class HealthLedger:
             )
         return operations.user_page(self.service, self.team_id, offset, limit)
 
-    def update_user(self, user_id: UUID, **changes: Any) -> None:
+    def update_user(self, user_id: UUID | str, **changes: Any) -> None:
         """PATCH /v2/user/{user_id}: the fields named change, one given as None is cleared
         (client_user_id excepted); the rest stay."""
         body = UpdateUserRequest.model_validate(changes)
-        operations.update_user(self.service, self._ctx(), self.team_id, user_id, body)
+        operations.update_user(self.service, self._ctx(), self.team_id, _user_id(user_id), body)
 
     def delete_user(
-        self, user_id: UUID, *, reason: str | None = None, ticket: str | None = None
+        self, user_id: UUID | str, *, reason: str | None = None, ticket: str | None = None
     ) -> Success:
         """DELETE /v2/user/{user_id}: start the grace period, deregister the connections.
         The user is erased when the period ends (by the erasure sweep) unless undone.
@@ -254,22 +272,31 @@ class HealthLedger:
         digits or `._:#/-`, kept in clear) are the `X-Deletion-Reason` and
         `X-Deletion-Ticket` headers: recorded on the deletion, shown in its report."""
         return operations.delete_user(
-            self.service, self._ctx(), self.team_id, user_id, reason=reason, ticket=ticket
+            self.service,
+            self._ctx(),
+            self.team_id,
+            _user_id(user_id),
+            reason=reason,
+            ticket=ticket,
         )
 
     def undo_delete(
-        self, user_id: UUID | None = None, *, client_user_id: str | None = None
+        self, user_id: UUID | str | None = None, *, client_user_id: str | None = None
     ) -> Success:
         """POST /v2/user/undo_delete: restore a deleted user inside its grace period,
         named by exactly one of its ids (else `UndoParametersError`)."""
         return operations.undo_delete(
-            self.service, self._ctx(), self.team_id, user_id, client_user_id
+            self.service,
+            self._ctx(),
+            self.team_id,
+            None if user_id is None else _user_id(user_id),
+            client_user_id,
         )
 
     # -- demographics (closed beta: `set_feature("demographics")`) --------------------------
 
     def upsert_demographics(
-        self, user_id: UUID, fields: Mapping[str, Any] | DemographicsPatch
+        self, user_id: UUID | str, fields: Mapping[str, Any] | DemographicsPatch
     ) -> DemographicsAnswer:
         """PATCH /v2/user/{user_id}/info: merge `fields` (spec 2.1) into what is recorded;
         the result must be complete (else pydantic's ValidationError, nothing recorded)."""
@@ -279,17 +306,17 @@ class HealthLedger:
             else DemographicsPatch.model_validate(dict(fields))
         )
         merged = operations.record_demographics(
-            self.service, self._ctx(), self.team_id, user_id, body
+            self.service, self._ctx(), self.team_id, _user_id(user_id), body
         )
         # The API's answer, by the conversion its route uses.
         return DemographicsAnswer.model_validate(
             demographics_answer(merged.model_dump(mode="json"))
         )
 
-    def latest_demographics(self, user_id: UUID) -> DemographicsAnswer:
+    def latest_demographics(self, user_id: UUID | str) -> DemographicsAnswer:
         """GET /v2/user/{user_id}/info/latest: `DemographicsNotFound` if none recorded.
         As recorded, not checked again against today's input rules (as the API)."""
-        recorded = operations.recorded_demographics(self.service, self.team_id, user_id)
+        recorded = operations.recorded_demographics(self.service, self.team_id, _user_id(user_id))
         return DemographicsAnswer.model_validate(demographics_answer(recorded))
 
     def set_feature(self, feature: str, enabled: bool = True) -> None:
@@ -300,7 +327,7 @@ class HealthLedger:
 
     def connect_demo(
         self,
-        user_id: UUID,
+        user_id: UUID | str,
         provider: str,
         *,
         demo_failures: Mapping[str, Mapping[str, Any]] | None = None,
@@ -308,7 +335,7 @@ class HealthLedger:
         """POST /v2/link/connect/demo: connect a simulated device and schedule its pulls
         (`demo_failures`: resource -> {"code", "times"}, see docs/connections.md)."""
         body = DemoConnectRequest.model_validate(
-            {"user_id": user_id, "provider": provider, "demo_failures": demo_failures}
+            {"user_id": _user_id(user_id), "provider": provider, "demo_failures": demo_failures}
         )
         return DemoConnected.model_validate(
             operations.connect_demo(
@@ -321,15 +348,109 @@ class HealthLedger:
             )
         )
 
-    def connected_providers(self, user_id: UUID) -> UserProviders:
+    def connected_providers(self, user_id: UUID | str) -> UserProviders:
         """GET /v2/user/providers/{user_id}: the connections not deregistered."""
         return UserProviders.model_validate(
-            operations.user_providers(self.service, self.team_id, user_id)
+            operations.user_providers(self.service, self.team_id, _user_id(user_id))
         )
 
-    def deregister_provider(self, user_id: UUID, provider: str) -> Success:
+    def deregister_provider(self, user_id: UUID | str, provider: str) -> Success:
         """DELETE /v2/user/{user_id}/{provider}."""
-        return operations.deregister(self.service, self._ctx(), self.team_id, user_id, provider)
+        return operations.deregister(
+            self.service, self._ctx(), self.team_id, _user_id(user_id), provider
+        )
+
+    # -- reads: health data, lab orders, the audit and the deletion report -------------------
+
+    def summaries(
+        self,
+        user_id: UUID | str,
+        resource: str,
+        start: date | str,
+        end: date | str | None = None,
+        *,
+        provider: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """GET /v2/summary/{resource}/{user_id}: the user's `resource` summaries (sleep,
+        activity, workouts, body, meal, ...) from `start` to `end` (one day: `end` None), by
+        day, across providers or of `provider`; each the API's summary object."""
+        if resource not in SUMMARY_RESOURCES:
+            raise InvalidRequest("Unknown summary resource.", "resource", "path")
+        if provider is not None and provider not in self.service.catalog:
+            raise InvalidRequest("Unknown provider slug.", "provider", "query")
+        days = date_range(str(start), None if end is None else str(end))
+        user = _user_id(user_id)
+        # A day's providers in the team's order, as the API lists them.
+        order = summary_order(self.service, self.team_id, resource, provider)
+        return self.service.health_data_queries.summaries(
+            self.team_id, user, resource, days.first_day, days.last_day, provider, order
+        )
+
+    def timeseries(
+        self,
+        user_id: UUID | str,
+        resource: str,
+        start: date | str,
+        end: date | str | None = None,
+        *,
+        provider: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """GET /v2/timeseries/{user_id}/{resource}: the user's samples of `resource`
+        (heartrate, glucose, steps, ...; body_weight and body_fat too) from `start` to
+        `end` (dates or ISO instants), in time order, across providers or of `provider`;
+        each sample as the API's JSON holds it."""
+        if resource not in TIMESERIES_PATH_NAMES:
+            raise InvalidRequest("Unknown timeseries resource.", "resource", "path")
+        days = date_range(str(start), None if end is None else str(end))
+        found = samples_json(
+            self.service, self.team_id, _user_id(user_id), resource, days, provider
+        )
+        samples: list[dict[str, Any]] = json.loads(found)
+        return samples
+
+    def historical_pulls(self, user_id: UUID | str) -> UserPulls:
+        """GET /v2/introspect/historical_pull?user_id=: the user's pulls, per provider and
+        resource, and what each provider offers that no pull covered."""
+        found = _user_id(user_id)
+        reads = LiveReads(self.service)
+        reads.load_live(self.team_id, found)  # another team's user: UserNotFound
+        [pulls] = historical_pulls_of(reads, [found], None)
+        return UserPulls.model_validate(pulls)
+
+    def get_order(self, order_id: UUID | str) -> OrderAnswer:
+        """GET /v3/order/{order_id}: `OrderNotFound` for another team's or an unknown one."""
+        row = self.service.order_queries.order(self.team_id, _uuid(order_id, "order_id"))
+        if row is None:
+            raise OrderNotFound()
+        answers = self.service.order_answers
+        return OrderAnswer.model_validate(answers.order(answers.row_of(row)))
+
+    def list_orders(
+        self, user_id: UUID | str | None = None, *, page: int = 1, size: int = 50
+    ) -> list[OrderAnswer]:
+        """GET /v3/orders: the team's orders (of `user_id` when given), newest first, one
+        page of `size` (1 to 100)."""
+        if not 1 <= size <= 100 or page < 1:
+            raise InvalidRequest("page must be at least 1, size from 1 to 100.", "size", "query")
+        filters = OrderFilters(user_id=None if user_id is None else _user_id(user_id))
+        found = self.service.order_queries.page(self.team_id, filters, page, size)
+        answers = self.service.order_answers
+        return [OrderAnswer.model_validate(answers.order(answers.row_of(r))) for r in found.rows]
+
+    def audit(self, user_id: UUID | str) -> list[AuditEntry]:
+        """GET /v2/audit/user/{user_id}: the user's whole history, live, pending or erased,
+        with its streams' (claim, connections, pulls, link tokens, deliveries), in time
+        order, personal values as placeholders. Another team's user: `UserNotFound`."""
+        found = _user_id(user_id)
+        if user_team(self.service, found) != self.team_id:
+            raise UserNotFound()
+        return history(self.service, found)
+
+    def deletion_report(self, user_id: UUID | str) -> dict[str, Any]:
+        """GET /v2/audit/user/{user_id}/deletion_report: the signed report (verify it with
+        `healthledger verify-report`); `LogNotSound`, and nothing signed, when the hash
+        chain does not verify over what it cites."""
+        return deletion_report(self.service, _user_id(user_id), self._ctx(), team_id=self.team_id)
 
     # -- the scheduler's jobs, for an application that runs its own scheduler ----------------
     # Each runs once, now, for every team (what `run_scheduler=True` runs at its intervals),
@@ -355,6 +476,38 @@ class HealthLedger:
         """Apply the deprecation cut-overs whose date has passed; their keys."""
         return self.service.jobs.apply_cut_overs()
 
+    def sign_chain_head(self) -> int:
+        """Sign the hash chain's head if it moved since the last signed one (1, else 0):
+        a deletion report rests on a signed head covering its events (docs/compliance.md)."""
+        return self.service.jobs.sign_chain_head()
+
+    def progress_lab_orders(self) -> int:
+        """Move the simulated lab's due sandbox orders one step on; how many."""
+        return self.service.jobs.progress_lab_orders()
+
+    def run_due_imports(self) -> int:
+        """Run the uploaded exports whose import is due (Apple Health); how many."""
+        return self.service.jobs.run_due_imports()
+
+    def run_due_bulk_operations(self) -> int:
+        """Resume the link API's bulk operations left in progress (a restart, a failure);
+        how many ran."""
+        return self.service.jobs.run_due_bulk_operations()
+
+    def revoke_grants(self) -> int:
+        """Revoke at the makers the grants of ended connections that are due; how many."""
+        return self.service.jobs.revoke_grants()
+
+    def rotate_master_key(self) -> int:
+        """Rotate the master key if its rotation interval has passed (the data keys are
+        wrapped again); how many data keys were."""
+        return self.service.jobs.rotate_master_key()
+
+    def check_integrity(self) -> int:
+        """Walk the chain and compare the read models with the log, if the last check is
+        an interval old (1 if it ran, else 0)."""
+        return self.service.jobs.check_integrity()
+
     # -- helpers ----------------------------------------------------------------------------
 
     def _ctx(self) -> CommandContext:
@@ -365,6 +518,24 @@ class HealthLedger:
             request_id=self._request_id or f"emb-{uuid.uuid4()}",
             environment=self.environment,
         )
+
+
+def _user_id(value: UUID | str) -> UUID:
+    return _uuid(value, "user_id")
+
+
+def _uuid(value: UUID | str, name: str) -> UUID:
+    """An id as the API's path takes it: a UUID, or its text (any of the forms `uuid.UUID`
+    reads); anything else is the API's 422, `InvalidRequest` naming it, never a database
+    error."""
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    raise InvalidRequest(f"{name} must be a UUID.", name, "path")
 
 
 def _team_of(service: Service, team_id: UUID | None) -> UUID:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -164,9 +166,10 @@ class Settings(BaseSettings):
     # How far back a new Polar connection's history is asked for: Polar serves what its
     # transactions hold (since the registration) and 28 days of sleep and recharge.
     polar_history_days: int = Field(default=28, ge=1)
-    # The signature secret Polar answered when our webhook was created (`POST
-    # /v3/webhooks`, docs/makers/polar.md#webhooks-in): what signs its notifications.
-    # Unset, Polar's notifications are not taken (404): the daily syncs read its data.
+    # Only for a webhook made at Polar by hand: the signature secret Polar answered then.
+    # `healthledger makers subscribe polar` makes the webhook and keeps its key sealed,
+    # which wins over this (ADR 0036, docs/makers/polar.md#webhooks-in). With neither,
+    # Polar's notifications are refused (401): the daily syncs read its data.
     polar_webhook_signature_secret: SecretStr | None = None
     # The Fitbit Web API (docs/makers/fitbit.md): its base URL. Tests and the sandbox point
     # it at the fake Fitbit (healthledger.adapters.makers.fake_fitbit).
@@ -186,12 +189,24 @@ class Settings(BaseSettings):
     # How far back a new Dexcom connection's history is pulled (read 30 days a request at
     # most; the months without a sensor are skipped through Dexcom's dataRange).
     dexcom_history_days: int = Field(default=730, ge=1)
+    # Abbott LibreView (docs/makers/abbott_libreview.md): its API's base URL, where people
+    # sign in with their credentials and their glucose is read. Tests and the sandbox
+    # point it at the fake LibreView (healthledger.adapters.makers.fake_libreview).
+    libreview_api_url: str = "https://api.libreview.io"
+    libreview_history_days: int = Field(default=90, ge=1)
     # WHOOP's API v2 (docs/makers/whoop.md): its base URL (the collections are under
     # `/developer/v2/`). Tests and the sandbox point it at the fake WHOOP
     # (healthledger.adapters.makers.fake_whoop).
     whoop_api_url: str = "https://api.prod.whoop.com"
     # How far back a new WHOOP connection's history is pulled (WHOOP keeps it all).
     whoop_history_days: int = Field(default=730, ge=1)
+    # Garmin's Health API (docs/makers/garmin.md): its base URL (the summaries, backfill
+    # and user endpoints are under `/wellness-api/rest/`; a ping's callback URL is fetched
+    # only under it). Tests and the sandbox point it at the fake Garmin
+    # (healthledger.adapters.makers.fake_garmin).
+    garmin_api_url: str = "https://apis.garmin.com"
+    # How far back a new Garmin connection's history is asked for (backfill requests).
+    garmin_history_days: int = Field(default=730, ge=1)
     # How long one call to a maker's data API may take before it counts as a timeout.
     maker_api_timeout: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     # Largest request body either API accepts (bytes).
@@ -289,3 +304,30 @@ class Settings(BaseSettings):
                 "HEALTHLEDGER_WEBHOOK_LEASE must be at least 4 times HEALTHLEDGER_WEBHOOK_TIMEOUT"
             )
         return self
+
+
+# Read by the test suite and the benchmarks (tests/, bench/), not by the service.
+_TOOLS_VARIABLES = frozenset({"HEALTHLEDGER_TEST_POSTGRES_URL", "HEALTHLEDGER_BENCH_POSTGRES_URL"})
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each HEALTHLEDGER_* variable that no setting reads (pydantic-settings
+    ignores them: a newcomer's HEALTHLEDGER_PORT would silently leave the port as it was),
+    naming the closest setting where one is close. Names only: never a value."""
+    prefix = "HEALTHLEDGER_"
+    known = sorted(name.upper() for name in Settings.model_fields)  # without the prefix
+    warnings = []
+    for name in sorted(environ):
+        if not name.upper().startswith(prefix) or name in _TOOLS_VARIABLES:
+            continue
+        word = name.upper().removeprefix(prefix)
+        if word in known:
+            continue
+        # The settings holding the name as a word first (HEALTHLEDGER_PORT: the three
+        # *_PORTs, where a ratio would name just one), else the closest by spelling.
+        closest = [setting for setting in known if word in setting.split("_")][:3]
+        closest = closest or difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        hint = " or ".join(prefix + setting for setting in closest)
+        hint = f"; did you mean {hint}?" if closest else ""
+        warnings.append(f"{name} is not a setting and is ignored{hint}")
+    return warnings

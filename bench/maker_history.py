@@ -18,7 +18,7 @@ import resource
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +27,7 @@ import httpx
 from healthledger.adapters.composition import build_service
 from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.makers.serving import served
 from healthledger.adapters.settings import OAuthClientSetting, Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
@@ -75,6 +76,10 @@ class Maker:
     running: Callable[[], AbstractContextManager[Fake]]  # the fake, served in a thread
     api_url_setting: str  # the Settings field of the maker's data API (`oura_api_url`)
     history_setting: str  # the Settings field of its history (`oura_history_days`)
+    # A maker that delivers its history (Garmin: the pulls ask backfills, the fake then
+    # POSTs the summaries to our webhook, the worker stores them): timed to the last one
+    # stored. Its fake has `webhook_url` and `deliver()`.
+    delivers: bool = False
 
 
 def run(maker: Maker, days: int, database_url: str | None, workdir: Path) -> dict[str, Any]:
@@ -96,9 +101,10 @@ def run(maker: Maker, days: int, database_url: str | None, workdir: Path) -> dic
             team = service.bootstrap()
             assert team is not None
             headers = {"x-service-api-key": team.team_api_key.plain}
+            team_api = create_team_api(service)  # one app: the sign-in's and the webhook's
             mounts: dict[str, httpx.BaseTransport] = {
                 LINK: InProcess(create_link_app(service)),
-                API: InProcess(create_team_api(service)),
+                API: InProcess(team_api),
             }
             with httpx.Client(mounts=mounts, follow_redirects=False) as browser:
                 user_id = browser.post(
@@ -118,10 +124,19 @@ def run(maker: Maker, days: int, database_url: str | None, workdir: Path) -> dic
                 back = browser.get(at_maker.headers["location"])
                 assert back.status_code == 303, back.text
             rss_before = rss_mb()
-            began = time.perf_counter()
-            while service.pulls.run_due():
-                pass
-            elapsed = time.perf_counter() - began
+            with ExitStack() as webhook:
+                if maker.delivers:  # the team API on a real port, where the fake POSTs
+                    base = webhook.enter_context(served(team_api, "team API"))
+                    fake.webhook_url = f"{base}/makers/{maker.slug}/webhook"  # type: ignore[attr-defined]
+                began = time.perf_counter()
+                while service.pulls.run_due():
+                    pass
+                # Delivered as Garmin does, a backfill's POSTs at a time, each stored by the
+                # worker (woken by their commits in `serve`) before the next backfill's.
+                while maker.delivers and fake.deliver(1):  # type: ignore[attr-defined]
+                    while service.maker_notices.run_due():
+                        pass
+                elapsed = time.perf_counter() - began
             connection_id = Connection.id_for(_uuid(user_id), maker.slug)
             resources = service.catalog[maker.slug].supported_resources
             feeds = [service.ledger.find(ResourceFeed.id_for(connection_id, r)) for r in resources]

@@ -203,7 +203,11 @@ def many_users(users: int, provider: str, workers: int, workdir: Path) -> dict[s
                 "WHERE topic = 'healthledger:ResourceFeed.PullSucceeded.v1'"
             ).fetchone()[0]
             reported = ro.execute("SELECT sum(days_with_data) FROM resource_feeds").fetchone()[0]
-            stored = ro.execute("SELECT count(*) FROM health_data").fetchone()[0]
+            # Days, not rows: a row is a month's block (ADR 0033), its current version
+            # the one not replaced, holding `days` days.
+            stored = ro.execute(
+                "SELECT coalesce(sum(days), 0) FROM health_data WHERE replaced_at IS NULL"
+            ).fetchone()[0]
     finally:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
@@ -261,7 +265,7 @@ def main() -> int:
         )
         print(
             f"PullSucceeded events {r['succeeded_events']} (expected {r['pulls']}); days "
-            f"reported {r['reported_days']}, rows stored {r['stored_days']}: "
+            f"reported {r['reported_days']}, days stored {r['stored_days']}: "
             f"{'NOTHING LOST' if r['ok'] else 'LOST OR FAILED'}"
         )
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")

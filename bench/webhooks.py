@@ -132,15 +132,11 @@ def fan_out(endpoints: int, deliveries: int, base: str, workdir: Path) -> dict[s
         sent = counts.get("succeeded", 0)
         # The baseline: the same bodies, POSTed one after another by a plain httpx loop.
         bodies = []
-        for row in _all_deliveries(service):
-            body = service.dispatcher.payloads.build(
-                event_type=row.event_type,
-                user_id=row.user_id,
-                team_id=row.team_id,
-                source_id=row.source_id,
-                source_version=row.source_version,
-                day=row.day,
-            )
+        payloads = service.dispatcher.payloads
+        stored = _all_deliveries(service)
+        for row, event_type in zip(stored, payloads.event_types(stored), strict=True):
+            assert event_type is not None
+            body = payloads.of_delivery(row, event_type)
             assert body is not None
             bodies.append((row.endpoint_id, row.message_id, body))
         secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

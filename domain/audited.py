@@ -15,9 +15,10 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
 from eventsourcing.domain import Aggregate
@@ -73,6 +74,11 @@ class Audited(Aggregate):
         # whose stored records the service's start redacts into that version: ADR 0028);
         # None: a current version.
         SUPERSEDED_BY: ClassVar[str | None] = None
+        # Fields the domain reads in clear that the stored record holds only sealed with
+        # the stream owner's data key, together under `sealed_facts` (the persistence
+        # adapter seals and opens them: ADR 0032), each with what it reads as once the
+        # key is gone; the event must name its owner in `user_id`.
+        SEALED_FACTS: ClassVar[Mapping[str, Any]] = MappingProxyType({})
 
     @classmethod
     def new(cls, ctx: CommandContext, now: datetime, **fields: Any) -> Self:
@@ -136,10 +142,14 @@ def check_declarations(aggregate: type[Audited]) -> None:
         label = f"{name}.{event.__name__}"
         if stream is not None and not _declares(event, "ANNOUNCES"):
             raise TypeError(f"{label} must declare ANNOUNCES (the webhook event types, or ())")
-        if stream is None and (event.ANNOUNCES or event.HANDS_STREAM_TO):
-            raise TypeError(f"{label}: only an event of a user's stream announces or hands it")
+        # An event of a stream no user owns may announce a team-level type (a team's
+        # event destination disabled: domain/webhooks/announcements.py), never hand over.
+        if stream is None and event.HANDS_STREAM_TO:
+            raise TypeError(f"{label}: only an event of a user's stream hands it over")
         if event.HANDS_STREAM_TO is not None and event.HANDS_STREAM_TO not in _fields(event):
             raise TypeError(f"{label} hands its stream to a field it does not have")
+        if event.SEALED_FACTS and not {"user_id", *event.SEALED_FACTS} <= _fields(event):
+            raise TypeError(f"{label} seals facts it does not have, or names no user_id")
 
 
 def _concrete(base: type[Audited]) -> Iterator[type[Audited]]:

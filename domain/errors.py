@@ -111,6 +111,11 @@ class WebhookEndpointNotFound(LedgerError):
         super().__init__("Webhook endpoint not found.")
 
 
+class EventDestinationNotFound(LedgerError):
+    def __init__(self) -> None:
+        super().__init__("Event destination not found.")
+
+
 class ErasureNotVerified(Exception):
     """The transaction recording a user's erasure found a place it empties holding other
     rows than the erasure counted, or rows left after it: it rolls back, nothing of the
@@ -134,3 +139,11 @@ class FeatureNotEnabled(Exception):
 
     def __init__(self, feature: str) -> None:
         self.feature = feature
+
+
+class TooSoon(LedgerError):
+    """Asked again before a rate limit allows it: retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -19,9 +19,13 @@ MANAGEMENT_KEY = "hlm"
 # Link tokens have the same shape but are no API key: `parse_key` does not accept them,
 # so one sent as a key is simply an invalid key, never mistaken for a kind of key.
 LINK_TOKEN = "hll"
+# A mobile SDK's one-time code (`link.code_create`), exchanged for a sign-in token: no key
+# either, for the same reason.
+LINK_CODE = "hlc"
 
 _KEY = re.compile(r"^(hlk|hlm)_([0-9a-f]{32})_[A-Za-z0-9_-]{43}$")
 _LINK_TOKEN = re.compile(r"^hll_([0-9a-f]{32})_[A-Za-z0-9_-]{43}$")
+_LINK_CODE = re.compile(r"^hlc_([0-9a-f]{32})_[A-Za-z0-9_-]{43}$")
 
 
 def hash_key(plain: str) -> str:
@@ -52,4 +56,10 @@ def team_api_key_id(plain: str) -> UUID | None:
 def link_token_id(plain: str) -> UUID | None:
     """The token id of a well-formed link token, or None for anything else."""
     match = _LINK_TOKEN.match(plain)
+    return UUID(match.group(1)) if match else None
+
+
+def link_code_id(plain: str) -> UUID | None:
+    """The code id of a well-formed link code, or None for anything else."""
+    match = _LINK_CODE.match(plain)
     return UUID(match.group(1)) if match else None

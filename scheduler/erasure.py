@@ -55,6 +55,9 @@ class ErasurePorts:
     # The users whose grace period ended by `now` according to the log itself (not a read
     # model), not erased in it, and not being erased by another sweeper now.
     overdue_by_the_log: Callable[[datetime], Sequence[UUID]] = lambda _now: ()
+    # Drops what this process keeps in memory of these users' data (their health data
+    # opened a moment ago for a read), once their erasure committed.
+    forget_in_memory: Callable[[Sequence[UUID]], object] = lambda _user_ids: None
 
 
 def sweep_erasures(ports: ErasurePorts) -> int:
@@ -128,7 +131,7 @@ def _erase_batch(ports: ErasurePorts, ctx: CommandContext, due: Sequence[UUID]) 
     if not due:
         return 0
     try:
-        return ports.users.erase_users(ctx, due)
+        erased = ports.users.erase_users(ctx, due)
     except (ConcurrentChange, ErasureNotVerified) as exc:
         log.info(
             "a batch of %d erasure(s) was rolled back (%s): erased one by one (sweep %s)",
@@ -136,7 +139,11 @@ def _erase_batch(ports: ErasurePorts, ctx: CommandContext, due: Sequence[UUID]) 
             type(exc).__name__,
             ctx.request_id,
         )
-        return sum(_erase(ports, ctx, user_id) for user_id in due)
+        erased = sum(_erase(ports, ctx, user_id) for user_id in due)
+    if erased:
+        # The users of the batch that were not erased only lose what a read kept a while.
+        ports.forget_in_memory(due)
+    return erased
 
 
 def _erase(ports: ErasurePorts, ctx: CommandContext, user_id: UUID) -> bool:

@@ -71,6 +71,9 @@ class Jobs:
     gives_webhooks_work: Callable[[object], bool] = lambda _event: True
     # Uploaded exports whose import is due, run (scheduler/imports.py).
     run_due_imports: Callable[[], int] = lambda: 0
+    # Bulk operations still in progress resumed where they stopped
+    # (domain/connections/bulk_operations.py): the number run.
+    run_due_bulk_operations: Callable[[], int] = lambda: 0
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class Intervals:
     # How often owed grant revocations are looked for (a deregistration committed in
     # this process wakes the job at once; a retry's delay is the job's own).
     grant_revocation: timedelta = timedelta(seconds=30)
+    # How often bulk operations left in progress (a restart, no wait) are resumed.
+    bulk_operations: timedelta = timedelta(seconds=30)
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -131,6 +136,7 @@ class LedgerScheduler(BackgroundScheduler):
             ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
             ("daily-sync", intervals.daily_sync, jobs.sync_connected_feeds),
             ("deprecation-cut-overs", intervals.deprecation_cut_overs, jobs.apply_cut_overs),
+            ("bulk-operations", intervals.bulk_operations, jobs.run_due_bulk_operations),
         ):
             self.every(job_id, interval, work)
         if intervals.master_key_rotation is not None:

@@ -31,6 +31,8 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.management_api import management_routes
+from healthledger.adapters.http.team_api import team_routes
 from healthledger.adapters.persistence.engine.migrating import (
     MIRROR,
     SERVICE,
@@ -44,13 +46,14 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-# freezegun scans every loaded module's attributes when it starts; the official client's
-# lazy `vital` and `vital.types` would import (and build pydantic models) during that scan,
-# inside the frozen clock, and fail on freezegun's FakeDatetime.
+# freezegun scans every loaded module's attributes when it starts; the official clients'
+# lazy `vital`/`vital.types` and `junction`/`junction.types` would import (and build
+# pydantic models) during that scan, inside the frozen clock, and fail on freezegun's
+# FakeDatetime.
 # asyncio keeps real time: an event loop running in a thread (a local webhook receiver,
 # the test client's portal) that read a frozen `monotonic` would schedule its next wake-up
 # days away from the real clock, and never wake to shut down.
-freezegun.configure(extend_ignore_list=["vital", "asyncio"])
+freezegun.configure(extend_ignore_list=["vital", "junction", "asyncio"])
 
 # Webhooks go to public addresses only by default; the tests' receivers (tests/receivers.py)
 # listen on this machine's loopback, which the tests therefore allow explicitly, as an
@@ -63,6 +66,17 @@ os.environ["HEALTHLEDGER_WEBHOOK_ALLOWED_DESTINATIONS"] = TEST_WEBHOOK_DESTINATI
 POSTGRES_URL = os.environ.get("HEALTHLEDGER_TEST_POSTGRES_URL")
 BACKENDS = ["sqlite", *(["postgres"] if POSTGRES_URL else [])]
 LINES = (SERVICE, MIRROR)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def routes_built_before_any_clock_is_frozen() -> None:
+    """Both APIs' routes are built once per process (ADR 0024), as `serve` builds them at
+    start. FastAPI reads a route's annotations when it is built; built first inside a
+    test's freeze_time, a module's `datetime` would be freezegun's class, which is no
+    parameter type: the route would fail that test only when no earlier test in its
+    worker had built it. Built here, every test sees what a served process sees."""
+    team_routes()
+    management_routes()
 
 
 @pytest.fixture(scope="session")

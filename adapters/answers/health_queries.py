@@ -1,12 +1,13 @@
 """The aggregate query engine (endpoint 10; ADR 0018): DuckDB over the user's data opened
 in memory, one vectorised plan per query.
 
-1. **Open.** For each table the queries read, the user's stored days of its resource
-   (every provider's) are streamed in batches (`persistence/health_data_batches.py`),
-   decrypted, and handed to DuckDB as Arrow columns of JSON text, one row a day. DuckDB
-   parses them (`from_json`, `unnest` for a day's list of samples or sessions), computes
-   the table's columns that the queries need, keeps the rows inside the timeframe, and
-   appends them to a table of its own. Python touches days, never samples.
+1. **Open.** For each table the queries read, the user's blocks of its resource (every
+   provider's) that hold a day of the timeframe are streamed (`persistence/health_data/
+   batches.py`), decrypted, and their typed item columns handed to DuckDB as Arrow, one
+   row per item (ADR 0033). DuckDB computes the table's columns that the queries need
+   from them, keeps the rows inside the timeframe, and appends them to a table of its
+   own. Python touches blocks, never samples, and nothing is JSON but what the maker
+   sent nested (parsed by DuckDB's `from_json`).
 2. **Aggregate.** Each query is one SQL statement over that table: the `where`, the
    provider priority per time bucket, the grouping and the functions.
 
@@ -23,20 +24,20 @@ import json
 import math
 import tarfile
 import time as timer
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Literal
 from uuid import UUID
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from healthledger.adapters.persistence.health_data.batches import (
-    HealthDataBatches,
-    OpenedDays,
-)
+from healthledger.adapters.persistence.health_data.batches import HealthDataBatches
+from healthledger.adapters.persistence.health_data.blocks import DAY, OFFSET, Block
 from healthledger.domain.connections.summaries import SOURCE_TYPES, UNKNOWN_SOURCE_TYPE, summary_id
 from healthledger.domain.health_queries import where as where_language
 from healthledger.domain.health_queries.query import (
@@ -62,12 +63,9 @@ from healthledger.domain.health_queries.tables import (
     Table,
 )
 from healthledger.domain.ledger import Clock
+from healthledger.domain.teams.source_priorities import SourcePriorities, data_type_of
 
 PARQUET_MEDIA_TYPE = "application/vnd.service.tar+gzip+parquet"
-
-# Stored days opened and handed to DuckDB at a time (a day of minute samples is about
-# 100 kB of JSON): small batches keep the resident memory of a long timeframe low.
-BATCH_DAYS = 8
 
 _TYPES = {
     Kind.NUMBER: "DOUBLE",
@@ -86,10 +84,11 @@ _TYPES = {
 
 @dataclass(frozen=True)
 class Computed:
-    """A column's SQL over `j` (the parsed stored item: a summary, a session, a sample)
-    and `d` (its stored day: provider, source_type, day, stored_at, updated_at,
-    summary_id, rank); `reads` is the part of the item's JSON it needs, with DuckDB types
-    (nested for objects), from which the parse's structure is made."""
+    """A column's SQL over `j` (the stored item: a summary, a session, a sample, as a
+    struct of the keys read) and `d` (its stored day: provider, source_type, day,
+    stored_at, updated_at, summary_id, rank); `reads` is the part of the item it needs,
+    with DuckDB types (nested for objects; `INSTANT` for a time with its offset, `OFFSET`
+    for that offset in seconds), from which the struct is made (`_item_sql`)."""
 
     sql: str
     reads: Mapping[str, Any] = field(default_factory=dict)
@@ -102,21 +101,17 @@ def _item(*path: str, json_type: str = "DOUBLE") -> Computed:
     return Computed("j." + ".".join(f'"{key}"' for key in path), reads)
 
 
-def _utc(text_sql: str) -> str:
-    """An ISO 8601 text with its offset, as a UTC time without a zone (a plain cast to
-    TIMESTAMP would drop the offset instead of applying it)."""
-    return f"make_timestamp(epoch_us(CAST({text_sql} AS TIMESTAMPTZ)))"
+# Read types beside DuckDB's: a time with its offset (TIMESTAMPTZ in `j`), and the
+# offset of one, in seconds east of UTC (read as the key `@off:` + the time's key).
+INSTANT, OFFSET_SECONDS = "INSTANT", "OFFSET"
 
 
 def _instant(key: str) -> Computed:
-    return Computed(_utc(f'j."{key}"'), {key: "VARCHAR"})
+    return Computed(f'make_timestamp(epoch_us(j."{key}"))', {key: INSTANT})
 
 
 def _seconds_between(start: str, end: str) -> Computed:
-    return Computed(
-        f'epoch(CAST(j."{end}" AS TIMESTAMPTZ)) - epoch(CAST(j."{start}" AS TIMESTAMPTZ))',
-        {start: "VARCHAR", end: "VARCHAR"},
-    )
+    return Computed(f'epoch(j."{end}") - epoch(j."{start}")', {start: INSTANT, end: INSTANT})
 
 
 def _minutes(key: str) -> Computed:
@@ -231,9 +226,8 @@ _WORKOUT = Source(
         "sport_name": Computed(_SPORT_NAME, {"sport": "JSON"}),
         "sport_slug": Computed(_SPORT_SLUG, {"sport": "JSON"}),
         "duration_active_second": Computed(
-            'coalesce(j."moving_time", epoch(CAST(j."time_end" AS TIMESTAMPTZ)) - '
-            'epoch(CAST(j."time_start" AS TIMESTAMPTZ)))',
-            {"moving_time": "DOUBLE", "time_start": "VARCHAR", "time_end": "VARCHAR"},
+            'coalesce(j."moving_time", epoch(j."time_end") - epoch(j."time_start"))',
+            {"moving_time": "DOUBLE", "time_start": INSTANT, "time_end": INSTANT},
         ),
         "heart_rate_mean": _item("average_hr"),
         "heart_rate_minimum": NULL,
@@ -318,7 +312,9 @@ _MEAL = Source(
             for column in SUMMARY_TABLES["meal"].columns
             if column.endswith(("_milligram", "_microgram"))
         },
-        "date": Computed(f"CAST({_utc('j.timestamp')} AS DATE)", {"timestamp": "VARCHAR"}),
+        "date": Computed(
+            "CAST(make_timestamp(epoch_us(j.timestamp)) AS DATE)", {"timestamp": INSTANT}
+        ),
         "name": _item("name", json_type="VARCHAR"),
         **_SOURCE,
     },
@@ -346,9 +342,7 @@ _SERIES = Source(
         **_SOURCE,
         # Seconds east of UTC, as the sample's timestamp was written.
         "timezone_offset": Computed(
-            'round(epoch(CAST(substr(j."timestamp", 1, 19) AS TIMESTAMP)) - '
-            'epoch(CAST(j."timestamp" AS TIMESTAMPTZ)))',
-            {"timestamp": "VARCHAR"},
+            f'j."{OFFSET}timestamp"', {f"{OFFSET}timestamp": OFFSET_SECONDS}
         ),
         "type": _item("type", json_type="VARCHAR"),
         "value": _item("value"),
@@ -407,8 +401,8 @@ def _quoted(name: str) -> str:
 
 class ProviderRanks:
     """Which provider wins when several report the same resource in a time bucket: those
-    of `provider_priority_overrides` in their order, then the catalog's order, then any
-    other in the order met."""
+    of `provider_priority_overrides` in their order, then the team's source priorities for
+    the table's kind of data, then the catalog's order, then any other in the order met."""
 
     def __init__(self, overrides: Sequence[str], catalog: Sequence[str]) -> None:
         self.ranks: dict[str, int] = {}
@@ -421,7 +415,12 @@ class ProviderRanks:
 
 @dataclass
 class OpenedTable:
-    name: str  # DuckDB's table
+    """A table of the queries over the request's opened blocks: `source`, a query whose
+    rows are the table's (computed as the plans read them, from the blocks' Arrow items
+    registered with DuckDB), with its bound `params`."""
+
+    source: str
+    params: list[Any]
     providers: set[str]
 
 
@@ -438,7 +437,7 @@ class OpenedQuery:
         found = []
         for n, plan in enumerate(self.plans):
             opened = self.tables[plan.table.name, plan.table.resource]
-            sql, params = plan_sql(plan, opened.name, len(opened.providers) > 1)
+            sql, params = plan_sql(plan, opened, len(opened.providers) > 1)
             table = _in_utc(self.con.sql(sql, params=params).to_arrow_table())
             if not plan.grouped and table.num_rows > MAX_ROWS:
                 raise InvalidQuery(
@@ -457,32 +456,51 @@ class HealthQueries:
         catalog: Sequence[str],
         clock: Clock,
         *,
-        batch_days: int = BATCH_DAYS,
         threads: int = 2,
         memory_limit: str = "256MB",
     ) -> None:
         self.batches = batches
         self.catalog = list(catalog)
         self.clock = clock
-        self.batch_days = batch_days
         self.threads = threads
         self.memory_limit = memory_limit
 
-    def run(self, team_id: UUID, user_id: UUID, request: AggregateQueryRequest) -> list[pa.Table]:
-        """One result table per query, in declared order."""
-        with self.opened(team_id, user_id, request) as opened:
+    def run(
+        self,
+        team_id: UUID,
+        user_id: UUID,
+        request: AggregateQueryRequest,
+        priorities: SourcePriorities = MappingProxyType({}),
+        as_of: datetime | None = None,
+    ) -> list[pa.Table]:
+        """One result table per query, in declared order (over the data as it was at
+        `as_of`, when given)."""
+        with self.opened(team_id, user_id, request, priorities, as_of) as opened:
             return opened.results()
 
     @contextmanager
     def opened(
-        self, team_id: UUID, user_id: UUID, request: AggregateQueryRequest
+        self,
+        team_id: UUID,
+        user_id: UUID,
+        request: AggregateQueryRequest,
+        priorities: SourcePriorities = MappingProxyType({}),
+        as_of: datetime | None = None,
     ) -> Iterator[OpenedQuery]:
         """Check the request, then open the data it reads (the user is checked first: an
-        unknown, erased or another team's user is a 404 before anything is read)."""
+        unknown, erased or another team's user is a 404 before anything is read).
+        `priorities`: the team's source priorities, ranked after the request's own
+        overrides and before the catalog's order."""
         plans = plan_request(request)
-        span = window(request.timeframe, self.clock().date())
+        # As of an instant, "today" is that instant's: the query as it was answered then.
+        span = window(request.timeframe, (as_of or self.clock()).date())
         overrides = request.config.provider_priority_overrides if request.config else None
-        ranks = ProviderRanks(overrides or (), self.catalog)
+
+        def ranks(table: Table) -> ProviderRanks:
+            kind = data_type_of(table.resource, timeseries=table.name == "timeseries")
+            team_order = priorities.get(kind, ()) if kind is not None else ()
+            return ProviderRanks([*(overrides or ()), *team_order], self.catalog)
+
         con = duckdb.connect(
             ":memory:",
             config={
@@ -497,14 +515,21 @@ class HealthQueries:
             con.execute("SET TimeZone = 'UTC'")
             opened = OpenedQuery(con, plans)
             started = timer.perf_counter()
-            with self.batches.live_user(team_id, user_id) as data:
+            with self.batches.live_user(team_id, user_id, as_of) as data:
                 wanted: dict[tuple[str, str], tuple[Table, set[str]]] = {}
                 for plan in plans:
                     key = (plan.table.name, plan.table.resource)
                     wanted.setdefault(key, (plan.table, set()))[1].update(plan.columns())
                 for number, (key, (table, columns)) in enumerate(wanted.items()):
                     opened.tables[key] = self._open_table(
-                        con, f"t{number}", table, sorted(columns), span, ranks, data.days, user_id
+                        con,
+                        f"t{number}",
+                        table,
+                        sorted(columns),
+                        span,
+                        ranks(table),
+                        data.blocks,
+                        user_id,
                     )
             opened.open_seconds = timer.perf_counter() - started
             yield opened
@@ -519,70 +544,177 @@ class HealthQueries:
         columns: list[str],
         span: Window,
         ranks: ProviderRanks,
-        days: Callable[[str, date, date, int], Iterator[OpenedDays]],
+        blocks: Callable[[str, date, date, Collection[str]], Iterator[tuple[str, Block]]],
         user_id: UUID,
     ) -> OpenedTable:
         source = SOURCES[table.name]
-        # Beside the columns: the provider's rank and the day the row is stored under.
-        definitions = [f"{INDEX} TIMESTAMP", "__rank INTEGER", "__day DATE"] + [
-            f"{_quoted(c)} {_TYPES[table.columns[c]]}" for c in columns
+        reads: dict[str, Any] = {}
+        computed = [source.index, *(source.columns[c] for c in columns)]
+        for one in computed:
+            _merge(reads, one.reads)
+        # The day's columns the computed ones read besides the provider, rank and day.
+        per_day = [
+            c
+            for c in ("stored_at", "updated_at", "summary_id")
+            if any(f"d.{c}" in one.sql for one in computed)
         ]
-        con.execute(f"CREATE TABLE {name} ({', '.join(definitions)})")
-        insert = _insert_sql(name, source, table, columns)
         providers: set[str] = set()
+        # Blocks of one layout (the same typed columns) are read as one Arrow table.
+        layouts: dict[str, list[pa.Table]] = {}
         # A session starts on the day before the day it is stored under (a night's sleep
         # is stored on the morning it ends): read a day more on each side.
         first, last = span.start.date() - timedelta(days=1), span.end.date()
-        for batch in days(table.resource, first, last, self.batch_days):
-            providers.update(batch.provider)
-            con.register("batch", _arrow_days(batch, table.resource, user_id, ranks))
-            con.execute(insert, [_naive(span.start), _naive(span.end)])
-            con.unregister("batch")
-        return OpenedTable(name, providers)
+        keys = {key.removeprefix(OFFSET) for key in reads}
+        for provider, block in blocks(table.resource, first, last, keys):
+            if block.items.num_rows == 0:
+                continue
+            providers.add(provider)
+            items = _arrow_items(block, table.resource, user_id, provider, ranks(provider), per_day)
+            layouts.setdefault(items.schema.to_string(show_field_metadata=True), []).append(items)
+        window = [_naive(span.start), _naive(span.end)]
+        parts, params = [], []
+        for number, tables in enumerate(layouts.values()):
+            arrow = pa.concat_tables(tables)
+            con.register(f"{name}_{number}", arrow)
+            parts.append(
+                _select_sql(f"{name}_{number}", source, table, columns, reads, arrow.schema)
+            )
+            params.extend(window)
+        if not parts:  # nothing stored: the table's columns, no row
+            typed = [
+                f"CAST(NULL AS TIMESTAMP) AS {INDEX}",
+                "CAST(NULL AS INTEGER) AS __rank",
+                "CAST(NULL AS DATE) AS __day",
+            ]
+            typed += [f"CAST(NULL AS {_TYPES[table.columns[c]]}) AS {_quoted(c)}" for c in columns]
+            parts.append(f"SELECT {', '.join(typed)} WHERE false")
+        return OpenedTable(" UNION ALL ".join(parts), params, providers)
 
 
-def _arrow_days(batch: OpenedDays, resource: str, user_id: UUID, ranks: ProviderRanks) -> pa.Table:
-    summary_ids = (
-        [
-            str(summary_id(user_id, p, resource, d.isoformat()))
-            for p, d in zip(batch.provider, batch.day, strict=True)
-        ]
-        if resource == "sleep"
-        else [None] * len(batch)
-    )
-    return pa.table(
-        {
-            "provider": pa.array(batch.provider, pa.string()),
-            "source_type": pa.array(
-                [SOURCE_TYPES.get(p, UNKNOWN_SOURCE_TYPE) for p in batch.provider], pa.string()
-            ),
-            "day": pa.array(batch.day, pa.date32()),
-            "stored_at": pa.array([_naive(t) for t in batch.stored_at], pa.timestamp("us")),
-            "updated_at": pa.array([_naive(t) for t in batch.updated_at], pa.timestamp("us")),
-            "summary_id": pa.array(summary_ids, pa.string()),
-            "rank": pa.array([ranks(p) for p in batch.provider], pa.int32()),
-            "payload": pa.array(batch.payload, pa.large_string()),
-        }
-    )
+def _arrow_items(
+    block: Block, resource: str, user_id: UUID, provider: str, rank: int, per_day: list[str]
+) -> pa.Table:
+    """The block's items, with their provider, source type and rank (constant columns:
+    one dictionary entry each), and the day's columns `per_day` names."""
+    items = block.items
+    rows = items.num_rows
+    constants = {
+        "@provider": provider,
+        "@source_type": SOURCE_TYPES.get(provider, UNKNOWN_SOURCE_TYPE),
+    }
+    for column, value in constants.items():
+        indices = pa.nulls(rows, pa.int8()).fill_null(0)
+        items = items.append_column(
+            column, pa.DictionaryArray.from_arrays(indices, pa.array([value], pa.string()))
+        )
+    items = items.append_column("@rank", pa.nulls(rows, pa.int32()).fill_null(rank))
+    if not per_day:
+        return items
+    at_day = pc.index_in(items[DAY], value_set=block.days["day"])
+    day_columns = {
+        "stored_at": block.days["stored_at"].cast(pa.timestamp("us")),
+        "updated_at": block.days["updated_at"].cast(pa.timestamp("us")),
+    }
+    if "summary_id" in per_day:
+        day_columns["summary_id"] = pa.chunked_array(
+            [
+                pa.array(
+                    [
+                        str(summary_id(user_id, provider, resource, d.isoformat()))
+                        for d in block.days["day"].to_pylist()
+                    ],
+                    pa.string(),
+                )
+            ]
+        )
+    for column in per_day:
+        items = items.append_column(f"@{column}", day_columns[column].take(at_day))
+    return items
 
 
-def _insert_sql(name: str, source: Source, table: Table, columns: list[str]) -> str:
-    structure: dict[str, Any] = {}
-    for computed in [source.index, *(source.columns[c] for c in columns)]:
-        _merge(structure, computed.reads)
-    shape = json.dumps([structure] if source.items == "list" else structure)
-    if source.items == "list":
-        parsed = f"unnest(from_json(b.payload, '{shape}'))"
-    else:
-        # A day's summary read for its index alone (a count of days) parses nothing.
-        parsed = f"from_json(b.payload, '{shape}')" if structure else "NULL"
+def _item_sql(reads: Mapping[str, Any], schema: pa.Schema) -> str:
+    """`j`: the struct of the keys `reads` names, from the block's typed columns."""
+    encodings = {f.name: (f.metadata or {}).get(b"enc", b"").decode() for f in schema}
+    fields = []
+    for key, wanted in reads.items():
+        column = f"b.{_quoted(key)}"
+        enc = encodings.get(key)
+        if wanted == OFFSET_SECONDS:
+            of = key.removeprefix(OFFSET)
+            text = f"b.{_quoted(of)}"
+            sql = (
+                f"b.{_quoted(key)}"
+                if encodings.get(of) == "instant"
+                else f"round(epoch(CAST(substr({text}, 1, 19) AS TIMESTAMP)) - "
+                f"epoch(CAST({text} AS TIMESTAMPTZ)))"
+                if encodings.get(of) == "str"
+                else "CAST(NULL AS INTEGER)"
+            )
+        elif enc is None:
+            sql = _typed_null(wanted)
+        elif wanted == INSTANT:
+            sql = (
+                column
+                if enc == "instant"
+                else f"CAST(CAST({column} AS VARCHAR) AS TIMESTAMPTZ)"
+                if enc == "str"
+                else f"CAST(from_json({column}, '\"VARCHAR\"') AS TIMESTAMPTZ)"
+                if enc == "json"
+                else "CAST(NULL AS TIMESTAMPTZ)"
+            )
+        elif wanted == "JSON":
+            sql = f"CAST({column} AS JSON)" if enc == "json" else f"to_json({column})"
+        elif isinstance(wanted, str):
+            sql = (
+                f"from_json({column}, '{json.dumps(wanted)}')"
+                if enc == "json"
+                else f"TRY_CAST({column} AS {wanted})"
+            )
+        else:
+            sql = (
+                f"from_json({column}, '{json.dumps(wanted)}')"
+                if enc == "json"
+                else _typed_null(wanted)
+            )
+        fields.append(f"{_quoted(key)} := {sql}")
+    return f"struct_pack({', '.join(fields)})" if fields else "NULL"
+
+
+def _typed_null(wanted: Any) -> str:
+    if wanted == INSTANT:
+        return "CAST(NULL AS TIMESTAMPTZ)"
+    if wanted == OFFSET_SECONDS:
+        return "CAST(NULL AS INTEGER)"
+    if isinstance(wanted, str):
+        return f"CAST(NULL AS {wanted})"
+    return f"from_json(CAST(NULL AS VARCHAR), '{json.dumps(wanted)}')"
+
+
+def _select_sql(
+    registered: str,
+    source: Source,
+    table: Table,
+    columns: list[str],
+    reads: Mapping[str, Any],
+    schema: pa.Schema,
+) -> str:
+    """The table's rows from one registered Arrow table of items, inside the window (its
+    two bound parameters)."""
     selected = [f"{source.index.sql} AS {INDEX}", "d.rank AS __rank", "d.day AS __day"] + [
         f"CAST({source.columns[c].sql} AS {_TYPES[table.columns[c]]}) AS {_quoted(c)}"
         for c in columns
     ]
+    day = ", ".join(
+        f'b."@{c}" AS {c}' if f"@{c}" in schema.names else f"NULL AS {c}"
+        for c in ("stored_at", "updated_at", "summary_id")
+    )
+    items = (
+        'SELECT b."@provider" AS provider, b."@source_type" AS source_type, '
+        f'b."@rank" AS rank, b."{DAY}" AS day, {day}, '
+        f"{_item_sql(reads, schema)} AS j FROM {registered} b"
+    )
     return (
-        f"INSERT INTO {name} SELECT * FROM (SELECT {', '.join(selected)} "
-        f"FROM (SELECT b.*, {parsed} AS j FROM batch b) d) "
+        f"SELECT * FROM (SELECT {', '.join(selected)} FROM ({items}) d) "
         f"WHERE {INDEX} >= ? AND {INDEX} < ?"
     )
 
@@ -648,10 +780,10 @@ def where_sql(expression: where_language.Expression, params: list[Any]) -> str:
     return "(" + joiner.join(where_sql(e, params) for e in expression.operands) + ")"
 
 
-def plan_sql(plan: Plan, table: str, several_providers: bool) -> tuple[str, list[Any]]:
-    params: list[Any] = []
+def plan_sql(plan: Plan, opened: OpenedTable, several_providers: bool) -> tuple[str, list[Any]]:
+    params: list[Any] = list(opened.params)
     keys = [f"{_key_sql(key)} AS __k{n}" for n, key in enumerate(plan.group_keys)]
-    inner = f"SELECT *{''.join(', ' + k for k in keys)} FROM {table}"
+    inner = f"SELECT *{''.join(', ' + k for k in keys)} FROM ({opened.source}) AS opened"
     if plan.where is not None:
         inner += f" WHERE {where_sql(plan.where, params)}"
     by_provider = any(

@@ -13,13 +13,14 @@ erased since shows as the erased placeholder).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Protocol
 from uuid import UUID, uuid5
 
 from healthledger.adapters.persistence.projections.orders import statuses_of
 from healthledger.adapters.reference.labs import slugify
+from healthledger.domain.instants import as_utc
 from healthledger.domain.labs.catalog import LabCatalog, Marker
 from healthledger.domain.labs.orders import (
     COMPLETED,
@@ -117,7 +118,7 @@ class OrderRow:
             sealed_patient_address=order.sealed_patient_address,
             sealed_results=order.sealed_results,
             events=[
-                {"status": status, "created_at": _instant(at).isoformat()}
+                {"status": status, "created_at": as_utc(at).isoformat()}
                 for status, at in order.history
             ],
             created_at=order.created_on,
@@ -159,6 +160,10 @@ class OrderAnswers:
             else dict.fromkeys(_ADDRESS_MEMBERS, address)
         )
         has_results = row.sealed_results is not None
+        events = [
+            {"id": index, "created_at": event["created_at"], "status": event["status"]}
+            for index, event in enumerate(row.events, start=1)
+        ]
         return {
             "id": str(row.order_id),
             "user_id": str(row.user_id),
@@ -179,10 +184,9 @@ class OrderAnswers:
             "notes": None,
             "created_at": row.created_at,
             "updated_at": row.updated_at,
-            "events": [
-                {"id": index, "created_at": event["created_at"], "status": event["status"]}
-                for index, event in enumerate(row.events, start=1)
-            ],
+            "events": events,
+            # An order always has its first event (ordered): the newest is the last.
+            "last_event": events[-1],
             "status": row.status,
             "detailed_status": row.detailed_status,
             "interpretation": row.interpretation,
@@ -223,7 +227,7 @@ class OrderAnswers:
             if lab and lab.sample_types and row.collection_method == "testkit"
             else "serum",
             "method": row.collection_method,
-            "price": float(sum((_price(m) for m in markers), Decimal(0))),
+            "price": float(sum((marker_price(m) for m in markers), Decimal(0))),
             "is_active": True,
             "status": "active",
             "fasting": False,
@@ -253,7 +257,7 @@ class OrderAnswers:
             raise ResultsNotReady()
         values = self._open(row, row.sealed_results)
         details = self._open(row, row.sealed_patient_details)
-        reported = _instant(datetime.fromisoformat(row.events[-1]["created_at"]))
+        reported = as_utc(datetime.fromisoformat(row.events[-1]["created_at"]))
         collected = _stage_time(row, "sample_with_lab") or reported
         lab = self.catalog.lab(row.lab_id)
         laboratory = lab.name if lab is not None else _LAB_NAME
@@ -301,18 +305,15 @@ class OrderAnswers:
         return self.vault.open(row.user_id, sealed)
 
 
-def _instant(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def _stage_time(row: OrderRow, stage: str) -> datetime | None:
     for event in row.events:
         if top_level(event["status"]) == stage:
-            return _instant(datetime.fromisoformat(event["created_at"]))
+            return as_utc(datetime.fromisoformat(event["created_at"]))
     return None
 
 
-def _price(marker: Marker) -> Decimal:
+def marker_price(marker: Marker) -> Decimal:
+    """A marker's catalog price; 0 where the lab gives a textual placeholder."""
     try:
         return Decimal(marker.price)
     except ArithmeticError:

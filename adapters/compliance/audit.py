@@ -14,13 +14,14 @@ connection's stream has no key of its own, and "erased" there would be false.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.eventstore.sealed_facts import SEALED_FACTS_FIELD
 from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.adapters.persistence.projections.stream_owners import (
     FOUNDING,
@@ -38,6 +39,8 @@ _BASE_FIELDS = {
     "timestamp",
     "actor",
     "request_id",
+    # The stored form of the facts an event lists as sealed (ADR 0032): they are shown.
+    SEALED_FACTS_FIELD,
 }
 # Events of a user's audit read from the log per query (a page asks for one more than it
 # shows).
@@ -193,9 +196,24 @@ def user_audit(
             found.append((row.position, _entry(event, row.kind, user_id, keys)))
         if len(rows) < batch:
             break
+    _name_recipients(service, [entry for _, entry in found])
     if limit is not None and len(found) > limit:
         return AuditPage([entry for _, entry in found[:limit]], found[limit - 1][0])
     return AuditPage([entry for _, entry in found], None)
+
+
+def _name_recipients(service: Service, entries: Sequence[AuditEntry]) -> None:
+    """The founding entry of a delivery to an event destination (issue 35: a broker)
+    says so: `recipient` `event_destination` and its `recipient_kind` (rabbitmq, nats),
+    beside its id in `endpoint_id`. A webhook endpoint's entries read as they always did."""
+    created = [e for e in entries if e.event == "WebhookDelivery.Created"]
+    ids = {e.changes["endpoint_id"] for e in created if "endpoint_id" in e.changes}
+    brokers = service.event_destination_queries.among(ids)
+    for entry in created:
+        known = brokers.get(entry.changes.get("endpoint_id"))  # type: ignore[arg-type]
+        if known is not None:
+            entry.changes["recipient"] = "event_destination"
+            entry.changes["recipient_kind"] = known["kind"]
 
 
 def history(service: Service, user_id: UUID) -> list[AuditEntry]:
@@ -221,9 +239,8 @@ def stream_history(service: Service, stream_id: UUID) -> list[AuditEntry]:
         return []
     founding: Any = events[0]
     kind = FOUNDING.get(type(founding))
-    if kind is not None:
-        owner = owner_of(founding)
-    else:
+    owner = owner_of(founding) if kind is not None else None
+    if kind is None or owner is None:  # a team-level delivery names no user: its team
         kind = _snake_case(type(founding).__qualname__.split(".")[0])
         team = getattr(founding, "team_id", None)
         owner = team if isinstance(team, UUID) else stream_id

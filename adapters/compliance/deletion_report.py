@@ -67,6 +67,7 @@ from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERI
 from healthledger.domain.users.user import ERASED, User
 from healthledger.domain.webhooks.announcements import USER_ERASED
 from healthledger.domain.webhooks.deliveries import PENDING, SUCCEEDED, WebhookDelivery
+from healthledger.domain.webhooks.event_destinations import EventDestination
 from sqlalchemy import func, select
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ LOOKED_AT = {
     "read_model:link_tokens": "link tokens issued for the user",
     "read_model:orders": "the user's lab test orders (requisition data, results)",
     "health_data": "rows of pulled health data",
+    "session_index": "the index of the user's sleeps and workouts by their ids",
     "provider_tokens": "the maker's tokens of the user's OAuth connections",
     QUEUED_DELIVERIES: f"webhook deliveries about the user still queued ({USER_ERASED} aside)",
 }
@@ -122,6 +124,7 @@ _DATA_FACTS = frozenset(
         ResourceFeed.PullSucceeded,
         ResourceFeed.DailySynced,
         WebhookDelivery.Created,
+        WebhookDelivery.CreatedV1,
         WebhookDelivery.AttemptStarted,
         WebhookDelivery.AttemptWithdrawn,
         WebhookDelivery.AttemptMade,
@@ -179,8 +182,12 @@ RECIPIENTS_NOTE = (
     "hold a secret of the team's)."
 )
 EVENT_DESTINATIONS_NOTE = (
-    "The service has no other kind of event destination (queues, streams): webhooks are "
-    "the only way data about a user leaves it, besides the API's answers to the team."
+    "Every event destination (the team's RabbitMQ or NATS JetStream) that was sent data "
+    "about the user, counted as the webhook endpoints are: publishes made, acknowledged "
+    "by the broker, and started with no recorded outcome (possibly received). A "
+    "destination is named by its id, kind and broker (host and port; none once deleted). "
+    "Webhooks and event destinations are the only ways data about a user leaves the "
+    "service, besides the API's answers to the team."
 )
 PROOF_SCOPE = (
     "Each event's hash covers its stream, version, topic, time and the SHA-256 of its "
@@ -500,7 +507,7 @@ def _checks_now(
     deliveries = service.webhook_queries.deliveries(delivery_ids)
     found = ErasurePlaces(service.db).inventory(user_id)
     found[QUEUED_DELIVERIES] = sum(
-        1 for row in deliveries if row.status == PENDING and row.event_type != USER_ERASED
+        1 for row in deliveries if row.status == PENDING and row.lifecycle_type != USER_ERASED
     )
     return [
         {
@@ -531,7 +538,7 @@ def _webhooks(deliveries: Sequence[Any]) -> dict[str, Any]:
             "succeeded_at": None if row.succeeded_at is None else instant(row.succeeded_at),
         }
         for row in deliveries
-        if row.event_type == USER_ERASED
+        if row.lifecycle_type == USER_ERASED
     ]
     return {
         "deliveries_by_status": dict(sorted(by_status.items())),
@@ -692,7 +699,7 @@ def _categories(
                 "the pulled health data: rows of one day of one resource, sealed",
                 health_held,
                 None,
-                ("health_data", "read_model:resource_feeds", "user_data_key"),
+                ("health_data", "session_index", "read_model:resource_feeds", "user_data_key"),
                 checks,
                 counted,
             ),
@@ -739,9 +746,10 @@ def _health_data(
     with service.db.read() as conn:
         rows = {
             (provider, resource): count
+            # The days the current blocks hold (ADR 0033): a row is a month's block.
             for provider, resource, count in conn.execute(
-                select(h.provider, h.resource, func.count())
-                .where(h.user_id == user_id)
+                select(h.provider, h.resource, func.sum(h.days))
+                .where(h.user_id == user_id, h.replaced_at.is_(None))
                 .group_by(h.provider, h.resource)
             )
         }
@@ -766,7 +774,7 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
     # Per delivery, its attempts started and not completed (nor withdrawn), with the time.
     open_attempts: dict[UUID, dict[int, str]] = {}
     for e in decoded:
-        if isinstance(e, WebhookDelivery.Created):
+        if isinstance(e, WebhookDelivery.Created | WebhookDelivery.CreatedV1):
             endpoint_of[e.originator_id] = e.endpoint_id
             entry = found.setdefault(
                 e.endpoint_id,
@@ -798,6 +806,8 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
                 entry["acknowledged"] += 1
                 entry["first_acknowledged_at"] = entry["first_acknowledged_at"] or at
                 entry["last_acknowledged_at"] = at
+    # Deliveries to an event destination (issue 35) are its messages to a broker.
+    destinations = service.event_destination_queries.among(list(found))
     if found:
         w = webhook_endpoints.c
         with service.db.read() as conn:
@@ -819,12 +829,44 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
                 entry["first_possibly_sent_at"] = at if first is None else min(first, at)
         for entry in found.values():
             entry["possibly_received"] = entry["received"] or entry["outcome_unknown"] > 0
+    endpoints = [e for i, e in found.items() if i not in destinations]
+    brokers = [
+        _as_destination(e, destinations[i], service) for i, e in found.items() if i in destinations
+    ]
     return {
         "note": RECIPIENTS_NOTE,
-        "webhook_endpoints": sorted(
-            found.values(), key=lambda r: (r["first_sent_at"] is None, r["first_sent_at"] or "")
-        ),
-        "event_destinations": {"supported": False, "note": EVENT_DESTINATIONS_NOTE},
+        "webhook_endpoints": sorted(endpoints, key=_first_sent),
+        "event_destinations": {
+            "supported": True,
+            "note": EVENT_DESTINATIONS_NOTE,
+            "destinations": sorted(brokers, key=_first_sent),
+        },
+    }
+
+
+def _first_sent(entry: dict[str, Any]) -> tuple[bool, str]:
+    return (entry["first_sent_at"] is None, entry["first_sent_at"] or "")
+
+
+def _as_destination(
+    entry: dict[str, Any], destination: dict[str, Any], service: Service
+) -> dict[str, Any]:
+    """A recipient entry of an event destination: its id, kind and broker (host and port:
+    its connection's secret is never read), publishes for POSTs."""
+    found = service.ledger.find(UUID(entry["endpoint_id"]))
+    connection = getattr(found, "connection", None) or {}
+    target = None
+    if isinstance(found, EventDestination) and connection:
+        target = f"{found.kind}://{connection['host']}" + (
+            f":{connection['port']}" if connection.get("port") else ""
+        )
+    renamed = {k: v for k, v in entry.items() if k not in ("endpoint_id", "origin", "posts")}
+    return {
+        "destination_id": entry["endpoint_id"],
+        "kind": destination["kind"],
+        "broker": None if destination["deleted"] else target,
+        "publishes": entry["posts"],
+        **renamed,
     }
 
 

@@ -490,7 +490,10 @@ class ReadsAsOf:
         self.vault = vault = PlaceholderVault(service.key_store)
         self.user_queries = UserQueries(service.db, vault)
         self.connection_queries = ConnectionQueries(
-            service.db, vault, service.connection_queries.describe
+            service.db,
+            vault,
+            service.connection_queries.describe,
+            service.connection_queries.opener_on,
         )
         # Loaded once per answer: a page asks for the same streams several times.
         self.users: dict[UUID, User | None] = {}
@@ -619,8 +622,8 @@ class ReadsAsOf:
         """`LabTestQueries.team_lab_tests` then: the shared demo tests, then the team's
         own created by the instant, oldest first. The demo tests are reference data
         shipped with the service, not in the log: they show as the running release has
-        them. A team's lab test is never changed nor removed (one `Created` event), so
-        its id is in the read model and its time in the log."""
+        them. A team's lab test is never removed, so its id is in the read model; its
+        name and state then (`Updated` events up to the instant) are in the log."""
         demo = [r for r in self.service.lab_tests.team_lab_tests(team_id) if r.auto_generated]
         t = lab_test_table.c
         with self.service.db.read() as conn:
@@ -994,12 +997,7 @@ def _endpoint_view(endpoint: WebhookEndpoint) -> dict[str, Any]:
 
 def _lab_test_row(test: LabTest) -> LabTestRow:
     """The row the lab_tests projection made of `test`."""
-    return LabTestRow(
-        view=test.view(),
-        description=test.description,
-        fasting=test.fasting,
-        created_at=test.created_on,
-    )
+    return LabTestRow.of(test)
 
 
 def _passes(row: OrderRow, filters: OrderFilters) -> bool:

@@ -19,6 +19,7 @@ from healthledger.adapters.answers.health_queries import (
     json_body,
     parquet_tarball,
 )
+from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
@@ -147,10 +148,12 @@ router = APIRouter(tags=["aggregate"], route_class=LedgerRoute)
     },
 )
 def aggregate_query(
+    service: CurrentService,
     caller: Annotated[TeamCaller, Depends(beta_caller)],
     queries: Annotated[HealthQueries, Depends(health_queries)],
     user_id: UUID,
     body: AggregateQueryRequest,
+    as_of: TeamAsOf,
     accept: Annotated[
         str | None,
         Header(description=f"*/* or {JSON_MEDIA_TYPE} (JSON), or {PARQUET_MEDIA_TYPE}."),
@@ -161,7 +164,13 @@ def aggregate_query(
     body, meal, profile, or one timeseries resource) in the timeframe."""
     media_type = negotiated(accept)
     try:
-        tables = queries.run(caller.team_id, user_id, body)
+        tables = queries.run(
+            caller.team_id,
+            user_id,
+            body,
+            service.team_queries.source_priorities(caller.team_id),
+            as_of,
+        )
     except InvalidQuery as error:
         raise RequestValidationError(
             [{"type": "value_error", "loc": error.loc, "msg": error.message, "input": None}]

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from healthledger.adapters.compliance.time_travel import (
     INSTANT_EXAMPLE,
     NOT_TRAVELLING,
@@ -28,7 +29,8 @@ from healthledger.adapters.compliance.time_travel import (
     refuse_instant,
     stream_began,
 )
-from healthledger.adapters.http.auth import ManagementApiCaller, TeamApiCaller
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.auth import ManagementApiCaller, TeamApiCaller, UploadApiCaller
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.domain.errors import InvalidRequest
 from pydantic import BeforeValidator
@@ -79,24 +81,40 @@ AsOfRefused = Annotated[
 # -- the team API ------------------------------------------------------------------------
 
 
-def team_as_of(
+async def team_as_of(
     service: CurrentService, caller: TeamApiCaller, as_of: AsOf = None
 ) -> datetime | None:
     """The instant a team API read answers as of, checked; None for now."""
+    return await _checked(service, caller.team_id, as_of)
+
+
+async def upload_as_of(
+    service: CurrentService, caller: UploadApiCaller, as_of: AsOf = None
+) -> datetime | None:
+    """`team_as_of` for the reads a mobile SDK's sign-in token may make too."""
+    return await _checked(service, caller.team_id, as_of)
+
+
+async def _checked(service: Service, team_id: UUID, as_of: datetime | None) -> datetime | None:
+    # Async, the check (which reads the log) on the thread pool: a read without `as_of`,
+    # the usual one, makes no hop to a thread and back for it.
     if as_of is not None:
-        refuse_instant(service, as_of, began=stream_began(service, caller.team_id))
+        await run_in_threadpool(
+            lambda: refuse_instant(service, as_of, began=stream_began(service, team_id))
+        )
     return as_of
 
 
-def team_read_as_of_refused(
+async def team_read_as_of_refused(
     service: CurrentService, caller: TeamApiCaller, as_of: AsOfRefused = None
 ) -> None:
     if as_of is not None:
-        team_as_of(service, caller, as_of)  # the same 422s for a bad instant first
+        await team_as_of(service, caller, as_of)  # the same 422s for a bad instant first
         raise InvalidRequest(NOT_TRAVELLING, "as_of", "query")
 
 
 TeamAsOf = Annotated[datetime | None, Depends(team_as_of)]
+UploadAsOf = Annotated[datetime | None, Depends(upload_as_of)]
 # In a read's `dependencies`: it declares `as_of` and refuses it.
 TEAM_READ_REFUSES_AS_OF = Depends(team_read_as_of_refused)
 

@@ -6,8 +6,9 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import Depends, HTTPException, Request, Security
-from fastapi.security import APIKeyHeader
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from healthledger.adapters.http.service_dependency import CurrentService
+from healthledger.adapters.http.sign_in_tokens import SignInTokens
 from healthledger.domain.context import CommandContext, team_api_key_actor
 from healthledger.domain.keys import MANAGEMENT_KEY, key_matches, parse_key, team_api_key_id
 from healthledger.domain.teams.management_keys import ORG_ADMIN
@@ -97,6 +98,56 @@ def team_caller(
 
 # What a team API route asks for: its caller, whose team API key the dependency checked.
 TeamApiCaller = Annotated[TeamCaller, Depends(team_caller)]
+
+sign_in_token_scheme = HTTPBearer(
+    scheme_name="SdkSignInToken",
+    auto_error=False,
+    description="A mobile SDK's sign-in token (POST /v2/user/{user_id}/sign_in_token): "
+    "one user's uploads only, for an hour.",
+)
+
+
+@dataclass(frozen=True)
+class UploadCaller:
+    """Who uploads a user's data: a team API key (any user of its team), or a mobile
+    SDK's sign-in token (its one user: `user_id`)."""
+
+    team_id: UUID
+    ctx: CommandContext
+    user_id: UUID | None
+
+    def may_upload_for(self, user_id: UUID) -> bool:
+        return self.user_id is None or self.user_id == user_id
+
+
+def upload_caller(
+    request: Request,
+    service: CurrentService,
+    service_key: str | None = Security(team_api_key_scheme),
+    client_key: str | None = Security(official_client_key_scheme),
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(sign_in_token_scheme)] = None,
+) -> UploadCaller:
+    """A team API key when one is sent (checked as everywhere), else a sign-in token in
+    `Authorization: Bearer`: genuine and not expired (the user's being live is the
+    route's check, a 404 like any user's)."""
+    if service_key or client_key or bearer is None:
+        caller = team_caller(request, service, service_key, client_key)
+        return UploadCaller(caller.team_id, caller.ctx, None)
+    grant = SignInTokens(service.cursor_secret).open(bearer.credentials)
+    if grant is None:
+        raise _unauthorized("Invalid sign-in token.")
+    if service.clock() >= grant.expires_at:
+        raise _unauthorized("The sign-in token has expired: ask for a new one.")
+    ctx = CommandContext(
+        actor=f"sign_in_token:{grant.user_id}",
+        request_id=request.state.request_id,
+        environment=grant.environment,
+    )
+    return UploadCaller(grant.team_id, ctx, grant.user_id)
+
+
+# An upload route's caller: a team key, or the user's own sign-in token.
+UploadApiCaller = Annotated[UploadCaller, Depends(upload_caller)]
 
 
 # -- the management API -------------------------------------------------------------------

@@ -1,22 +1,24 @@
 """Team API routes for provider connections (spec 2.2, endpoint 2; gaps.md Provider
 connections) and the demo connection of ours (a simulated device, no outside world)."""
 
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.operations import users as operations
+from healthledger.adapters.operations.refresh import MAX_TIMEOUT_SECONDS, refresh
 from healthledger.adapters.operations.schemas import (
     DemoConnected,
     DemoConnectRequest,
     Success,
     UserProviders,
 )
+from pydantic import BaseModel, ConfigDict
 
 # Each route declares its answer's model, so that the OpenAPI document describes it
 # (the official client's models are checked against it: test_official_client.py).
@@ -56,3 +58,43 @@ def user_providers(
 )
 def deregister(service: CurrentService, user_id: UUID, provider: str, caller: TeamApiCaller) -> Any:
     return operations.deregister(service, caller.ctx, caller.team_id, user_id, provider)
+
+
+class RefreshAnswer(BaseModel):
+    """The client's UserRefreshSuccessResponse: the providers synced, still pulling (or
+    left to the daily sync past the timeout), and failed."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "success": True,
+                    "user_id": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+                    "refreshed_sources": ["oura"],
+                    "in_progress_sources": ["whoop_v2"],
+                    "failed_sources": [],
+                }
+            ]
+        }
+    )
+    success: bool
+    user_id: UUID
+    refreshed_sources: list[str]
+    in_progress_sources: list[str]
+    failed_sources: list[str]
+
+
+@router.post(
+    "/v2/user/refresh/{user_id:uuid}",
+    response_model=RefreshAnswer,
+    responses=error_responses(401, 404, 422, 429, described=USER_NOT_FOUND),
+)
+def refresh_user(
+    service: CurrentService,
+    user_id: UUID,
+    caller: TeamApiCaller,
+    timeout: Annotated[float | None, Query(gt=0, le=MAX_TIMEOUT_SECONDS)] = None,
+) -> Any:
+    """Sync every live connection of the user now (refresh.py), within `timeout` seconds
+    (30 by default); at most once a minute per user (else 429 with Retry-After)."""
+    return refresh(service, caller.team_id, user_id, timeout)

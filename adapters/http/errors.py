@@ -3,27 +3,43 @@ personal value. Validation errors keep the pydantic shape, with body inputs reda
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from uuid import UUID
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
+from healthledger.adapters.printing import PdfUnavailable
 from healthledger.domain import errors
 from healthledger.domain.connections.connection import AlreadyConnected, NotConnected
 from healthledger.domain.connections.imports import ImportNotFound
-from healthledger.domain.labs.lab_tests import UnknownLabTests, UnknownMarkers
+from healthledger.domain.labs.appointments import (
+    AppointmentConflict,
+    AppointmentNotFound,
+    SlotTaken,
+)
+from healthledger.domain.labs.documents import DocumentNotAvailable
+from healthledger.domain.labs.kits import KitNotFound
+from healthledger.domain.labs.lab_tests import (
+    LabTestInactive,
+    SharedLabTestUnchangeable,
+    UnknownLabTests,
+    UnknownMarkers,
+)
 from healthledger.domain.labs.orders import (
     IdempotencyKeyReused,
+    KitNotRegistrable,
     OrderNotAdvanceable,
     OrderNotCancellable,
     OrderNotFound,
     ResultsNotReady,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -48,16 +64,25 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     errors.CredentialsNotFound: 404,
     errors.CredentialsNotPrepared: 409,
     errors.WebhookEndpointNotFound: 404,
+    errors.EventDestinationNotFound: 404,
     AlreadyConnected: 409,
     NotConnected: 404,
     ImportNotFound: 404,
     UnknownMarkers: 404,
     UnknownLabTests: 404,
+    LabTestInactive: 409,
+    SharedLabTestUnchangeable: 403,
     OrderNotFound: 404,
     OrderNotCancellable: 409,
     OrderNotAdvanceable: 400,
     IdempotencyKeyReused: 409,
+    KitNotFound: 404,
+    KitNotRegistrable: 409,
     ResultsNotReady: 409,
+    DocumentNotAvailable: 409,
+    SlotTaken: 409,
+    AppointmentConflict: 409,
+    AppointmentNotFound: 404,
 }
 
 
@@ -124,6 +149,7 @@ _RESPONSES: dict[int, tuple[str, type[BaseModel]]] = {
         ErrorBody,
     ),
     422: ("Invalid parameters or body, or a body that is not well-formed JSON.", ValidationErrors),
+    429: ("Too soon: retry after the seconds the Retry-After header says.", ErrorBody),
 }
 
 
@@ -147,7 +173,17 @@ def error_responses(
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-_PARAMETER = re.compile(r"(\{\w+\})")  # a {parameter} of a path template
+_PARAMETER = re.compile(r"\{(\w+)\}")  # a {parameter} of an OpenAPI path template
+
+
+@functools.cache
+def _loosened(template: str) -> re.Pattern[str]:
+    """An OpenAPI path template as a pattern taking any segment for each parameter, in a
+    group of the parameter's name."""
+    parts = _PARAMETER.split(template)  # literal, name, literal...
+    return re.compile(
+        "".join(f"(?P<{part}>[^/]+)" if i % 2 else re.escape(part) for i, part in enumerate(parts))
+    )
 
 
 def allowed_methods(request: Request) -> str:
@@ -173,9 +209,7 @@ def allowed_methods(request: Request) -> str:
             served.append(method)
     documented: dict[int, set[str]] = {}
     for template, operations in request.app.openapi().get("paths", {}).items():
-        parts = _PARAMETER.split(template)  # literal, parameter, literal...
-        pattern = "".join("[^/]+" if i % 2 else re.escape(part) for i, part in enumerate(parts))
-        if re.fullmatch(pattern, path):
+        if _loosened(template).fullmatch(path):
             methods = documented.setdefault(template.count("{"), set())
             methods.update(method.upper() for method in operations)
     if documented:
@@ -243,6 +277,14 @@ async def _ledger(request: Request, exc: errors.LedgerError) -> JSONResponse:
     return JSONResponse(status_code=_STATUS.get(type(exc), 400), content={"detail": exc.message})
 
 
+async def _too_soon(request: Request, exc: errors.TooSoon) -> JSONResponse:
+    return JSONResponse(
+        status_code=429,
+        content={"detail": exc.message},
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
 async def _feature(request: Request, exc: errors.FeatureNotEnabled) -> JSONResponse:
     return JSONResponse(
         status_code=403,
@@ -256,8 +298,44 @@ async def _feature(request: Request, exc: errors.FeatureNotEnabled) -> JSONRespo
     )
 
 
+_UUID = TypeAdapter(UUID)
+
+
+def malformed_ids(request: Request) -> list[dict[str, Any]]:
+    """Why no route took the request, when one would have but for an id: the path
+    parameters the OpenAPI document types as uuids that are not, as pydantic's errors.
+
+    A route's `{name:uuid}` convertor makes a path with a malformed id match no route at
+    all, so the router can only say "Not Found"; this asks the documented operations of
+    the request's method again with each parameter loosened to any segment. Empty:
+    nothing but a wrong path."""
+    path, method = request.scope["path"], request.scope["method"].lower()
+    method = "get" if method == "head" else method
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        found = _loosened(template).fullmatch(path)
+        if found is None or method not in operations:
+            continue
+        problems: list[dict[str, Any]] = []
+        for parameter in operations[method].get("parameters", ()):
+            if parameter["in"] != "path" or parameter["schema"].get("format") != "uuid":
+                continue
+            name = parameter["name"]
+            try:
+                _UUID.validate_python(found[name])
+            except ValidationError as invalid:
+                problems.extend({**problem, "loc": ["path", name]} for problem in invalid.errors())
+        if problems:
+            return validation_detail(problems)
+    return []
+
+
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     headers = exc.headers
+    if exc.status_code == 404:
+        # Malformed ids are a 422 naming the parameter, as for a query parameter.
+        problems = malformed_ids(request)
+        if problems:
+            return JSONResponse(status_code=422, content={"detail": problems})
     if exc.status_code == 405:
         headers = {**(headers or {}), "Allow": allowed_methods(request)}
     return JSONResponse(
@@ -274,6 +352,16 @@ async def _database_busy(request: Request, exc: OperationalError) -> JSONRespons
     )
 
 
+async def _pdf_unavailable(request: Request, exc: PdfUnavailable) -> JSONResponse:
+    # A lab document could not be printed (Chromium missing or failing): the service's
+    # fault, said plainly; the reason is the operator's, in the log.
+    log.error("a PDF could not be printed: %s", exc)
+    return JSONResponse(
+        status_code=503,
+        content={"detail": "The document cannot be printed now; retry later."},
+    )
+
+
 # Each error's handler, installed on every app (team API, management API): Starlette picks
 # the handler of the nearest class in an exception's MRO, whatever the order here.
 _HANDLERS: tuple[tuple[type[Exception], Callable[..., Awaitable[JSONResponse]]], ...] = (
@@ -283,8 +371,10 @@ _HANDLERS: tuple[tuple[type[Exception], Callable[..., Awaitable[JSONResponse]]],
     (InvalidCursor, _cursor),
     (errors.LedgerError, _ledger),
     (errors.FeatureNotEnabled, _feature),
+    (errors.TooSoon, _too_soon),
     (StarletteHTTPException, _http),
     (OperationalError, _database_busy),
+    (PdfUnavailable, _pdf_unavailable),
 )
 
 

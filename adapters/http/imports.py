@@ -19,8 +19,8 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from healthledger.adapters.compliance.time_travel import aggregate_as_of, reads_as_of
-from healthledger.adapters.http.as_of import TeamAsOf
-from healthledger.adapters.http.auth import TeamApiCaller
+from healthledger.adapters.http.as_of import UploadAsOf
+from healthledger.adapters.http.auth import UploadApiCaller, UploadCaller
 from healthledger.adapters.http.errors import (
     REDACTED,
     USER_NOT_FOUND,
@@ -33,6 +33,7 @@ from healthledger.adapters.providers.apple_health import FILE_FORMAT, PROVIDER
 from healthledger.adapters.providers.apple_health_export import check_upload
 from healthledger.adapters.providers.import_files import UploadTooLarge
 from healthledger.domain.connections.imports import DataImport, ImportNotFound, ImportRefused
+from healthledger.domain.errors import UserNotFound
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
 
@@ -154,11 +155,14 @@ def _refused(status: int, error_type: str, message: str) -> JSONResponse:
     },
 )
 async def import_apple_health(
-    request: Request, service: CurrentService, user_id: UUID, caller: TeamApiCaller
+    request: Request, service: CurrentService, user_id: UUID, caller: UploadApiCaller
 ) -> Any:
     """Upload a user's Apple Health export (ours): 202 with the import, which runs in the
     background. A file that is not a zip or holds no export.xml is a 422 at once; a file
-    found broken while it is read fails the import, with a fixed reason."""
+    found broken while it is read fails the import, with a fixed reason. With a mobile
+    SDK's sign-in token (`Authorization: Bearer`) instead of the team key: its own user's
+    only (any other is a 404)."""
+    _check_uploader(caller, user_id)
     await run_in_threadpool(service.users.load_live, caller.team_id, user_id)
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media not in ZIP_TYPES:
@@ -192,8 +196,14 @@ async def import_apple_health(
     )
 
 
+def _check_uploader(caller: UploadCaller, user_id: UUID) -> None:
+    """A sign-in token uploads for its own user: another is as unknown as a missing one."""
+    if not caller.may_upload_for(user_id):
+        raise UserNotFound()
+
+
 def _receive(
-    service: CurrentService, caller: TeamApiCaller, user_id: UUID, import_id: UUID, size: int
+    service: CurrentService, caller: UploadCaller, user_id: UUID, import_id: UUID, size: int
 ) -> DataImport:
     user = service.users.load_live(caller.team_id, user_id)
     return service.imports.receive(caller.ctx, import_id, user, PROVIDER, FILE_FORMAT, size)
@@ -208,11 +218,13 @@ def apple_health_import(
     service: CurrentService,
     user_id: UUID,
     import_id: UUID,
-    caller: TeamApiCaller,
-    as_of: TeamAsOf,
+    caller: UploadApiCaller,
+    as_of: UploadAsOf,
 ) -> Any:
     """An Apple Health import of the user: its status, progress and counts (ours); with
-    `as_of`, as it stood at that instant (from the log: not received yet is a 404)."""
+    `as_of`, as it stood at that instant (from the log: not received yet is a 404). A
+    sign-in token reads its own user's imports only."""
+    _check_uploader(caller, user_id)
     if as_of is None:
         service.users.load_live(caller.team_id, user_id)
         return status_of(service.imports.find(caller.team_id, user_id, import_id))

@@ -19,6 +19,7 @@ from healthledger.adapters.http.service_dependency import CurrentService, Cursor
 from healthledger.adapters.operations.schemas import HistoricalPullsPage, UserResourcesPage
 from healthledger.domain.connections.connection import CONNECTED
 from healthledger.domain.errors import InvalidRequest
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
 # The official client sends the page cursor as `cursor` (deprecated there) or `next_cursor`;
 # a caller that pages with `cursor` must not be handed the first page again, forever.
@@ -64,6 +65,15 @@ class LiveReads:
 _FEED_STATUS = {CONNECTED: "active"}
 
 
+def _named(row: Any) -> bool:
+    """Whether a connection's or feed's provider and resource can be named: not those of
+    a user erased since, read as of before (ADR 0032). The answers key their maps by
+    them, so those are left out rather than merged under one placeholder."""
+    return row.provider != ERASED_PLACEHOLDER and getattr(row, "resource", None) != (
+        ERASED_PLACEHOLDER
+    )
+
+
 def _page(
     service: Service,
     cursors: CursorCodec,
@@ -96,6 +106,42 @@ def _page(
     return {"data": render(user_ids), "next_cursor": cursor}
 
 
+def historical_pulls_of(
+    reads: IntrospectionReads, user_ids: list[UUID], provider: str | None
+) -> list[dict[str, Any]]:
+    """The users' historical pulls as the listing shows them (the facade's too): per
+    provider, each resource's pull, and what the provider offers that none covered."""
+    pulled: dict[tuple[UUID, str], dict[str, Any]] = {}
+    for f in reads.feeds_of(user_ids, provider):
+        if f.status is None or not _named(f):
+            continue
+        pulled.setdefault((f.user_id, f.provider), {})[f.resource] = {
+            "status": f.status,
+            "range_start": f.range_start,
+            "range_end": f.range_end,
+            "timeline": {
+                "scheduled_at": f.scheduled_at,
+                "started_at": f.started_at,
+                "ended_at": f.ended_at,
+            },
+            "days_with_data": f.days_with_data,
+            "release": f.release,
+            "trace_id": f.trace_id,
+            "error_details": f.error_code,
+        }
+    by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
+    for row in reads.live_providers_of(user_ids, provider):
+        if not _named(row):
+            continue
+        done = pulled.get((row.user_id, row.provider), {})
+        by_user[row.user_id][row.provider] = {
+            "pulled": done,
+            # What the provider offers that no pull has covered.
+            "not_pulled": sorted(set(row.resource_availability) - set(done)),
+        }
+    return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
+
+
 router = APIRouter(tags=["introspection"], route_class=LedgerRoute)
 RESPONSES = error_responses(400, 401, 404, 422, described=USER_NOT_FOUND)
 
@@ -118,33 +164,7 @@ def historical_pull(
     reads = LiveReads(service) if as_of is None else reads_as_of(service, as_of)
 
     def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
-        pulled: dict[tuple[UUID, str], dict[str, Any]] = {}
-        for f in reads.feeds_of(user_ids, provider):
-            if f.status is None:
-                continue
-            pulled.setdefault((f.user_id, f.provider), {})[f.resource] = {
-                "status": f.status,
-                "range_start": f.range_start,
-                "range_end": f.range_end,
-                "timeline": {
-                    "scheduled_at": f.scheduled_at,
-                    "started_at": f.started_at,
-                    "ended_at": f.ended_at,
-                },
-                "days_with_data": f.days_with_data,
-                "release": f.release,
-                "trace_id": f.trace_id,
-                "error_details": f.error_code,
-            }
-        by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
-        for row in reads.live_providers_of(user_ids, provider):
-            done = pulled.get((row.user_id, row.provider), {})
-            by_user[row.user_id][row.provider] = {
-                "pulled": done,
-                # What the provider offers that no pull has covered.
-                "not_pulled": sorted(set(row.resource_availability) - set(done)),
-            }
-        return [{"user_id": u, "provider": by_user[u]} for u in user_ids]
+        return historical_pulls_of(reads, user_ids, provider)
 
     return _page(
         service,
@@ -186,6 +206,8 @@ def resources(
     def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
         by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
         for f in feeds_of(user_ids, provider):
+            if not _named(f):
+                continue
             resources = by_user[f.user_id].setdefault(f.provider, {})
             resources[f.resource] = {
                 "status": _FEED_STATUS.get(f.connection_status, f.connection_status),

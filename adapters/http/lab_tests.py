@@ -11,9 +11,10 @@ it; a page of markers is those pieces joined (docs/performance.md, Labs).
 import functools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
@@ -31,8 +32,12 @@ from healthledger.adapters.reference.labs.catalog import ReferenceLabCatalog, pa
 from healthledger.domain.errors import InvalidRequest
 from healthledger.domain.free_text import FreeText, MultilineText
 from healthledger.domain.labs.catalog import Lab, LabTestView, Marker
-from healthledger.domain.labs.lab_tests import MAX_MARKERS, UnknownLabTests
-from pydantic import BaseModel, ConfigDict, Field
+from healthledger.domain.labs.lab_tests import (
+    MAX_MARKERS,
+    SharedLabTestUnchangeable,
+    UnknownLabTests,
+)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LABS_PATH = "/v3/lab_tests/labs"
 MARKERS_PATH = "/v3/lab_tests/markers"
@@ -277,6 +282,28 @@ class LabTestRequest(BaseModel):
     fasting: bool = False
 
 
+class LabTestUpdate(BaseModel):
+    """The official client's `update_lab_test` body: a new name, whether the test takes
+    new orders, or both (null or left out: unchanged)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[FreeText, Field(min_length=1, max_length=255)] | None = None
+    active: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> Self:
+        if self.name is None and self.active is None:
+            raise ValueError("send name, active or both: there is nothing to change")
+        return self
+
+
 # -- rendering ---------------------------------------------------------------------------
 
 
@@ -387,8 +414,8 @@ class CatalogRendering:
             "sample_type": sample_type(lab, view.method),
             "method": view.method,
             "price": float(price),
-            "is_active": True,
-            "status": "active",
+            "is_active": view.active,
+            "status": "active" if view.active else "inactive",
             "fasting": row.fasting,
             "lab": self.labs[lab.id],
             "markers": markers,
@@ -409,6 +436,71 @@ def sample_type(lab: Lab, method: str) -> str:
     if method == "testkit":
         return lab.sample_types[0]
     return "serum"
+
+
+@dataclass(frozen=True)
+class LabTestFilters:
+    """What a listing of lab tests keeps, and in what order (`GET /v3/lab_tests` and the
+    paginated `GET /v3/lab_test`)."""
+
+    generation_method: str = "all"
+    lab_slug: str | None = None
+    collection_method: str | None = None
+    status: str | None = None
+    marker_ids: Sequence[int] | None = None
+    provider_ids: Sequence[str] | None = None
+    name: str | None = None
+    order_key: str | None = None
+    order_direction: str = "asc"
+
+
+def lab_test_answers(
+    rendering: CatalogRendering,
+    service: Service,
+    team_id: UUID,
+    filters: LabTestFilters,
+    as_of: datetime | None,
+) -> list[dict[str, Any]]:
+    """The lab tests the team can order, filtered and ordered, as answered."""
+    if as_of is None:
+        rows = service.lab_tests.team_lab_tests(team_id)
+    else:
+        rows = reads_as_of(service, as_of).lab_tests(team_id)
+    if filters.generation_method != "all":
+        rows = [r for r in rows if r.auto_generated == (filters.generation_method == "auto")]
+    if filters.lab_slug is not None:
+        lab = service.lab_catalog.lab_by_slug(filters.lab_slug)
+        rows = [] if lab is None else [r for r in rows if r.view.lab_id == lab.id]
+    if filters.collection_method is not None:
+        rows = [r for r in rows if r.view.method == filters.collection_method]
+    if filters.status is not None:
+        # A test is active or inactive (its team's choice); none awaits an approval here.
+        rows = [r for r in rows if ("active" if r.view.active else "inactive") == filters.status]
+    if filters.marker_ids:
+        wanted = set(filters.marker_ids)
+        rows = [r for r in rows if wanted & set(r.view.marker_ids)]
+    if filters.provider_ids:
+        codes = set(filters.provider_ids)
+        rows = [r for r in rows if codes & _codes(service.lab_catalog, r.view)]
+    if filters.name is not None:
+        needle = filters.name.casefold()
+        rows = [r for r in rows if needle in r.view.name.casefold()]
+    answers = [rendering.lab_test(r) for r in rows]
+    if filters.order_key is not None:
+        if filters.order_key == "price":
+            pairs = [(a["price"], a) for a in answers]
+        else:  # created_at, or updated_at: the last rename or (de)activation
+            created = filters.order_key == "created_at"
+            times = [r.created_at if created else r.last_updated for r in rows]
+            pairs = list(zip(times, answers, strict=True))
+        # A shared demo test has no time: first, as the oldest (a stable sort keeps them
+        # in their order).
+        pairs.sort(
+            key=lambda p: (p[0] is not None, p[0] or 0),
+            reverse=filters.order_direction == "desc",
+        )
+        answers = [a for _, a in pairs]
+    return answers
 
 
 def json_response(body: bytes) -> Response:
@@ -566,36 +658,23 @@ def list_lab_tests(
     """The lab tests the team can order: the shared demo tests and its own (with
     `as_of`: its own created by then, from the log; the demo tests are reference data,
     shipped with the service, and show as now)."""
-    if as_of is None:
-        rows = service.lab_tests.team_lab_tests(caller.team_id)
-    else:
-        rows = reads_as_of(service, as_of).lab_tests(caller.team_id)
-    if generation_method != "all":
-        rows = [r for r in rows if r.auto_generated == (generation_method == "auto")]
-    if lab_slug is not None:
-        lab = service.lab_catalog.lab_by_slug(lab_slug)
-        rows = [] if lab is None else [r for r in rows if r.view.lab_id == lab.id]
-    if collection_method is not None:
-        rows = [r for r in rows if r.view.method == collection_method]
-    if status is not None and status != "active":
-        rows = []  # every lab test here is active
-    if marker_ids:
-        wanted = set(marker_ids)
-        rows = [r for r in rows if wanted & set(r.view.marker_ids)]
-    if provider_ids:
-        codes = set(provider_ids)
-        rows = [r for r in rows if codes & _codes(service.lab_catalog, r.view)]
-    if name is not None:
-        needle = name.casefold()
-        rows = [r for r in rows if needle in r.view.name.casefold()]
-    answers = [rendering.lab_test(r) for r in rows]
-    if order_key is not None:
-        # A lab test never changes: it was last updated when it was created.
-        key = "price" if order_key == "price" else "created_at"
-        answers.sort(
-            key=lambda a: (a[key] is not None, a[key] or 0),
-            reverse=order_direction == "desc",
-        )
+    answers = lab_test_answers(
+        rendering,
+        service,
+        caller.team_id,
+        LabTestFilters(
+            generation_method,
+            lab_slug,
+            collection_method,
+            status,
+            marker_ids,
+            provider_ids,
+            name,
+            order_key,
+            order_direction,
+        ),
+        as_of,
+    )
     return json_response(_dumps(answers))
 
 
@@ -627,13 +706,42 @@ def create_lab_test(
         description=body.description,
         fasting=body.fasting,
     )
-    row = LabTestRow(
-        view=test.view(),
-        description=test.description,
-        fasting=test.fasting,
-        created_at=test.created_on,
+    return json_response(_dumps(rendering.lab_test(LabTestRow.of(test))))
+
+
+@router.patch(
+    LAB_TESTS_PATH + "/{lab_test_id:uuid}",
+    response_model=LabTestResponse,
+    responses=error_responses(
+        401,
+        403,
+        404,
+        409,
+        422,
+        described={
+            403: "A shared demo test: the service's, not the team's to change.",
+            404: "Unknown lab test (another team's too).",
+            409: "The test was changed by another request at the same time: retry.",
+            422: "Invalid body: nothing to change, a blank name, too long, control characters.",
+        },
+    ),
+)
+def update_lab_test(
+    rendering: Rendering,
+    service: CurrentService,
+    lab_test_id: UUID,
+    body: LabTestUpdate,
+    caller: TeamApiCaller,
+) -> Any:
+    """Rename the team's lab test and/or take it out of use or back (event-sourced:
+    `LabTest.Updated`). An inactive test takes no new orders (a 409); orders placed with
+    it are unchanged. Its markers, lab and method do not change."""
+    if service.lab_tests.is_shared(lab_test_id):
+        raise SharedLabTestUnchangeable(lab_test_id)
+    test = service.lab_test_commands.update(
+        caller.ctx, caller.team_id, lab_test_id, name=body.name, active=body.active
     )
-    return json_response(_dumps(rendering.lab_test(row)))
+    return json_response(_dumps(rendering.lab_test(LabTestRow.of(test))))
 
 
 def _lab_test(

@@ -37,12 +37,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
+from uuid import UUID
 
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.branded_pages import NO_BRAND, Brand, branded_page
 from healthledger.adapters.http.oauth_browser import bind_browser, oauth_redirect_uri
 from healthledger.adapters.http.portal_page import PORTAL_ROUTES
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
+from healthledger.adapters.http.webhook_portal import WEBHOOK_PORTAL_ROUTES
 from healthledger.adapters.persistence.queries.link_tokens import LinkTokenView
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import AlreadyConnected
@@ -130,22 +132,31 @@ def _service(request: Request) -> Service:
 
 
 def signs_in(service: Service, view: LinkTokenView) -> frozenset[str]:
-    """The providers whose sign-in at the maker this link can start: a maker adapter and a
-    client, the service's own (offered to every team) or the team's custom credentials."""
+    """The providers whose sign-in at the maker this link can start."""
+    return team_signs_in(service, view.team_id)
+
+
+def team_signs_in(service: Service, team_id: UUID) -> frozenset[str]:
+    """The providers whose sign-in at the maker a link of this team can start: a maker
+    adapter and a client, the service's own (offered to every team) or the team's custom
+    credentials."""
     served = {slug for slug, maker in service.oauth_makers.items() if maker.service_client}
     custom = {
         c["provider"]
-        for c in service.team_queries.credentials(view.team_id)
+        for c in service.team_queries.credentials(team_id)
         if c["status"] == SET and c["provider"] in service.oauth_makers
     }
     return frozenset(served | custom)
 
 
-def offered(service: Service, view: LinkTokenView, oauth: frozenset[str]) -> list[ProviderEntry]:
+def offered(
+    service: Service, view: LinkTokenView | None, oauth: frozenset[str]
+) -> list[ProviderEntry]:
+    """The providers a link offers (None: a link of the team that names none)."""
     catalog = service.catalog
-    if view.provider is not None:
+    if view is not None and view.provider is not None:
         slugs: Iterable[str] = [view.provider]
-    elif view.filter_on_providers is not None:
+    elif view is not None and view.filter_on_providers is not None:
         slugs = view.filter_on_providers
     else:
         # Every provider as the catalog endpoint sorts them.
@@ -205,10 +216,13 @@ async def show(request: Request) -> Response:
         return _failed(view, problem, link_error_message(problem), redirect=False)
     assert view is not None and token is not None
     oauth = await run_in_threadpool(signs_in, service, view)
-    listed = [
-        (entry, connects_demo(view, entry, oauth), entry.slug in oauth)
-        for entry in offered(service, view, oauth)
-    ]
+    entries = offered(service, view, oauth)
+    # The link API's oauth_url names the provider the widget's user picked (ADR 0038):
+    # the page offers that one alone, when the link offers it.
+    chosen = request.query_params.get("provider")
+    if chosen is not None and chosen in {e.slug for e in entries}:
+        entries = [e for e in entries if e.slug == chosen]
+    listed = [(entry, connects_demo(view, entry, oauth), entry.slug in oauth) for entry in entries]
     return page_response(
         200,
         "link/providers.html",
@@ -328,6 +342,7 @@ ROUTES = [
     Route("/close", close, methods=["POST"]),
     # The hosted lab testing portal (portal_page.py) is served here too.
     *PORTAL_ROUTES,
+    *WEBHOOK_PORTAL_ROUTES,
 ]
 
 

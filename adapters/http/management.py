@@ -7,7 +7,7 @@ another organization's or an unbound team's resources do not exist (404).
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
 from fastapi import APIRouter, Query
@@ -25,7 +25,7 @@ from healthledger.domain.errors import NothingToUpdate, OrganizationNotFound, Te
 from healthledger.domain.free_text import FreeText
 from healthledger.domain.teams.management_keys import ROLES
 from healthledger.domain.teams.teams import CLOSED_BETA_FEATURES, EnvironmentSettings
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Environment = Literal["sandbox", "production"]
 Region = Literal["us", "eu"]
@@ -47,17 +47,50 @@ class OrganizationPatch(_Body):
     name: FreeText = _Name
 
 
-class TeamCreate(_Body):
+class TeamSettings(_Body):
+    """The settings per environment, as a team's answer holds them under `settings`."""
+
+    sandbox: EnvironmentSettings | None = None
+    production: EnvironmentSettings | None = None
+
+
+class _TeamSettingsBody(_Body):
+    """A team's settings, at the top level (the spec's form) or under `settings` (the
+    form every team answer has, so that an answer can be sent back): each environment
+    in one place only."""
+
+    sandbox: EnvironmentSettings | None = None
+    production: EnvironmentSettings | None = None
+    settings: TeamSettings | None = None
+
+    @model_validator(mode="after")
+    def _each_environment_once(self) -> Self:
+        if self.settings is not None:
+            for env in ("sandbox", "production"):
+                if getattr(self, env) is not None and getattr(self.settings, env) is not None:
+                    raise ValueError(
+                        f"{env} is given twice, at the top level and under settings: "
+                        "give it in one place"
+                    )
+        return self
+
+    def environments(self) -> dict[str, EnvironmentSettings]:
+        """The settings given, per environment, from either place."""
+        nested = self.settings or TeamSettings()
+        given = {
+            "sandbox": self.sandbox or nested.sandbox,
+            "production": self.production or nested.production,
+        }
+        return {env: value for env, value in given.items() if value is not None}
+
+
+class TeamCreate(_TeamSettingsBody):
     name: FreeText = _Name
     region: Region
-    sandbox: EnvironmentSettings | None = None
-    production: EnvironmentSettings | None = None
 
 
-class TeamPatch(_Body):
+class TeamPatch(_TeamSettingsBody):
     name: FreeText | None = Field(default=None, min_length=1, max_length=255)
-    sandbox: EnvironmentSettings | None = None
-    production: EnvironmentSettings | None = None
 
 
 class TeamRoleBinding(_Body):
@@ -133,14 +166,6 @@ class TeamPage(BaseModel):
     )
     teams: list[Team]
     next_cursor: str | None
-
-
-def _settings(body: TeamCreate | TeamPatch) -> dict[str, EnvironmentSettings]:
-    return {
-        env: value
-        for env, value in (("sandbox", body.sandbox), ("production", body.production))
-        if value is not None
-    }
 
 
 def reachable_team(
@@ -243,7 +268,9 @@ def create_team(
     """Team names need not be unique (the spec is silent; the id is the identity)."""
     caller.require_org(org_id)
     caller.require_org_admin()
-    team_id = service.teams.create_team(caller.ctx, org_id, body.name, body.region, _settings(body))
+    team_id = service.teams.create_team(
+        caller.ctx, org_id, body.name, body.region, body.environments()
+    )
     return service.team_queries.team(team_id)
 
 
@@ -284,9 +311,12 @@ def patch_team(
     caller: ManagementApiCaller,
 ) -> Any:
     reachable_team(service.team_queries, caller, org_id, team_id)
-    if not body.model_fields_set:
+    # Empty: nothing given, or nothing but an empty `settings`.
+    if not body.model_fields_set - {"settings"} and not body.environments():
         raise NothingToUpdate()
-    service.teams.update_team(caller.ctx, org_id, team_id, name=body.name, settings=_settings(body))
+    service.teams.update_team(
+        caller.ctx, org_id, team_id, name=body.name, settings=body.environments()
+    )
     return service.team_queries.team(team_id)
 
 

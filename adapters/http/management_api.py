@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 
 from fastapi import APIRouter, FastAPI
+from fastapi_offline import FastAPIOffline
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http import management, webhook_endpoints
+from healthledger.adapters.http import event_destinations, management, webhook_endpoints
 from healthledger.adapters.http.errors import install_error_handlers
 from healthledger.adapters.http.requests import (
     BodyLimitMiddleware,
@@ -22,15 +23,18 @@ def management_routes() -> tuple[BaseRoute, ...]:
     routes = APIRouter()
     routes.include_router(management.router)
     routes.include_router(webhook_endpoints.router)
+    routes.include_router(event_destinations.router)
     return tuple(routes.routes)
 
 
 def create_management_api(service: Service) -> FastAPI:
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc pages load Swagger UI and ReDoc from
+    # files in the package, not from a CDN (blank pages without internet otherwise).
+    app = FastAPIOffline(
         title="healthledger management API",
         version="1",
-        description="Organizations, teams, management keys, team API keys and webhook "
-        "endpoints. Authenticate "
+        description="Organizations, teams, management keys, team API keys, webhook "
+        "endpoints and event destinations. Authenticate "
         "with the `X-Management-Key` header (`X-Service-Org-Key` is its deprecated name). "
         "Text fields refuse control characters (Unicode category C) with a 422; a webhook "
         "description and a brand's company_address may span lines.",

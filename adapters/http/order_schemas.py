@@ -47,6 +47,17 @@ class OrderCreate(BaseModel):
     collection_method: CollectionMethod | None = None
     patient_details: PatientDetails | None = None
     patient_address: OrderPatientAddress | None = None
+    # Accepted so that a request naming them gets the reason it is refused (a 400: this
+    # deployment bills the team only, domain/labs/billing.py), not "extra inputs".
+    billing_type: (
+        Literal["client_bill", "commercial_insurance", "patient_bill_passthrough", "patient_bill"]
+        | None
+    ) = Field(
+        default=None, description="Only client_bill: this deployment does not bill insurance."
+    )
+    health_insurance: dict[str, Any] | None = Field(
+        default=None, description="Refused: this deployment does not bill insurance."
+    )
 
 
 class SimulationFlags(BaseModel):
@@ -139,6 +150,11 @@ ORDER_EXAMPLE: dict[str, Any] = {
             "status": "received.walk_in_test.requisition_created",
         },
     ],
+    "last_event": {
+        "id": 2,
+        "created_at": "2026-03-01T12:01:00Z",
+        "status": "received.walk_in_test.requisition_created",
+    },
     "status": "received",
     "detailed_status": "received.walk_in_test.requisition_created",
     "interpretation": None,
@@ -269,6 +285,8 @@ class OrderAnswer(BaseModel):
     created_at: datetime
     updated_at: datetime
     events: list[OrderEvent]
+    # The newest of `events` (junction-api-sdk 2.0.0's ClientFacingOrder requires it).
+    last_event: OrderEvent
     status: str
     detailed_status: str
     interpretation: Interpretation | ErasedValue | None = Field(default=None, description=_ERASED)
@@ -314,10 +332,30 @@ class OrdersPage(BaseModel):
     pages: int = Field(ge=0)
 
 
+_METADATA_EXAMPLE: dict[str, Any] = {
+    "age": "35",
+    "dob": "1990-04-12",
+    "clia_#": None,
+    "patient": "Alex Example",
+    "provider": None,
+    "laboratory": "Quest Diagnostics",
+    "date_reported": "2026-03-05T12:00:00+00:00",
+    "date_collected": "2026-03-03T12:00:00+00:00",
+    "specimen_number": "0123456789",
+    "date_received": "2026-03-03T12:00:00+00:00",
+    "status": "final",
+    "interpretation": "normal",
+    "patient_id": "5f0c2d1e-8a7b-4c6d-9e0f-1a2b3c4d5e6f",
+    "account_id": None,
+}
+
+
 class ResultsMetadata(BaseModel):
     """The report's header (the client's LabResultsMetadata): who, which sample, when."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(
+        populate_by_name=True, json_schema_extra={"examples": [_METADATA_EXAMPLE]}
+    )
     age: str
     dob: str
     clia: str | None = Field(default=None, alias="clia_#")
@@ -422,22 +460,7 @@ class OrderResults(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "metadata": {
-                        "age": "35",
-                        "dob": "1990-04-12",
-                        "clia_#": None,
-                        "patient": "Alex Example",
-                        "provider": None,
-                        "laboratory": "Quest Diagnostics",
-                        "date_reported": "2026-03-05T12:00:00+00:00",
-                        "date_collected": "2026-03-03T12:00:00+00:00",
-                        "specimen_number": "0123456789",
-                        "date_received": "2026-03-03T12:00:00+00:00",
-                        "status": "final",
-                        "interpretation": "normal",
-                        "patient_id": "5f0c2d1e-8a7b-4c6d-9e0f-1a2b3c4d5e6f",
-                        "account_id": None,
-                    },
+                    "metadata": _METADATA_EXAMPLE,
                     "results": [_RESULT_EXAMPLE],
                     "missing_results": [],
                     "sample_information": {},

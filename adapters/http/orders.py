@@ -37,6 +37,7 @@ from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.persistence.queries.orders import OrderFilters
 from healthledger.domain.errors import InvalidRequest
+from healthledger.domain.labs.billing import require_client_bill
 from healthledger.domain.labs.ordering import OrderRequest
 from healthledger.domain.labs.orders import TOP_LEVEL_STATUSES, Order, OrderNotFound
 from healthledger.domain.labs.sandbox import FAILURE_STATUS, STEPS
@@ -107,13 +108,14 @@ def _statuses(values: Sequence[str] | None) -> list[str]:
     return found
 
 
-def _changed(service: Service, order: Order, message: str) -> dict[str, Any]:
+def changed_answer(service: Service, order: Order, message: str) -> dict[str, Any]:
+    """The order after a change, as the client's PostOrderResponse reads it (`OrderChanged`)."""
     row = service.order_queries.order(order.team_id, order.id)
     answer = service.order_answers.order(service.order_answers.row_of(row))
     return {**answer, "order": answer, "message": message}
 
 
-def _stored(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
+def stored_order(service: Service, caller: TeamCaller, order_id: UUID) -> OrderRow:
     row = service.order_queries.order(caller.team_id, order_id)
     if row is None:
         raise OrderNotFound()
@@ -140,13 +142,16 @@ router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
     "/v3/order",
     response_model=OrderChanged,
     responses=error_responses(
+        400,
         401,
         404,
         409,
         422,
         described={
             404: "Unknown user, another team's, scheduled for deletion; unknown lab test.",
-            409: "The idempotency key was used for another body.",
+            409: "The idempotency key was used for another body; or the lab test is "
+            "inactive (its team took it out of use).",
+            400: "Billed otherwise than to the team (client_bill): no insurance billed here.",
             422: "Invalid body; or the user has no demographics to default the patient's "
             "details and address from (the detail names what is missing).",
         },
@@ -159,6 +164,7 @@ def place_order(
     idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
 ) -> Any:
     """Order a lab test for a live user of the team (gaps.md Orders)."""
+    require_client_bill(body.billing_type, body.health_insurance is not None)
     request = OrderRequest(
         user_id=body.user_id,
         lab_test_id=body.lab_test_id,
@@ -167,7 +173,7 @@ def place_order(
         patient_address=body.patient_address,
     )
     order = service.lab_orders.place(caller.ctx, caller.team_id, request, idempotency_key)
-    return _changed(service, order, "Order created.")
+    return changed_answer(service, order, "Order created.")
 
 
 @router.get(
@@ -180,7 +186,7 @@ def get_order(
 ) -> Any:
     """The order (with `as_of`: as it was at that instant, from the log)."""
     if as_of is None:
-        return service.order_answers.order(_stored(service, caller, order_id))
+        return service.order_answers.order(stored_order(service, caller, order_id))
     order, vault = _order_as_of(service, caller, order_id, as_of)
     return service.order_answers.with_vault(vault).order(order)
 
@@ -189,6 +195,14 @@ def get_order(
     "/v3/orders",
     response_model=OrdersPage,
     responses=error_responses(401, 422),
+)
+# The spec's name for the listing (service-api.md: `GET /orders` with `interpretation`);
+# the official clients call /v3/orders. One operation, served at both.
+@router.get(
+    "/orders",
+    response_model=OrdersPage,
+    responses=error_responses(401, 422),
+    summary="List Orders (the spec's path; the same as /v3/orders)",
 )
 def list_orders(
     service: CurrentService,
@@ -254,7 +268,7 @@ def list_orders(
 def cancel_order(service: CurrentService, order_id: UUID, caller: TeamApiCaller) -> Any:
     """Cancel an open order."""
     order = service.lab_orders.cancel(caller.ctx, caller.team_id, order_id)
-    return _changed(service, order, "Order cancelled.")
+    return changed_answer(service, order, "Order cancelled.")
 
 
 @router.post(
@@ -282,7 +296,7 @@ def advance_order(
     the step reports the results, `interpretation` forces their outcome."""
     forced = None if body is None else body.interpretation
     order = service.lab_orders.advance(caller.ctx, caller.team_id, order_id, forced)
-    return _changed(service, order, "Order moved one step.")
+    return changed_answer(service, order, "Order moved one step.")
 
 
 @router.get(
@@ -303,6 +317,6 @@ def order_results(
     its unit, reference range and interpretation (with `as_of`: as they were at that
     instant, from the log; a 409 if the order had none yet)."""
     if as_of is None:
-        return service.order_answers.results(_stored(service, caller, order_id))
+        return service.order_answers.results(stored_order(service, caller, order_id))
     order, vault = _order_as_of(service, caller, order_id, as_of)
     return service.order_answers.with_vault(vault).results(order)

@@ -45,7 +45,9 @@ PORTAL_URL_FEATURE = "portal_url"
 PORTAL_PATH = "/portal"
 _ORDER_PATH = "/portal/orders/{order_id}"
 
-_HEADERS = {
+# The headers of a page that holds what only its link's holder may see (this portal's, the
+# webhook portal's): no caching, no Referer, nothing loaded from elsewhere but a logo.
+PRIVATE_PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "Pragma": "no-cache",
     "Referrer-Policy": "no-referrer",
@@ -288,4 +290,6 @@ def error_page(
 
 
 def _page(status: int, template: str, holder: PortalHolder | None, **context: Any) -> Response:
-    return branded_page(status, template, _brand(holder), headers=_HEADERS, **_WORDS, **context)
+    return branded_page(
+        status, template, _brand(holder), headers=PRIVATE_PAGE_HEADERS, **_WORDS, **context
+    )

@@ -15,7 +15,9 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.http.cursors import CursorCodec
 
 
-def current_service(request: Request) -> Service:
+async def current_service(request: Request) -> Service:
+    # Async: a sync dependency runs on the thread pool, and a hop there and back costs more
+    # than reading the app's state (every route asks for it).
     service: Service = request.app.state.service
     return service
 

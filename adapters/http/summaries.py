@@ -17,7 +17,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
+from healthledger.adapters.http.as_of import TeamAsOf
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.date_ranges import (
     EndDate,
@@ -28,6 +28,7 @@ from healthledger.adapters.http.date_ranges import (
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
+from healthledger.adapters.operations.source_priorities import summary_order
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.domain.connections.providers import PullTarget
 from healthledger.domain.connections.summaries import DayData, json_default, summary_objects
@@ -298,26 +299,35 @@ def _add_list_route(resource: str, key: str, model: type[BaseModel]) -> None:
         user_id: UserId,
         caller: TeamApiCaller,
         start_date: StartDate,
+        as_of: TeamAsOf,
         end_date: EndDate = None,
         provider: ProviderFilter = None,
     ) -> Any:
         _check_provider(service, provider)
         days = date_range(start_date, end_date)
+        # The team's source priorities order a day's providers.
+        order = summary_order(service, caller.team_id, resource, provider, as_of)
         found = service.health_data_queries.summaries(
-            caller.team_id, user_id, resource, days.first_day, days.last_day, provider
+            caller.team_id,
+            user_id,
+            resource,
+            days.first_day,
+            days.last_day,
+            provider,
+            order,
+            as_of=as_of,
         )
         return _json({key: found})
 
     get_summaries.__name__ = f"get_{resource}_summaries"
     get_summaries.__doc__ = (
         f"The user's {resource} summaries from start_date to end_date (by day), "
-        "across providers or of one."
+        "across providers or of one; as they were at `as_of` when given."
     )
     router.add_api_route(
         f"/v2/summary/{resource}/{{user_id}}",
         get_summaries,
         methods=["GET"],
-        dependencies=[TEAM_READ_REFUSES_AS_OF],
         response_model=model,
         responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
     )
@@ -329,7 +339,6 @@ for resource, (key, model) in LISTS.items():
 
 @router.get(
     "/v2/summary/profile/{user_id}",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=ProfileSummary,
     responses=error_responses(
         401,
@@ -342,12 +351,13 @@ def get_profile(
     service: CurrentService,
     user_id: UserId,
     caller: TeamApiCaller,
+    as_of: TeamAsOf,
     provider: ProviderFilter = None,
     start_date: OptionalStartDate = None,
     end_date: EndDate = None,
 ) -> Any:
-    """The user's newest profile (in start_date..end_date when given), as the
-    official client's `profile.get` reads it: one object."""
+    """The user's newest profile (in start_date..end_date when given; as of `as_of` when
+    given), as the official client's `profile.get` reads it: one object."""
     _check_provider(service, provider)
     if start_date is None:
         if end_date is not None:
@@ -358,7 +368,7 @@ def get_profile(
         days = date_range(start_date, end_date)
         first, last = days.first_day, days.last_day
     found = service.health_data_queries.summaries(
-        caller.team_id, user_id, "profile", first, last, provider
+        caller.team_id, user_id, "profile", first, last, provider, as_of=as_of
     )
     if not found:
         raise SummaryNotFound("No profile stored for this user.")

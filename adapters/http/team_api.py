@@ -8,24 +8,39 @@ from __future__ import annotations
 import functools
 
 from fastapi import APIRouter, FastAPI
+from fastapi_offline import FastAPIOffline
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http import (
     aggregate_query,
+    appointments,
     area_info,
     audit_routes,
+    bulk_operations,
+    cholesterol,
     connections,
     deletion_reports,
     imports,
     introspection,
+    lab_documents,
+    lab_methods,
     lab_tests,
+    link_api,
+    link_codes,
     link_tokens,
     maker_webhooks,
+    manual_connections,
     oauth_callback,
     orders,
     portal,
     providers,
+    session_streams,
+    source_priorities,
     summaries,
+    team_settings,
+    testkits,
     timeseries,
+    user_devices,
+    user_insurance,
     users,
 )
 from healthledger.adapters.http.errors import install_error_handlers
@@ -37,9 +52,23 @@ from starlette.routing import BaseRoute
 def team_routes() -> tuple[BaseRoute, ...]:
     """Every route of the team API, built once per process."""
     routes = APIRouter()
+    # The data reads first: a request is matched against the routes in this order, one by
+    # one, and these are the ones users wait on (their paths share no prefix with the
+    # rest's, so the order changes no match).
+    routes.include_router(timeseries.router)
+    # After the timeseries: `.../cholesterol/grouped` stays the generic grouped route.
+    routes.include_router(cholesterol.router)
+    routes.include_router(summaries.router)
+    routes.include_router(session_streams.router)
+    routes.include_router(aggregate_query.router)
     routes.include_router(users.router)
     routes.include_router(connections.router)
     routes.include_router(link_tokens.router)
+    # A team's own link widget, with the link token alone (ADR 0038).
+    routes.include_router(link_api.router)
+    routes.include_router(link_codes.router)
+    routes.include_router(manual_connections.router)
+    routes.include_router(bulk_operations.router)
     # A page for browsers the makers send back (the custom credentials' redirect_uri).
     routes.include_router(oauth_callback.router)
     # The makers call us here (no team key: each maker's own signature).
@@ -50,17 +79,24 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(introspection.router)
     routes.include_router(audit_routes.router)
     routes.include_router(deletion_reports.router)
-    routes.include_router(aggregate_query.router)
-    routes.include_router(summaries.router)
-    routes.include_router(timeseries.router)
     routes.include_router(orders.router)
+    routes.include_router(testkits.router)
+    routes.include_router(lab_documents.router)
+    routes.include_router(lab_methods.router)
+    routes.include_router(appointments.router)
     routes.include_router(portal.router)
     routes.include_router(imports.router)
+    routes.include_router(team_settings.router)
+    routes.include_router(source_priorities.router)
+    routes.include_router(user_devices.router)
+    routes.include_router(user_insurance.router)
     return tuple(routes.routes)
 
 
 def create_team_api(service: Service) -> FastAPI:
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc pages load Swagger UI and ReDoc from
+    # files in the package, not from a CDN (blank pages without internet otherwise).
+    app = FastAPIOffline(
         title="healthledger team API",
         version="2",
         description="Users, their lifecycle and their data. Authenticate with the "

@@ -4,31 +4,35 @@ list of samples `{timestamp, value, unit, type?}` (interval resources also `star
 by provider with their source (`{groups: {provider: [{source, data}]}, next,
 next_cursor}`), as the official client's `vitals.*` methods read them.
 
-Samples are stored as the client reads them, one day of one provider per sealed row, in
-canonical JSON. A read of whole days from one provider passes each day's opened JSON on
-without parsing it: the answer is the days' lists joined. Reads that name a time of day,
+Samples are stored in columns, a month of one provider per sealed block (ADR 0033); a read
+gets each day's canonical JSON made from the columns by Arrow. A read of whole days from
+one provider passes each day's JSON on without parsing it: the answer is the days' lists
+joined. Reads that name a time of day,
 or span several providers (merged in time order), parse the samples.
 """
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Response
 from healthledger.adapters.composition import Service
-from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
-from healthledger.adapters.http.auth import TeamApiCaller, TeamCaller
+from healthledger.adapters.http.as_of import TeamAsOf
+from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.http.date_ranges import DateRange, EndDate, StartDate, date_range
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.http.summaries import ProviderFilter, SummarySource
+from healthledger.adapters.operations.source_priorities import source_orders
 from healthledger.adapters.reference import Resource
 from healthledger.domain.connections.health_data import StoredDay
 from healthledger.domain.connections.summaries import SUMMARY_OBJECTS, json_default
 from healthledger.domain.errors import InvalidRequest
+from healthledger.domain.teams.source_priorities import provider_rank
 from pydantic import BaseModel, ConfigDict, Field
 
 # Resources of the catalog that are not timeseries: summaries, their per-session streams
@@ -128,21 +132,23 @@ CursorParameter = Annotated[
 
 def _stored(
     service: Service,
-    caller: TeamCaller,
+    team_id: UUID,
     user_id: UUID,
     resource: str,
     days: DateRange,
     provider: str | None,
+    as_of: datetime | None,
 ) -> list[StoredDay]:
     if provider is not None and provider not in service.catalog:
         raise InvalidRequest("Unknown provider slug.", "provider", "query")
     return service.health_data_queries.stored_days(
-        caller.team_id,
+        team_id,
         user_id,
         ALIASES.get(resource, resource),
         days.first_day,
         days.last_day,
         provider,
+        as_of,
     )
 
 
@@ -152,7 +158,6 @@ RESPONSES = error_responses(401, 404, 422, described=USER_NOT_FOUND)
 
 @router.get(
     "/v2/timeseries/{user_id}/{resource}",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=list[TimeseriesSample],
     responses=RESPONSES,
 )
@@ -162,22 +167,42 @@ def get_timeseries(
     resource: ResourceName,
     caller: TeamApiCaller,
     start_date: StartDate,
+    as_of: TeamAsOf,
     end_date: EndDate = None,
     provider: ProviderFilter = None,
 ) -> Any:
     """The user's samples of the resource from start_date to end_date, in time order,
-    of every provider (or of one: `grouped` tells them apart)."""
+    of every provider (or of one: `grouped` tells them apart); as they were at `as_of`
+    when given."""
     days = date_range(start_date, end_date)
-    found = _stored(service, caller, user_id, resource, days, provider)
+    return _answer(samples_json(service, caller.team_id, user_id, resource, days, provider, as_of))
+
+
+def samples_json(
+    service: Service,
+    team_id: UUID,
+    user_id: UUID,
+    resource: str,
+    days: DateRange,
+    provider: str | None,
+    as_of: datetime | None = None,
+) -> bytes:
+    """The samples' JSON array as the route answers it (the embedding facade's too): one
+    provider's days joined as stored, several merged in time order, the samples of one
+    instant in the order of the team's source priorities."""
+    found = _stored(service, team_id, user_id, resource, days, provider, as_of)
     if len({d.provider for d in found}) > 1:
-        merged = sorted((s for d in found for s in _samples(d, days)), key=lambda s: _instant(s))
-        return _answer(json.dumps(merged, separators=(",", ":")).encode())
-    return _answer(_joined(found, days))
+        rank = _timeseries_rank(service, team_id, as_of)
+        merged = sorted(
+            ((rank(d.provider), s) for d in found for s in _samples(d, days)),
+            key=lambda ranked: (_instant(ranked[1]), ranked[0]),
+        )
+        return json.dumps([s for _, s in merged], separators=(",", ":")).encode()
+    return _joined(found, days)
 
 
 @router.get(
     "/v2/timeseries/{user_id}/{resource}/grouped",
-    dependencies=[TEAM_READ_REFUSES_AS_OF],
     response_model=GroupedSamples,
     responses=error_responses(400, 401, 404, 422, described=USER_NOT_FOUND),
 )
@@ -187,6 +212,7 @@ def get_grouped_timeseries(
     resource: ResourceName,
     caller: TeamApiCaller,
     start_date: StartDate,
+    as_of: TeamAsOf,
     end_date: EndDate = None,
     provider: ProviderFilter = None,
     next_cursor: CursorParameter = None,
@@ -197,11 +223,16 @@ def get_grouped_timeseries(
     if next_cursor or cursor:
         raise InvalidCursor()  # none is ever issued: the whole range is one page
     days = date_range(start_date, end_date)
-    found = _stored(service, caller, user_id, resource, days, provider)
+    found = _stored(service, caller.team_id, user_id, resource, days, provider, as_of)
     by_provider: dict[str, list[StoredDay]] = {}
     for day in found:
         by_provider.setdefault(day.provider, []).append(day)
-    sources = service.health_data_queries.sources(by_provider)
+    sources = service.health_data_queries.sources(by_provider, as_of)
+    rank = (
+        _timeseries_rank(service, caller.team_id, as_of)
+        if len(by_provider) > 1
+        else provider_rank(())
+    )
     groups = b",".join(
         json.dumps(slug).encode()
         + b':[{"source":'
@@ -209,9 +240,17 @@ def get_grouped_timeseries(
         + b',"data":'
         + _joined(of_provider, days)
         + b"}]"
-        for slug, of_provider in sorted(by_provider.items())
+        for slug, of_provider in sorted(by_provider.items(), key=lambda p: (rank(p[0]), p[0]))
     )
     return _answer(b'{"groups":{' + groups + b'},"next":null,"next_cursor":null}')
+
+
+def _timeseries_rank(
+    service: Service, team_id: UUID, as_of: datetime | None
+) -> Callable[[str], int]:
+    """The team's order of providers for timeseries (its source priorities, as of the
+    read's instant), as a sort key: read only when several providers answer a read."""
+    return provider_rank(source_orders(service, team_id, as_of).get("timeseries", ()))
 
 
 def _joined(days: list[StoredDay], within: DateRange) -> bytes:

@@ -1,5 +1,6 @@
 """Team API routes for users (spec endpoints 1, 3, 11 and gaps.md Users)."""
 
+from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from healthledger.adapters.http.deletion_requests import (
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
+from healthledger.adapters.http.sign_in_tokens import SignInTokens
 from healthledger.adapters.operations import users as operations
 from healthledger.adapters.operations.schemas import (
     CreateUserRequest,
@@ -29,7 +31,7 @@ from healthledger.adapters.operations.schemas import (
     UserList,
 )
 from healthledger.domain.personal_data import demographics_answer
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 # The operations themselves are in adapters/operations/users.py (the embedded facade calls
 # them too); these routes add HTTP: auth, parameters, status codes.
@@ -170,3 +172,35 @@ def latest_demographics(
     else:
         recorded = operations.recorded_demographics(service, caller.team_id, user_id)
     return JSONResponse(demographics_answer(recorded))
+
+
+class SignInTokenAnswer(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "user_id": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+                    "sign_in_token": "eyJzIjoic2RrLXNpZ24taW4tdjEiLCJwIjp7InQi...",
+                    "expires_at": "2026-03-01T13:00:00Z",
+                }
+            ]
+        }
+    )
+    user_id: UUID
+    sign_in_token: str
+    expires_at: datetime
+
+
+@router.post(
+    "/v2/user/{user_id:uuid}/sign_in_token",
+    response_model=SignInTokenAnswer,
+    responses=error_responses(401, 404, 422, described=USER_NOT_FOUND),
+)
+def sign_in_token(service: CurrentService, user_id: UUID, caller: TeamApiCaller) -> Any:
+    """A sign-in token for the mobile SDK on the user's phone (sign_in_tokens.py): sent as
+    `Authorization: Bearer`, it uploads that user's data (the Apple Health import) and
+    reads those uploads' status, for an hour, and nothing else."""
+    service.users.load_live(caller.team_id, user_id)
+    tokens = SignInTokens(service.cursor_secret)
+    grant = tokens.issue(caller.team_id, user_id, caller.environment, service.clock())
+    return {"user_id": user_id, "sign_in_token": tokens.sign(grant), "expires_at": grant.expires_at}

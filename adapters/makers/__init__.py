@@ -57,4 +57,16 @@ FAKE_MAKERS: tuple[FakeMaker, ...] = (
         8016,
         ("polar_api_url",),
     ),
+    FakeMaker(
+        "abbott_libreview",
+        "healthledger.adapters.makers.fake_libreview:running_fake_libreview",
+        8018,
+        ("libreview_api_url",),
+    ),
+    FakeMaker(
+        "garmin",
+        "healthledger.adapters.makers.fake_garmin:running_fake_garmin",
+        8017,
+        ("garmin_api_url",),
+    ),
 )

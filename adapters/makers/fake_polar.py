@@ -15,12 +15,21 @@ documented (docs/makers/polar.md) for a few synthetic people, and its OAuth 2.0 
   again. `committed` counts each record committed (a test sees it committed once).
 - Sleep and nightly recharge: `GET /v3/users/sleep`, `/v3/users/nightly-recharge`: the
   last 28 nights.
+- Deregistration: `DELETE /v3/users/{user-id}` (204): the person no longer registered,
+  their tokens refused; `deregistered` lists them.
 - Switches: `fail(status, times, path=, method=)` (the next data requests whose path
   contains `path` answer `status`: 429, 5xx, 403...), `slow(seconds, times)`, `revoke(person)`
   (every token refused: 401), `unregister(person)`, `refuse_consent(person)` (403: the
   person has not accepted Polar's data sharing consents).
-- Webhook: `push(person, event, entity_id, timestamp, signed=)` POSTs a notification to
-  `webhook_url`, signed with `webhook_secret` as Polar signs them.
+- Webhook: `GET /v3/webhooks` (`{"data": [...]}`, empty when none), `POST /v3/webhooks`
+  (`{"events", "url"}`; Polar POSTs a signed PING to the URL first, which must answer
+  200; 201 with `signature_secret_key`; 409 when the application has one already),
+  `PATCH` and `DELETE /v3/webhooks/{id}`, `POST /v3/webhooks/activate|deactivate`, all
+  with the client's HTTP Basic authentication (401 otherwise); `fail(...)` applies;
+  `race(times)`: the next reads list none though one exists (a 409 then).
+  `push(person, event, entity_id, timestamp, signed=)` POSTs a notification to
+  `webhook_url`, signed with `webhook_secret` as Polar signs them (both set by the
+  creation; `webhook_active` False sends nothing).
 
 The data is deterministic: a person's day is a function of (person, day).
 
@@ -107,6 +116,8 @@ class FakePolar:
     lock: threading.Lock = field(default_factory=threading.Lock)
     _codes: dict[str, dict[str, str]] = field(default_factory=dict)
     _access: dict[str, str] = field(default_factory=dict)  # token -> person
+    # People we deregistered (DELETE /v3/users/{user-id}), in order.
+    deregistered: list[str] = field(default_factory=list)
     _registered: set[str] = field(default_factory=set)
     _revoked: set[str] = field(default_factory=set)
     _no_consent: set[str] = field(default_factory=set)
@@ -118,6 +129,13 @@ class FakePolar:
     # The webhook: where Polar POSTs its notifications, and the secret that signs them.
     webhook_url: str | None = None
     webhook_secret: str = "polar-webhook-secret"
+    # The webhook made through the API (POST /v3/webhooks): its id, events and state.
+    webhook_id: str | None = None
+    webhook_events: list[str] = field(default_factory=list)
+    webhook_active: bool = True
+    # How many more webhook reads list none though one exists: another run's creation
+    # landing between a run's read and its create (`race()`).
+    _unseen_webhook_reads: int = 0
     callback_http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=5.0))
 
     # -- switches -----------------------------------------------------------------------
@@ -137,6 +155,11 @@ class FakePolar:
         with self.lock:
             self._slow.extend([seconds] * times)
 
+    def race(self, times: int = 1) -> None:
+        """The next `times` reads of the webhook list none, as if made just after."""
+        with self.lock:
+            self._unseen_webhook_reads += times
+
     def revoke(self, person: str) -> None:
         with self.lock:
             self._revoked.add(person)
@@ -154,7 +177,7 @@ class FakePolar:
     ) -> httpx.Response:
         """Polar notifies the webhook: `{event, user_id, entity_id, timestamp, url}`,
         signed in `Polar-Webhook-Signature` (HMAC-SHA256 hex of the body), or not."""
-        assert self.webhook_url is not None
+        assert self.webhook_url is not None and self.webhook_active
         user = PEOPLE[person].user_id
         body = json.dumps(
             {
@@ -304,16 +327,23 @@ class FakePolar:
         back = urlencode({"code": code, "state": query.get("state", "")})
         return RedirectResponse(f"{redirect_uri}?{back}", status_code=302)
 
-    async def token(self, request: Request) -> Response:
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
-        self.requests.append(("POST", request.url.path, 0))
+    def _client(self, request: Request) -> str | None:
+        """The client whose HTTP Basic credentials the request carries, if they are right."""
         auth = request.headers.get("authorization", "")
         try:
             pair = base64.b64decode(auth.removeprefix("Basic ")).decode()
             client_id, secret = (unquote_plus(part) for part in pair.split(":", 1))
         except ValueError:
-            return JSONResponse({"error": "invalid_client"}, status_code=401)
+            return None
         if not auth.startswith("Basic ") or self.clients.get(client_id) != secret:
+            return None
+        return client_id
+
+    async def token(self, request: Request) -> Response:
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+        self.requests.append(("POST", request.url.path, 0))
+        client_id = self._client(request)
+        if client_id is None:
             return JSONResponse({"error": "invalid_client"}, status_code=401)
         if form.get("grant_type") != "authorization_code":
             return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
@@ -351,7 +381,8 @@ class FakePolar:
             delay = self._slow.pop(0) if self._slow else 0.0
         return failure, delay
 
-    async def api(self, request: Request) -> Response:
+    def _answerer(self, request: Request) -> Callable[[int, Any], Response]:
+        """What answers the request, noting it in `requests`."""
         path, method = request.url.path, request.method
 
         def answer(status: int, body: Any = None) -> Response:
@@ -360,11 +391,22 @@ class FakePolar:
                 return Response(status_code=status)
             return JSONResponse(body, status_code=status)
 
-        failure, delay = self._injected(method, path)
+        return answer
+
+    async def _switched(
+        self, request: Request, answer: Callable[[int, Any], Response]
+    ) -> Response | None:
+        """The answer `fail` injected for the request (after what `slow` asked), if any."""
+        failure, delay = self._injected(request.method, request.url.path)
         if delay:
             await anyio.sleep(delay)
-        if failure is not None:
-            return answer(failure.status, {"error": "fake"})
+        return None if failure is None else answer(failure.status, {"error": "fake"})
+
+    async def api(self, request: Request) -> Response:
+        path, method = request.url.path, request.method
+        answer = self._answerer(request)
+        if (injected := await self._switched(request, answer)) is not None:
+            return injected
         token = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
         with self.lock:
             person_key = self._access.get(token)
@@ -380,6 +422,13 @@ class FakePolar:
                     return answer(409, {"error": "registered already"})
                 self._registered.add(person_key)
             return answer(200, {"polar-user-id": person.user_id})
+        if method == "DELETE" and parts == [str(person.user_id)]:
+            # Deregistration: the person's data no longer ours, their tokens refused.
+            with self.lock:
+                self._registered.discard(person_key)
+                self._access = {t: p for t, p in self._access.items() if p != person_key}
+                self.deregistered.append(person_key)
+            return answer(204, None)
         if parts in (["sleep"], ["nightly-recharge"]):
             today = self.today(person)
             nights = list(days(today - timedelta(days=NIGHTS - 1), today))
@@ -436,14 +485,100 @@ class FakePolar:
                     return answer(200, found)
         return answer(404, {"error": "not found"})
 
+    # -- the webhook ----------------------------------------------------------------------
+
+    async def webhooks(self, request: Request) -> Response:
+        path, method = request.url.path, request.method
+        answer = self._answerer(request)
+        if (injected := await self._switched(request, answer)) is not None:
+            return injected
+        if self._client(request) is None:
+            return answer(401, {"error": "unauthorized"})
+        rest = path.removeprefix("/v3/webhooks").strip("/")
+        if method == "GET" and not rest:
+            with self.lock:
+                unseen = self._unseen_webhook_reads > 0
+                self._unseen_webhook_reads -= int(unseen)
+            if self.webhook_id is None or unseen:
+                return answer(200, {"data": []})
+            return answer(200, {"data": [self._webhook_info()]})
+        if method == "POST" and not rest:
+            return await self._create_webhook(request, answer)
+        if method == "POST" and rest in ("activate", "deactivate"):
+            if self.webhook_id is None:
+                return answer(404, {"error": "no webhook"})
+            self.webhook_active = rest == "activate"
+            return answer(200, None)
+        if rest != self.webhook_id or self.webhook_id is None:
+            return answer(404, {"error": "no such webhook"})
+        if method == "DELETE":
+            self.webhook_id, self.webhook_url, self.webhook_events = None, None, []
+            return answer(204, None)
+        if method == "PATCH":
+            patch = json.loads(await request.body())
+            self.webhook_url = patch.get("url", self.webhook_url)
+            self.webhook_events = list(patch.get("events", self.webhook_events))
+            return answer(200, {"data": self._webhook_info()})
+        return answer(405, {"error": "method not allowed"})
+
+    def _webhook_info(self) -> dict[str, Any]:
+        return {
+            "id": self.webhook_id,
+            "events": self.webhook_events,
+            "url": self.webhook_url,
+            "active": self.webhook_active,
+        }
+
+    async def _create_webhook(
+        self, request: Request, answer: Callable[[int, Any], Response]
+    ) -> Response:
+        if self.webhook_id is not None:
+            return answer(409, {"error": "webhook already exists"})
+        wanted = json.loads(await request.body())
+        url, events = wanted.get("url"), wanted.get("events")
+        if not isinstance(url, str) or not isinstance(events, list) or not events:
+            return answer(400, {"error": "url and events are required"})
+        # Polar PINGs the URL, signed with the new key, and creates the webhook only when
+        # it answers 200.
+        secret = secrets.token_hex(16)
+        ping = json.dumps({"timestamp": self.clock().isoformat(), "event": "PING"}).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "Polar-Webhook-Event": "PING",
+            "Polar-Webhook-Signature": sign(secret, ping),
+        }
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                pinged = await client.post(url, content=ping, headers=headers)
+        except httpx.HTTPError:
+            return answer(400, {"error": "webhook url did not answer the ping"})
+        if pinged.status_code != 200:
+            return answer(400, {"error": "webhook url did not answer the ping with 200"})
+        self.webhook_id = secrets.token_hex(4)
+        self.webhook_url, self.webhook_events = url, list(events)
+        self.webhook_secret, self.webhook_active = secret, True
+        return answer(
+            201,
+            {
+                "data": {
+                    "id": self.webhook_id,
+                    "events": self.webhook_events,
+                    "url": url,
+                    "signature_secret_key": secret,
+                }
+            },
+        )
+
 
 def create_app(fake: FakePolar) -> Starlette:
     return Starlette(
         routes=[
             Route("/polar/authorize", fake.authorize, methods=["GET"]),
             Route("/polar/token", fake.token, methods=["POST"]),
+            Route("/v3/webhooks", fake.webhooks, methods=["GET", "POST"]),
+            Route("/v3/webhooks/{rest}", fake.webhooks, methods=["POST", "PATCH", "DELETE"]),
             Route("/v3/users", fake.api, methods=["POST"]),
-            Route("/v3/users/{rest:path}", fake.api, methods=["GET", "POST", "PUT"]),
+            Route("/v3/users/{rest:path}", fake.api, methods=["GET", "POST", "PUT", "DELETE"]),
         ]
     )
 

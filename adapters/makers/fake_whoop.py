@@ -428,7 +428,8 @@ class FakeWhoop:
                     "score_state": "SCORED",
                     "score": {
                         "strain": round(values.uniform(2, 18), 4),
-                        "average_heart_rate": values.randint(100, 160),
+                        # Below the maximum's least (150): an average never tops the max.
+                        "average_heart_rate": values.randint(100, 145),
                         "max_heart_rate": values.randint(150, person.max_hr),
                         "kilojoule": round(values.uniform(400, 3500), 1),
                         "percent_recorded": 100,

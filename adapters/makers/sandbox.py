@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from healthledger.adapters.makers import FAKE_MAKERS, FakeMaker
@@ -37,6 +37,14 @@ class RunningFake(Protocol):
     def register(self, client_id: str, secret: str) -> None: ...
 
 
+@runtime_checkable
+class CallsBack(Protocol):
+    """A fake that POSTs to our webhook (Garmin's deliveries; WHOOP's and Polar's
+    notifications when asked)."""
+
+    webhook_url: str | None
+
+
 Runner = Callable[..., AbstractContextManager[RunningFake]]
 
 
@@ -50,6 +58,16 @@ class SandboxMakers:
     @property
     def bases(self) -> dict[str, str]:
         return {slug: fake.base for slug, fake in self.fakes.items()}
+
+    def call_back(self, public_base_url: str) -> list[str]:
+        """Point the fakes that call our webhooks (`webhook_url`: Garmin delivers its data
+        there) at the service's `/makers/{slug}/webhook`; the slugs pointed."""
+        pointed = []
+        for slug, fake in self.fakes.items():
+            if isinstance(fake, CallsBack):
+                fake.webhook_url = f"{public_base_url.rstrip('/')}/makers/{slug}/webhook"
+                pointed.append(slug)
+        return pointed
 
     def settings_updates(self) -> dict[str, Any]:
         """What `Settings.model_copy(update=...)` takes to point the service at the fakes:

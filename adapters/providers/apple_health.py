@@ -39,6 +39,7 @@ from healthledger.domain.connections.providers import (
     OAuthGrant,
     OAuthNotSupported,
     PullTarget,
+    offered_availability,
 )
 
 PROVIDER = "apple_health_kit"
@@ -884,17 +885,7 @@ class AppleHealthKit:
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
     ) -> dict[str, Any]:
-        offered = set(RESOURCES)
-        return {
-            resource: {
-                "status": "available" if resource in offered else "unavailable",
-                "scope_requirements": {
-                    "user_granted": {"required": [], "optional": []},
-                    "user_denied": {"required": [], "optional": []},
-                },
-            }
-            for resource in sorted(resources)
-        }
+        return offered_availability(resources, set(RESOURCES))
 
     def fetch(
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int

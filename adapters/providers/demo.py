@@ -241,6 +241,37 @@ def _stages(rng: random.Random, bedtime: datetime, wake: datetime) -> list[tuple
     return stages
 
 
+# Heart rates that hold together as a body's do (issue 34: a demo night's lowest was
+# above its average): lowest <= average, min <= resting <= average <= walking <= max.
+# Each function draws as many values as the independent draws it replaced, in the same
+# order, so every other field of a demo day is as it was.
+
+
+def _night_heart(rng: random.Random) -> dict[str, int]:
+    lowest = rng.randint(44, 58)
+    return {"hr_lowest": lowest, "hr_average": lowest + rng.randint(3, 12)}
+
+
+def _day_heart(rng: random.Random) -> dict[str, int]:
+    average = rng.randint(62, 78)
+    below_resting = rng.randint(2, 8)
+    maximum = rng.randint(130, 185)
+    resting = min(average - 4, rng.randint(50, 64))
+    walking = min(maximum - 10, average + rng.randint(15, 30))
+    return {
+        "avg_bpm": average,
+        "min_bpm": resting - below_resting,
+        "max_bpm": maximum,
+        "resting_bpm": resting,
+        "avg_walking_bpm": walking,
+    }
+
+
+def _workout_heart(rng: random.Random) -> dict[str, int]:
+    average = rng.randint(95, 160)
+    return {"average_hr": average, "max_hr": min(200, average + rng.randint(10, 35))}
+
+
 def _sleep(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | None:
     bedtime, wake, rng = _sleep_session(target, day)
     if wake > now:
@@ -260,8 +291,9 @@ def _sleep(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | Non
         "deep": seconds["deep"],
         "efficiency": round(100 * (total - seconds["awake"]) / total, 1),
         "score": rng.randint(60, 95),
-        "hr_lowest": rng.randint(44, 58),
-        "hr_average": rng.randint(52, 66),
+        # The night's lowest beat is below its average: drawn as the lowest, and the
+        # average above it (one draw each, so the other fields are as before).
+        **_night_heart(rng),
         "average_hrv": round(rng.uniform(30, 80), 1),
         "respiratory_rate": round(rng.uniform(12, 17), 1),
         "temperature_delta": round(rng.uniform(-0.5, 0.5), 2),
@@ -330,13 +362,7 @@ def _activity(target: PullTarget, day: date, now: datetime) -> dict[str, Any] | 
         "high": int(rng.randint(0, 45) * done),
         # The day's heart rate, as the client's activity carries it (the aggregate
         # query's heart_rate_* columns of activity are computed from it).
-        "heart_rate": {
-            "avg_bpm": rng.randint(62, 78),
-            "min_bpm": rng.randint(44, 56),
-            "max_bpm": rng.randint(130, 185),
-            "resting_bpm": rng.randint(50, 64),
-            "avg_walking_bpm": rng.randint(85, 105),
-        },
+        "heart_rate": _day_heart(rng),
     }
 
 
@@ -358,8 +384,7 @@ def _workouts(target: PullTarget, day: date, now: datetime) -> list[dict[str, An
                 "time_start": _iso(start),
                 "time_end": _iso(end),
                 "calories": rng.randint(120, 800),
-                "average_hr": rng.randint(95, 160),
-                "max_hr": rng.randint(150, 190),
+                **_workout_heart(rng),
                 "distance": round(rng.uniform(0, 15000), 1) if sport != "yoga" else None,
             }
         )

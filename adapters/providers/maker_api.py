@@ -280,26 +280,43 @@ class MakerSession:
     def get(self, url: str, params: Mapping[str, str] | None = None) -> Any:
         """GET `url` of the data API as the connection's person; the JSON answer.
         Raises ProviderError."""
+        response = self.send("GET", url, params)
+        try:
+            return response.json()
+        except ValueError:
+            raise self.texts.broken() from None
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        done: frozenset[int] = frozenset({200}),
+    ) -> httpx.Response:
+        """`method` `url` of the data API as the connection's person; the answer when its
+        status is one of `done` (a maker's "accepted" or "asked already" too, e.g.
+        Garmin's 202 and 409 of a backfill request). Other answers are ProviderErrors,
+        as `get` documents."""
         texts = self.texts
         waits = 0
         renewed = False
         while True:
             token = self.token()
             try:
-                response = self.maker.http.get(
+                response = self.maker.http.request(
+                    method,
                     url,
-                    params=dict(params or {}),
+                    # None, not {}: httpx would drop a query the URL carries (a ping's).
+                    params=dict(params) if params else None,
                     timeout=self.timeout,
                     headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
                 )
             except httpx.HTTPError:
                 raise ProviderError("transport_failure", texts.unreachable) from None
             status = response.status_code
-            if status == 200:
-                try:
-                    return response.json()
-                except ValueError:
-                    raise texts.broken() from None
+            if status in done:
+                return response
             if status == 429:
                 asked = self.wait_of(response, self.maker.clock())
                 wait = None if asked is None else max(0.0, asked.total_seconds())

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 
 from healthledger.adapters.providers.fitbit_webhooks import FitbitWebhooks
+from healthledger.adapters.providers.garmin_webhooks import GarminWebhooks
 from healthledger.adapters.providers.oura_webhooks import OuraWebhooks
 from healthledger.adapters.providers.polar_webhooks import PolarWebhooks
 from healthledger.adapters.providers.whoop_webhooks import WhoopWebhooks
@@ -19,9 +21,12 @@ from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.maker_notices import MakerWebhooks
 
 
-def maker_webhooks(settings: Settings) -> dict[str, MakerWebhooks]:
+def maker_webhooks(
+    settings: Settings, stored_secret: Callable[[str], str | None] = lambda provider: None
+) -> dict[str, MakerWebhooks]:
     """The verifiers of the makers whose service client (HEALTHLEDGER_OAUTH_CLIENTS) is
-    set: their notifications are signed with its secret, where the maker signs them."""
+    set: their notifications are signed with its secret, where the maker signs them, or
+    with the key the maker gave when our webhook was made (`stored_secret`, by maker)."""
     found: dict[str, MakerWebhooks] = {}
     oura = settings.oauth_clients.get("oura")
     if oura is not None:
@@ -45,11 +50,24 @@ def maker_webhooks(settings: Settings) -> dict[str, MakerWebhooks]:
     if whoop is not None:
         # Signed with the client secret (docs/makers/whoop.md#webhooks-in).
         found["whoop_v2"] = WhoopWebhooks(whoop.client_secret.get_secret_value())
-    polar_secret = settings.polar_webhook_signature_secret
-    if "polar" in settings.oauth_clients and polar_secret is not None:
-        # Signed with the secret Polar gave when our webhook was created
+    garmin = settings.oauth_clients.get("garmin")
+    if garmin is not None:
+        # Not signed: our consumer key in its header, pings fetched only from Garmin's
+        # API with our own token (docs/makers/garmin.md#pushes-and-pings).
+        found["garmin"] = GarminWebhooks(garmin.client_id)
+    if "polar" in settings.oauth_clients:
+        # Signed with the key Polar gave when `makers subscribe` made our webhook, read
+        # at each notification; else the setting, for a webhook made by hand
         # (docs/makers/polar.md#webhooks-in).
-        found["polar"] = PolarWebhooks(polar_secret.get_secret_value())
+        by_hand = settings.polar_webhook_signature_secret
+
+        def polar_secret() -> str | None:
+            stored = stored_secret("polar")
+            if stored is not None:
+                return stored
+            return None if by_hand is None else by_hand.get_secret_value()
+
+        found["polar"] = PolarWebhooks(polar_secret)
     return found
 
 

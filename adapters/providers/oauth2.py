@@ -23,6 +23,7 @@ import base64
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 from typing import Any
 from urllib.parse import quote_plus, urlencode
@@ -237,8 +238,15 @@ class OAuth2Maker:
             raise ProviderError(NON_RETRIABLE, _MUST_RECONNECT, TOKEN_REFRESH_FAILED)
         form = {"grant_type": "refresh_token", "refresh_token": refresh_token}
         try:
-            fresh = tokens_of(
+            answered = tokens_of(
                 self.token_request(self.refresh_client(stored), form), now, refresh_token
+            )
+            # A refresh answer without a scope grants the one asked (RFC 6749 6): the
+            # stored grant's; and the maker's id of the person stays with the grant.
+            fresh = replace(
+                answered,
+                scope=stored.tokens.scope if answered.scope is None else answered.scope,
+                account=stored.tokens.account,
             )
         except TokenEndpointError as exc:
             if exc.kind in ("refused", "malformed"):

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+from healthledger.adapters.providers.maker_subscriptions import SubscriptionFailed, body, call
 from healthledger.adapters.providers.oura_webhooks import RESOURCES
 
 SUBSCRIPTION_PATH = "/v2/webhook/subscription"
@@ -22,10 +23,6 @@ SUBSCRIPTION_PATH = "/v2/webhook/subscription"
 # keep: the day's other documents are read again at the next sync).
 EVENT_TYPES = ("create", "update")
 RENEW_WITHIN = timedelta(days=7)
-
-
-class SubscriptionFailed(Exception):
-    """Oura refused or could not be reached: the message says which step (no secret)."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +92,4 @@ def _call(
     step: str,
     json: Any = None,
 ) -> Any:
-    try:
-        answer = http.request(method, url, headers=headers, json=json)
-    except httpx.HTTPError as exc:
-        raise SubscriptionFailed(f"Oura could not be reached ({step}).") from exc
-    if answer.status_code >= 400:
-        raise SubscriptionFailed(f"Oura answered {answer.status_code} ({step}).")
-    return answer.json() if answer.content else None
+    return body(call(http, "Oura", method, url, step, headers=headers, json=json), "Oura", step)

@@ -36,7 +36,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 from uuid import UUID
@@ -54,9 +54,14 @@ from healthledger.adapters.providers.maker_api import (
     scope_availability,
     utc_iso,
 )
-from healthledger.adapters.providers.oauth2 import TOKEN_REFRESH_FAILED, CustomClient
+from healthledger.adapters.providers.oauth2 import (
+    TOKEN_REFRESH_FAILED,
+    CustomClient,
+    revocation_answer,
+)
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     OAuthClient,
@@ -69,6 +74,13 @@ from healthledger.domain.ledger import Clock
 HISTORY_DAYS = 28  # sleep and nightly recharge: Polar's documented 28 days
 TEXTS = MakerTexts.of("Polar")
 SCOPE = "accesslink.read_all"
+# AccessLink's answers that are no failure: 201 a transaction opened, 204 nothing new (or
+# committed); the others as the shared session maps them (401: the grant gone, for
+# Polar's tokens have no refresh).
+ANSWERED = frozenset({200, 201, 204})
+# Polar's answers to a deregistration of a person it no longer has for us: done already.
+GONE = frozenset({401, 404})
+_NO_DEREGISTRATION = "Polar could not be reached to deregister the person; it will be tried again."
 # Open transactions kept for the pulls running now (a few kinds per connection).
 OPEN_TRANSACTIONS = 256
 # How long an open transaction is shared by the resources that read it: one round of
@@ -85,14 +97,24 @@ KINDS: dict[str, tuple[str, str, frozenset[str]]] = {
     "physical": (
         "physical-information-transactions",
         "physical-informations",
-        frozenset({"profile"}),
+        frozenset({"profile", "body", "weight"}),
     ),
 }
 KIND_OF = {resource: kind for kind, (_, _, readers) in KINDS.items() for resource in readers}
 # What we read; the catalog's other Polar resources are unavailable.
 SCOPES = {
     resource: SCOPE
-    for resource in ("workouts", "activity", "steps", "profile", "sleep", "hrv", "respiratory_rate")
+    for resource in (
+        "workouts",
+        "activity",
+        "steps",
+        "profile",
+        "body",
+        "weight",
+        "sleep",
+        "hrv",
+        "respiratory_rate",
+    )
 }
 # Polar's sport names (exercise `sport`, `detailed-sport-info`) -> our sport slugs.
 SPORTS = {
@@ -177,9 +199,11 @@ class PolarReader(MakerReader):
         served to us only once registered). A registration Polar cannot take now leaves
         it to the first pull: the sign-in stands."""
         grant = super().exchange(code, redirect_uri, client, code_verifier)
-        if grant.tokens is not None:
-            self.register(grant.tokens.access_token)
-        return grant
+        if grant.tokens is None:
+            return grant
+        self.register(grant.tokens.access_token)
+        # The Polar user id stays with the grant: deregistering names it (`revoke`).
+        return replace(grant, tokens=replace(grant.tokens, account=grant.external_user_id))
 
     def register(self, access_token: str) -> bool:
         """`POST /v3/users` with a member id of ours (random: Polar only needs it unique
@@ -195,6 +219,24 @@ class PolarReader(MakerReader):
         except httpx.HTTPError:
             return False
         return response.status_code in (200, 201, 409)
+
+    def revoke(self, team_id: UUID, client_id: str, tokens: ProviderTokens) -> None:
+        """Polar's deregistration (ADR 0030): `DELETE /v3/users/{user-id}` with the
+        person's token ends our access to their data and the token. The user id is the
+        one kept with the grant at the sign-in (a grant from before has none: nothing to
+        name, nothing asked). Done on 204; a 401 or 404 is a person gone already; 429, 5xx
+        and Polar out of reach are tried again later (revocation.py)."""
+        if not tokens.account:
+            return
+        try:
+            response = self.http.delete(
+                f"{self.api_url}/v3/users/{tokens.account}",
+                headers={"Authorization": f"Bearer {tokens.access_token}"},
+                timeout=self.api_timeout,
+            )
+        except httpx.HTTPError:
+            raise ProviderError("transport_failure", _NO_DEREGISTRATION) from None
+        revocation_answer(response.status_code, gone=GONE)
 
     def availability(
         self, resources: Sequence[str], grant: OAuthGrant | None = None
@@ -227,6 +269,8 @@ class PolarReader(MakerReader):
             return _activity(records, start, end)
         if resource == "steps":
             return _steps(session, records, start, end)
+        if resource in ("body", "weight"):
+            return _weight(resource, records, start, end)
         return _profile(records, start, end)
 
     def transaction(self, session: _Session, kind: str) -> _Transaction:
@@ -283,47 +327,16 @@ class _Session(MakerSession):
             raise ProviderError(NON_RETRIABLE, TEXTS.must_reconnect, TOKEN_REFRESH_FAILED)
         return f"{self.reader.api_url}/v3/users/{account}"
 
-    def send(self, method: str, url: str) -> httpx.Response:
-        """A POST or PUT of the transactions' flow; its answer when 2xx. The failures as
-        the shared `get` maps them (429 and 5xx passing; 401 the grant gone: Polar's
-        tokens have no refresh, so `renew` ends in token_refresh_failed)."""
-        renewed = False
-        while True:
-            token = self.token()
-            try:
-                response = self.reader.http.request(
-                    method,
-                    url,
-                    timeout=self.timeout,
-                    headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                )
-            except httpx.HTTPError:
-                raise ProviderError("transport_failure", TEXTS.unreachable) from None
-            status = response.status_code
-            if 200 <= status < 300:
-                return response
-            if status == 429:
-                raise ProviderError("provider_rate_limit_exceeded", TEXTS.rate_limited)
-            if status >= 500:
-                raise TEXTS.broken()
-            if status == 401 and not renewed:
-                renewed = True
-                self.renew(token)
-                continue
-            if status == 401:
-                raise ProviderError(NON_RETRIABLE, TEXTS.must_reconnect, TOKEN_REFRESH_FAILED)
-            raise ProviderError(NON_RETRIABLE, TEXTS.refused)
-
     def open_transaction(self, kind: str) -> httpx.Response:
         """POST the transaction; a person Polar does not know (404: not registered, a
         sign-in whose registration failed) is registered, then asked again."""
         url = f"{self.user_path()}/{KINDS[kind][0]}"
         try:
-            return self.send("POST", url)
+            return self.send("POST", url, done=ANSWERED)
         except ProviderError as exc:
             if exc.message != TEXTS.refused or not self.reader.register(self.token()):
                 raise
-        return self.send("POST", url)
+        return self.send("POST", url, done=ANSWERED)
 
     def read_transaction(self, kind: str) -> _Transaction:
         """Open a transaction and read every record it lists (Polar lists them all at
@@ -356,14 +369,14 @@ class _Session(MakerSession):
         """PUT the transaction. One Polar no longer has (expired, replaced by a newer one)
         is nothing to commit: its records come again in the next transaction."""
         try:
-            self.send("PUT", f"{self.user_path()}/{KINDS[kind][0]}/{transaction_id}")
+            self.send("PUT", f"{self.user_path()}/{KINDS[kind][0]}/{transaction_id}", done=ANSWERED)
         except ProviderError as exc:
             if exc.message != TEXTS.refused:
                 raise
 
     def nightly(self, path: str, key: str) -> list[dict[str, Any]]:
         """The last 28 nights of `/v3/users/<path>` (no transaction: nothing to commit)."""
-        response = self.send("GET", f"{self.reader.api_url}/v3/users/{path}")
+        response = self.send("GET", f"{self.reader.api_url}/v3/users/{path}", done=ANSWERED)
         if response.status_code == 204:
             return []
         found = _json(response).get(key)
@@ -529,6 +542,27 @@ def _profile(records: Iterable[dict[str, Any]], start: date, end: date) -> dict[
         day = created.date()
         if start <= day <= end and record.get("height") is not None:
             found[day] = {"height": record.get("height"), "calendar_date": day.isoformat()}
+    return dict(sorted(found.items()))
+
+
+def _weight(
+    resource: str, records: Iterable[dict[str, Any]], start: date, end: date
+) -> dict[date, Any]:
+    """The weight the person set in Polar Flow (or a scale synced to it), on the day it
+    was set: a body summary, or a weight sample at that instant."""
+    found: dict[date, Any] = {}
+    for record in records:
+        created = instant(record.get("created"))
+        weight = record.get("weight")
+        if created is None or not isinstance(weight, int | float):
+            continue
+        day = created.date()
+        if not start <= day <= end:
+            continue
+        if resource == "weight":
+            found[day] = [{"timestamp": utc_iso(created), "value": weight, "unit": "kg"}]
+        else:
+            found[day] = {"calendar_date": day.isoformat(), "weight": weight, "fat": None}
     return dict(sorted(found.items()))
 
 

@@ -1,11 +1,14 @@
 """Polar's webhooks in: AccessLink's signed notifications behind the `MakerWebhooks` port
 (domain/connections/maker_notices.py; docs/makers/polar.md#webhooks-in).
 
-- The webhook. Created once per application at Polar (`POST /v3/webhooks`, client
-  authentication), which answers its `signature_secret_key`: a setting
-  (`HEALTHLEDGER_POLAR_WEBHOOK_SIGNATURE_SECRET`); unset, no Polar notification is taken.
-  Polar has no GET handshake: it POSTs a signed `PING` when the webhook is created, which
-  we acknowledge and which names nothing.
+- The webhook. Created once per application at Polar by `healthledger makers subscribe`
+  (polar_subscriptions.py), which keeps the `signature_secret_key` Polar answers sealed
+  (adapters/persistence/keys/maker_webhook_secrets.py). The key is read for each
+  notification: the stored one, else the setting
+  `HEALTHLEDGER_POLAR_WEBHOOK_SIGNATURE_SECRET` (a webhook made by hand); with neither,
+  every notification is refused (401). Polar has no GET handshake: it POSTs a `PING`
+  when the webhook is created, before it answers the key, which we acknowledge and which
+  names nothing.
 - Notifications. A POST of `{"event", "user_id", "entity_id", "timestamp", "url"}`,
   signed in `Polar-Webhook-Signature`: HMAC-SHA256 of the raw body under the signature
   secret, hex. Polar's signature carries no time, so a replayed notification verifies:
@@ -27,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from healthledger.adapters.providers.maker_api import instant
@@ -57,12 +60,13 @@ def sign(secret: str, body: bytes) -> str:
 
 
 class PolarWebhooks:
-    """The MakerWebhooks of Polar, for the webhook whose signature secret Polar gave."""
+    """The MakerWebhooks of Polar, for the webhook whose signature secret Polar gave:
+    `signature_secret` is the key itself or what reads it at each notification."""
 
     provider = PROVIDER
 
-    def __init__(self, signature_secret: str) -> None:
-        self._secret = signature_secret
+    def __init__(self, signature_secret: str | Callable[[], str | None]) -> None:
+        self._secret = signature_secret if callable(signature_secret) else lambda: signature_secret
 
     def challenge(
         self, method: str, query: Mapping[str, str], headers: Mapping[str, str]
@@ -71,14 +75,25 @@ class PolarWebhooks:
 
     def notices(self, headers: Mapping[str, str], body: bytes, now: datetime) -> list[MakerNotice]:
         signature = headers.get(SIGNATURE, "").strip().lower()
-        if not signature or not hmac.compare_digest(
-            signature.encode(), sign(self._secret, body).encode()
-        ):
-            raise NoticeRefused()
+        secret = self._secret()
+        verified = (
+            bool(signature)
+            and secret is not None
+            and hmac.compare_digest(signature.encode(), sign(secret, body).encode())
+        )
         try:
             parsed = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if not verified:
+                raise NoticeRefused() from exc
             raise NoticeMalformed() from exc
+        if not verified:
+            # Polar PINGs the URL before it answers the webhook's key, and makes the
+            # webhook only if we answer 200: a PING names nothing, so it is acknowledged
+            # unverified. Anything else not signed with the key is refused.
+            if isinstance(parsed, dict) and parsed.get("event") == PING:
+                return []
+            raise NoticeRefused()
         if not isinstance(parsed, dict) or not isinstance(parsed.get("event"), str):
             raise NoticeMalformed()
         event = parsed["event"]

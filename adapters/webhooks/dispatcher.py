@@ -21,10 +21,11 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -61,6 +62,7 @@ from healthledger.domain.webhooks.deliveries import (
 )
 from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE
 from healthledger.domain.webhooks.endpoints import FAILING_TOO_LONG as DISABLED_FAILING
+from healthledger.domain.webhooks.event_destinations import EventDestination, Route, route_for
 from healthledger.domain.webhooks.event_types import subscribed
 from healthledger.domain.webhooks.management import WebhookEndpoints
 from sqlalchemy import select
@@ -75,7 +77,8 @@ ANNOUNCING_EVENTS: tuple[type, ...] = tuple(e for e in audited_events() if e.ANN
 ANNOUNCING_TOPICS: tuple[str, ...] = tuple(topic_of(cls) for cls in ANNOUNCING_EVENTS)
 # What a commit may hold that gives the dispatcher work at once (`gives_work`): an event
 # to announce, or a redelivery that makes a delivery due again.
-_WORK_EVENTS = (*ANNOUNCING_EVENTS, WebhookDelivery.Replayed)
+# A resumed event destination has its kept messages to publish (issue 35).
+_WORK_EVENTS = (*ANNOUNCING_EVENTS, WebhookDelivery.Replayed, EventDestination.Resumed)
 _KEY_ACTOR = "team_api_key:"
 # Users created by anything but a team API key (the CLI, a bootstrap) belong here.
 _USER_AGENT = "healthledger-webhooks/1"
@@ -87,6 +90,10 @@ LEASE_TIMEOUTS = 4
 # Tries to record one attempt against other writers of the same delivery (a redelivery,
 # a sender whose lease ran out) before it is logged as lost.
 RECORD_TRIES = 5
+
+
+# A team environment's event destinations with their routing tables (issue 35).
+RoutedDestinations = Callable[[UUID, str], list[tuple[UUID, list[Route]]]]
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,7 @@ class Dispatcher:
         senders: int = 16,
         lease: timedelta = DEFAULT_LEASE,
         leases: DeliveryLeases | None = None,
+        routed_destinations: RoutedDestinations | None = None,
     ) -> None:
         if lease < LEASE_TIMEOUTS * timeout:
             raise ValueError(f"a delivery's lease must be at least {LEASE_TIMEOUTS} POST timeouts")
@@ -127,6 +135,10 @@ class Dispatcher:
         self.timeout = timeout
         self.lease = lease
         self.leases = leases or DeliveryLeases(recorder.db)
+        # A team environment's event destinations and their routing tables (issue 35):
+        # the outbox records their deliveries beside the endpoints'; the brokers'
+        # publisher (`adapters/brokers/publisher.py`) sends them.
+        self.routed_destinations = routed_destinations
         # This sender's name on its leases (and in its records' request ids): the process
         # and this dispatcher, so that an operator can tell whose claim a lease is.
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -166,57 +178,118 @@ class Dispatcher:
         ctx = CommandContext.system(SCHEDULER)
         now = self.clock()
         deliveries: list[WebhookDelivery] = []
-        # A team environment's endpoints, read once per round (a round is one transaction).
-        endpoints: dict[tuple[UUID, str], list[tuple[UUID, list[str]]]] = {}
+        # A team environment's endpoints and destinations, each with whether it receives
+        # an event type, read once per round (a round is one transaction).
+        endpoints: dict[tuple[UUID, str, bool], list[tuple[UUID, Callable[[str], bool]]]] = {}
+        events = [attributed(self.ledger.mapper.to_domain_event(n)) for n in notifications]
+        # The round's streams, and its users' environments and keys, read at once (a few
+        # queries a round instead of some per event: issue 35's publishing rate).
+        streams = self.ledger.find_many(list(dict.fromkeys(e.originator_id for e in events)))
+        announced = [
+            (notification, event, found)
+            for notification, event in zip(notifications, events, strict=True)
+            for found in announcements(
+                event,
+                streams.get(event.originator_id),
+                self.rules_at(event.timestamp),
+                self.payloads.is_critical,
+            )
+        ]
+        people = {found.user_id for *_, found in announced if found.user_id is not None}
+        self._remember_environments(people)
         # The users' keyed digests the message ids are derived with, once per user a round.
-        digests: dict[UUID, UsersDigest | None] = {}
-        for notification in notifications:
-            event = attributed(self.ledger.mapper.to_domain_event(notification))
-            stream = self.ledger.find(event.originator_id)
-            rules = self.rules_at(event.timestamp)
-            for found in announcements(event, stream, rules, self.payloads.is_critical):
+        digests = self._users_digests(people)
+        for notification, event, found in announced:
+            if found.user_id is None:
+                # A team-level type: to the team environment's endpoints only (never
+                # its event destinations), its message id keyed with no user's key.
+                environment = found.environment
+            else:
                 environment = self.environment_of(found.user_id)
                 if environment is None and found.event_type == USER_ERASED:
-                    # The one message about an erased user: it carries nothing personal,
-                    # and it is what tells a receiver's mirror to forget the user.
+                    # The one message about an erased user: it carries nothing
+                    # personal, and it tells a receiver's mirror to forget the user.
                     environment = self.environment_at_creation(found.user_id)
-                if environment is None:
+            if environment is None:
+                continue
+            key = (found.team_id, environment, found.user_id is None)
+            if key not in endpoints:
+                endpoints[key] = self.recipients(*key)
+            for endpoint_id, receives in endpoints[key]:
+                if not receives(found.event_type):
                     continue
-                key = (found.team_id, environment)
-                if key not in endpoints:
-                    endpoints[key] = self.queries.enabled_endpoints(*key)
-                if found.user_id not in digests:
-                    digests[found.user_id] = self._users_digest(found.user_id)
-                for endpoint_id, filter_types in endpoints[key]:
-                    if not subscribed(filter_types, found.event_type):
-                        continue
-                    deliveries.append(
-                        WebhookDelivery.create(
-                            ctx,
-                            now,
-                            endpoint_id=endpoint_id,
-                            team_id=found.team_id,
-                            user_id=found.user_id,
-                            event_type=found.event_type,
-                            source_id=event.originator_id,
-                            source_version=event.originator_version,
-                            source_timestamp=event.timestamp,
-                            day=found.day,
-                            log_position=notification.id,
-                            users_digest=digests[found.user_id],
-                        )
+                deliveries.append(
+                    WebhookDelivery.create(
+                        ctx,
+                        now,
+                        endpoint_id=endpoint_id,
+                        team_id=found.team_id,
+                        user_id=found.user_id,
+                        event_type=found.event_type,
+                        source_id=event.originator_id,
+                        source_version=event.originator_version,
+                        source_timestamp=event.timestamp,
+                        day=found.day,
+                        log_position=notification.id,
+                        users_digest=(
+                            None if found.user_id is None else digests.get(found.user_id)
+                        ),
                     )
+                )
         try:
             self.ledger.save(*deliveries, tracking=Tracking(TRACKING_NAME, upto))
         except IntegrityError:
             return 0  # another dispatcher recorded this stretch of the log first
         return len(notifications) or 1
 
-    def _users_digest(self, user_id: UUID) -> UsersDigest | None:
-        """The user's keyed digest a message id is derived with (ADR 0028); None once the
-        key is destroyed (only `user.erased` is recorded then)."""
-        cipher = self.payloads.key_store.cipher(user_id)
-        return None if cipher is None else cipher.digest
+    def recipients(
+        self, team_id: UUID, environment: str, endpoints_only: bool = False
+    ) -> list[tuple[UUID, Callable[[str], bool]]]:
+        """The team environment's enabled endpoints and live event destinations, each
+        with whether it receives an event type (its filters; a destination's routes).
+        `endpoints_only`: for a team-level type, which no destination is sent."""
+        found: list[tuple[UUID, Callable[[str], bool]]] = [
+            (endpoint_id, partial(subscribed, filter_types))
+            for endpoint_id, filter_types in self.queries.enabled_endpoints(team_id, environment)
+        ]
+        if self.routed_destinations is not None and not endpoints_only:
+            found.extend(
+                (destination_id, partial(_routed, routes))
+                for destination_id, routes in self.routed_destinations(team_id, environment)
+            )
+        return found
+
+    def _users_digests(self, user_ids: Collection[UUID]) -> dict[UUID, UsersDigest]:
+        """The users' keyed digests a message id is derived with (ADR 0028), their keys
+        read in one query; a user without one (its key destroyed: only `user.erased` is
+        recorded then) is left out."""
+        if not user_ids:
+            return {}
+        key_store = self.payloads.key_store
+        keys = key_store.tables.keys
+        with self.recorder.db.read() as conn:
+            rows = conn.execute(
+                select(keys.c.user_id, keys.c.wrapped_key).where(keys.c.user_id.in_(user_ids))
+            ).all()
+        found: dict[UUID, UsersDigest] = {}
+        for row in rows:
+            cipher = key_store.cipher_of(row.user_id, bytes(row.wrapped_key))
+            if cipher is not None:
+                found[row.user_id] = cipher.digest
+        return found
+
+    def _remember_environments(self, user_ids: Collection[UUID]) -> None:
+        """`environment_of` for these users, the ones not remembered yet read in one
+        query (an erased user, who has no row, is read again by `environment_of`)."""
+        missing = [user_id for user_id in user_ids if user_id not in self._environments]
+        if not missing:
+            return
+        with self.recorder.db.read() as conn:
+            rows = conn.execute(
+                select(users.c.user_id, users.c.environment).where(users.c.user_id.in_(missing))
+            ).all()
+        for row in rows:
+            self._environments[row.user_id] = row.environment or DEFAULT_ENVIRONMENT
 
     @staticmethod
     def gives_work(event: object) -> bool:
@@ -281,7 +354,8 @@ class Dispatcher:
         targets: dict[UUID, tuple[str, list[str]] | None] = {}
         work: list[tuple[Any, str, list[str], bytes]] = []
         dropped: list[tuple[Any, str]] = []
-        for row in rows:
+        # The rows hold their types sealed (ADR 0028): opened with the users' keys, once.
+        for row, event_type in zip(rows, self.payloads.event_types(rows), strict=True):
             if row.endpoint_id not in targets:
                 targets[row.endpoint_id] = self._target(row.endpoint_id)
             target = targets[row.endpoint_id]
@@ -289,14 +363,8 @@ class Dispatcher:
                 dropped.append((row, "endpoint disabled or deleted"))
                 continue
             if row.message_id not in bodies:
-                bodies[row.message_id] = self.payloads.build(
-                    event_type=row.event_type,
-                    user_id=row.user_id,
-                    team_id=row.team_id,
-                    source_id=row.source_id,
-                    source_version=row.source_version,
-                    day=row.day,
-                )
+                built = None if event_type is None else self.payloads.of_delivery(row, event_type)
+                bodies[row.message_id] = built
             body = bodies[row.message_id]
             if body is None:
                 dropped.append((row, "user erased"))
@@ -409,8 +477,11 @@ class Dispatcher:
         is recorded on its own, on a fresh copy, so that no POST made goes unrecorded. The
         deliveries on which something was recorded."""
         batch = []
+        # The batch's deliveries in two queries (streams and snapshots), not one each: a
+        # round of a broker's publisher records hundreds at once (issue 35).
+        found = self.ledger.find_many([row.delivery_id for row, _record in records])
         for row, record in records:
-            delivery = self.ledger.find(row.delivery_id)
+            delivery = found.get(row.delivery_id)
             if isinstance(delivery, WebhookDelivery) and record(delivery):
                 batch.append(delivery)
         if not batch:
@@ -439,9 +510,14 @@ class Dispatcher:
 
 
 def attempt_recorder(
-    ctx: CommandContext, now: datetime, result: PostResult, attempt: int | None = None
+    ctx: CommandContext,
+    now: datetime,
+    result: PostResult,
+    attempt: int | None = None,
+    endless: bool = False,
 ) -> Callable[[WebhookDelivery], bool]:
-    """The outcome of a POST, completing its started `attempt` (None: one not started)."""
+    """The outcome of a POST (or a publish), completing its started `attempt` (None: one
+    not started); `endless`: retried past the schedule (`record_attempt`)."""
 
     def record(delivery: WebhookDelivery) -> bool:
         # Whatever the delivery's state: the POST happened.
@@ -454,6 +530,7 @@ def attempt_recorder(
             error=result.error,
             retry_after=result.retry_after,
             final=result.gone,
+            endless=endless,
         )
         return True
 
@@ -485,6 +562,10 @@ def drop_recorder(
         return True
 
     return record
+
+
+def _routed(routes: Sequence[Route], event_type: str) -> bool:
+    return route_for(routes, event_type) is not None
 
 
 def _ms(started: float) -> float:

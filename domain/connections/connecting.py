@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -88,31 +89,74 @@ class Connections:
         sealed = self.vault.seal(user_id, f"demo-{provider}-{user_id.hex[:12]}")
         availability = self.pulls.adapter_for(provider, True).availability(resources)
         now = self.clock()
+        connection = self.connected(
+            ctx, now, team_id, user_id, provider, sealed, availability, demo=True
+        )
+        if demo_failures:
+            connection.configure_demo_failures(ctx, now, dict(demo_failures))
+        feeds = self.pulls.schedule(ctx, connection, user, resources, now)
+        return PreparedConnection(connection, feeds)
+
+    def connected(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        team_id: UUID,
+        user_id: UUID,
+        provider: str,
+        sealed_external_user_id: str | None,
+        availability: dict[str, Any],
+        *,
+        demo: bool,
+    ) -> Connection:
+        """The user's connection of `provider`, new or reconnected (its event pending,
+        unsaved): how every way of connecting records it."""
         connection = self.ledger.find(Connection.id_for(user_id, provider))
         if connection is None:
-            connection = Connection.connect_new(
+            return Connection.connect_new(
                 ctx,
                 now,
                 user_id=user_id,
                 team_id=team_id,
                 provider=provider,
-                sealed_external_user_id=sealed,
+                sealed_external_user_id=sealed_external_user_id,
                 resource_availability=availability,
-                demo=True,
+                demo=demo,
             )
-        else:
-            assert isinstance(connection, Connection)
-            connection.reconnect(
-                ctx,
-                now,
-                sealed_external_user_id=sealed,
-                resource_availability=availability,
-                demo=True,
-            )
-        if demo_failures:
-            connection.configure_demo_failures(ctx, now, dict(demo_failures))
-        feeds = self.pulls.schedule(ctx, connection, user, resources, now)
-        return PreparedConnection(connection, feeds)
+        assert isinstance(connection, Connection)
+        connection.reconnect(
+            ctx,
+            now,
+            sealed_external_user_id=sealed_external_user_id,
+            resource_availability=availability,
+            demo=demo,
+        )
+        return connection
+
+    def connect_manual(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        user_id: UUID,
+        provider: str,
+        external_user_id: str | None,
+        availability: dict[str, Any],
+    ) -> Connection:
+        """Connect a provider whose data the person's phone sends (an SDK or app
+        provider: Apple Health, Health Connect, a Bluetooth device): nothing to pull, so
+        no pulls are scheduled. `external_user_id`, the SDK's id for the person, is
+        sealed. Raises UserNotFound or AlreadyConnected."""
+        self.users.load_live(team_id, user_id)
+        sealed = None if external_user_id is None else self.vault.seal(user_id, external_user_id)
+        now = self.clock()
+        connection = self.connected(
+            ctx, now, team_id, user_id, provider, sealed, availability, demo=False
+        )
+        try:
+            self.ledger.save(connection)
+        except IntegrityError as exc:
+            raise AlreadyConnected() from exc
+        return connection
 
     def deregister(self, ctx: CommandContext, team_id: UUID, user_id: UUID, provider: str) -> None:
         self.users.load_live(team_id, user_id)

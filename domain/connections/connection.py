@@ -18,6 +18,7 @@ from eventsourcing.domain import Aggregate
 from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
 CONNECTED = "connected"
 ERROR = "error"
@@ -41,18 +42,22 @@ class NotConnected(LedgerError):
         super().__init__("The user has no connection to this provider.")
 
 
-class Connection(Audited):
+class Connection(Audited, created_event_name="Created"):
     TOPIC = "healthledger:Connection"
     USER_STREAM = UserStream("connection", read_models=("read_model:connections",))
 
     class Event(Audited.Event):
         pass
 
-    class Created(Event, Aggregate.Created):
-        """The first connection of this user to this provider."""
+    class CreatedV1(Event, Aggregate.Created):
+        """The first connection, as recorded before its facts were sealed: the provider
+        and the resource availability in clear (they say which device the person uses,
+        a glucose monitor: a health fact). Recorded no more; the service's start redacts
+        those stored into `Created` (ADR 0028, ADR 0032)."""
 
         TOPIC = "healthledger:Connection.Created.v1"
         ANNOUNCES = ("provider.connection.created",)
+        SUPERSEDED_BY = "healthledger:Connection.Created.v2"
         PERSONAL_FIELDS = ("sealed_external_user_id",)
         user_id: UUID
         team_id: UUID
@@ -61,24 +66,51 @@ class Connection(Audited):
         resource_availability: dict[str, Any]
         demo: bool
 
-    class Reconnected(Event):
-        """Connected again after a deregistration."""
+    class Created(Event, Aggregate.Created):
+        """The first connection of this user to this provider. The provider and the
+        resource availability are stored sealed with the user's key (SEALED_FACTS)."""
+
+        TOPIC = "healthledger:Connection.Created.v2"
+        ANNOUNCES = ("provider.connection.created",)
+        SEALED_FACTS = {"provider": ERASED_PLACEHOLDER, "resource_availability": {}}
+        PERSONAL_FIELDS = ("sealed_external_user_id", *SEALED_FACTS)
+        user_id: UUID
+        team_id: UUID
+        provider: str
+        sealed_external_user_id: str | None
+        resource_availability: dict[str, Any]
+        demo: bool
+
+    class ReconnectedV1(Event):
+        """Connected again after a deregistration, as recorded before the resource
+        availability was sealed. Recorded no more; redacted into `Reconnected`."""
 
         TOPIC = "healthledger:Connection.Reconnected.v1"
         ANNOUNCES = ("provider.connection.created",)
+        SUPERSEDED_BY = "healthledger:Connection.Reconnected.v2"
         PERSONAL_FIELDS = ("sealed_external_user_id",)
         sealed_external_user_id: str | None
         resource_availability: dict[str, Any]
         demo: bool
 
         def apply(self, connection: Connection) -> None:
-            connection.demo = self.demo
-            _connect(
-                connection,
-                self.timestamp,
-                self.sealed_external_user_id,
-                self.resource_availability,
-            )
+            _reconnect(connection, self)
+
+    class Reconnected(Event):
+        """Connected again after a deregistration; the resource availability stored
+        sealed with the user's key, whom it names for that."""
+
+        TOPIC = "healthledger:Connection.Reconnected.v2"
+        ANNOUNCES = ("provider.connection.created",)
+        SEALED_FACTS = {"resource_availability": {}}
+        PERSONAL_FIELDS = ("sealed_external_user_id", *SEALED_FACTS)
+        user_id: UUID
+        sealed_external_user_id: str | None
+        resource_availability: dict[str, Any]
+        demo: bool
+
+        def apply(self, connection: Connection) -> None:
+            _reconnect(connection, self)
 
     class Deregistered(Event):
         TOPIC = "healthledger:Connection.Deregistered.v1"
@@ -123,12 +155,26 @@ class Connection(Audited):
         def apply(self, connection: Connection) -> None:
             connection.status = PAUSED
 
+    class PausedByTeam(Event):
+        """The team paused the connection's ingestion (a bulk pause): it stays paused,
+        whatever the user's ingestion bounds say, until the person connects again."""
+
+        TOPIC = "healthledger:Connection.PausedByTeam.v1"
+        ANNOUNCES = ()
+
+        def apply(self, connection: Connection) -> None:
+            connection.status = PAUSED
+            connection.paused_by_team = True
+
     class Resumed(Event):
         TOPIC = "healthledger:Connection.Resumed.v1"
         ANNOUNCES = ()
 
         def apply(self, connection: Connection) -> None:
             connection.status = CONNECTED
+
+    # Set by `_connect`; the default for a snapshot taken before a team could pause.
+    paused_by_team = False
 
     def __init__(
         self,
@@ -207,13 +253,15 @@ class Connection(Audited):
         resource_availability: dict[str, Any],
         demo: bool,
     ) -> None:
-        # Connecting again is how a user repairs a connection in error.
-        if self.status in (CONNECTED, PAUSED):
+        # Connecting again is how a user repairs a connection in error, or ends a team's
+        # pause of it.
+        if self.status == CONNECTED or (self.status == PAUSED and not self.paused_by_team):
             raise AlreadyConnected()
         self.record(
             ctx,
             now,
             self.Reconnected,
+            user_id=self.user_id,
             sealed_external_user_id=sealed_external_user_id,
             resource_availability=resource_availability,
             demo=demo,
@@ -238,8 +286,13 @@ class Connection(Audited):
             self.record(ctx, now, self.Paused)
 
     def resume(self, ctx: CommandContext, now: datetime) -> None:
-        if self.status == PAUSED:
+        # A team's pause is not the ingestion bounds' to lift.
+        if self.status == PAUSED and not self.paused_by_team:
             self.record(ctx, now, self.Resumed)
+
+    def pause_by_team(self, ctx: CommandContext, now: datetime) -> None:
+        if self.status in (CONNECTED, PAUSED) and not self.paused_by_team:
+            self.record(ctx, now, self.PausedByTeam)
 
 
 def _connect(
@@ -254,5 +307,13 @@ def _connect(
     connection.resource_availability = resource_availability
     connection.error_details = None
     connection.deregistered_at = None
+    connection.paused_by_team = False
     # A new connection period starts without the previous period's injected failures.
     connection.demo_failures = {}
+
+
+def _reconnect(connection: Connection, event: Any) -> None:
+    connection.demo = event.demo
+    _connect(
+        connection, event.timestamp, event.sealed_external_user_id, event.resource_availability
+    )

@@ -15,11 +15,12 @@ from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.connections.connecting import Connections, PreparedConnection
-from healthledger.domain.connections.connection import AlreadyConnected, Connection
+from healthledger.domain.connections.connection import AlreadyConnected
 from healthledger.domain.connections.link_tokens import (
     INVALID_TOKEN,
     REDIRECT,
@@ -49,6 +50,7 @@ from healthledger.domain.errors import (
 from healthledger.domain.keys import link_token_id
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.users.lifecycle import UserLifecycle
+from healthledger.domain.users.user import User
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,28 @@ class LinkTokens:
             raise LinkTokenRejected(INVALID_TOKEN)
         return token
 
+    def usable_for(
+        self, plain: str, provider: str, request_id: str
+    ) -> tuple[LinkToken, CommandContext, User]:
+        """The usable token whose text this is, when it offers `provider`, the context of
+        what its holder does with it, and its live user. Raises LinkTokenRejected (a user
+        deleted since the issue makes the token invalid) or InvalidRequest."""
+        token = self.genuine(plain)
+        ctx = CommandContext(actor=link_token_actor(token.id), request_id=request_id)
+        token.require_usable(self.clock())
+        offered = (
+            [token.provider]
+            if token.provider is not None
+            else token.filter_on_providers or self.provider_slugs
+        )
+        if provider not in self.provider_slugs or provider not in offered:
+            raise InvalidRequest("This provider is not offered by this link.", "provider")
+        try:
+            user = self.users.load_live(token.team_id, token.user_id)
+        except (UserNotFound, UserScheduledForDeletion) as exc:
+            raise LinkTokenRejected(INVALID_TOKEN) from exc
+        return token, ctx, user
+
     def connect_demo(
         self, plain: str, request_id: str, provider: str, resources: Sequence[str]
     ) -> LinkToken:
@@ -194,21 +218,8 @@ class LinkTokens:
         token, and the maker's authorization URL to send the browser to, whose `state`
         names the flow and whose PKCE challenge comes from the browser's new binding
         secret (which goes into the browser's cookie, and nowhere else)."""
-        token = self.genuine(plain)
-        ctx = CommandContext(actor=link_token_actor(token.id), request_id=request_id)
+        token, ctx, _ = self.usable_for(plain, provider, request_id)
         now = self.clock()
-        token.require_usable(now)
-        offered = (
-            [token.provider]
-            if token.provider is not None
-            else token.filter_on_providers or self.provider_slugs
-        )
-        if provider not in self.provider_slugs or provider not in offered:
-            raise InvalidRequest("This provider is not offered by this link.", "provider")
-        try:
-            self.users.load_live(token.team_id, token.user_id)
-        except (UserNotFound, UserScheduledForDeletion) as exc:
-            raise LinkTokenRejected(INVALID_TOKEN) from exc
         adapter = self._oauth_adapter(provider)
         binding = new_binding()
         flow = OAuthFlow.start(ctx, now, token, provider, binding)
@@ -291,43 +302,57 @@ class LinkTokens:
             pkce_verifier(binding, flow.id),
         )
         # The exchange took a round trip to the maker: the clock moves on.
+        return self.connect_granted(
+            ctx,
+            token,
+            user,
+            provider,
+            grant.external_user_id,
+            adapter.availability(resources, grant),
+            resources,
+            None
+            if grant.tokens is None or grant.client_id is None
+            else GrantToKeep(token.user_id, token.team_id, provider, grant.client_id, grant.tokens),
+        )
+
+    def connect_granted(
+        self,
+        ctx: CommandContext,
+        token: LinkToken,
+        user: User,
+        provider: str,
+        external_user_id: str | None,
+        availability: dict[str, Any],
+        resources: Sequence[str],
+        grant: GrantToKeep | None,
+    ) -> LinkToken:
+        """Connect `provider` for the token's user with what its maker granted (the
+        person's account there, sealed, and the grant to keep, sealed by the token
+        store), schedule its pulls and consume the token, in one transaction: the end of
+        every sign-in at a maker (OAuth, password, e-mail code). Raises LinkTokenRejected
+        (used meanwhile) or AlreadyConnected."""
         now = self.clock()
         sealed = (
             None
-            if grant.external_user_id is None
-            else self.connections.vault.seal(token.user_id, grant.external_user_id)
+            if external_user_id is None
+            else self.connections.vault.seal(token.user_id, external_user_id)
         )
-        availability = adapter.availability(resources, grant)
-        connection = self.ledger.find(Connection.id_for(token.user_id, provider))
-        if connection is None:
-            connection = Connection.connect_new(
-                ctx,
-                now,
-                user_id=token.user_id,
-                team_id=token.team_id,
-                provider=provider,
-                sealed_external_user_id=sealed,
-                resource_availability=availability,
-                demo=False,
-            )
-        else:
-            assert isinstance(connection, Connection)
-            connection.reconnect(
-                ctx,
-                now,
-                sealed_external_user_id=sealed,
-                resource_availability=availability,
-                demo=False,
-            )
+        connection = self.connections.connected(
+            ctx,
+            now,
+            token.team_id,
+            token.user_id,
+            provider,
+            sealed,
+            availability,
+            demo=False,
+        )
         feeds = self.connections.pulls.schedule(ctx, connection, user, resources, now)
         prepared = PreparedConnection(connection, feeds)
         token.consume(ctx, now, provider)
         kept: AbstractContextManager[None] = nullcontext()
-        if grant.tokens is not None and grant.client_id is not None:
-            kept = self.provider_tokens.kept_with(
-                connection.id,
-                GrantToKeep(token.user_id, token.team_id, provider, grant.client_id, grant.tokens),
-            )
+        if grant is not None:
+            kept = self.provider_tokens.kept_with(connection.id, grant)
         try:
             with kept:
                 self.ledger.save(*prepared.aggregates, token)

@@ -33,6 +33,12 @@ How to implement a maker's verifier (one module per maker, beside its reader, e.
   key; two different changes give two keys.
 - `deauthorized` is True for the maker's "the person revoked access" notice (the
   connection ends on our side; no sync).
+- `delivery` is for a maker that delivers the records themselves (Garmin's pushes, and
+  the callback URLs of its pings): what the reader needs to store them, in the maker's
+  own shape (the reader's `DeliveredByMaker.delivered` reads it). The maker may not send
+  it again (Garmin does not resend a push it got a 200 for): the intake seals it with
+  the person's key into the receipt before the answer, and the worker stores it. None
+  for a maker that only says what changed.
 - Never log, or put in an exception's message, anything from the body: the account id
   is personal data.
 """
@@ -42,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,9 @@ class MakerNotice:
     key: str
     # The maker says the person revoked our access: the connection ends.
     deauthorized: bool = False
+    # What the maker delivered with the notice, for its reader (JSON-serialisable);
+    # personal: sealed with the person's key when recorded, kept out of reprs.
+    delivery: Any = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from healthledger.domain.connections.pulling import Pulls, WindowNotSynced
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER, PersonalDataVault
 
 log = logging.getLogger("healthledger.maker_notices")
 
@@ -58,6 +59,10 @@ _DEAUTHORIZED = "The person revoked this app's access at the provider; connect a
 
 _NAMESPACE = uuid.UUID("0b6f2e1c-4d7a-5c39-8e1f-2a9d3c5b7e60")
 
+# Who records a maker's notice: a maker, unnamed (its name says which device the person
+# uses: sealed in the receipt). Notices recorded before ADR 0032 name it ("maker:oura").
+MAKER_ACTOR = "maker"
+
 # (provider, the maker's account id) -> the ids of the live connections of that account.
 ConnectionsOf = Callable[[str, str], Sequence[UUID]]
 # (provider, a notice's key) -> the service's keyed digest of it (a stream's name).
@@ -76,11 +81,33 @@ class NoticeReceipt(Audited, created_event_name="Received"):
     class Event(Audited.Event):
         pass
 
-    class Received(Event, Aggregate.Created):
-        """The maker told us; what it named, in our words (never its account id)."""
+    class ReceivedV1(Event, Aggregate.Created):
+        """The maker told us, as recorded before the maker and the resources it named
+        were sealed. Recorded no more; the service's start redacts those stored into
+        `Received` (ADR 0028, ADR 0032)."""
 
         TOPIC = "healthledger:NoticeReceipt.Received.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:NoticeReceipt.Received.v2"
+        user_id: UUID
+        team_id: UUID
+        connection_id: UUID
+        provider: str
+        # Our resource names; empty: every resource of the connection.
+        resources: list[str]
+        start: date
+        end: date
+        deauthorized: bool
+
+    class Received(Event, Aggregate.Created):
+        """The maker told us; what it named, in our words (never its account id). The
+        maker and the resources (a glucose monitor's glucose) are stored sealed with the
+        user's key (SEALED_FACTS, ADR 0032)."""
+
+        TOPIC = "healthledger:NoticeReceipt.Received.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"provider": ERASED_PLACEHOLDER, "resources": []}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
         user_id: UUID
         team_id: UUID
         connection_id: UUID
@@ -109,6 +136,20 @@ class NoticeReceipt(Audited, created_event_name="Received"):
             receipt.attempts = self.attempt
             receipt.taken_until = self.until
 
+    class Delivered(Event):
+        """What the maker delivered with the notice (a Garmin push's records, a ping's
+        callback URLs: MakerNotice.delivery), sealed with the user's key: recorded with
+        Received, in the same transaction, before the maker is answered, for the maker
+        does not send it again. Erased with the user (its key destroyed)."""
+
+        TOPIC = "healthledger:NoticeReceipt.Delivered.v1"
+        ANNOUNCES = ()
+        PERSONAL_FIELDS = ("sealed_delivery",)
+        sealed_delivery: str
+
+        def apply(self, receipt: NoticeReceipt) -> None:
+            receipt.sealed_delivery = self.sealed_delivery
+
     class Handled(Event):
         """Done: the window synced (what changed is the feeds' DailySynced, which
         announce it), the connection ended, or given up."""
@@ -122,6 +163,9 @@ class NoticeReceipt(Audited, created_event_name="Received"):
         def apply(self, receipt: NoticeReceipt) -> None:
             receipt.status = HANDLED
             receipt.outcome = self.outcome
+            # What was delivered is stored now (or given up): the log keeps it sealed,
+            # the aggregate (and the cache of aggregates) need not.
+            receipt.sealed_delivery = None
 
     def __init__(
         self,
@@ -152,11 +196,15 @@ class NoticeReceipt(Audited, created_event_name="Received"):
         self.attempts = 0
         self.taken_until: datetime | None = None
         self.outcome: str | None = None
+        self.sealed_delivery: str | None = None
 
     @staticmethod
     def id_for(name: str, connection_id: UUID) -> UUID:
         """The stream of the notice named `name` (keyed digest) about one connection."""
         return uuid.uuid5(_NAMESPACE, f"{name}\x1f{connection_id}")
+
+    def deliver(self, ctx: CommandContext, now: datetime, sealed_delivery: str) -> None:
+        self.record(ctx, now, self.Delivered, sealed_delivery=sealed_delivery)
 
     def take(self, ctx: CommandContext, now: datetime, lease: timedelta) -> None:
         self.record(ctx, now, self.Taken, attempt=self.attempts + 1, until=now + lease)
@@ -201,6 +249,7 @@ class MakerNotices:
         due_notices: DueNotices,
         lease: timedelta,
         max_attempts: int = 5,
+        vault: PersonalDataVault | None = None,
     ) -> None:
         self.ledger = ledger
         self.clock = clock
@@ -210,6 +259,9 @@ class MakerNotices:
         self.due_notices = due_notices
         self.lease = lease
         self.max_attempts = max_attempts
+        # Seals and opens what a maker delivered with a notice (its records), with the
+        # user's key; a deployment without it takes no delivery.
+        self.vault = vault
 
     # -- in the maker's request -----------------------------------------------------------
 
@@ -217,7 +269,8 @@ class MakerNotices:
         """Record each notice once per live connection of its account; no maker call."""
         recorded = duplicates = unknown = 0
         for notice in notices:
-            ctx = CommandContext(actor=f"maker:{notice.provider}", request_id=request_id)
+            # The maker is the actor; which one is sealed in the receipt (ADR 0032).
+            ctx = CommandContext(actor=MAKER_ACTOR, request_id=request_id)
             ids = self.connections_of(notice.provider, notice.account_id)
             found = [
                 c
@@ -242,6 +295,11 @@ class MakerNotices:
                     end=notice.end,
                     deauthorized=notice.deauthorized,
                 )
+                if notice.delivery is not None:
+                    if self.vault is None:
+                        raise RuntimeError("a maker's delivery needs the vault to seal it")
+                    sealed = self.vault.seal(connection.user_id, notice.delivery)
+                    receipt.deliver(ctx, self.clock(), sealed)
                 if self._save(receipt):
                     recorded += 1
                 else:
@@ -279,12 +337,19 @@ class MakerNotices:
         if not isinstance(connection, Connection) or not connection.is_pulling:
             return self._handled(ctx, receipt, NOT_PULLING)
         resources = receipt.resources or sorted(connection.resource_availability)
+        delivery = self._delivery(receipt)
+        if receipt.sealed_delivery is not None and delivery is None:
+            return self._handled(ctx, receipt, NOT_PULLING)  # the user's key is gone
         created = updated = 0
         failed = False
         for resource in resources:
             feed_id = ResourceFeed.id_for(connection.id, resource)
             try:
-                synced = self.pulls.sync_window(feed_id, receipt.start, receipt.end)
+                synced = (
+                    self.pulls.sync_window(feed_id, receipt.start, receipt.end)
+                    if delivery is None
+                    else self.pulls.sync_delivered(feed_id, delivery)
+                )
             except WindowNotSynced:
                 failed = True
                 continue
@@ -296,6 +361,13 @@ class MakerNotices:
             # are found unchanged then).
             return None
         return self._handled(ctx, receipt, FAILED if failed else SYNCED, created, updated)
+
+    def _delivery(self, receipt: NoticeReceipt) -> object | None:
+        """What the maker delivered with the notice, opened (None: it only said what
+        changed, or the user's key is gone: nothing of theirs to store)."""
+        if receipt.sealed_delivery is None or self.vault is None:
+            return None
+        return self.vault.open(receipt.user_id, receipt.sealed_delivery)
 
     def _end_connection(
         self, ctx: CommandContext, receipt: NoticeReceipt, connection: object

@@ -35,6 +35,10 @@ class ProviderTokens:
     expires_at: datetime | None = None
     # The scopes granted, as the maker wrote them (None when it did not say).
     scope: str | None = None
+    # The maker's id of the person, kept with the grant where ending the grant names it
+    # (Polar's DELETE /v3/users/{user-id}): the revocation job has only the grant. None
+    # for the other makers. Personal: sealed with the tokens, kept out of reprs.
+    account: str | None = field(default=None, repr=False)
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now + EXPIRY_MARGIN
@@ -47,6 +51,7 @@ class ProviderTokens:
             "refresh_token": self.refresh_token,
             "expires_at": None if self.expires_at is None else self.expires_at.isoformat(),
             "scope": self.scope,
+            **({} if self.account is None else {"account": self.account}),
         }
 
     @classmethod
@@ -58,6 +63,7 @@ class ProviderTokens:
             refresh_token=value.get("refresh_token"),
             expires_at=None if expires_at is None else datetime.fromisoformat(expires_at),
             scope=value.get("scope"),
+            account=value.get("account"),
         )
 
 

@@ -19,7 +19,7 @@ enters `error`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -75,6 +75,20 @@ CONNECTION_ERROR_TYPES = frozenset(
         "unknown",
     }
 )
+
+
+def offered_availability(resources: Sequence[str], offered: Collection[str]) -> dict[str, Any]:
+    """Spec 2.2 `resource_availability` of a provider that asks for no scopes: what it
+    offers available, the rest unavailable (Apple Health's export, a credential maker,
+    a manual provider)."""
+    none: dict[str, list[str]] = {"required": [], "optional": []}
+    return {
+        resource: {
+            "status": "available" if resource in offered else "unavailable",
+            "scope_requirements": {"user_granted": dict(none), "user_denied": dict(none)},
+        }
+        for resource in sorted(resources)
+    }
 
 
 class ProviderError(Exception):
@@ -159,6 +173,18 @@ class KeptAfterStoring(Protocol):
     is tried again and stores the same records again)."""
 
     def stored(self, target: PullTarget, now: datetime) -> None: ...
+
+
+@runtime_checkable
+class DeliveredByMaker(Protocol):
+    """An adapter whose maker delivers a person's records itself rather than being read
+    (Garmin's pushes carry the records, its pings the URLs to fetch them from): the
+    records of one notice's `delivery` (maker_notices.MakerNotice) mapped into the days
+    of one resource. Only the days the delivery brings are answered, each with what the
+    delivery holds of it: the engine merges them into the days stored
+    (domain/connections/deliveries.py). Raises ProviderError (a ping's fetch failing)."""
+
+    def delivered(self, target: PullTarget, delivery: Any, now: datetime) -> dict[date, Any]: ...
 
 
 class ProviderAdapter(Protocol):

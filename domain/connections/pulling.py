@@ -28,11 +28,13 @@ from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.deliveries import merged_day
 from healthledger.domain.connections.health_data import HealthDataStore, UserDataGone
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     UNEXPECTED,
     AdapterFor,
+    DeliveredByMaker,
     KeptAfterStoring,
     ProviderAdapter,
     ProviderError,
@@ -426,6 +428,54 @@ class Pulls:
             raise WindowNotSynced()
         return synced
 
+    def sync_delivered(self, feed_id: UUID, delivery: Any) -> tuple[list[date], list[date]] | None:
+        """A maker's notice delivered records (a Garmin push, or a ping's callback URLs:
+        providers.DeliveredByMaker): the days of this feed's resource they bring, within
+        the user's ingestion bounds, merged into the days stored
+        (domain/connections/deliveries.py), stored, and recorded as a sync is (its
+        DailySynced announces each change once). None when there is nothing to store
+        them for: the connection is not pulling, its pull failed, or its maker delivers
+        nothing. Raises WindowNotSynced when they cannot be stored now: the feed's
+        historical pull has not ended (the notice waits for it, as the records exist
+        nowhere else) or the maker failed."""
+        ctx = self._context()
+        feed = self.ledger.find(feed_id)
+        if not isinstance(feed, ResourceFeed):
+            return None
+        connection = self.ledger.find(feed.connection_id)
+        user = self.ledger.find(feed.user_id)
+        if not isinstance(connection, Connection) or not connection.is_pulling:
+            return None
+        if not isinstance(user, User):
+            return None
+        if feed.status in (SCHEDULED, IN_PROGRESS, RETRYING):
+            raise WindowNotSynced()
+        adapter = self._adapter(connection)
+        if feed.status != SUCCESS or not isinstance(adapter, DeliveredByMaker):
+            return None
+        now = self.clock()
+        first, after = _clamp(
+            datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC), user
+        )
+        if first >= after:
+            return None
+
+        def delivered(target: PullTarget, at: datetime) -> dict[date, Any]:
+            return adapter.delivered(target, delivery, at)
+
+        synced = self._sync_days(
+            ctx,
+            feed,
+            connection,
+            first.date(),
+            (after - timedelta(microseconds=1)).date(),
+            now,
+            delivered,
+        )
+        if synced is None:
+            raise WindowNotSynced()
+        return synced
+
     def _sync_days(
         self,
         ctx: CommandContext,
@@ -434,21 +484,34 @@ class Pulls:
         start_day: date,
         end_day: date,
         now: datetime,
+        delivered: Callable[[PullTarget, datetime], dict[date, Any]] | None = None,
     ) -> tuple[list[date], list[date]] | None:
-        """Fetch the feed's days start_day..end_day, store them and record the sync: the
-        days created and updated, or None when the maker failed (or the user's data is
-        gone)."""
+        """Fetch the feed's days start_day..end_day (or take those of them `delivered`
+        brings), store them and record the sync: the days created and updated, or None
+        when the maker failed (or the user's data is gone)."""
         start, end = start_day, end_day
         sessions = feed.resource in SESSION_RESOURCES
+        target = _target(feed, connection)
         try:
-            found = self._adapter(connection).fetch(_target(feed, connection), start, end, now, 1)
+            if delivered is None:
+                found = self._adapter(connection).fetch(target, start, end, now, 1)
+            else:  # a maker's delivery: only its days, merged into those stored
+                brought = {d: v for d, v in delivered(target, now).items() if start <= d <= end}
+                if not brought:
+                    return [], []
+                start, end = min(brought), max(brought)
             # Sessions are announced one by one: what the days held before this sync
             # tells which of their sessions are new and which changed.
             before = (
                 self.store.read(feed.user_id, feed.provider, feed.resource, start, end)
-                if sessions
+                if sessions or delivered is not None
                 else {}
             )
+            if delivered is not None:
+                found = {
+                    day: merged_day(feed.resource, day, before.get(day), value)
+                    for day, value in sorted(brought.items())
+                }
             stored = self.store.store(feed.user_id, feed.provider, {feed.resource: found})[
                 feed.resource
             ]

@@ -29,6 +29,7 @@ from eventsourcing.domain import Aggregate
 from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.connections.providers import RETRY_QUOTA_EXHAUSTED
 from healthledger.domain.context import CommandContext
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
 SCHEDULED = "scheduled"
 IN_PROGRESS = "in_progress"
@@ -46,16 +47,35 @@ RELEASE_LEGACY = "legacy"
 _NAMESPACE = uuid.UUID("3c1d8e52-7a0b-5f64-9d2e-41b7c6a9e0f3")
 
 
-class ResourceFeed(Audited):
+class ResourceFeed(Audited, created_event_name="Created"):
     TOPIC = "healthledger:ResourceFeed"
     USER_STREAM = UserStream("pull", read_models=("read_model:resource_feeds",))
 
     class Event(Audited.Event):
         pass
 
-    class Created(Event, Aggregate.Created):
+    class CreatedV1(Event, Aggregate.Created):
+        """The feed opened, as recorded before its provider and resource were sealed.
+        Recorded no more; the service's start redacts those stored into `Created` (ADR
+        0028, ADR 0032)."""
+
         TOPIC = "healthledger:ResourceFeed.Created.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:ResourceFeed.Created.v2"
+        connection_id: UUID
+        user_id: UUID
+        team_id: UUID
+        provider: str
+        resource: str
+
+    class Created(Event, Aggregate.Created):
+        """The feed opened; its provider and resource (a glucose feed says what the
+        person measures) stored sealed with the user's key (SEALED_FACTS)."""
+
+        TOPIC = "healthledger:ResourceFeed.Created.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"provider": ERASED_PLACEHOLDER, "resource": ERASED_PLACEHOLDER}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
         connection_id: UUID
         user_id: UUID
         team_id: UUID

@@ -108,6 +108,9 @@ class LabTestView:
     method: CollectionMethod
     lab_id: int
     marker_ids: tuple[int, ...]
+    # Whether it takes new orders: its team may take it out of use (a shared demo test is
+    # always in use).
+    active: bool = True
 
 
 class LabTestLookup(Protocol):

@@ -7,6 +7,11 @@ personal data and outlives every user's erasure. The rules (one lab, a method th
 offers, markers that exist) are checked by `LabTests.create` against the catalog before
 the event is triggered; the event only records what was decided, so a later change of
 the catalog never breaks a replay.
+
+The owning team may rename a test and take it out of use and back (`LabTest.Updated`,
+the official clients' `update_lab_test`). Its markers, lab and method never change: an
+order keeps a copy of the test it was placed with, and an inactive test is refused for new
+orders only (`LabTestInactive`), never taken from the orders placed with it.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from datetime import datetime
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import IntegrityError
 from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
-from healthledger.domain.errors import InvalidRequest, LedgerError
+from healthledger.domain.errors import ConcurrentChange, InvalidRequest, LedgerError
 from healthledger.domain.labs.catalog import CollectionMethod, LabCatalog, LabTestView, Marker
-from healthledger.domain.ledger import Clock, Ledger
+from healthledger.domain.ledger import Clock, Ledger, command
 
 # What a team's lab test may use: `on_site_collection` is a method of labs, not one a
 # team designs a test for (the issue names these three).
@@ -52,9 +58,39 @@ class UnknownLabTests(LedgerError):
         self.unknown = tuple(unknown)
 
 
+class LabTestInactive(LedgerError):
+    """A new order of a lab test its team has taken out of use (a 409: the test exists and
+    the team can put it back in use)."""
+
+    def __init__(self, lab_test_id: UUID) -> None:
+        super().__init__(
+            f"Lab test {lab_test_id} is inactive: it takes no new orders until its team "
+            "makes it active again (update it with active true)."
+        )
+        self.lab_test_id = lab_test_id
+
+
+class SharedLabTestUnchangeable(LedgerError):
+    """A change of a shared demo lab test, which is the service's reference data and every
+    team's to order, not one team's to change (a 403)."""
+
+    def __init__(self, lab_test_id: UUID) -> None:
+        super().__init__(
+            f"Lab test {lab_test_id} is a shared demo test: it is the service's, ordered by "
+            "every team, and cannot be changed. Create a lab test of your own to rename or "
+            "deactivate it."
+        )
+        self.lab_test_id = lab_test_id
+
+
 class LabTest(Audited):
     TOPIC = "healthledger:LabTest"
     USER_STREAM = None
+
+    # Set by `Updated` only, defaults until then: a test's attribute dict (what a
+    # snapshot stores) is as it was before tests could change, and one stored then loads.
+    active: bool = True  # whether it takes new orders
+    changed_at: datetime | None = None  # its last `Updated`
 
     class Event(Audited.Event):
         pass
@@ -70,6 +106,19 @@ class LabTest(Audited):
         lab_id: int
         marker_ids: list[int]
         fasting: bool
+
+    class Updated(Event):
+        """Renamed, taken out of use or put back in use by its team: the test's name and
+        whether it is active after the change (both, whichever changed)."""
+
+        TOPIC = "healthledger:LabTest.Updated.v1"
+        name: str
+        active: bool
+
+        def apply(self, test: LabTest) -> None:
+            test.name = self.name
+            test.active = self.active
+            test.changed_at = self.timestamp
 
     def __init__(
         self,
@@ -123,6 +172,23 @@ class LabTest(Audited):
             fasting=fasting,
         )
 
+    @property
+    def updated_at(self) -> datetime:
+        """When its name or state last changed: its creation until it is updated."""
+        return self.changed_at or self.created_on
+
+    def update(
+        self, ctx: CommandContext, now: datetime, *, name: str | None, active: bool | None
+    ) -> bool:
+        """Rename it and/or set whether it is in use (None: left as it is). Records
+        `Updated` only if something changes; whether it did."""
+        new_name = self.name if name is None else name
+        new_active = self.active if active is None else active
+        if (new_name, new_active) == (self.name, self.active):
+            return False
+        self.record(ctx, now, self.Updated, name=new_name, active=new_active)
+        return True
+
     def view(self) -> LabTestView:
         return LabTestView(
             id=self.id,
@@ -131,11 +197,12 @@ class LabTest(Audited):
             method=self.method,  # type: ignore[arg-type]  # checked by LabTests.create
             lab_id=self.lab_id,
             marker_ids=self.marker_ids,
+            active=self.active,
         )
 
 
 class LabTests:
-    """Use cases of a team's lab tests: create one."""
+    """Use cases of a team's lab tests: create one, rename it, take it out of use and back."""
 
     def __init__(self, ledger: Ledger, clock: Clock, catalog: LabCatalog) -> None:
         self.ledger = ledger
@@ -202,6 +269,35 @@ class LabTests:
             fasting=fasting,
         )
         self.ledger.save(test)
+        return test
+
+    @command
+    def update(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        lab_test_id: UUID,
+        *,
+        name: str | None = None,
+        active: bool | None = None,
+    ) -> LabTest:
+        """The team's own lab test renamed and/or (de)activated (`Updated`; nothing is
+        recorded when nothing changes). Another team's test, or an unknown id, is
+        `UnknownLabTests` (404); a change of nothing (both None) or a blank name is
+        `InvalidRequest` (422). A concurrent change of the same test is
+        `ConcurrentChange` (409): the event store takes one of them."""
+        if name is None and active is None:
+            raise InvalidRequest("Send name, active or both: there is nothing to change.", "name")
+        if name is not None and not name.strip():
+            raise InvalidRequest("name must not be blank.", "name")
+        test = self.ledger.find(lab_test_id)
+        if not isinstance(test, LabTest) or test.team_id != team_id:
+            raise UnknownLabTests([lab_test_id])
+        if test.update(ctx, self.clock(), name=name, active=active):
+            try:
+                self.ledger.save(test)
+            except IntegrityError as exc:
+                raise ConcurrentChange() from exc
         return test
 
     def markers_of(self, marker_ids: Sequence[int]) -> list[Marker]:

@@ -26,11 +26,12 @@ from eventsourcing.persistence import IntegrityError
 from healthledger.domain.context import DEFAULT_ENVIRONMENT, CommandContext
 from healthledger.domain.errors import ConcurrentChange, InvalidRequest
 from healthledger.domain.labs.catalog import LabCatalog, LabTestLookup, LabTestView, Marker
-from healthledger.domain.labs.lab_tests import UnknownLabTests
+from healthledger.domain.labs.lab_tests import LabTestInactive, UnknownLabTests
 from healthledger.domain.labs.orders import (
     BY_LAB,
     BY_TEAM,
     BY_USER_DELETION,
+    SAMPLE_WITH_LAB,
     SANDBOX_LAB,
     IdempotencyKeyReused,
     Order,
@@ -38,6 +39,7 @@ from healthledger.domain.labs.orders import (
     OrderNotAdvanceable,
     OrderNotFound,
     low_level,
+    status_of,
 )
 from healthledger.domain.labs.patients import (
     PatientAddress,
@@ -56,6 +58,7 @@ from healthledger.domain.labs.sandbox import (
     first_status,
     next_move,
     report_results,
+    steps_of,
 )
 from healthledger.domain.ledger import Clock, Ledger, command
 from healthledger.domain.personal_data import PersonalDataVault
@@ -72,6 +75,9 @@ LAB_FAILURE = "the sample could not be analysed"
 DueOrders = Callable[[datetime, int], Mapping[UUID, bool]]
 
 _PLACE_ATTEMPTS = 3
+# The collection method whose draw the team reports, and the status it reports.
+ON_SITE_COLLECTION = "on_site_collection"
+DRAW_COMPLETED = "draw_completed"
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,10 @@ class LabOrders:
         lab_test = self.lab_tests.lab_test(team_id, request.lab_test_id)
         if lab_test is None:
             raise UnknownLabTests([request.lab_test_id])
+        if not lab_test.active:
+            # Only new orders: those placed before (the idempotent answer above included)
+            # keep the test they were placed with.
+            raise LabTestInactive(lab_test.id)
         method = self._method(request, lab_test)
         details, address = self._patient(request, user)
         now = self.clock()
@@ -199,6 +209,61 @@ class LabOrders:
         return order
 
     @command
+    def import_order(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        request: OrderRequest,
+        ordered: OrderedTest,
+        lab_id: int,
+        sample_id: str,
+    ) -> Order:
+        """An order placed outside (`POST /v3/order/import`): its requisition exists, with
+        the lab's sample id, so it is recorded placed (`Created`) and at once at
+        `requisition_created` with that sample id (`StatusChanged`), in one save; from
+        there it moves as any order (the sandbox's lab brings its results). The method
+        must be one the lab offers; the patient is as sent, else the user's
+        demographics."""
+        user = self.users.load_live(team_id, request.user_id)
+        lab = self.catalog.lab(lab_id)
+        method = request.collection_method
+        if lab is None or method is None or method not in lab.collection_methods:
+            offered = "" if lab is None else ", ".join(lab.collection_methods)
+            raise InvalidRequest(
+                f"collection_method must be one the order set's lab offers ({offered}).",
+                "collection_method",
+            )
+        details, address = self._patient(request, user)
+        now = self.clock()
+        environment = ctx.environment or DEFAULT_ENVIRONMENT
+        steps = steps_of(method)
+        order = Order.place(
+            ctx,
+            now,
+            order_id=uuid4(),
+            user_id=user.id,
+            team_id=team_id,
+            environment=environment,
+            lab_id=lab_id,
+            collection_method=method,
+            sealed_lab_test=self.vault.seal(user.id, ordered.sealable()),
+            sealed_patient_details=self.vault.seal(user.id, details),
+            sealed_patient_address=self.vault.seal(user.id, address),
+            sealed_request_digest=None,
+            status=steps[0],
+            next_step_at=None,
+        )
+        order.move_to(
+            ctx,
+            now,
+            steps[1],
+            next_step_at=now + self.policy.delay(2) if environment == SANDBOX else None,
+            sample_id=sample_id,
+        )
+        self._save(order)
+        return order
+
+    @command
     def cancel(self, ctx: CommandContext, team_id: UUID, order_id: UUID) -> Order:
         """Cancel an open order (a completed, failed or cancelled one: 409)."""
         order = self.load(team_id, order_id)
@@ -230,6 +295,38 @@ class LabOrders:
                 f"The order is {order.top_level_status}: it takes no further step."
             )
         self._apply(ctx, order, move, now, interpretation)
+        self._save(order)
+        return order
+
+    @command
+    def draw_completed(self, ctx: CommandContext, team_id: UUID, order_id: UUID) -> Order:
+        """An on-site collection's draw, done by the team's own staff
+        (`PATCH /v3/order/{id}/draw_completed`): the order goes to the lab
+        (`sample_with_lab.on_site_collection.draw_completed`). Only an on-site order whose
+        requisition is created can be drawn (else OrderNotAdvanceable, a 400)."""
+        order = self.load(team_id, order_id)
+        if order.collection_method != ON_SITE_COLLECTION:
+            raise OrderNotAdvanceable(
+                f"The order is collected by {order.collection_method}, not on site: its "
+                "sample reaches the lab without a draw reported by the team."
+            )
+        # The team reports it: not the simulated lab's draw (which may cancel), its step.
+        steps = steps_of(ON_SITE_COLLECTION)
+        drawn = steps.index(status_of(SAMPLE_WITH_LAB, ON_SITE_COLLECTION, DRAW_COMPLETED))
+        if order.status != steps[drawn - 1]:
+            raise OrderNotAdvanceable(
+                f"The order is {order.status}: a draw is completed once its requisition "
+                "is created, and only once."
+            )
+        now = self.clock()
+        order.move_to(
+            ctx,
+            now,
+            steps[drawn],
+            next_step_at=now + self.policy.delay(drawn + 1)
+            if order.environment == SANDBOX
+            else None,
+        )
         self._save(order)
         return order
 

@@ -46,6 +46,8 @@ CANCELLED = "cancelled"
 FAILED = "failed"
 TOP_LEVEL_STATUSES = (RECEIVED, COLLECTING_SAMPLE, SAMPLE_WITH_LAB, COMPLETED, CANCELLED, FAILED)
 FINAL_STATUSES = frozenset({COMPLETED, CANCELLED, FAILED})
+# The collection method of an at-home test kit (the patient collects the sample).
+TESTKIT = "testkit"
 
 # Result interpretations, from best to worst (an order's is its worst result's).
 NORMAL = "normal"
@@ -103,6 +105,13 @@ class IdempotencyKeyReused(LedgerError):
             "This X-Idempotency-Key was used for another request body: use a new key for a "
             "new order."
         )
+
+
+class KitNotRegistrable(LedgerError):
+    """A test kit registered twice, or once its sample is with the lab (409)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
 
 
 class ResultsNotReady(LedgerError):
@@ -265,6 +274,22 @@ class Order(Audited, created_event_name="Created"):
             _moved(order, self.status, self.timestamp, None)
             order.failure_reason = self.reason
 
+    class KitRegistered(Event):
+        """A test kit registered by its sample id (`POST /v3/order/testkit/register`):
+        who took the sample, the patient's details and address sealed, in place of those
+        the order was placed with (the user's demographics, the shipping address)."""
+
+        TOPIC = "healthledger:Order.KitRegistered.v1"
+        ANNOUNCES = ("labtest.order.updated",)
+        PERSONAL_FIELDS = ("sealed_patient_details", "sealed_patient_address")
+        sealed_patient_details: str
+        sealed_patient_address: str
+
+        def apply(self, order: Order) -> None:
+            order.sealed_patient_details = self.sealed_patient_details
+            order.sealed_patient_address = self.sealed_patient_address
+            order.registered_at = self.timestamp
+
     def __init__(
         self,
         *,
@@ -303,6 +328,8 @@ class Order(Audited, created_event_name="Created"):
         self.results_at: datetime | None = None
         self.cancel_reason: str | None = None
         self.failure_reason: str | None = None
+        # When its test kit was registered (testkit orders only; None: not yet).
+        self.registered_at: datetime | None = None
         # Every status the order had, with when: the `events` of the order's answer.
         self.history: list[tuple[str, datetime]] = []
         self.status: str
@@ -427,6 +454,33 @@ class Order(Audited, created_event_name="Created"):
             self.Failed,
             status=status_of(FAILED, self.collection_method, low),
             reason=reason,
+        )
+
+    def register_kit(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        *,
+        sealed_patient_details: str,
+        sealed_patient_address: str,
+    ) -> None:
+        """Register the order's test kit to its patient: once, and before the sample
+        reaches the lab (the lab must know whose sample it analyses)."""
+        if self.collection_method != TESTKIT:
+            raise ValueError("only a testkit order has a kit to register")
+        if self.registered_at is not None:
+            raise KitNotRegistrable("This test kit is registered already.")
+        if self.top_level_status not in (RECEIVED, COLLECTING_SAMPLE):
+            raise KitNotRegistrable(
+                f"The order is {self.top_level_status}: a kit is registered before its "
+                "sample reaches the lab."
+            )
+        self.record(
+            ctx,
+            now,
+            self.KitRegistered,
+            sealed_patient_details=sealed_patient_details,
+            sealed_patient_address=sealed_patient_address,
         )
 
     def _require_open(self) -> None:

@@ -148,6 +148,9 @@ def next_move(
 ) -> Move | None:
     """What the simulated lab does next with an order in `status` (None: nothing, the
     status is final or not one of the method's steps)."""
+    status = _in_steps(method, status)
+    if status.endswith(_DRAWN_AT_HOME):
+        return Move(ADVANCE, status, now + policy.delay(3))
     steps = steps_of(method)
     if status not in steps[:-1]:
         return None
@@ -164,6 +167,24 @@ def next_move(
         return Move(COMPLETE, target)
     sample_id = sample_id_of(order_id) if target.endswith(REQUISITION_CREATED) else None
     return Move(ADVANCE, target, now + policy.delay(index + 1), sample_id)
+
+
+# An at-home draw booked (domain/labs/booking.py) is drawn at its time, before the sample
+# travels to the lab; a walk-in's sample reaches the lab as it is drawn.
+_DRAWN_AT_HOME = ".at_home_phlebotomy.draw_completed"
+_APPOINTMENT_STATUSES = ("appointment_scheduled", "appointment_cancelled", "draw_completed")
+
+
+def _in_steps(method: str, status: str) -> str:
+    """The step an appointment's status stands in: a booked at-home draw moves to
+    `draw_completed` (returned as the step to take); the others stand where
+    `appointment_pending` does, and move on from there."""
+    top, low = top_level(status), status.rsplit(".", 1)[-1]
+    if top != COLLECTING_SAMPLE or low not in _APPOINTMENT_STATUSES:
+        return status
+    if method == "at_home_phlebotomy" and low == "appointment_scheduled":
+        return status_of(COLLECTING_SAMPLE, method, "draw_completed")
+    return status_of(COLLECTING_SAMPLE, method, "appointment_pending")
 
 
 def sample_id_of(order_id: UUID) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -26,6 +26,7 @@ from healthledger.domain.personal_data import PersonalDataVault
 from healthledger.domain.teams.client_user_id_secrets import sealed_new_secret
 from healthledger.domain.teams.custom_credentials import DELETED, CustomCredentials
 from healthledger.domain.teams.management_keys import ORG_ADMIN, TEAM_ADMIN, ManagementKey
+from healthledger.domain.teams.source_priorities import checked_order
 from healthledger.domain.teams.teams import (
     ENVIRONMENTS,
     REGIONS,
@@ -159,6 +160,27 @@ class TeamDirectory:
             team.rename(ctx, now, name)
         for environment, value in (settings or {}).items():
             team.change_settings(ctx, now, environment, value)
+        self._save(team)
+        return team
+
+    def change_source_priorities(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        orders: Mapping[str, Sequence[str]],
+        known: Callable[[str], bool],
+    ) -> Team:
+        """Set the team's order of providers for each kind of data in `orders` (an empty
+        order: back to the default), all in one save; a provider `known` refuses, or one
+        listed twice, is an InvalidRequest naming the kind."""
+        team = self.team(team_id)
+        now = self.clock()
+        for data_type, providers in orders.items():
+            try:
+                order = checked_order(providers, known)
+            except ValueError as error:
+                raise InvalidRequest(f"{data_type}: {error}.", data_type) from None
+            team.change_source_priorities(ctx, now, data_type, order)
         self._save(team)
         return team
 

@@ -3,6 +3,7 @@ the audit trail with the key that did it (its actor)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -12,6 +13,7 @@ from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
 from healthledger.domain.free_text import FreeText, MultilineText, WebUrl
 from healthledger.domain.keys import TEAM_API_KEY, hash_key, new_key
+from healthledger.domain.teams.source_priorities import PRIORITY_DATA_TYPES
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, model_validator
 
 REGIONS = ("us", "eu")
@@ -156,10 +158,23 @@ class Team(Audited):
             team.sealed_client_user_id_secret = self.sealed_secret
             team.client_user_id_legacy_claims = self.legacy_claims
 
+    class SourcePrioritiesChanged(Event):
+        """The order in which providers win one kind of data (domain/teams/
+        source_priorities.py), whole; an empty order goes back to the default."""
+
+        TOPIC = "healthledger:Team.SourcePrioritiesChanged.v1"
+        data_type: str
+        providers: list[str]
+
+        def apply(self, team: Team) -> None:
+            team.source_orders = {**(team.source_orders or {}), self.data_type: self.providers}
+
     # Set by ClientUserIdSecretCreated only. Class-level defaults, so that the attribute
     # dict of a team without a secret (what a snapshot stores) keeps its form.
     sealed_client_user_id_secret: str | None = None
     client_user_id_legacy_claims: bool = True
+    # Set by SourcePrioritiesChanged only (a class-level default for the same reason).
+    source_orders: dict[str, list[str]] | None = None
 
     def __init__(
         self,
@@ -212,6 +227,21 @@ class Team(Audited):
             return
         event_class = self.FeatureEnabled if enabled else self.FeatureDisabled
         self.record(ctx, now, event_class, feature=feature)
+
+    @property
+    def source_priorities(self) -> Mapping[str, list[str]]:
+        """Per kind of data, the order of providers the team has set (empty: none)."""
+        return self.source_orders or {}
+
+    def change_source_priorities(
+        self, ctx: CommandContext, now: datetime, data_type: str, providers: list[str]
+    ) -> None:
+        if data_type not in PRIORITY_DATA_TYPES:
+            raise ValueError(f"unknown data type {data_type!r}")
+        if list(self.source_priorities.get(data_type, [])) != providers:
+            self.record(
+                ctx, now, self.SourcePrioritiesChanged, data_type=data_type, providers=providers
+            )
 
     def create_client_user_id_secret(
         self, ctx: CommandContext, now: datetime, sealed_secret: str, *, legacy_claims: bool

@@ -57,6 +57,7 @@ ERASURE_REMOVES = [
     "read_model:link_tokens",
     "read_model:orders",
     "health_data",
+    "session_index",
     "provider_tokens",
     "webhook_deliveries:queued",
 ]

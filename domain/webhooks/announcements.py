@@ -7,6 +7,10 @@ today announces what it announced when it was first recorded.
 Besides the production service's types, a user's deletion, its undo and its erasure are
 announced as our own types (`LIFECYCLE_EVENT_TYPES`), so that a receiver's mirror forgets
 an erased user too.
+
+Team-level types (`TEAM_EVENT_TYPES`, ours too) are about no user: an event destination
+disabled after failing for the disable period tells the team's admins. Their
+announcement names the team environment itself (`environment`) and no user.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from uuid import UUID
 
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.labs.appointments import Appointment
 from healthledger.domain.labs.orders import Order
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deprecation_calendar import Rules
+from healthledger.domain.webhooks.event_destinations import EventDestination
 
 USER_DELETED = "user.deleted"
 USER_DELETION_UNDONE = "user.deletion_undone"
@@ -33,12 +39,30 @@ LIFECYCLE_EVENT_TYPES: dict[type, str] = {
     User.Erased: USER_ERASED,
 }
 
-# Lab test orders (issue 14): an order placed, every later change of its status, and a
-# completion whose results hold a critical value.
+# Ours, about a team environment and no user (issue 35): each announces one event of a
+# team's stream, to that environment's webhook endpoints (never to its event
+# destinations: a destination disabled is what one of them says).
+EVENT_DESTINATION_DISABLED = "event_destination.disabled"
+TEAM_EVENT_TYPES: dict[type, str] = {EventDestination.Disabled: EVENT_DESTINATION_DISABLED}
+
+# Lab test orders (issue 14): an order placed, every later change of its status (and a
+# test kit's registration, which changes its patient), and a completion whose results
+# hold a critical value.
 ORDER_CREATED = "labtest.order.created"
 ORDER_UPDATED = "labtest.order.updated"
 RESULT_CRITICAL = "labtest.result.critical"
-ORDER_STATUS_CHANGES = (Order.StatusChanged, Order.Completed, Order.Cancelled, Order.Failed)
+ORDER_STATUS_CHANGES = (
+    Order.StatusChanged,
+    Order.Completed,
+    Order.Cancelled,
+    Order.Failed,
+    Order.KitRegistered,
+)
+# Appointments (issue 33): the order's first booking or request (the stream's second
+# event, after its founding), then every change of it.
+APPOINTMENT_CREATED = "labtest.appointment.created"
+APPOINTMENT_UPDATED = "labtest.appointment.updated"
+APPOINTMENT_CHANGES = (Appointment.Booked, Appointment.Requested, Appointment.Cancelled)
 # Whether a completion's results hold a critical value, from the user's id and the sealed
 # interpretation: the caller that holds the key answers (False when the key is gone).
 IsCritical = Callable[[UUID, str], bool]
@@ -51,7 +75,8 @@ _TIMESERIES_FORM = frozenset({"hypnogram"})
 @dataclass(frozen=True)
 class Announcement:
     event_type: str
-    user_id: UUID
+    # None for a team-level type, whose `environment` is set instead.
+    user_id: UUID | None
     team_id: UUID
     # The daily data event's day (one announcement per day); None otherwise.
     day: date | None = None
@@ -59,6 +84,8 @@ class Announcement:
     # announcement per session, each from its own `DailySynced`. None otherwise, and for
     # syncs recorded before sessions (they announced whole days).
     session: str | None = None
+    # A team-level announcement's team environment (a user's is the user's own).
+    environment: str | None = None
 
 
 def _data_type(stage: str, resource: str, verb: str) -> str:
@@ -76,7 +103,10 @@ def announcements(
     """The public events `event` announces; `stream` is its aggregate (for who it is of)."""
     found: list[Announcement] = []
     lifecycle = LIFECYCLE_EVENT_TYPES.get(type(event))
-    if lifecycle is not None:
+    team_level = TEAM_EVENT_TYPES.get(type(event))
+    if team_level is not None:
+        found.append(Announcement(team_level, None, stream.team_id, environment=stream.environment))
+    elif lifecycle is not None:
         found.append(Announcement(lifecycle, stream.id, stream.team_id))
     elif isinstance(event, Order.Created):
         found.append(Announcement(ORDER_CREATED, stream.user_id, stream.team_id))
@@ -87,6 +117,10 @@ def announcements(
             stream.user_id, event.sealed_interpretation
         ):
             found.append(Announcement(RESULT_CRITICAL, stream.user_id, stream.team_id))
+    elif isinstance(event, APPOINTMENT_CHANGES):
+        first = event.originator_version == 2
+        event_type = APPOINTMENT_CREATED if first else APPOINTMENT_UPDATED
+        found.append(Announcement(event_type, stream.user_id, stream.team_id))
     elif isinstance(event, Connection.Created | Connection.Reconnected):
         found.append(Announcement("provider.connection.created", stream.user_id, stream.team_id))
     elif isinstance(event, Connection.Errored):

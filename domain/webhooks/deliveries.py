@@ -37,6 +37,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import CommandContext
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
 PENDING = "pending"
 SUCCEEDED = "succeeded"
@@ -94,20 +95,67 @@ def message_id_for(
     return "msg_" + uuid.uuid5(_NAMESPACE, key).hex
 
 
-class WebhookDelivery(Audited):
+# The types of a user's lifecycle (`user.deleted`, `user.deletion_undone`, `user.erased`):
+# what the User stream says in clear already, and what the deletion report reads of
+# deliveries after the erasure.
+LIFECYCLE_PREFIX = "user."
+
+
+def lifecycle_type_of(event_type: str, user_id: UUID | None) -> str | None:
+    """The type a delivery keeps in clear beside its sealed form (ADR 0028): a user's
+    lifecycle type, or a team-level type (about no user: no key to seal with, nothing
+    personal); None for every other, which names the health data announced."""
+    if user_id is None or event_type.startswith(LIFECYCLE_PREFIX):
+        return event_type
+    return None
+
+
+class WebhookDelivery(Audited, created_event_name="Created"):
     TOPIC = "healthledger:WebhookDelivery"
     USER_STREAM = UserStream("webhook_delivery")
 
     class Event(Audited.Event):
         pass
 
-    class Created(Event, Aggregate.Created):
+    class CreatedV1(Event, Aggregate.Created):
+        """A delivery as recorded before its event type was sealed: the type in clear
+        (`labtest.result.critical`, `historical.data.glucose.created`: a health fact).
+        Recorded no more; the service's start redacts those stored into `Created` (ADR
+        0028)."""
+
         TOPIC = "healthledger:WebhookDelivery.Created.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:WebhookDelivery.Created.v2"
         endpoint_id: UUID
         team_id: UUID
-        user_id: UUID
+        # None for a team-level event type (recorded so for a while: issue 35).
+        user_id: UUID | None
         event_type: str
+        message_id: str
+        source_id: UUID
+        source_version: int
+        source_timestamp: datetime
+        day: date | None
+        log_position: int
+
+    class Created(Event, Aggregate.Created):
+        """A delivery recorded. Its event type is stored sealed with the user's key
+        (SEALED_FACTS, ADR 0028): it names the health data announced. A type that says
+        nothing of a person's health is also in clear, as `lifecycle_type`
+        (`lifecycle_type_of`): a user's lifecycle (`user.*`), which the deletion report
+        reads after the erasure (`user.erased` is recorded after it), and a team-level
+        type (no user, no key)."""
+
+        TOPIC = "healthledger:WebhookDelivery.Created.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"event_type": ERASED_PLACEHOLDER}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
+        endpoint_id: UUID
+        team_id: UUID
+        # None for a team-level event type (about a team environment and no user).
+        user_id: UUID | None
+        event_type: str
+        lifecycle_type: str | None
         message_id: str
         # The event announced: its stream, version and time, and the day for daily data.
         source_id: UUID
@@ -210,7 +258,7 @@ class WebhookDelivery(Audited):
         request_id: str,
         endpoint_id: UUID,
         team_id: UUID,
-        user_id: UUID,
+        user_id: UUID | None,
         event_type: str,
         message_id: str,
         source_id: UUID,
@@ -218,13 +266,15 @@ class WebhookDelivery(Audited):
         source_timestamp: datetime,
         day: date | None,
         log_position: int,
+        lifecycle_type: str | None = None,
     ) -> None:
         """From the Created event's fields (eventsourcing passes them all), at `create`
-        and on every replay."""
+        and on every replay (a version 1 has no `lifecycle_type`). Once the user's key is
+        gone the type reads as the placeholder, but for one kept in clear."""
         self.endpoint_id: UUID = endpoint_id
         self.team_id: UUID = team_id
-        self.user_id: UUID = user_id
-        self.event_type: str = event_type
+        self.user_id: UUID | None = user_id
+        self.event_type: str = lifecycle_type or event_type
         self.message_id: str = message_id
         self.source_id: UUID = source_id
         self.source_version: int = source_version
@@ -259,7 +309,7 @@ class WebhookDelivery(Audited):
         *,
         endpoint_id: UUID,
         team_id: UUID,
-        user_id: UUID,
+        user_id: UUID | None,
         event_type: str,
         source_id: UUID,
         source_version: int,
@@ -277,6 +327,7 @@ class WebhookDelivery(Audited):
             team_id=team_id,
             user_id=user_id,
             event_type=event_type,
+            lifecycle_type=lifecycle_type_of(event_type, user_id),
             message_id=message_id,
             source_id=source_id,
             source_version=source_version,
@@ -309,18 +360,21 @@ class WebhookDelivery(Audited):
         error: str | None,
         retry_after: timedelta | None = None,
         final: bool = False,
+        endless: bool = False,
     ) -> None:
         """Record a POST. A failure is retried on the schedule (no sooner than a 429's
         Retry-After) unless it was the last try or `final` (a 410), or the delivery is no
         longer pending (a late POST: another sender recorded the outcome). `attempt` is the
-        number `start_attempt` gave (None: a POST that was not started, the next number)."""
+        number `start_attempt` gave (None: a POST that was not started, the next number).
+        `endless` (an event destination's message, which is never given up: its
+        destination is disabled instead) retries past the schedule at its last delay."""
         if attempt is None:
             attempt = self.attempts + 1
         success = error is None
         next_at = None
         late = self.status != PENDING
-        if not success and not final and not late and attempt <= len(RETRY_DELAYS):
-            delay = RETRY_DELAYS[attempt - 1]
+        if not success and not final and not late and (endless or attempt <= len(RETRY_DELAYS)):
+            delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS)) - 1]
             if retry_after is not None:
                 delay = max(delay, retry_after)
             next_at = now + delay

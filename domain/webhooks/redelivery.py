@@ -3,7 +3,7 @@ the original message ids (management API and `healthledger webhooks replay`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -31,7 +31,11 @@ class Redeliveries:
         endpoint = self.ledger.find(endpoint_id)
         if not isinstance(endpoint, WebhookEndpoint) or endpoint.deleted_at is not None:
             raise WebhookEndpointNotFound()
-        ids = self.deliveries_since(endpoint_id, since)
+        return self.replay_deliveries(ctx, self.deliveries_since(endpoint_id, since))
+
+    def replay_deliveries(self, ctx: CommandContext, ids: Sequence[UUID]) -> int:
+        """Queue these deliveries again (each a `WebhookDelivery.Replayed` event), in
+        batches of one transaction each; how many."""
         now = self.clock()
         for start in range(0, len(ids), _BATCH):
             batch = []

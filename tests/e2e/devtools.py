@@ -13,13 +13,11 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from healthledger.adapters.compliance.report_rendering import (
-    DEBIAN_CHROMIUM,
-    HEADLESS_CHROMIUM_FLAGS,
-)
+from healthledger.adapters.printing import DEBIAN_CHROMIUM, HEADLESS_CHROMIUM_FLAGS
 
 CHROMIUM = DEBIAN_CHROMIUM
 
@@ -31,7 +29,13 @@ class DevToolsError(AssertionError):
 class Browser:
     """One headless Chromium with one page (a tab) attached."""
 
-    def __init__(self, profile: Path, chromium: Path = CHROMIUM, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        profile: Path,
+        chromium: Path = CHROMIUM,
+        timeout: float = 60.0,
+        flags: Sequence[str] = (),
+    ) -> None:
         self.timeout = timeout
         to_chromium, self._to = os.pipe()
         self._from, from_chromium = os.pipe()
@@ -44,6 +48,7 @@ class Browser:
             [
                 str(chromium),
                 *HEADLESS_CHROMIUM_FLAGS,
+                *flags,
                 "--remote-debugging-pipe",
                 f"--user-data-dir={profile}",
                 "about:blank",

@@ -112,7 +112,8 @@ def gaps(document: dict[str, Any], annotation: Any, schema: dict[str, Any], at: 
         if properties is None:
             return [f"{at}: the client reads {annotation.__name__}, we declare {schema}"]
         found = []
-        for name, field in annotation.model_fields.items():
+        for attribute, field in annotation.model_fields.items():
+            name = field.alias or attribute  # the wire's name (`all`, not `all_`)
             if name not in properties:
                 if field.is_required():
                     found.append(f"{at}.{name}: required by {annotation.__name__}, not declared")

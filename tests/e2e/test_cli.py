@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -96,7 +99,9 @@ def test_rebuild_recreates_read_models_and_the_api_answers_the_same(
         client.get("/v2/user/resolve/kept", headers=team.headers).json(),
     ]
     assert main(["rebuild"]) == 0
-    assert "rebuilt the read models from" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "rebuilt the read models from" in printed.out
+    assert "100%" in last_bar(printed.err), printed.err
     after = [
         client.get("/v2/user", headers=team.headers).json(),
         client.get(f"/v2/user/{kept['user_id']}", headers=team.headers).json(),
@@ -106,6 +111,48 @@ def test_rebuild_recreates_read_models_and_the_api_answers_the_same(
     assert after == before
     # The team key still works (its read model was rebuilt too) and writes go on.
     create_user(client, team, "after-rebuild")
+
+
+def last_bar(err: str) -> str:
+    """The last state of a tqdm bar (it redraws itself with carriage returns)."""
+    return err.replace("\r", "\n").strip().splitlines()[-1]
+
+
+def test_audit_into_a_pipe_closed_early_stops_quietly(
+    service: Service,
+    team: Team,
+    client: TestClient,
+    settings: Settings,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`healthledger audit --json | head`: no BrokenPipeError traceback (issue 34)."""
+    user = create_user(client, team, "long-history")["user_id"]
+    for index in range(400):
+        zone = ("UTC", "Europe/Rome")[index % 2]
+        patched = client.patch(
+            f"/v2/user/{user}", json={"fallback_time_zone": zone}, headers=team.headers
+        )
+        assert patched.status_code == 204, patched.text
+    assert main(["audit", user, "--json"]) == 0
+    # Far more than a pipe holds (64 KiB): the writer is still writing when the reader goes.
+    assert len(capsys.readouterr().out) > 2 * 65536
+    env = {
+        **os.environ,
+        "HEALTHLEDGER_DATABASE_URL": settings.database_url,
+        "HEALTHLEDGER_MASTER_KEY_FILE": str(settings.master_key_file),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "healthledger.adapters.cli", "audit", user, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(100).startswith(b"[")  # as `head -c 100` reads
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
 
 
 def test_keys_create_prints_a_working_key_once(
@@ -139,6 +186,25 @@ def test_bad_settings_are_reported_not_raised(
     monkeypatch.setenv("HEALTHLEDGER_GRACE_PERIOD", "soon")
     assert main(["erase-due"]) == 2
     assert "HEALTHLEDGER_GRACE_PERIOD" in capsys.readouterr().err
+
+
+def test_unknown_settings_are_warned_of_naming_the_closest(
+    team: Team, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HEALTHLEDGER_PORT", "9999")
+    monkeypatch.setenv("HEALTHLEDGER_GRACE_PERIUD", "sealed-value-7")
+    monkeypatch.setenv("HEALTHLEDGER_TEST_POSTGRES_URL", "postgresql://tests-only")
+    assert main(["erase-due"]) == 0  # a warning, not a stop
+    lines = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert lines == [
+        "healthledger: warning: HEALTHLEDGER_GRACE_PERIUD is not a setting and is ignored; "
+        "did you mean HEALTHLEDGER_GRACE_PERIOD?",
+        "healthledger: warning: HEALTHLEDGER_PORT is not a setting and is ignored; did you "
+        "mean HEALTHLEDGER_LINK_PORT or HEALTHLEDGER_MANAGEMENT_API_PORT or "
+        "HEALTHLEDGER_TEAM_API_PORT?",
+    ]
+    # Names only: a value may be a secret.
+    assert not any("sealed-value-7" in line or "9999" in line for line in lines)
 
 
 def test_grace_period_setting_accepts_seconds_and_iso() -> None:

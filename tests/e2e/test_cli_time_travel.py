@@ -202,28 +202,42 @@ def test_replay_builds_the_read_models_as_of_an_instant_into_a_new_file(
     target.parent.mkdir()
     until = at(1.5).isoformat()
     assert main(["replay", "--until", until, "--into", str(target)]) == 0
-    assert f"replayed {events_then} events" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert f"replayed {events_then} events" in printed.out
+    # The bar counted the events up to the instant, not the whole log (issue 34: it
+    # stopped short of 100%), each copied then projected.
+    bar = printed.err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "100%" in bar and f"{2 * events_then}/{2 * events_then}" in bar, printed.err
     replayed = create_engine(f"sqlite:///{target}")
     try:
         got = rows(replayed)
         # Every read model as it was then: the users' client_user_ids sealed as their
         # events hold them (never in clear); the copy holds no key nor team secret to
-        # digest them with, nor the service key of the makers' account digests (ADR 0031).
+        # digest them with, nor the service key of the makers' account digests (ADR 0031)
+        # and of the connections' providers (ADR 0032).
         with replayed.connect() as conn:
             shown = dict(conn.execute(select(users.c.user_id, users.c.client_user_id_digest)).all())
-            accounts = conn.execute(select(connections.c.account_digest)).scalars().all()
+            accounts = conn.execute(
+                select(connections.c.account_digest, connections.c.provider_digest)
+            ).all()
         assert shown == {kept.id: None, gone.id: None}
-        assert accounts and set(accounts) == {None}
+        assert accounts and set(accounts) == {(None, None)}
         digests = {
-            "users": [c.name for c in users.columns].index("client_user_id_digest"),
-            "connections": [c.name for c in connections.columns].index("account_digest"),
+            "users": {[c.name for c in users.columns].index("client_user_id_digest")},
+            "connections": {
+                [c.name for c in connections.columns].index(name)
+                for name in ("account_digest", "provider_digest")
+            },
         }
 
         def without_digest(tables: dict[str, list[tuple[Any, ...]]]) -> Any:
             return {
                 **tables,
                 **{
-                    table: sorted((r[:at] + r[at + 1 :] for r in tables[table]), key=repr)
+                    table: sorted(
+                        (tuple(v for i, v in enumerate(r) if i not in at) for r in tables[table]),
+                        key=repr,
+                    )
                     for table, at in digests.items()
                 },
             }

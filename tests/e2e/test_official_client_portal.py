@@ -24,7 +24,6 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 import pytest
 import vital
-from healthledger.adapters.compliance.report_rendering import HEADLESS_CHROMIUM_FLAGS
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.access_log import (
     ACCESS_LOGGER,
@@ -32,6 +31,7 @@ from healthledger.adapters.http.access_log import (
     redact_access_log_queries,
 )
 from healthledger.adapters.http.link_page import create_link_app
+from healthledger.adapters.printing import HEADLESS_CHROMIUM_FLAGS
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from vital.core.api_error import ApiError

@@ -19,3 +19,26 @@ def test_every_package_directory_is_listed_in_pyproject() -> None:
             relative = init.parent.relative_to(ROOT / folder).parts
             found.add(".".join((name, *relative)))
     assert found == listed
+
+
+def test_the_facade_imports_from_the_package_itself_and_only_when_asked() -> None:
+    """`from healthledger import HealthLedger` (issue 34), without making every import of
+    `healthledger.domain` build the service's imports."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, healthledger.domain.errors\n"
+        "assert 'healthledger.adapters.embedded' not in sys.modules\n"
+        "from healthledger import HealthLedger\n"
+        "from healthledger.adapters.embedded import HealthLedger as Facade\n"
+        "assert HealthLedger is Facade\n"
+        "try:\n"
+        "    from healthledger import Nothing\n"
+        "except ImportError:\n"
+        "    print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd="/", check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.providers.maker_api import MakerReader
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
@@ -25,14 +26,16 @@ def maker_service(
     settings: Settings, clock: Clock, provider: str, fake_base: str, **maker_settings: Any
 ) -> Iterator[Service]:
     """A service whose OAuth client for `provider` is the tests' (SERVICE), whose maker
-    endpoints are the fake's at `fake_base`, with a 1 s timeout on the maker's data API
-    (a slow answer is a timeout) and the maker's own settings (its API URL, its history)."""
+    endpoints are the fake's at `fake_base`, and the maker's own settings (its API URL, its
+    history). The maker's data API times out after 10 s: a fake on a loaded CI machine can
+    take over a second to answer, which is not the failure a test looks for; a test of a
+    slow answer narrows it (`times_out_after`)."""
     configured = settings.model_copy(
         update={
             "link_url": LINK,
             "public_base_url": API,
             "oauth_maker_url": fake_base,
-            "maker_api_timeout": timedelta(seconds=1),
+            "maker_api_timeout": timedelta(seconds=10),
             "oauth_clients": {provider: SERVICE},
             **maker_settings,
         }
@@ -42,6 +45,14 @@ def maker_service(
         yield built
     finally:
         built.close()
+
+
+def times_out_after(svc: Service, provider: str, seconds: float = 1.0) -> None:
+    """The maker's data API times out after `seconds` from now on: the slow-answer tests
+    make the fake answer later than this."""
+    reader = svc.oauth_makers[provider]
+    assert isinstance(reader, MakerReader)
+    reader.api_timeout = seconds
 
 
 def feed(svc: Service, user_id: uuid.UUID, provider: str, resource: str) -> ResourceFeed:

@@ -66,6 +66,12 @@ def make_user_with_everything(service: Service, team: Team, ctx: CommandContext,
         service.users.record_demographics(ctx, team.team_id, user.id, DEMOGRAPHICS)
     service.connections.connect_demo(ctx, team.team_id, user.id, "freestyle_libre", ["glucose"])
     service.jobs.run_due_pulls()
+    # A night's sleep, which the session index names by its id (revision 0030).
+    night = {
+        "bedtime_start": "2026-01-01T23:00:00+00:00",
+        "bedtime_stop": "2026-01-02T07:00:00+00:00",
+    }
+    service.health_data.store(user.id, "oura", {"sleep": {date(2026, 1, 2): night}})
     for _ in range(2):
         service.link_tokens.issue(
             ctx, team.team_id, "sandbox", user_id=user.id, redirect_url="https://app.example/back"

@@ -21,10 +21,11 @@ from uuid import UUID, uuid4
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from healthledger.adapters import printing
 from healthledger.adapters.cli import main
 from healthledger.adapters.compliance import report_rendering
 from healthledger.adapters.compliance.deletion_report import deletion_report, sign_report
-from healthledger.adapters.compliance.report_rendering import render_html, render_pdf
+from healthledger.adapters.compliance.report_rendering import render_html
 from healthledger.adapters.compliance.report_verification import verify_report
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.embedded import HealthLedger
@@ -32,6 +33,7 @@ from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.persistence.engine.schema import chain_heads, link_tokens, stored_events
 from healthledger.adapters.persistence.eventstore.chain import link_hash, state_digest
 from healthledger.adapters.persistence.keys.key_store import canonical_json
+from healthledger.adapters.printing import render_pdf
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.user import User
@@ -374,6 +376,7 @@ def test_an_erased_user_shows_its_erasure_the_checks_again_and_the_horizon(
         "read_model:link_tokens",
         "read_model:orders",
         "provider_tokens",
+        "session_index",
         "snapshots",
         "webhook_deliveries:queued",
     }
@@ -511,7 +514,7 @@ def test_a_pdf_without_chromium_is_a_clear_error(
 ) -> None:
     _, user_id = erased_report
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(report_rendering, "DEBIAN_CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setattr(printing, "DEBIAN_CHROMIUM", tmp_path / "no-chromium")
     pdf = tmp_path / "report.pdf"
     assert main(["report", "deletion", str(user_id), "--format", "pdf", "--output", str(pdf)]) == 1
     err = capsys.readouterr().err
@@ -907,7 +910,7 @@ def test_the_report_lists_the_categories_held_and_the_recipients(
     assert recipient["deliveries"] >= recipient["posts"]
     assert recipient["first_sent_at"] <= recipient["last_sent_at"]
     assert recipient["last_acknowledged_at"] == recipient["last_sent_at"]
-    assert report["recipients"]["event_destinations"]["supported"] is False
+    assert report["recipients"]["event_destinations"]["destinations"] == []
 
     horizon = report["erasure"]["horizon"]
     assert "backups made before the rotation" in horizon["condition"].lower()

@@ -244,7 +244,8 @@ def test_5xx_and_timeouts_go_retrying_then_succeed(
     assert reads.last_error(svc, user_id, "dexcom", "glucose") == "provider_unavailable"
     dexcom.default_person = "hugo"
     other = connect(api, home, browser)
-    dexcom.slow(2.5, times=1)  # longer than the 1 s timeout
+    reads.times_out_after(svc, "dexcom", 1.0)
+    dexcom.slow(2.5, times=1)
     svc.jobs.run_due_pulls()
     assert feed(svc, other).status == "retrying"
     assert reads.last_error(svc, other, "dexcom", "glucose") == "transport_failure"

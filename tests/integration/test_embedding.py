@@ -4,12 +4,15 @@ and starts and stops its scheduler."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import shutil
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.operations.schemas import ResolvedUser, Success, UserList
 from healthledger.adapters.operations.users import UndoParametersError
 from healthledger.adapters.settings import Settings
+from healthledger.domain.connections.summaries import json_default
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import (
     ClientUserIdTaken,
@@ -31,7 +35,12 @@ from healthledger.domain.errors import (
     UserNotFound,
     UserScheduledForDeletion,
 )
+from healthledger.domain.labs.orders import OrderNotFound
+from healthledger.scheduler.runner import Jobs
 from pydantic import ValidationError
+
+from tests.clocks import Clock
+from tests.integration.test_orders import ADDRESS, PATIENT, WELLNESS
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -182,6 +191,62 @@ def test_the_facade_raises_the_domain_errors(ledger: HealthLedger) -> None:
     assert ledger.get_user(user.user_id).user_id == user.user_id
 
 
+def test_user_ids_as_text_are_read_and_malformed_ones_are_invalid_requests(
+    ledger: HealthLedger,
+) -> None:
+    """A user id's text works where its UUID does; anything else is the API's 422 as
+    `InvalidRequest` naming user_id, never a database error (issue 34)."""
+    user = ledger.create_user("text-ids")
+    text = str(user.user_id)
+    assert ledger.get_user(text) == ledger.get_user(user.user_id)
+    ledger.update_user(text.upper(), fallback_time_zone="UTC")
+    zone = ledger.get_user(user.user_id).fallback_time_zone
+    assert zone is not None and zone.id == "UTC"
+    assert ledger.connect_demo(text, "oura").success
+    assert [p.slug for p in ledger.connected_providers(text).providers] == ["oura"]
+    malformed: list[Any] = ["not-a-uuid", "", text + "0", "1' OR '1'='1", 42, None]
+    for bad in malformed:
+        calls: list[Callable[[Any], object]] = [
+            ledger.get_user,
+            lambda bad: ledger.update_user(bad, fallback_time_zone="UTC"),
+            ledger.delete_user,
+            ledger.latest_demographics,
+            ledger.connected_providers,
+            lambda bad: ledger.connect_demo(bad, "oura"),
+            lambda bad: ledger.deregister_provider(bad, "oura"),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidRequest) as refused:
+                call(bad)
+            assert (refused.value.field, refused.value.location) == ("user_id", "path")
+    assert ledger.delete_user(text) == Success(success=True)
+    assert ledger.undo_delete(text) == Success(success=True)
+
+
+def test_every_scheduler_job_can_be_run_through_the_facade(ledger: HealthLedger) -> None:
+    """With run_scheduler=False, the application runs each of the scheduler's jobs: the
+    facade offers every one (docs/embedding.md lists them)."""
+    offered = {name for name in dir(ledger) if not name.startswith("_")}
+    wanted = {
+        field.name
+        for field in dataclasses.fields(Jobs)
+        if field.name not in ("makes_head_signing_due", "gives_webhooks_work")  # not jobs
+    }
+    assert wanted <= offered, wanted - offered
+    documented = DOC.read_text()
+    assert all(f"`{name}()`" in documented for name in wanted), documented
+    user = ledger.create_user("jobs-1")
+    assert ledger.sign_chain_head() == 1  # the head moved: signed
+    assert ledger.sign_chain_head() == 0  # and not again until it moves
+    ledger.connect_demo(user.user_id, "oura")
+    assert ledger.run_due_pulls() >= 1
+    assert ledger.deregister_provider(user.user_id, "oura") == Success(success=True)
+    assert ledger.revoke_grants() == 0  # a demo device holds no grant at a maker
+    assert ledger.run_due_imports() == 0
+    assert ledger.run_due_bulk_operations() == 0  # none was started
+    assert ledger.progress_lab_orders() == 0
+
+
 def test_teams_views_and_actors(ledger: HealthLedger) -> None:
     user = ledger.create_user("team-1")
     ctx = CommandContext.system("test:setup")
@@ -240,6 +305,95 @@ def test_the_scheduler_runs_with_the_ledger_and_erases_what_is_due(
             ledger.undo_delete(user.user_id)
         assert ledger.sweep_erasures() == 0  # nothing left to do
     assert not scheduler.running
+
+
+def test_the_facade_reads_what_the_api_reads(database_url: str, tmp_path: Path) -> None:
+    """Summaries, orders, the audit and the deletion report (issue 34): the facade answers
+    what the team API answers for the same user, and the same errors."""
+    clock = Clock()
+    with HealthLedger.open(
+        database_url, master_key_file=tmp_path / "master.key", run_scheduler=False, clock=clock
+    ) as ledger:
+        facade_reads(ledger, clock)
+
+
+def facade_reads(ledger: HealthLedger, clock: Clock) -> None:
+    user = ledger.create_user("reads-1")
+    ledger.connect_demo(user.user_id, "oura")
+    ledger.run_due_pulls()
+    assert ledger.bootstrap is not None
+    headers = {"x-service-api-key": ledger.bootstrap.team_api_key.plain}
+    with TestClient(create_team_api(ledger.service)) as api:
+        today = ledger.service.clock().date()
+        start = (today - timedelta(days=6)).isoformat()
+        pulls = api.get(
+            "/v2/introspect/historical_pull", params={"user_id": str(user.user_id)}, headers=headers
+        ).json()["data"][0]
+        assert ledger.historical_pulls(str(user.user_id)).model_dump(mode="json") == pulls
+        assert pulls["provider"]["oura"]["pulled"], "the pulls are there"
+        through_api = api.get(
+            f"/v2/summary/sleep/{user.user_id}",
+            params={"start_date": start, "end_date": today.isoformat()},
+            headers=headers,
+        ).json()["sleep"]
+        assert through_api, "the demo nights were pulled"
+        assert json_of(ledger.summaries(str(user.user_id), "sleep", start, today)) == through_api
+        heart = api.get(
+            f"/v2/timeseries/{user.user_id}/heartrate",
+            params={"start_date": str(today - timedelta(days=1)), "end_date": str(today)},
+            headers=headers,
+        ).json()
+        assert heart, "the demo heart rate was pulled"
+        assert (
+            ledger.timeseries(user.user_id, "heartrate", today - timedelta(days=1), today) == heart
+        )
+        placed = api.post(
+            "/v3/order",
+            json={
+                "user_id": str(user.user_id),
+                "lab_test_id": WELLNESS,
+                "patient_details": PATIENT,
+                "patient_address": ADDRESS,
+            },
+            headers=headers,
+        )
+        assert placed.status_code == 200, placed.text
+        order_id = placed.json()["id"]
+        got = api.get(f"/v3/order/{order_id}", headers=headers).json()
+    assert ledger.get_order(order_id).model_dump(mode="json") == got
+    assert [o.id for o in ledger.list_orders(user.user_id)] == [order_id]
+    assert ledger.list_orders(uuid.uuid4()) == []
+    with pytest.raises(OrderNotFound):
+        ledger.get_order(uuid.uuid4())
+    for bad in (
+        lambda: ledger.summaries(user.user_id, "nonsense", start),
+        lambda: ledger.timeseries(user.user_id, "nonsense", start),
+        lambda: ledger.timeseries(user.user_id, "heartrate", start, provider="nobody"),
+        lambda: ledger.summaries(user.user_id, "sleep", start, provider="nobody"),
+        lambda: ledger.summaries(user.user_id, "sleep", today, start),  # end before start
+        lambda: ledger.get_order("not-an-order"),
+        lambda: ledger.list_orders(size=0),
+    ):
+        with pytest.raises(InvalidRequest):
+            bad()
+
+    events = {entry.event for entry in ledger.audit(user.user_id)}
+    assert {"User.Created", "Connection.Created", "Order.Created"} <= events
+    with pytest.raises(UserNotFound):
+        ledger.audit(uuid.uuid4())
+    with pytest.raises(UserNotFound):
+        ledger.historical_pulls(uuid.uuid4())
+    ledger.delete_user(user.user_id)
+    clock.advance(timedelta(days=8))
+    assert ledger.sweep_erasures() == 1
+    assert ledger.sign_chain_head() == 1
+    report = ledger.deletion_report(user.user_id)
+    assert report["user"]["user_id"] == str(user.user_id) and report["signature"]["value"]
+
+
+def json_of(value: Any) -> Any:
+    """A value as the API's JSON has it (its serialization of the same objects)."""
+    return json.loads(json.dumps(value, default=json_default))
 
 
 def test_apps_of_two_services_in_one_process_each_answer_from_their_own(

@@ -76,6 +76,7 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "read_model:link_tokens",
             "read_model:orders",
             "health_data",
+            "session_index",
             "provider_tokens",
             "webhook_deliveries:queued",
         }
@@ -273,6 +274,7 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         link_tokens,
         orders,
         provider_tokens,
+        session_index,
         webhook_deliveries,
     )
 
@@ -286,6 +288,7 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         "read_model:link_tokens": rows(service, link_tokens, user_id=user_id),
         "read_model:orders": rows(service, orders, user_id=user_id),
         "health_data": rows(service, health_data, user_id=user_id),
+        "session_index": rows(service, session_index, user_id=user_id),
         "provider_tokens": rows(service, provider_tokens, user_id=user_id),
         "webhook_deliveries:queued": rows(
             service, webhook_deliveries, user_id=user_id, status="pending"

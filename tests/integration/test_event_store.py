@@ -20,6 +20,7 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
     READ_MODEL_TABLES,
+    event_destinations,
     lab_tests,
     maker_notices,
     orders,
@@ -32,6 +33,7 @@ from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.domain.context import CommandContext
 from healthledger.domain.ledger import Ledger
 from healthledger.domain.users.user import ClientUserIdClaim
+from healthledger.domain.webhooks.deliveries import lifecycle_type_of
 
 from tests.conftest import Team
 from tests.recorded import loaded
@@ -164,8 +166,8 @@ def test_read_models_rebuilt_by_todays_code_are_the_previous_mains(legacy_copy: 
     # stream_owners came after the legacy file (migration 0005): test_audit.py holds its
     # rebuild from this log to what that migration backfills from it. Lab tests and
     # orders (issue 14) came after it too, and its log holds none; so did the makers'
-    # notices (migration 0017).
-    newer = (stream_owners, orders, lab_tests, maker_notices)
+    # notices (migration 0017) and the event destinations (migration 0020, issue 35).
+    newer = (stream_owners, orders, lab_tests, maker_notices, event_destinations)
     tables = [t for t in READ_MODEL_TABLES if t not in newer]
     before = {t.name: _rows(legacy_copy, t.name, "1") for t in tables}
     db = Database(f"sqlite:///{legacy_copy}")
@@ -197,8 +199,24 @@ def test_read_models_rebuilt_by_todays_code_are_the_previous_mains(legacy_copy: 
     before["users"] = [(*row[:2], *row[3:5], None, None, *row[5:]) for row in before["users"]]
     # A connection keeps the digest of its maker's account id now (migration 0017): the
     # projection given no key store (as here) leaves it empty; the start fills it
-    # (test_maker_webhooks.py).
-    before["connections"] = [(*row, None) for row in before["connections"]]
+    # (test_maker_webhooks.py). Its provider and resource availability, and a feed's
+    # provider and resource, are held only sealed now, with a keyed provider digest
+    # (migration 0022, ADR 0032): rebuilt from version 1 events (in clear) and without
+    # keys, the row holds neither; the start's redaction and digests fill them
+    # (test_connection_facts_sealed.py).
+    before["connections"] = [
+        (*row[:3], *row[4:6], None, None, None, *row[7:], None) for row in before["connections"]
+    ]
+    before["resource_feeds"] = [(*row[:4], None, *row[6:]) for row in before["resource_feeds"]]
+    # A webhook delivery's event type likewise (revision 0028, ADR 0028): rebuilt from
+    # version 1 events without keys, the row holds no sealed type, and the type in clear
+    # only for a user's lifecycle.
+    before["webhook_deliveries"] = [
+        (*row[:4], None, lifecycle_type_of(row[4], row[3]), *row[5:])
+        for row in before["webhook_deliveries"]
+    ]
+    # A team's source priorities (revision 0027): a team that never set them holds none.
+    before["teams"] = [(*row, None) for row in before["teams"]]
     for name in before:
         assert sorted(after[name], key=repr) == sorted(before[name], key=repr), name
 

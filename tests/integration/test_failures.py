@@ -98,6 +98,7 @@ def test_erased_says_only_what_it_removed(
         "read_model:link_tokens": 0,
         "read_model:orders": 0,
         "health_data": 0,
+        "session_index": 0,
         "provider_tokens": 0,
         "webhook_deliveries:queued": 0,
     }

@@ -59,9 +59,6 @@ def svc(settings: Settings, fitbit: FakeFitbit, clock: Clock) -> Iterator[Servic
         fitbit.base,
         fitbit_api_url=fitbit.base,
         fitbit_history_days=HISTORY_DAYS,
-        # Short, for the slow answer's test (4 s); not so short that a loaded machine's
-        # ordinary answer times out.
-        maker_api_timeout=timedelta(seconds=2),
     ) as built:
         yield built
 
@@ -311,6 +308,7 @@ def test_5xx_and_timeouts_go_retrying_then_succeed(
     assert feed(svc, user_id, "hrv").status == "success"
     # A slow answer (longer than the 2 s timeout): a transport failure, retried.
     other = connect(api, home, browser)
+    reads.times_out_after(svc, "fitbit", 2.0)
     fitbit.slow(4, times=1)
     svc.jobs.run_due_pulls()
     found = statuses(svc, other)

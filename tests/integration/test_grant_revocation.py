@@ -64,7 +64,6 @@ def svc(settings: Settings, oura: FakeOura, maker: FakeMaker, clock: Clock) -> I
             "oauth_maker_urls": {"oura": oura.base},
             "oura_api_url": oura.base,
             "oura_history_days": 3,
-            "maker_api_timeout": timedelta(seconds=1),
             "oauth_clients": {"oura": SERVICE, "fitbit": SERVICE},
         }
     )

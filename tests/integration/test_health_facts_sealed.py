@@ -45,9 +45,13 @@ from healthledger.adapters.persistence.engine.schema import (
 from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
 from healthledger.adapters.persistence.eventstore.old_versions import SUCCESSORS
 from healthledger.domain.audited import audited_events, topic_of
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.notice_intake import NoticeReceipt
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import REMOVED, SEALED
+from healthledger.domain.webhooks.deliveries import WebhookDelivery
 from sqlalchemy import delete, func, select, text
 
 from tests.integration.test_client_user_id_at_rest import _pageinspect, sqlite_bytes
@@ -67,6 +71,15 @@ CLEAR_KEY = '"lab_test_name":'
 # The team's own test (main-0's order): in clear in the team's catalog by design, which
 # shows that the searches do read the rows.
 CONTROL = "Metabolic"
+# Records the start redacts on the fixture: 2 orders' Created, 4 connections' Created and
+# their 54 feeds' Created (ADR 0032), and every webhook delivery's Created (ADR 0028: 96
+# on SQLite, 99 on PostgreSQL, whose fixture's run announced a little more).
+REDACTED = 2 + 4 + 54
+
+
+def redacted_on(service: Service) -> int:
+    """The records the start redacted on the fixture: REDACTED and the deliveries'."""
+    return REDACTED + len(records_of(service, WebhookDelivery.Created.TOPIC))
 
 
 @pytest.fixture
@@ -164,10 +177,56 @@ def holding(places: dict[str, bytes], needle: bytes) -> list[str]:
     return [place for place, content in places.items() if needle in content]
 
 
+def printed_about(
+    user_id: str,
+    *,
+    url: str,
+    master_key_file: Path,
+    signing_key_file: Path | None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    plain_audit: bool = False,
+) -> list[str]:
+    """What the command line prints about a user, each command succeeding: its audit as
+    JSON (and as text first, if asked), its deletion report as JSON and as HTML."""
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", url)
+    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(master_key_file))
+    if signing_key_file is not None:
+        monkeypatch.setenv("HEALTHLEDGER_SIGNING_KEY_FILE", str(signing_key_file))
+    commands = [
+        *([["audit", user_id]] if plain_audit else []),
+        ["audit", user_id, "--json"],
+        ["report", "deletion", user_id],
+        ["report", "deletion", user_id, "--format", "html"],
+    ]
+    printed = []
+    for command in commands:
+        capsys.readouterr()
+        assert main(command) == 0, command
+        printed.append(capsys.readouterr().out)
+    return printed
+
+
 def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> None:
     superseded = {topic_of(e): e.SUPERSEDED_BY for e in audited_events() if e.SUPERSEDED_BY}
-    assert set(superseded) == set(SUCCESSORS) == {Order.CreatedV1.TOPIC}
+    assert (
+        set(superseded)
+        == set(SUCCESSORS)
+        == {
+            Order.CreatedV1.TOPIC,
+            Connection.CreatedV1.TOPIC,
+            Connection.ReconnectedV1.TOPIC,
+            ResourceFeed.CreatedV1.TOPIC,
+            NoticeReceipt.ReceivedV1.TOPIC,
+            WebhookDelivery.CreatedV1.TOPIC,
+        }
+    )
     assert superseded[Order.CreatedV1.TOPIC] == Order.Created.TOPIC
+    assert superseded[Connection.CreatedV1.TOPIC] == Connection.Created.TOPIC
+    assert superseded[Connection.ReconnectedV1.TOPIC] == Connection.Reconnected.TOPIC
+    assert superseded[ResourceFeed.CreatedV1.TOPIC] == ResourceFeed.Created.TOPIC
+    assert superseded[NoticeReceipt.ReceivedV1.TOPIC] == NoticeReceipt.Received.TOPIC
+    assert superseded[WebhookDelivery.CreatedV1.TOPIC] == WebhookDelivery.Created.TOPIC
 
 
 def test_the_fixture_holds_the_test_in_clear(written: Written) -> None:  # noqa: F811
@@ -187,7 +246,8 @@ def test_the_start_seals_the_orders_tests_and_the_chain_verifies(
 ) -> None:
     report = verified(service, SIGNED_HEADS)
     assert report.startswith("ok: ")
-    assert "2 redacted record(s) among them" in report
+    # The orders' two, and the connections' and feeds' (test_connection_facts_sealed.py).
+    assert f"{redacted_on(service)} redacted record(s) among them" in report
     with service.db.read() as conn:
         topics: dict[str, int] = dict(
             conn.execute(
@@ -198,8 +258,10 @@ def test_the_start_seals_the_orders_tests_and_the_chain_verifies(
         pending = conn.execute(select(func.count()).select_from(pending_redactions)).scalar()
         rows = conn.execute(select(orders.c.order_id, orders.c.sealed_lab_test)).all()
     assert Order.CreatedV1.TOPIC not in topics
-    assert topics[Order.Created.TOPIC] == 2 == len(redacted)
-    assert topics[REDACTION_TOPIC] == 1 and pending == 0
+    assert topics[Order.Created.TOPIC] == 2 and len(redacted) == redacted_on(service)
+    assert topics[WebhookDelivery.Created.TOPIC] == (96 if service.db.is_sqlite else 99)
+    # One redaction record per reason: main-4's connection (erased) is removed.
+    assert topics[REDACTION_TOPIC] == 2 and pending == 0
     # The redacted records, checked with the redaction that explains them (as a deletion
     # report's span check does).
     for entry in redacted:
@@ -261,19 +323,15 @@ def test_after_the_erasure_no_file_names_the_users_lab_test(
     assert [a.status_code for a in answers[:5]] == [200] * 5, [a.text for a in answers]
     assert answers[4].json()["lab_test"]["name"] == ERASED_PLACEHOLDER
     # The command line's answers: the audit and the deletion report (HTML too).
-    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", written.url)
-    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(written.master_key_file))
-    monkeypatch.setenv("HEALTHLEDGER_SIGNING_KEY_FILE", str(written.signing_key_file))
-    printed = []
-    for command in (
-        ["audit", main_2],
-        ["audit", main_2, "--json"],
-        ["report", "deletion", main_2],
-        ["report", "deletion", main_2, "--format", "html"],
-    ):
-        capsys.readouterr()
-        assert main(command) == 0, command
-        printed.append(capsys.readouterr().out)
+    printed = printed_about(
+        main_2,
+        url=written.url,
+        master_key_file=written.master_key_file,
+        signing_key_file=written.signing_key_file,
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+        plain_audit=True,
+    )
     # They do show the order (that it was placed and cancelled), not what it was of.
     assert all(order in answer for answer in printed), printed
     for text_answer in [a.text for a in answers] + printed:
@@ -400,18 +458,14 @@ def test_after_the_erasure_no_answer_nor_file_names_the_interpretation(
         ]
     assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers]
     assert answers[4].json()["interpretation"] == ERASED_PLACEHOLDER
-    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", written.url)
-    monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(written.master_key_file))
-    monkeypatch.setenv("HEALTHLEDGER_SIGNING_KEY_FILE", str(written.signing_key_file))
-    printed = []
-    for command in (
-        ["audit", main_0, "--json"],
-        ["report", "deletion", main_0],
-        ["report", "deletion", main_0, "--format", "html"],
-    ):
-        capsys.readouterr()
-        assert main(command) == 0, command
-        printed.append(capsys.readouterr().out)
+    printed = printed_about(
+        main_0,
+        url=written.url,
+        master_key_file=written.master_key_file,
+        signing_key_file=written.signing_key_file,
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+    )
     assert all(order in answer for answer in printed[:2]), printed
     for text_answer in [a.text for a in answers] + printed:
         assert INTERPRETATION.decode() not in text_answer
@@ -450,9 +504,9 @@ def test_two_processes_starting_at_once_redact_each_record_once(
         verified(service, SIGNED_HEADS)
         with service.db.read() as conn:
             redacted = conn.execute(select(func.count()).select_from(chain_redactions)).scalar()
-        assert redacted == 2
+        assert redacted == redacted_on(service)
         named = [r["position"] for x in records_of(service, REDACTION_TOPIC) for r in x["records"]]
-        assert sorted(named) == sorted(set(named)) and len(named) == 2
+        assert sorted(named) == sorted(set(named)) and len(named) == redacted_on(service)
     finally:
         for service in built:
             service.close()

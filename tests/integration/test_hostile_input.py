@@ -386,6 +386,7 @@ FILLERS = {
     "provider": "oura",
     "feature": "demographics",
     "client_user_id": "crm-42",
+    "lab_id": "1",  # the catalog's labs are numbered
 }
 
 
@@ -402,7 +403,9 @@ def served_methods(document: dict[str, Any], path: str) -> set[str]:
         pattern = re.sub(
             r"\{(\w+)\}",
             lambda m: (
-                "[0-9a-f-]{36}"
+                "[0-9]+"
+                if m.group(1) == "lab_id"
+                else "[0-9a-f-]{36}"
                 if m.group(1).endswith("id") and m.group(1) != "client_user_id"
                 else "[^/]+"
             ),
@@ -474,14 +477,32 @@ def test_the_management_document_declares_both_key_headers_as_two_schemes(apis: 
 def test_the_team_document_declares_our_key_header_and_the_official_clients(apis: Apis) -> None:
     document = documents(apis)["team"]
     schemes = document["components"]["securitySchemes"]
-    by_header = {scheme["name"]: name for name, scheme in schemes.items()}
-    assert sorted(by_header) == ["x-service-api-key", "x-vital-api-key"]
-    # Either header authenticates every operation that takes a key: two alternatives.
+    keys = {name: s for name, s in schemes.items() if s["type"] == "apiKey"}
+    by_header = {scheme["name"]: name for name, scheme in keys.items()}
+    assert sorted(by_header) == ["x-service-api-key", "x-vital-api-key", "x-vital-link-token"]
+    # A team's link widget calls with the link token alone (ADR 0038): its own scheme.
+    link_token = by_header.pop("x-vital-link-token")
+    keys.pop(link_token)
+    with_link_token = 0
+    # The one other scheme: a mobile SDK's sign-in token, a bearer token (issue 34).
+    bearers = {name for name, s in schemes.items() if s["type"] == "http"}
+    assert bearers == {"SdkSignInToken"} and schemes["SdkSignInToken"]["scheme"] == "bearer"
+    # Either header authenticates every operation that takes a key: two alternatives; the
+    # uploads of a user's data take the user's sign-in token as a third.
+    with_sign_in = 0
     for operations in document["paths"].values():
         for operation in operations.values():
             if operation.get("security"):
                 requirements = sorted(list(r) for r in operation["security"])
-                assert requirements == sorted([name] for name in schemes)
+                if requirements == [[link_token]]:
+                    with_link_token += 1
+                    continue
+                if ["SdkSignInToken"] in requirements:
+                    with_sign_in += 1
+                    requirements.remove(["SdkSignInToken"])
+                assert requirements == sorted([name] for name in keys)
+    assert with_sign_in == 2  # the Apple Health upload and its status
+    assert with_link_token == 8  # link/state, providers, the OAuth link, five sign-in steps
 
 
 def test_the_official_clients_header_carries_the_same_key_under_the_same_rules(

@@ -209,6 +209,51 @@ def test_create_a_team_with_settings_per_environment(org: Org) -> None:
     assert org.call("GET", f"/team/{team['id']}").json() == team
 
 
+def test_a_team_takes_its_settings_as_its_answers_hold_them(org: Org) -> None:
+    """Under `settings` (the answers' form) as well as at the top level (issue 34): an
+    answer's settings can be sent back as they are."""
+    sandbox = {"logo_url": "https://cdn.acme.example/logo.png", "brand_information": BRAND}
+    team = org.create_team("Nested", "us", settings={"sandbox": sandbox})
+    assert team["settings"] == {"sandbox": sandbox, "production": EMPTY_SETTINGS}
+    copy = org.create_team("Copy", "eu", settings=team["settings"])
+    assert copy["settings"] == team["settings"]
+    production = {"logo_url": "https://cdn.acme.example/p.png", "brand_information": None}
+    patched = org.call(
+        "PATCH", f"/team/{copy['id']}", json={"settings": {"production": production}}
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["settings"] == {"sandbox": sandbox, "production": production}
+    # Both forms at once, for different environments.
+    both = org.create_team("Both", "us", sandbox=sandbox, settings={"production": production})
+    assert both["settings"] == {"sandbox": sandbox, "production": production}
+
+
+def test_an_environment_given_in_both_places_is_a_422_and_changes_nothing(org: Org) -> None:
+    team = org.create_team("Once", "us")
+    sandbox = {"logo_url": "https://cdn.acme.example/logo.png", "brand_information": None}
+    twice = {"sandbox": sandbox, "settings": {"sandbox": sandbox}}
+    before = org.service.recorder.max_notification_id()
+    for method, path, body in (
+        ("POST", "/team", {"name": "Twice", "region": "us", **twice}),
+        ("PATCH", f"/team/{team['id']}", twice),
+    ):
+        detail = _validation(org.call(method, path, json=body))
+        assert [e["loc"] for e in detail] == [["body"]], detail
+        assert "sandbox is given twice" in detail[0]["msg"]
+    bad = {"settings": {"sandbox": {"brand_information": {"company_name": "No logo"}}}}
+    assert _locs(org.call("PATCH", f"/team/{team['id']}", json=bad)) == [
+        ["body", "settings", "sandbox"]
+    ]
+    unknown = {"settings": {"staging": sandbox}}
+    assert _locs(org.call("PATCH", f"/team/{team['id']}", json=unknown)) == [
+        ["body", "settings", "staging"]
+    ]
+    empty = org.call("PATCH", f"/team/{team['id']}", json={"settings": {}})
+    assert empty.status_code == 400, empty.text
+    assert org.service.recorder.max_notification_id() == before
+    assert org.call("GET", f"/team/{team['id']}").json() == team
+
+
 def test_a_team_created_without_settings_has_empty_ones(org: Org) -> None:
     team = org.create_team("Bare", "us")
     assert team["settings"] == {"sandbox": EMPTY_SETTINGS, "production": EMPTY_SETTINGS}

@@ -30,14 +30,17 @@ from healthledger.adapters.persistence.engine.migrating import (
     PendingMigrations,
     schema_state,
     upgrade,
+    version_files,
 )
 from healthledger.adapters.persistence.engine.mirror_schema import mirror_metadata
-from healthledger.adapters.persistence.engine.schema import metadata, stored_events
+from healthledger.adapters.persistence.engine.schema import health_data, metadata, stored_events
 from healthledger.adapters.persistence.eventstore.chain import CHANGED
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.health_data.store import open_block
 from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
+from healthledger.domain.redaction import Redaction
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.user import User
 
@@ -156,7 +159,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0019")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0031")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -173,6 +176,18 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0017",
         "0018",
         "0019",
+        "0020",
+        "0021",
+        "0022",
+        "0023",
+        "0024",
+        "0025",
+        "0026",
+        "0027",
+        "0028",
+        "0029",
+        "0030",
+        "0031",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -183,11 +198,14 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     try:
         # Every stored event: counted, and each one decodes through the ledger's mapper.
         notifications = service.recorder.select_notifications(start=1, limit=events_before + 10)
-        # And one more: the start gave the legacy team its client_user_id secret, to
-        # digest its users' values in the users rows (revision 0015 dropped them in clear).
-        assert len(notifications) == events_before + 1
+        # And two more: the start gave the legacy team its client_user_id secret, to
+        # digest its users' values in the users rows (revision 0015 dropped them in clear),
+        # and redacted its connections' and feeds' Created v1 (their facts in clear) into
+        # their sealed version, one redaction record (ADR 0032).
+        assert len(notifications) == events_before + 2
         events = [service.ledger.mapper.to_domain_event(n) for n in notifications]
-        assert isinstance(events[-1], Team.ClientUserIdSecretCreated)
+        assert isinstance(events[-2], Team.ClientUserIdSecretCreated)
+        assert isinstance(events[-1], Redaction.Created)
         created = {
             event.client_user_id: event.originator_id
             for event in events
@@ -196,14 +214,17 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         assert sorted(created) == [f"legacy-{i}" for i in range(6)]
 
         # Every key unwraps under the master key that came with the database, and the
-        # health data sealed under them opens.
+        # health data sealed under them opens: each stored day converted into its block
+        # at the start (ADR 0033), none left in the old form.
         for owner in keys_before:
             assert service.key_store.cipher(owner) is not None
-        rows = db.execute("SELECT user_id, sealed FROM health_data")
-        assert len(rows) == health_before
-        for user_id, sealed in rows:
-            cipher = service.key_store.cipher(UUID(str(user_id)))
-            assert cipher is not None and cipher.open(sealed) is not None
+        assert db.execute("SELECT count(*) FROM health_data_days")[0][0] == 0
+        with service.db.read() as conn:
+            blocks = conn.execute(sa.select(health_data)).all()
+        assert sum(block.days for block in blocks) == health_before
+        for block in blocks:
+            cipher = service.key_store.cipher(block.user_id)
+            assert cipher is not None and open_block(cipher, block).days.num_rows == block.days
 
         check_users_through_the_team_api(service, created)
     finally:
@@ -318,13 +339,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0019" in status
+    assert "written before migrations" in status and "head      0031" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0019" in capsys.readouterr().out
+    assert "nothing to apply: already at 0031" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -354,6 +375,18 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0017",
         "0018",
         "0019",
+        "0020",
+        "0021",
+        "0022",
+        "0023",
+        "0024",
+        "0025",
+        "0026",
+        "0027",
+        "0028",
+        "0029",
+        "0030",
+        "0031",
     ]
 
     done = upgrade(empty_database.url)
@@ -361,9 +394,18 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         None,
         [
             *("0001", "0002", "0003", "0004", "0005", "0013", "0010", "0007", "0012", "0006"),
-            *("0014", "0015", "0016", "0017", "0018", "0019"),
+            *("0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022"),
+            "0023",
+            "0024",
+            "0025",
+            "0026",
+            "0027",
+            "0028",
+            "0029",
+            "0030",
+            "0031",
         ],
-        "0019",
+        "0031",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -403,7 +445,7 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     refused = capsys.readouterr().err
     pending = (
         "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017, 0018,"
-        " 0019"
+        " 0019, 0020, 0021, 0022, 0023, 0024, 0025, 0026, 0027, 0028, 0029, 0030, 0031"
     )
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused
@@ -444,8 +486,9 @@ def test_processes_starting_together_migrate_once(empty_database: ScratchDatabas
     for thread in threads:
         thread.join()
     assert errors == []
-    # One starter applies every revision (0001 to 0019); the others find nothing to do.
-    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [16]
+    # One starter applies every revision file; the others find nothing to do.
+    every = len(version_files(SERVICE))
+    assert sorted(len(done.applied) for done in results) == [0] * (starters - 1) + [every]
     assert schema_state(empty_database.url).up_to_date
 
 

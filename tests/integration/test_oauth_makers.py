@@ -63,6 +63,7 @@ OAUTH_SLUGS = {
     "dexcom_v3",
     "polar",
     "withings",
+    "garmin",
 }
 POLAR = OAuthClientSetting(client_id="polar-client", client_secret=SecretStr("polar-secret"))
 
@@ -140,7 +141,7 @@ def test_the_catalog_documents_each_maker_s_endpoints_and_each_has_an_adapter(
         assert svc.pulls.adapter_for(slug, False) is svc.oauth_makers[slug]
     # A provider without documented endpoints has no adapter: nothing to sign in at.
     with pytest.raises(LookupError):
-        svc.pulls.adapter_for("garmin", False)
+        svc.pulls.adapter_for("ihealth", False)
 
 
 def test_the_catalog_refuses_oauth_endpoints_where_no_one_signs_in_at_a_maker() -> None:

@@ -24,6 +24,9 @@ APPS: dict[str, Callable[[Service], FastAPI]] = {
 # Operations that take no key, so answer no 401: the token is itself the credential.
 KEYLESS = {
     ("team", "POST", "/v2/link/token/isValid"),
+    # The link token in the body is the credential (ADR 0038), and a mobile SDK's code.
+    ("team", "POST", "/v2/link/start"),
+    ("team", "POST", "/v2/link/code/exchange"),
     # The makers' webhooks: each maker authenticates with its own signature scheme.
     *(("team", method, "/makers/{provider}/webhook") for method in ("GET", "HEAD", "POST")),
 }

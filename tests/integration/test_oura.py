@@ -25,6 +25,7 @@ from healthledger.domain.connections.resource_feeds import ResourceFeed
 
 from tests.clocks import Clock
 from tests.conftest import Team
+from tests.integration.maker_reads import times_out_after
 from tests.integration.oauth_browser import (
     API,
     APP,
@@ -58,7 +59,6 @@ def svc(settings: Settings, oura: FakeOura, clock: Clock) -> Iterator[Service]:
             "oauth_maker_url": oura.base,
             "oura_api_url": oura.base,
             "oura_history_days": HISTORY_DAYS,
-            "maker_api_timeout": timedelta(seconds=1),
             "oauth_clients": {"oura": SERVICE},
         }
     )
@@ -279,6 +279,7 @@ def test_5xx_and_timeouts_go_retrying(
     assert last_error(svc, user_id, "blood_oxygen") == "provider_unavailable"
     # A slow answer (longer than the 1 s timeout): a transport failure, retried.
     other = connect(api, home, browser)
+    times_out_after(svc, "oura", 1.0)
     oura.slow(2.5, times=1)
     svc.jobs.run_due_pulls()
     found = statuses(svc, other)

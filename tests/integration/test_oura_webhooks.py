@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from healthledger.adapters.compliance.audit import user_audit
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.makers.fake_oura import PEOPLE, FakeOura, running_fake_oura
@@ -28,6 +29,7 @@ from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.notice_intake import NoticeReceipt
 from healthledger.domain.context import CommandContext
+from healthledger.domain.personal_data import SEALED_PLACEHOLDER
 from sqlalchemy import func, select
 
 from tests.clocks import Clock
@@ -42,7 +44,8 @@ from tests.integration.oauth_browser import (
 from tests.receivers import Receiver, http_receiver, serving
 
 AVA = PEOPLE["ava"]
-RECEIVED_TOPIC = "healthledger:NoticeReceipt.Received.v1"
+# The receipts of notices (sealed since ADR 0032: v2).
+RECEIVED_TOPIC = NoticeReceipt.Received.TOPIC
 OURA_DATA_TYPES = (
     "sleep",
     "daily_sleep",
@@ -72,7 +75,6 @@ def oura_service(settings: Settings, oura: FakeOura, clock: Clock) -> Any:
         oura.base,
         oura_api_url=oura.base,
         oura_history_days=HISTORY_DAYS,
-        maker_api_timeout=timedelta(seconds=2),
     )
 
 
@@ -231,6 +233,22 @@ def test_a_notification_syncs_its_window_and_announces_each_change_once(
     assert oura.data_requests() == []
     notices = notice_streams(svc)
     assert len(notices) == 6 and {n.status for n in notices} == {"received"}
+    # Stored with the maker and the resources sealed, by an unnamed maker (ADR 0032): the
+    # user's audit shows them as sealed values.
+    with svc.db.read() as conn:
+        states = [
+            bytes(state)
+            for (state,) in conn.execute(
+                select(stored_events.c.state).where(stored_events.c.topic == RECEIVED_TOPIC)
+            )
+        ]
+    assert len(states) == 6
+    assert not [s for s in states if b'"provider"' in s or b'"resources"' in s or b"oura" in s]
+    audit = user_audit(svc, uuid.UUID(str(user_id))).entries
+    received = [e for e in audit if e.event == "NoticeReceipt.Received"]
+    assert len(received) == 6 and {e.actor for e in received} == {"maker"}
+    shown = {(e.changes["provider"], e.changes["resources"]) for e in received}
+    assert shown == {(SEALED_PLACEHOLDER, SEALED_PLACEHOLDER)}
     svc.jobs.run_due_pulls()
     assert {n.status for n in notice_streams(svc)} == {"handled"}
     # Only the window was read: the notice's two days (a day more each side for samples).

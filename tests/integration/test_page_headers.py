@@ -23,7 +23,7 @@ def test_the_html_deletion_report_has_the_pages_content_security_policy(
     assert page.headers["content-type"].startswith("text/html")
     policy = page.headers[CSP]
     # The portal's policy, word for word: nothing loads, styles inline only, no framing.
-    assert policy == portal_page._HEADERS["Content-Security-Policy"]
+    assert policy == portal_page.PRIVATE_PAGE_HEADERS["Content-Security-Policy"]
     assert policy.startswith("default-src 'none';") and "frame-ancestors 'none'" in policy
     assert "script-src" not in policy
     # And what the link page's says, at least.

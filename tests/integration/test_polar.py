@@ -36,7 +36,17 @@ from tests.integration.oauth_browser import (
 
 PIA = PEOPLE["pia"]
 # What Polar's API gives us; the catalog's other Polar resources succeed with nothing.
-READ = {"workouts", "activity", "steps", "profile", "sleep", "hrv", "respiratory_rate"}
+READ = {
+    "workouts",
+    "activity",
+    "steps",
+    "profile",
+    "body",
+    "weight",
+    "sleep",
+    "hrv",
+    "respiratory_rate",
+}
 
 
 @pytest.fixture
@@ -260,3 +270,29 @@ def test_a_person_polar_forgot_is_registered_again_and_one_without_consent_fails
 def test_the_composition_root_reads_polar_with_the_reader(svc: Service) -> None:
     adapter = svc.pulls.adapter_for("polar", False)
     assert isinstance(adapter, PolarReader)
+
+
+def test_deregistration_deletes_the_person_at_polar_with_the_user_id_kept_with_the_grant(
+    svc: Service, api: Any, home: Team, browser: Browser, polar: FakePolar
+) -> None:
+    """Our DELETE of the connection (the revocation job, ADR 0030): Polar's `DELETE
+    /v3/users/{user-id}`, the id kept sealed with the grant at the sign-in (the job has
+    only the grant); Polar then refuses the token. Polar down: tried again; the person
+    gone already (its token refused, 401): done."""
+    user_id = connect(api, home, browser)
+    svc.jobs.run_due_pulls()
+    stored = svc.provider_tokens.current(Connection.id_for(user_id, "polar"))
+    assert stored is not None and stored.tokens.account == str(PEOPLE["pia"].user_id)
+    assert str(PEOPLE["pia"].user_id) not in repr(stored.tokens)
+    polar.fail(503, path=f"/v3/users/{PEOPLE['pia'].user_id}", method="DELETE")
+    assert api.delete(f"/v2/user/{user_id}/polar", headers=home.headers).status_code == 200
+    assert svc.jobs.revoke_grants() == 0  # Polar down: owed still
+    assert polar.deregistered == []
+    reader = svc.pulls.adapter_for("polar", False)
+    assert isinstance(reader, PolarReader)
+    reader.revoke(stored.team_id, stored.client_id, stored.tokens)  # as the retry will
+    assert polar.deregistered == ["pia"]
+    deleted = [(m, s) for m, p, s in polar.requests if m == "DELETE"]
+    assert deleted == [("DELETE", 503), ("DELETE", 204)]
+    reader.revoke(stored.team_id, stored.client_id, stored.tokens)  # gone already: done
+    assert [s for m, p, s in polar.requests if m == "DELETE"][-1] == 401

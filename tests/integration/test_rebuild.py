@@ -163,9 +163,12 @@ def test_the_heap_is_frozen_while_a_rebuild_runs_and_given_back_after() -> None:
         assert gc.get_freeze_count() == 0
         gc.freeze()
         frozen = gc.get_freeze_count()
+        # A frozen object that another thread lets go of leaves the frozen generation,
+        # so the count may only fall: a second freeze would raise it (the block's own
+        # generator is younger than the first freeze), an unfreeze would empty it.
         with rebuild.frozen_heap():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
         if frozen_by_the_suite:

@@ -87,16 +87,42 @@ def answers(
     return found
 
 
-def erased(recorded: dict[str, Answer]) -> dict[str, Answer]:
+# A provider named by no one: a connection of a user erased since (ADR 0032).
+ERASED_PROVIDER = dict.fromkeys(("logo", "name", "slug"), ERASED_PLACEHOLDER)
+
+
+def erased(user_id: str) -> Callable[[dict[str, Answer]], dict[str, Answer]]:
     """The recorded answers with the personal values an erasure destroyed as the
     placeholder (docs: the client_user_id, which its events hold sealed, the birth date's
-    value and each connection's external_user_id)."""
+    value, each connection's external_user_id, and its provider and resources, which its
+    events hold sealed since ADR 0032: the providers as the placeholder, the maps keyed by
+    provider without the user's connections, a filter by provider finding none)."""
+
+    def unnamed(body: Any, by_provider: bool) -> Any:
+        data = [
+            {**entry, "provider": {}} if entry["user_id"] == user_id else entry
+            for entry in body["data"]
+        ]
+        if by_provider:
+            data = [entry for entry in data if entry["user_id"] != user_id]
+        return {**body, "data": data}
 
     def hide(name: str, status: int, body: Any) -> Any:
         if status != 200:
             return body
+        if name in ("pulls", "team_pulls", "team_first_page"):
+            return unnamed(body, False)
+        if name in ("resources", "team_resources", "team_first_resources"):
+            return unnamed(body, False)
+        if name in ("oura_pulls", "oura_resources"):
+            return unnamed(body, True)
         if name == "user":
             body = {**body, "client_user_id": ERASED_PLACEHOLDER}
+            sources = [
+                {**s, "provider": ERASED_PROVIDER, "source": ERASED_PROVIDER}
+                for s in body["connected_sources"]
+            ]
+            body = {**body, "connected_sources": sources}
         if name == "user" and body["fallback_birth_date"] is not None:
             body = {
                 **body,
@@ -105,15 +131,23 @@ def erased(recorded: dict[str, Answer]) -> dict[str, Answer]:
         if name == "providers":
             body = {
                 "providers": [
-                    {**p, "external_user_id": ERASED_PLACEHOLDER}
-                    if p["external_user_id"] is not None
-                    else p
+                    {
+                        **p,
+                        **ERASED_PROVIDER,
+                        "resource_availability": {},
+                        "external_user_id": None
+                        if p["external_user_id"] is None
+                        else ERASED_PLACEHOLDER,
+                    }
                     for p in body["providers"]
                 ]
             }
         return body
 
-    return {name: (status, hide(name, status, body)) for name, (status, body) in recorded.items()}
+    def hidden(recorded: dict[str, Answer]) -> dict[str, Answer]:
+        return {name: (code, hide(name, code, body)) for name, (code, body) in recorded.items()}
+
+    return hidden
 
 
 def connect(client: TestClient, team: Team, user_id: str, provider: str, **extra: Any) -> None:
@@ -251,7 +285,7 @@ def test_as_of_answers_what_each_read_answered_at_every_step_of_a_users_life(
     with freeze_time(at + GRACE + timedelta(hours=1)):
         assert service.jobs.sweep_erasures() == 1
         assert client.get(f"/v2/user/{user_id}", headers=h).status_code == 404
-        held_to_every_step(erased)
+        held_to_every_step(erased(user_id))
         then = recorded["settings"][0]
         resolved = client.get(
             f"/v2/user/{user_id}", params={"as_of": then.isoformat()}, headers=h

@@ -216,3 +216,22 @@ def test_another_teams_deleted_and_erased_users_are_404(
         assert service.jobs.sweep_erasures() == 1
         erased = client.get(path, params=params, headers=team.headers)
     assert erased.status_code == 404 and erased.json() == {"detail": "User not found."}
+
+
+def test_the_erasure_drops_the_users_opened_days_from_memory(
+    service: Service, client: TestClient, team: Team
+) -> None:
+    """A read keeps the days it opened a while (`OpenedDays`); the sweep that erases the
+    user drops them from this process's memory at once, and another user's stay."""
+    gone, kept = (pulled_user(service, client, team, p) for p in ("fitbit", "oura"))
+    for user in (gone, kept):
+        get(client, team, f"/v2/timeseries/{user}/heartrate", start_date=str(DAY))
+    with freeze_time(T0):
+        service.users.delete_user(CTX, team.team_id, UUID(gone))
+    with freeze_time(T0 + service.settings.grace_period):
+        assert service.jobs.sweep_erasures() == 1
+    opened = service.health_data_queries.opened
+    # `forget` says how many entries it dropped: none of the erased user's were left, and
+    # the other user's read is still held (the reads of both kept their days alike).
+    assert opened.forget([UUID(gone)]) == 0
+    assert opened.forget([UUID(kept)]) > 0

@@ -29,8 +29,18 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.persistence.engine.migrating import SERVICE, schema_state, upgrade
-from healthledger.adapters.persistence.engine.schema import metadata
+from healthledger.adapters.persistence.engine.schema import (
+    health_data,
+    metadata,
+    session_index_backfill,
+)
+from healthledger.adapters.persistence.health_data.store import open_block
 from healthledger.adapters.settings import Settings
+from healthledger.domain.audited import events_of
+from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
+from healthledger.domain.webhooks.deliveries import WebhookDelivery, lifecycle_type_of
 
 from tests.conftest import (
     BACKENDS,
@@ -167,13 +177,16 @@ def test_every_data_key_unwraps_and_every_sealed_row_opens(
         owners = [
             UUID(str(row[0])) for row in conn.exec_driver_sql("SELECT user_id FROM user_data_keys")
         ]
-        rows = conn.exec_driver_sql("SELECT user_id, sealed FROM health_data").all()
-    assert len(owners) >= 8 and len(rows) > 100
+        rows = conn.execute(sa.select(health_data)).all()
+        # The days 1809f39 stored, one sealed row each, converted into blocks at the
+        # start (ADR 0033): none left in the old form, every one in a block.
+        left = conn.exec_driver_sql("SELECT count(*) FROM health_data_days").scalar_one()
+    assert len(owners) >= 8 and left == 0 and sum(row.days for row in rows) > 100
     for owner in owners:
         assert service.key_store.cipher(owner) is not None
-    for user_id, sealed in rows:
-        cipher = service.key_store.cipher(UUID(str(user_id)))
-        assert cipher is not None and cipher.open(sealed) is not None
+    for row in rows:
+        cipher = service.key_store.cipher(row.user_id)
+        assert cipher is not None and open_block(cipher, row).days.num_rows == row.days
 
 
 def test_every_read_answers_as_1809f39_answered(written: Written, service: Service) -> None:
@@ -201,14 +214,68 @@ def test_every_read_answers_as_1809f39_answered(written: Written, service: Servi
                 assert verify_report(response.json()) == [], where
                 assert as_format_1(response.json()) == as_format_1(asked["body"]), where
                 continue
-            assert response.json() == asked["body"], where
+            if asked["path"].startswith("/v2/audit/user/"):
+                # Connections' and feeds' facts are sealed since (ADR 0032): the audit
+                # shows them as it shows every sealed value.
+                assert response.json() == facts_sealed(service, asked["body"]), where
+                continue
+            assert response.json() == with_last_event(asked["body"]), where
+
+
+def with_last_event(body: Any) -> Any:
+    """An answer of 1809f39 with what orders answer since: `last_event`, the newest of
+    their `events` (junction-api-sdk's ClientFacingOrder requires it)."""
+    if isinstance(body, list):
+        return [with_last_event(item) for item in body]
+    if not isinstance(body, dict):
+        return body
+    found = {name: with_last_event(value) for name, value in body.items()}
+    events = found.get("events")
+    if "lab_test" in found and isinstance(events, list) and events:
+        found.setdefault("last_event", events[-1])
+    return found
+
+
+def facts_sealed(service: Service, audit: dict[str, Any]) -> dict[str, Any]:
+    """An audit of 1809f39 with the facts its connections', feeds' and webhook
+    deliveries' events held in clear as the placeholder their sealed versions show (and
+    a delivery's type in clear where it is a user's lifecycle: ADR 0028)."""
+    sealed = {
+        f"{aggregate.__name__}.{event.__name__}": tuple(event.SEALED_FACTS)
+        for aggregate in (Connection, ResourceFeed, WebhookDelivery)
+        for event in events_of(aggregate)
+        if event.SEALED_FACTS
+    }
+    placeholder = (
+        SEALED_PLACEHOLDER
+        if service.key_store.has_key(UUID(audit["user_id"]))
+        else ERASED_PLACEHOLDER
+    )
+    entries = []
+    for entry in audit["data"]:
+        facts = sealed.get(entry["event"], ())
+        said = entry["changes"]
+        if facts:
+            entry = {
+                **entry,
+                "changes": {
+                    **entry["changes"],
+                    **{name: placeholder for name in facts},
+                },
+            }
+            if entry["event"] == "WebhookDelivery.Created":
+                # The type in clear only for a user's lifecycle (the old one said it).
+                clear = lifecycle_type_of(str(said["event_type"]), UUID(audit["user_id"]))
+                entry["changes"] = {**entry["changes"], "lifecycle_type": clear}
+        entries.append(entry)
+    return {**audit, "data": entries}
 
 
 def as_format_1(report: dict[str, Any]) -> dict[str, Any]:
     """A deletion report without what format 2 added or changed: its categories,
     recipients, deletion reasons, the horizon's condition and reworded meaning, providers
-    no longer named after an erasure, and the signature; `user_erased_acknowledged` read
-    as format 1's `mirror_told`."""
+    no longer named after an erasure, places erased since (the session index), and the
+    signature; `user_erased_acknowledged` read as format 1's `mirror_told`."""
     old = json.loads(json.dumps(report))
     for name in ("categories", "recipients", "signature", "format"):
         old.pop(name, None)
@@ -224,9 +291,43 @@ def as_format_1(report: dict[str, Any]) -> dict[str, Any]:
         if "user_erased_acknowledged" in hooks:
             hooks["mirror_told"] = hooks.pop("user_erased_acknowledged")
         hooks.pop("user_erased_acknowledged_means", None)
+        # The session index (revision 0030) is a place erasures empty since: looked at
+        # again now (and empty), unknown to format 1.
+        erasure["checks_now"] = [c for c in erasure["checks_now"] if c["check"] != "session_index"]
         erasure["horizon"].pop("condition", None)
         erasure["horizon"].pop("meaning", None)
     return old
+
+
+def test_its_sleeps_are_indexed_at_the_start_and_answer_their_streams(
+    written: Written, service: Service
+) -> None:
+    """1809f39 stored sleeps before the session index (revision 0030): the migration
+    listed their user, the start indexed it, and each sleep id 1809f39 answered leads to
+    its night's samples."""
+    with service.db.read() as conn:
+        listed = conn.execute(sa.select(sa.func.count()).select_from(session_index_backfill))
+        assert listed.scalar_one() == 0
+    (asked,) = [
+        a
+        for a in written.expected["answers"]
+        if a["path"].startswith("/v2/summary/sleep/") and a["status"] == 200
+    ]
+    sleeps = asked["body"]["sleep"]
+    assert sleeps
+    with (
+        freeze_time(written.now),
+        TestClient(create_team_api(service), raise_server_exceptions=False) as client,
+    ):
+        for sleep in sleeps:
+            stream = client.get(
+                f"/v2/timeseries/sleep/{sleep['id']}/stream", headers=written.headers("team")
+            )
+            assert stream.status_code == 200, stream.text
+            heart = stream.json()["heartrate"]
+            assert heart and all(
+                sleep["bedtime_start"] <= s["timestamp"] <= sleep["bedtime_stop"] for s in heart
+            )
 
 
 def test_the_service_still_writes_on_it(written: Written, service: Service) -> None:

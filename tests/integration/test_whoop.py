@@ -61,9 +61,6 @@ def svc(settings: Settings, whoop: FakeWhoop, clock: Clock) -> Iterator[Service]
         whoop.base,
         whoop_api_url=whoop.base,
         whoop_history_days=HISTORY_DAYS,
-        # Short, for the slow answer's test (4 s); not so short that a loaded machine's
-        # ordinary answer times out.
-        maker_api_timeout=timedelta(seconds=2),
     ) as built:
         yield built
 
@@ -282,6 +279,7 @@ def test_5xx_and_timeouts_go_retrying_then_succeed(
     assert set(statuses(svc, user_id).values()) == {"success"}
     # A slow answer (longer than the 2 s timeout): a transport failure, retried.
     other = connect(api, home, browser)
+    reads.times_out_after(svc, SLUG, 2.0)
     whoop.slow(4, times=1)
     svc.jobs.run_due_pulls()
     late = [r for r, s in statuses(svc, other).items() if s == "retrying"]

@@ -297,6 +297,7 @@ def test_error_statuses_5xx_and_timeouts_go_retrying_then_succeed(
     assert len(nights) == 1 and last_error(svc, user_id, nights[0]) == "provider_unavailable"
     # A slow answer (longer than the 1 s timeout): a transport failure, retried.
     other = connect(api, home, browser)
+    reads.times_out_after(svc, "withings", 1.0)
     withings.slow(2.5, times=1)
     svc.jobs.run_due_pulls()
     found = statuses(svc, other)

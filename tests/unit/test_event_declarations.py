@@ -27,7 +27,8 @@ from healthledger.domain.audited import (
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES
 from healthledger.domain.users.user import ClientUserIdClaim, User
-from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES
+from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES, TEAM_EVENT_TYPES
+from healthledger.domain.webhooks.event_destinations import EventDestination
 
 from tests.recorded import audited
 
@@ -35,7 +36,7 @@ from tests.recorded import audited
 def test_every_aggregate_of_the_domain_is_audited_and_declares_its_stream() -> None:
     aggregates = audited_aggregates()
     # The receiver's MirroredUser is the only aggregate of its own kind (no actor).
-    assert len(aggregates) == 20
+    assert len(aggregates) == 27
     for aggregate in aggregates:
         assert "USER_STREAM" in vars(aggregate), aggregate
         check_declarations(aggregate)  # what the class's definition checked
@@ -61,9 +62,12 @@ def test_the_adapters_tables_are_derived_from_the_declarations() -> None:
         "link_token",
         "webhook_delivery",
         "oauth_flow",
+        "credential_sign_in",
+        "link_code",
         "order",
         "import",
         "maker_notice",
+        "appointment",
     }
     assert FOUNDING[User.Created] == "user"
     assert dict.fromkeys([ClientUserIdClaim.Claimed], "user_id") == HANDING
@@ -127,11 +131,11 @@ def test_a_users_stream_whose_founding_event_names_no_user_is_refused() -> None:
                 team_id: UUID
 
 
-def test_a_stream_no_user_owns_announces_nothing() -> None:
-    with pytest.raises(TypeError, match="only an event of a user's stream"):
+def test_a_stream_no_user_owns_hands_nothing_over_and_announces_team_level_types() -> None:
+    with pytest.raises(TypeError, match="only an event of a user's stream hands it over"):
 
-        class Loud(Audited):
-            TOPIC = "healthledger:test.Loud"
+        class Handing(Audited):
+            TOPIC = "healthledger:test.Handing"
 
             class Event(Audited.Event):
                 pass
@@ -139,8 +143,16 @@ def test_a_stream_no_user_owns_announces_nothing() -> None:
             USER_STREAM = None
 
             class Created(Event, Aggregate.Created):
-                TOPIC = "healthledger:test.Loud.Created.v1"
-                ANNOUNCES = ("user.deleted",)
+                TOPIC = "healthledger:test.Handing.Created.v1"
+                HANDS_STREAM_TO = "user_id"
+                user_id: UUID
+
+    # What a stream no user owns announces is a team-level type, and each is mapped.
+    for event in audited_events():
+        aggregate = next(a for a in audited_aggregates() if event in events_of(a))
+        if aggregate.USER_STREAM is None and event.ANNOUNCES:
+            assert (TEAM_EVENT_TYPES[event],) == event.ANNOUNCES
+    assert set(TEAM_EVENT_TYPES) == {EventDestination.Disabled}
 
 
 def test_a_read_model_place_is_named_as_erasure_removes_names_it() -> None:

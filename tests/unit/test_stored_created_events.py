@@ -8,32 +8,43 @@ eventsourcing's stock mapper and JSON transcoder (`stored_form`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
-from typing import TypedDict
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, TypedDict, cast
 from uuid import UUID
 
 import pytest
 from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.persistence import StoredEvent
+from healthledger.adapters.persistence.eventstore.sealed_facts import FactSealingMapper
+from healthledger.domain.audited import Audited
+from healthledger.domain.connections.bulk_operations import BulkOperation, BulkOperationIndex
+from healthledger.domain.connections.bulk_operations import index_id as bulk_index_id
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.credential_links import CredentialSignIn
+from healthledger.domain.connections.link_codes import LinkCode
 from healthledger.domain.connections.link_tokens import LinkToken
+from healthledger.domain.connections.notice_intake import MAKER_ACTOR, NoticeReceipt
 from healthledger.domain.connections.oauth_flows import OAuthFlow, binding_digest
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.integrity import IntegrityCheck, IntegrityFindings
 from healthledger.domain.keys import (
+    LINK_CODE,
     LINK_TOKEN,
     MANAGEMENT_KEY,
     TEAM_API_KEY,
     hash_key,
+    link_code_id,
     link_token_id,
     team_api_key_id,
 )
 from healthledger.domain.labs.lab_tests import LabTest
 from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.mirror.users import Envelope, MirroredUser
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import SEALED, RedactedRecord, Redaction
 from healthledger.domain.teams.custom_credentials import CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
@@ -142,6 +153,39 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
         filter_on_providers=["oura", "whoop"],
         on_error="redirect",
         on_close=None,
+    ),
+    # Its id is derived from the link token's and the provider.
+    "CredentialSignIn": lambda: CredentialSignIn.challenge(
+        CTX,
+        T,
+        None,
+        cast(LinkToken, FOUND["LinkToken"]()),
+        "freestyle_libre",
+        "password",
+        "sms",
+        "v1.sealed-challenge",
+    ),
+    "BulkOperation": lambda: BulkOperation(
+        id=fixed_id(41),
+        **FOUNDED,
+        team_id=TEAM,
+        environment="production",
+        operation="link_bulk_historical_trigger",
+        provider="oura",
+        user_ids=[str(USER)],
+    ),
+    # Its id is derived from the team's.
+    "BulkOperationIndex": lambda: BulkOperationIndex.new(
+        CTX, T, id=bulk_index_id(TEAM), team_id=TEAM
+    ),
+    "LinkCode": lambda: LinkCode(
+        id=fixed_id(40),
+        **FOUNDED,
+        team_id=TEAM,
+        user_id=USER,
+        environment="sandbox",
+        code_hash=hash_key(f"{LINK_CODE}_plain"),
+        expires_at=datetime(2026, 3, 1, 13, 0, tzinfo=UTC),
     ),
     "OAuthFlow": lambda: OAuthFlow(
         id=fixed_id(15),
@@ -365,16 +409,17 @@ GOLDEN = {
     ),
     "Connection": Golden(
         id="bdcb166b-7be0-55c9-8730-95b4bb06a427",
-        topic="healthledger:Connection.Created.v1",
+        topic="healthledger:Connection.Created.v2",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:Connection",'
             '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
             '"request_id":"req-golden","user_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"provider":"oura",'
-            '"sealed_external_user_id":"v1.sealed-ext",'
-            '"resource_availability":{"sleep":"available"},"demo":false}'
+            '"_data_":"11111111222243338444000000000001"},'
+            '"sealed_external_user_id":"v1.sealed-ext","demo":false,'
+            '"sealed_facts":"sealed:{\\"provider\\":\\"oura\\",'
+            '\\"resource_availability\\":{\\"sleep\\":\\"available\\"}}"}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -387,12 +432,12 @@ GOLDEN = {
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"sealed_external_user_id":"v1.sealed-ext",'
             '"resource_availability":{"sleep":"available"},"error_details":null,'
-            '"deregistered_at":null,"demo_failures":{}}'
+            '"deregistered_at":null,"paused_by_team":false,"demo_failures":{}}'
         ),
     ),
     "ResourceFeed": Golden(
         id="784957ac-52d6-571e-8381-82e31547ad59",
-        topic="healthledger:ResourceFeed.Created.v1",
+        topic="healthledger:ResourceFeed.Created.v2",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:ResourceFeed",'
@@ -400,7 +445,8 @@ GOLDEN = {
             '"request_id":"req-golden","connection_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000006"},"user_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000001"},"provider":"oura","resource":"sleep"}'
+            '"_data_":"11111111222243338444000000000001"},'
+            '"sealed_facts":"sealed:{\\"provider\\":\\"oura\\",\\"resource\\":\\"sleep\\"}"}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -440,6 +486,93 @@ GOLDEN = {
             '"provider":null,"redirect_url":"https://example.com/back",'
             '"filter_on_providers":["oura","whoop"],"on_error":"redirect","on_close":null,'
             '"consumed_at":null,"consumed_provider":null}'
+        ),
+    ),
+    "CredentialSignIn": Golden(
+        id="0313c9ff-0b2a-5e3b-b9a1-776ff90d56c0",
+        topic="healthledger:CredentialSignIn.Challenged.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:CredentialSignIn",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","link_token_id":{"_type_":"uuid_hex",'
+            '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"provider":"freestyle_libre",'
+            '"auth_type":"password","method":"sms","sealed_challenge":"v1.sealed-challenge"}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"link_token_id":{"_type_":"uuid_hex",'
+            '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"provider":"freestyle_libre",'
+            '"auth_type":"password","method":"sms","sealed_challenge":"v1.sealed-challenge",'
+            '"challenged_at":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"answered_at":null}'
+        ),
+    ),
+    "BulkOperation": Golden(
+        id="11111111-2222-4333-8444-000000000029",
+        topic="healthledger:BulkOperation.Requested.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},"'
+            'originator_topic":"healthledger:BulkOperation","actor":"team_api_key:00000000-0000-4'
+            '000-8000-0000000000aa","request_id":"req-golden","team_id":{"_type_":"uuid_hex","_da'
+            'ta_":"11111111222243338444000000000001"},"environment":"production","operation":"lin'
+            'k_bulk_historical_trigger","provider":"oura","user_ids":["11111111-2222-4333-8444-00'
+            '0000000002"]}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}'
+            ',"_modified_on":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"'
+            '},"team_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000001"},"envir'
+            'onment":"production","operation":"link_bulk_historical_trigger","provider":"oura","u'
+            'ser_ids":["11111111-2222-4333-8444-000000000002"],"sealed_recipes":{},"done":[],'
+            '"failed":[],"status":"in_progress","ended_at":null}'
+        ),
+    ),
+    "BulkOperationIndex": Golden(
+        id="215748d2-de3b-5f08-96e9-fb37e5214199",
+        topic="healthledger:BulkOperationIndex.Opened.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},"'
+            'originator_topic":"healthledger:BulkOperationIndex","actor":"team_api_key:00000000-0'
+            '000-4000-8000-0000000000aa","request_id":"req-golden","team_id":{"_type_":"uuid_hex"'
+            ',"_data_":"11111111222243338444000000000001"}}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}'
+            ',"_modified_on":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"'
+            '},"team_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000001"},"opera'
+            'tion_ids":[]}'
+        ),
+    ),
+    "LinkCode": Golden(
+        id="11111111-2222-4333-8444-000000000028",
+        topic="healthledger:LinkCode.Issued.v1",
+        state=(
+            '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"originator_topic":"healthledger:LinkCode",'
+            '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"environment":"sandbox",'
+            '"code_hash":"b315a182b82da13f61bd71af013ba3e06e3a8bbca54f6fbac49784c28f3b9ada",'
+            '"expires_at":{"_type_":"datetime_iso","_data_":"2026-03-01T13:00:00+00:00"}}'
+        ),
+        aggregate_state=(
+            '{"_created_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"_modified_on":{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+            '"_data_":"11111111222243338444000000000002"},"environment":"sandbox",'
+            '"code_hash":"b315a182b82da13f61bd71af013ba3e06e3a8bbca54f6fbac49784c28f3b9ada",'
+            '"expires_at":{"_type_":"datetime_iso","_data_":"2026-03-01T13:00:00+00:00"},'
+            '"redeemed_at":null}'
         ),
     ),
     "OAuthFlow": Golden(
@@ -594,7 +727,7 @@ GOLDEN = {
     ),
     "WebhookDelivery": Golden(
         id="c9148b9b-6466-5eeb-8989-c9e72ca045e4",
-        topic="healthledger:WebhookDelivery.Created.v1",
+        topic="healthledger:WebhookDelivery.Created.v2",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:WebhookDelivery",'
@@ -602,13 +735,13 @@ GOLDEN = {
             '"request_id":"req-golden","endpoint_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000005"},"team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000002"},'
-            '"event_type":"daily.data.sleep.created",'
+            '"_data_":"11111111222243338444000000000002"},"lifecycle_type":null,'
             '"message_id":"msg_52f96921740059cd80ce479c0e8e4472",'
             '"source_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000007"},'
             '"source_version":3,"source_timestamp":{"_type_":"datetime_iso",'
             '"_data_":"2026-02-28T23:59:59+00:00"},"day":{"_type_":"date_iso",'
-            '"_data_":"2026-02-28"},"log_position":42}'
+            '"_data_":"2026-02-28"},"log_position":42,'
+            '"sealed_facts":"sealed:{\\"event_type\\":\\"daily.data.sleep.created\\"}"}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -770,7 +903,8 @@ GOLDEN = {
             '"sealed_patient_address":"v1.sealed-address",'
             '"sealed_request_digest":"v1.sealed-digest","sample_id":null,"sealed_results":null,'
             '"sealed_interpretation":null,"results_at":null,"cancel_reason":null,'
-            '"failure_reason":null,"history":[["received.walk_in_test.ordered",'
+            '"failure_reason":null,"registered_at":null,'
+            '"history":[["received.walk_in_test.ordered",'
             '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}]],'
             '"status":"received.walk_in_test.ordered","next_step_at":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:01:00.123456+00:00"}}'
@@ -786,13 +920,109 @@ def test_a_created_event_is_stored_as_before_and_replays_to_the_same_aggregate(
     golden = GOLDEN[name]
     aggregate = FOUND[name]()
     (event,) = aggregate.collect_events()
-    record = stored(event)
+    # An event whose facts are sealed (ADR 0032) is stored by the ledger's mapper.
+    mapper = SEALING_MAPPER if getattr(type(event), "SEALED_FACTS", None) else MAPPER
+    record = mapper.to_stored_event(event)
+    assert record == stored(event) or mapper is SEALING_MAPPER
     assert (str(record.originator_id), record.originator_version) == (golden.id, 1)
     assert record.topic == golden.topic
     assert record.state == golden.state.encode()
     state = Snapshot.take(aggregate).state
     assert stock_transcoder().encode(state) == golden.aggregate_state.encode()
-    assert loaded(MAPPER, record).mutate(None) == aggregate
+    assert loaded(mapper, record).mutate(None) == aggregate
+
+
+class ReadableFactKeys:
+    """A unit test's stand-in for the users' keys: "seals" as readable JSON."""
+
+    def seal_fact(self, user_id: UUID, value: Any) -> str | None:
+        return "sealed:" + json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def open_fact(self, user_id: UUID, sealed: str) -> Any | None:
+        return json.loads(sealed.removeprefix("sealed:"))
+
+
+SEALING_MAPPER = FactSealingMapper(stock_transcoder())
+SEALING_MAPPER.facts = ReadableFactKeys()
+
+# A connection's and a feed's Created events as version 1 stored them (their facts in
+# clear), until the service's start redacts them into version 2 (ADR 0032).
+CONNECTION_CREATED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:Connection",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"provider":"oura",'
+    '"sealed_external_user_id":"v1.sealed-ext",'
+    '"resource_availability":{"sleep":"available"},"demo":false}'
+)
+FEED_CREATED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:ResourceFeed",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","connection_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000006"},"user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"provider":"oura","resource":"sleep"}'
+)
+
+# A webhook delivery's Created event as version 1 stored it (its type in clear), until
+# the service's start redacts it into version 2 (ADR 0028).
+DELIVERY_CREATED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:WebhookDelivery",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","endpoint_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000005"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},'
+    '"event_type":"daily.data.sleep.created",'
+    '"message_id":"msg_52f96921740059cd80ce479c0e8e4472",'
+    '"source_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000007"},'
+    '"source_version":3,"source_timestamp":{"_type_":"datetime_iso",'
+    '"_data_":"2026-02-28T23:59:59+00:00"},"day":{"_type_":"date_iso",'
+    '"_data_":"2026-02-28"},"log_position":42}'
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "topic", "state"),
+    [
+        ("Connection", "healthledger:Connection.Created.v1", CONNECTION_CREATED_V1),
+        ("ResourceFeed", "healthledger:ResourceFeed.Created.v1", FEED_CREATED_V1),
+        ("WebhookDelivery", "healthledger:WebhookDelivery.Created.v1", DELIVERY_CREATED_V1),
+    ],
+)
+def test_an_event_stored_before_its_facts_were_sealed_loads_with_them_in_clear(
+    name: str, topic: str, state: str
+) -> None:
+    record = StoredEvent(UUID(GOLDEN[name].id), 1, topic, state.encode())
+    event = SEALING_MAPPER.to_domain_event(record)
+    assert isinstance(event, Audited.Event)
+    successor = type(event).SUPERSEDED_BY
+    assert successor == topic.replace(".v1", ".v2")
+    expected = FOUND[name]()
+    expected.collect_events()
+    assert loaded(SEALING_MAPPER, record).mutate(None) == expected
+
+
+def test_facts_read_as_erased_once_the_key_is_gone() -> None:
+    class NoKey(ReadableFactKeys):
+        def open_fact(self, user_id: UUID, sealed: str) -> Any | None:
+            return None
+
+    (event,) = FOUND["Connection"]().collect_events()
+    record = SEALING_MAPPER.to_stored_event(event)
+    keyless = FactSealingMapper(stock_transcoder())
+    keyless.facts = NoKey()
+    connection = loaded(keyless, record).mutate(None)
+    assert isinstance(connection, Connection)
+    assert (connection.provider, connection.resource_availability) == (ERASED_PLACEHOLDER, {})
+    # No key to seal with (a user erased before its record was redacted): the
+    # placeholder is stored, never a key made.
+    keyless.facts = type("Gone", (NoKey,), {"seal_fact": lambda self, u, v: None})()
+    assert json.loads(keyless.to_stored_event(event).state)["sealed_facts"] == ERASED_PLACEHOLDER
 
 
 # An order's Created event as version 1 stored it (its lab test in clear), until the
@@ -998,7 +1228,7 @@ def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
 def test_the_golden_values_cover_every_aggregate() -> None:
     founded = {type(found()) for found in FOUND.values()}
     assert {cls.__name__ for cls in founded} == {name.split(".")[0] for name in GOLDEN}
-    assert len(founded) == 19
+    assert len(founded) == 23
 
 
 def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> None:
@@ -1062,6 +1292,27 @@ def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> 
         on_close=None,
     )
 
+    expiry = T + timedelta(hours=1)
+    code, code_text = LinkCode.issue(
+        CTX, T, team_id=TEAM, user_id=USER, environment="sandbox", expires_at=expiry
+    )
+    assert link_code_id(code_text) == code.id
+    assert code == LinkCode(
+        id=code.id,
+        **FOUNDED,
+        team_id=TEAM,
+        user_id=USER,
+        environment="sandbox",
+        code_hash=hash_key(code_text),
+        expires_at=expiry,
+    )
+    assert (
+        code.id
+        != LinkCode.issue(
+            CTX, T, team_id=TEAM, user_id=USER, environment="sandbox", expires_at=expiry
+        )[0].id
+    )
+
     flow = OAuthFlow.start(CTX, T, token, "oura", "binding-secret")
     assert flow == OAuthFlow(
         id=flow.id,
@@ -1085,3 +1336,29 @@ def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> 
     }
     endpoint = WebhookEndpoint.create(CTX, T, **endpoint_fields)  # type: ignore[arg-type]
     assert endpoint == WebhookEndpoint(id=endpoint.id, **FOUNDED, **endpoint_fields)  # type: ignore[arg-type]
+
+
+def test_a_makers_notice_is_stored_with_the_maker_and_resources_sealed() -> None:
+    # A notice's receipt names the maker and the resources (a glucose monitor's glucose):
+    # stored sealed, recorded by an unnamed maker (ADR 0032); it reads back as recorded.
+    ctx = CommandContext(actor=MAKER_ACTOR, request_id="req-notice")
+    receipt = NoticeReceipt.new(
+        ctx,
+        T,
+        id=fixed_id(30),
+        user_id=USER,
+        team_id=TEAM,
+        connection_id=CONNECTION,
+        provider="dexcom",
+        resources=["glucose"],
+        start=date(2026, 3, 1),
+        end=date(2026, 3, 1),
+        deauthorized=False,
+    )
+    (event,) = receipt.collect_events()
+    record = SEALING_MAPPER.to_stored_event(event)
+    assert record.topic == "healthledger:NoticeReceipt.Received.v2"
+    state = json.loads(record.state)
+    assert not {"provider", "resources"} & set(state) and state["actor"] == "maker"
+    assert b"dexcom" not in record.state.replace(b"sealed:", b"").split(b'"sealed_facts"')[0]
+    assert loaded(SEALING_MAPPER, record).mutate(None) == receipt

@@ -12,22 +12,37 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from healthledger.adapters.answers.orders import OrderRow
+from healthledger.adapters.answers import lab_documents
+from healthledger.adapters.answers.lab_documents import LabDocuments, code128_svg
+from healthledger.adapters.answers.orders import OrderAnswers, OrderRow
 from healthledger.adapters.compliance import report_rendering
-from healthledger.adapters.http import branded_pages, link_page, portal_page
+from healthledger.adapters.http import branded_pages, link_page, portal_page, webhook_portal
+from healthledger.adapters.persistence.queries.lab_tests import LabTestRow
 from healthledger.adapters.persistence.queries.link_tokens import LinkTokenView
 from healthledger.adapters.persistence.queries.portal import PortalHolder
 from healthledger.adapters.reference import ProviderEntry
+from healthledger.domain.labs.catalog import Lab, LabTestView, Marker
+from healthledger.domain.labs.documents import requisition_number
 from jinja2 import Environment
 from starlette.responses import Response
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "adapters" / "templates"
 # Templates that are only extended or imported by the pages.
-LAYOUTS = {"branded.html", "link/layout.html", "portal/layout.html", "portal/flags.html"}
+LAYOUTS = {
+    "branded.html",
+    "labs/layout.html",
+    "labs/_markers.html",
+    "labs/_patient.html",
+    "link/layout.html",
+    "portal/layout.html",
+    "portal/flags.html",
+    "webhook_portal/layout.html",
+}
 
 # Markup, an attribute breaking out of either quote, an entity: what an XSS would bring.
 EVIL = "<script>alert(1)</script>\"onmouseover=alert(1) x='y' onfocus='alert(2)' &amp; &"
@@ -40,6 +55,7 @@ ALLOWED_TAGS = frozenset({
     "html", "head", "meta", "title", "style", "body", "main", "header", "section", "footer",
     "h1", "h2", "h3", "p", "a", "img", "span", "strong", "code", "br", "ul", "ol", "li",
     "dl", "dt", "dd", "table", "thead", "tbody", "tr", "th", "td", "form", "input", "button",
+    "div",
 })
 # fmt: on
 
@@ -86,7 +102,8 @@ def assert_harmless(html: str, *, shows: str = EVIL) -> None:
 def rendered(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
     """The templates the test loaded (its pages, and the layouts they extend or import)."""
     names: set[str] = set()
-    for environment in (branded_pages.PAGES, report_rendering._TEMPLATES):
+    environments = (branded_pages.PAGES, report_rendering._TEMPLATES, lab_documents._TEMPLATES)
+    for environment in environments:
         monkeypatch.setattr(environment, "get_template", recording(environment, names))
     yield names
 
@@ -290,6 +307,61 @@ def test_the_portal_shows_hostile_values_as_text(rendered: set[str]) -> None:
     assert rendered - LAYOUTS == {"portal/orders.html", "portal/order.html", "portal/error.html"}
 
 
+# -- the webhook portal -----------------------------------------------------------------------
+
+
+def test_the_webhook_portal_shows_hostile_values_as_text(rendered: set[str]) -> None:
+    brand = branded_pages.Brand.of(hostile_settings(), f"Team {EVIL}")
+    endpoint = {
+        "id": uuid.uuid4(),
+        "url": f"https://hooks.example.com/{EVIL}",
+        "description": EVIL,
+        "filter_types": [EVIL],
+        "disabled": True,
+        "disabled_reason": EVIL,
+    }
+    row = SimpleNamespace(
+        delivery_id=uuid.uuid4(),
+        event_type=EVIL,
+        message_id=EVIL,
+        user_id=EVIL,
+        source_timestamp=WHEN,
+        status=EVIL,
+        attempts=EVIL,
+        last_attempt_at=WHEN,
+        last_status_code=EVIL,
+        next_attempt_at=WHEN,
+    )
+    listed = [(endpoint, {EVIL: 1}, [row], {row.delivery_id: SCRIPT_URL})]
+    page = body(webhook_portal.endpoints_page(brand, EVIL, listed, WHEN))
+    assert_harmless(page)
+    assert "".join(Page(page).text).count(EVIL) >= 8
+    assert_harmless(body(webhook_portal.endpoints_page(brand, EVIL, [], WHEN)), shows=EVIL)
+    attempts = [
+        {"kind": "attempt", "number": EVIL, "at": WHEN},
+        {
+            "kind": "attempt",
+            "number": 2,
+            "at": WHEN,
+            "outcome": EVIL,
+            "status_code": None,
+            "error": EVIL,
+            "latency_ms": EVIL,
+        },
+        {"kind": "replayed", "at": WHEN},
+        {"kind": "dropped", "at": WHEN, "reason": EVIL},
+    ]
+    page = body(webhook_portal.delivery_page(brand, row, endpoint, attempts, SCRIPT_URL))
+    assert_harmless(page)
+    for back in (SCRIPT_URL, None):
+        assert_harmless(body(webhook_portal.error_page(404, (EVIL, EVIL), brand, back=back)))
+    assert rendered - LAYOUTS == {
+        "webhook_portal/endpoints.html",
+        "webhook_portal/delivery.html",
+        "webhook_portal/error.html",
+    }
+
+
 # -- the deletion report ----------------------------------------------------------------------
 
 
@@ -470,6 +542,220 @@ def test_the_deletion_report_shows_hostile_values_as_text(rendered: set[str]) ->
     assert rendered - LAYOUTS == {"compliance/deletion_report.html"}
 
 
+# -- the lab documents ------------------------------------------------------------------------
+
+HOSTILE_LAB = Lab(
+    id=1,
+    slug="hostile_lab",
+    name=f"Lab {EVIL}",
+    first_line_address=EVIL,
+    city=EVIL,
+    state=EVIL,
+    zipcode=EVIL,
+    collection_methods=("testkit", "walk_in_test"),
+    sample_types=(f"dried {EVIL}",),
+)
+HOSTILE_MARKER = Marker(
+    id=7,
+    name=f"Marker {EVIL}",
+    slug=EVIL,
+    description=EVIL,
+    lab_id=1,
+    provider_id=f"Code {EVIL}",
+    type=EVIL,  # type: ignore[arg-type]
+    unit=EVIL,
+    price=EVIL,
+    a_la_carte_enabled=True,
+    expected_results=(),
+)
+
+
+class HostileCatalog:
+    """The lab and the marker above, for every id asked."""
+
+    def lab(self, lab_id: int) -> Lab:
+        return HOSTILE_LAB
+
+    def marker(self, marker_id: int) -> Marker:
+        return HOSTILE_MARKER
+
+
+class Opened:
+    """A vault whose every sealed value opens to the hostile value of its name."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def open(self, user_id: uuid.UUID, sealed: str) -> Any:
+        return self.values[sealed]
+
+
+def hostile_result(interpretation: str, value: float | None) -> dict[str, Any]:
+    """A stored result (what `OrderAnswers.results` opens) with a hostile value in every
+    text field the report shows."""
+    return {
+        "name": f"Result {EVIL}",
+        "slug": EVIL,
+        "result": EVIL,
+        "value": value,
+        "type": EVIL,
+        "unit": EVIL,
+        "reference_range": {
+            "text": EVIL,
+            "low": 1.0,
+            "high": 2.0,
+            "critical_low": None,
+            "critical_high": None,
+        },
+        "interpretation": interpretation,
+        "loinc": EVIL,
+        "loinc_slug": EVIL,
+        "provider_id": f"Code {EVIL}",
+        "expected_result_id": EVIL,
+        "marker_id": 7,
+        "marker_name": f"Marker {EVIL}",
+        "marker_slug": EVIL,
+        "marker_provider_id": EVIL,
+    }
+
+
+def hostile_documents() -> tuple[LabDocuments, list[str]]:
+    """The documents as the routes make them, but keeping each page's HTML (appended to
+    the list it answers) instead of printing it."""
+    vault = Opened(
+        {
+            "lab_test": {
+                "lab_test_id": str(uuid.uuid4()),
+                "lab_test_name": f"Test {EVIL}",
+                "marker_ids": [7],
+            },
+            "details": {
+                "first_name": f"First {EVIL}",
+                "last_name": f"Last {EVIL}",
+                "dob": "1980-02-03",
+                "gender": EVIL,
+                "phone_number": f"Phone {EVIL}",
+            },
+            "address": {
+                "first_line": f"Street {EVIL}",
+                "second_line": EVIL,
+                "city": f"City {EVIL}",
+                "state": EVIL,
+                "zip_code": EVIL,
+            },
+            "results": [hostile_result(EVIL, None), hostile_result("critical", 3.0)],
+        }
+    )
+    pages: list[str] = []
+
+    def keep(html: str) -> bytes:
+        pages.append(html)
+        return html.encode()
+
+    documents = LabDocuments(
+        HostileCatalog(),  # type: ignore[arg-type]
+        OrderAnswers(HostileCatalog(), vault),  # type: ignore[arg-type]
+        lambda team_id: f"Team {EVIL}",
+        lambda: WHEN,
+        printer=keep,
+    )
+    return documents, pages
+
+
+def hostile_order(method: str) -> OrderRow:
+    return OrderRow(
+        order_id=uuid.uuid4(),
+        team_id=uuid.uuid4(),
+        user_id=uuid.uuid4(),
+        environment="sandbox",
+        sealed_lab_test="lab_test",
+        lab_id=1,
+        collection_method=method,
+        status="completed",
+        detailed_status="completed",
+        interpretation=EVIL,
+        sample_id=EVIL,
+        sealed_patient_details="details",
+        sealed_patient_address="address",
+        sealed_results="results",
+        events=[
+            {"status": "sample_with_lab.transit_lab", "created_at": WHEN.isoformat()},
+            {"status": "completed", "created_at": WHEN.isoformat()},
+        ],
+        created_at=WHEN,
+        updated_at=WHEN,
+    )
+
+
+def test_the_lab_documents_show_hostile_values_as_text(rendered: set[str]) -> None:
+    documents, pages = hostile_documents()
+    for method in ("testkit", "walk_in_test", EVIL):
+        row = hostile_order(method)
+        for print_one in (
+            documents.requisition,
+            lambda row: documents.labels(row, WHEN, 2),
+            documents.abn,
+            documents.order_instructions,
+            documents.result_report,
+        ):
+            printed = print_one(row)
+            html = pages[-1]
+            assert printed == html.encode()  # what the test reads is what is printed
+            # The barcode, the one markup taken as is, is the order's number drawn: the
+            # number is the order id's digits, which no hostile value reaches.
+            number = requisition_number(row.order_id)
+            assert number.isdigit()
+            barcode = str(code128_svg(number))
+            assert html.count("<svg") == html.count(barcode)
+            html = html.replace(barcode, "")
+            assert_harmless(html)
+            for value in (f"Team {EVIL}", f"Lab {EVIL}", f"{EVIL}, {EVIL}, {EVIL} {EVIL}"):
+                assert html_shows(html, value), value
+        requisition, labels, abn, instructions, report = pages[-5:]
+        for page in (requisition, labels):
+            assert html_shows(page, f"First {EVIL} Last {EVIL}")
+        assert html_shows(requisition, f"Street {EVIL}, {EVIL}, City {EVIL}, {EVIL} {EVIL}")
+        assert html_shows(requisition, f"Phone {EVIL}")
+        assert html_shows(requisition, f"Code {EVIL}") and html_shows(abn, f"Marker {EVIL}")
+        for page in (requisition, instructions, report):
+            assert html_shows(page, f"Test {EVIL}")
+        assert report.count("<svg") == 0  # the result report draws no barcode
+        assert requisition.count("<svg") == 1 and labels.count("<svg") == 2
+        # A kit's sample is the lab's; an unknown collection method is named as given.
+        sample = f"dried {EVIL}" if method == "testkit" else "serum"
+        assert html_shows(instructions, sample) and html_shows(labels, sample)
+        assert html_shows(instructions, f"Collection{EVIL}") == (method == EVIL)
+        assert html_shows(report, f"Result {EVIL}") and html_shows(report, "CRITICAL")
+    lab_test = LabTestRow(
+        view=LabTestView(
+            id=uuid.uuid4(),
+            team_id=uuid.uuid4(),
+            name=f"Test {EVIL}",
+            method=EVIL,  # type: ignore[arg-type]
+            lab_id=1,
+            marker_ids=(7,),
+        ),
+        description=EVIL,
+        fasting=True,
+        created_at=WHEN,
+    )
+    documents.lab_test_instructions(lab_test)
+    assert_harmless(pages[-1])
+    assert html_shows(pages[-1], f"Marker {EVIL}")
+    assert rendered - LAYOUTS == {
+        "labs/requisition.html",
+        "labs/labels.html",
+        "labs/abn.html",
+        "labs/collection_instructions.html",
+        "labs/result_report.html",
+    }
+
+
+def html_shows(html: str, value: str) -> bool:
+    """`value` is in the page's text, whole."""
+    return value in "".join(Page(html).text)
+
+
 # -- every template: rendered above, and shipped ----------------------------------------------
 
 
@@ -489,6 +775,14 @@ def test_every_page_template_has_a_hostile_case_above() -> None:
         "portal/order.html",
         "portal/error.html",
         "compliance/deletion_report.html",
+        "labs/requisition.html",
+        "labs/labels.html",
+        "labs/abn.html",
+        "labs/collection_instructions.html",
+        "labs/result_report.html",
+        "webhook_portal/endpoints.html",
+        "webhook_portal/delivery.html",
+        "webhook_portal/error.html",
     }
     assert template_names() - LAYOUTS == covered
 

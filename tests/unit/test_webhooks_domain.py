@@ -19,7 +19,7 @@ from healthledger.adapters.reference import (
     webhook_event_types,
 )
 from healthledger.domain.context import CommandContext
-from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES
+from healthledger.domain.webhooks.announcements import LIFECYCLE_EVENT_TYPES, TEAM_EVENT_TYPES
 from healthledger.domain.webhooks.deliveries import (
     DROPPED,
     FAILED,
@@ -57,7 +57,8 @@ HYPNOGRAM_TYPES = {
 }
 
 # Ours, not in the production service's catalog (docs/webhooks.md).
-OUR_TYPES = ("user.deleted", "user.deletion_undone", "user.erased")
+# The user's lifecycle, and the team-level type (issue 35).
+OUR_TYPES = ("user.deleted", "user.deletion_undone", "user.erased", "event_destination.disabled")
 
 # -- the catalog ------------------------------------------------------------------------
 
@@ -75,6 +76,9 @@ def test_the_catalog_has_every_event_type_of_the_spec() -> None:
         "labtest.order.created",
         "labtest.order.updated",
         "labtest.result.critical",
+        # Appointments (issue 33).
+        "labtest.appointment.created",
+        "labtest.appointment.updated",
         *HYPNOGRAM_TYPES,
         *OUR_TYPES,
     }
@@ -100,8 +104,9 @@ def test_our_lifecycle_types_are_filtered_like_the_others() -> None:
     assert subscribed(["user.erased"], "user.erased")
     assert not subscribed(["user.erased"], "user.deleted")
     assert not subscribed(["provider.*", "daily.*"], "user.erased")
-    # `announcements` maps each lifecycle event of a user's stream to its type.
-    assert set(LIFECYCLE_EVENT_TYPES.values()) == set(OUR_TYPES)
+    # `announcements` maps each lifecycle event of a user's stream, and each team-level
+    # event, to its type.
+    assert {*LIFECYCLE_EVENT_TYPES.values(), *TEAM_EVENT_TYPES.values()} == set(OUR_TYPES)
 
 
 def test_the_hypnogram_events_are_deprecated_with_their_successors_and_date() -> None:

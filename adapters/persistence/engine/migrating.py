@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -346,10 +347,18 @@ def _scripts(line: MigrationLine) -> ScriptDirectory:
 # -- connections -------------------------------------------------------------------------
 
 
+# Alembic's `context` (what env.py reads its connection from) is one proxy per process,
+# not per thread: two services opened at once in one process (the embedding facade, the
+# tests' starters) would run each other's revisions on each other's connections. The
+# database's own lock orders processes; this orders the threads of one.
+_ALEMBIC = threading.RLock()
+
+
 def _run(line: MigrationLine, conn: Connection, action: Callable[[Config], None]) -> None:
     config = alembic_config(line)
     config.attributes["connection"] = conn
-    action(config)
+    with _ALEMBIC:
+        action(config)
 
 
 @contextmanager

@@ -235,6 +235,9 @@ teams = Table(
     Column("settings", JSON, nullable=False),
     Column("created_on", UTCDateTime, nullable=False),
     Column("deleted_at", UTCDateTime),
+    # Per kind of data, the providers in the order they win (Team.SourcePrioritiesChanged;
+    # null: none set).
+    Column("source_priorities", JSON),
     Index("ix_teams_org_created", "org_id", "created_on", "team_id"),
 )
 
@@ -256,10 +259,17 @@ connections = Table(
     Column("connection_id", Uuid, primary_key=True),
     Column("user_id", Uuid, nullable=False, index=True),
     Column("team_id", Uuid, nullable=False),
-    Column("provider", String(64), nullable=False),
     Column("status", String(20), nullable=False),
     Column("created_on", UTCDateTime, nullable=False),
-    Column("resource_availability", JSON, nullable=False),
+    # The connection's provider and resource availability are health facts (ADR 0032):
+    # held only as the log holds them, sealed with the user's key. `sealed_facts` is the
+    # Created event's (the provider and the first availability), `sealed_availability`
+    # the last Reconnected's (NULL before one). `provider_digest` is the service's keyed
+    # digest of (team, provider) (keys/connection_providers.py): what a filter by
+    # provider compares.
+    Column("sealed_facts", Text),
+    Column("sealed_availability", Text),
+    Column("provider_digest", String(64)),
     Column("error_details", JSON),
     Column("sealed_external_user_id", Text),
     Column("demo", Boolean, nullable=False),
@@ -269,18 +279,19 @@ connections = Table(
     # account id is unknown, or until the start fills a row written before revision 0017.
     Column("account_digest", String(64)),
     Index("ix_connections_account_digest", "account_digest"),
+    Index("ix_connections_provider_digest", "provider_digest"),
 )
 
 # The makers' notices not handled yet (issue 28): the pull worker's queue. A row is
 # inserted when a notice is recorded and deleted when it is handled; `due_at` is when a
 # worker may take it (its receipt, or the end of a taken notice's lease). No user_id: a
-# notice of an erased user is taken, finds its connection gone, and leaves.
+# notice of an erased user is taken, finds its connection gone, and leaves. No provider
+# either: which maker a person uses is sealed in the receipt (ADR 0032).
 maker_notices = Table(
     "maker_notices",
     metadata,
     Column("notice_id", Uuid, primary_key=True),
     Column("connection_id", Uuid, nullable=False),
-    Column("provider", String(64), nullable=False),
     Column("received_at", UTCDateTime, nullable=False),
     Column("due_at", UTCDateTime, nullable=False, index=True),
 )
@@ -311,6 +322,18 @@ custom_credentials = Table(
     Column("sealed_client_secret", Text),
     Column("updated_at", UTCDateTime, nullable=False),
     UniqueConstraint("team_id", "provider", name="uq_custom_credentials_team_provider"),
+)
+
+# Our webhooks at the makers that give a signing key only when the webhook is made
+# (Polar): one row per maker, the key sealed under a service key
+# (adapters/persistence/keys/maker_webhook_secrets.py).
+maker_webhook_secrets = Table(
+    "maker_webhook_secrets",
+    metadata,
+    Column("provider", String(64), primary_key=True),
+    Column("webhook_id", String(255), nullable=False),
+    Column("sealed_secret", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
 )
 
 # Link tokens, found by the id in their text; the text itself is only ever hashed.
@@ -344,8 +367,9 @@ resource_feeds = Table(
     Column("connection_id", Uuid, nullable=False),
     Column("user_id", Uuid, nullable=False, index=True),
     Column("team_id", Uuid, nullable=False),
-    Column("provider", String(64), nullable=False),
-    Column("resource", String(64), nullable=False),
+    # The feed's provider and resource, sealed with the user's key: its Created event's
+    # `sealed_facts` (ADR 0032).
+    Column("sealed_facts", Text),
     Column("status", String(16)),
     Column("range_start", UTCDateTime),
     Column("range_end", UTCDateTime),
@@ -369,11 +393,59 @@ resource_feeds = Table(
 )
 
 # The pulled data itself: not a read model (it is not derived from the log, and a rebuild
-# leaves it alone). Sealed under the user's key; erasure deletes the rows in the same
-# transaction that destroys the key. `digest` (keyed by the user's key) tells a changed
-# day from an unchanged one without opening either.
+# leaves it alone). One row per version of a block: a calendar month of one (user,
+# provider, resource), its days' data in columns (`health_data/blocks.py`, ADR 0033),
+# sealed under the user's key as bytes. `replaced_at` is NULL for the current version;
+# an earlier one is kept, with the time it was replaced, when a sync changed a day it
+# held (reads as of an instant), up to a bound (compaction). `began_at` is when the
+# version became the current one (NULL for a first version written before it was kept).
+# `days` counts the stored days the version holds. Erasure deletes every version in the
+# transaction that destroys the key.
 health_data = Table(
     "health_data",
+    metadata,
+    Column("user_id", Uuid, primary_key=True),
+    Column("provider", String(64), primary_key=True),
+    Column("resource", String(64), primary_key=True),
+    Column("period", Date, primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("sealed", LargeBinary, nullable=False),
+    Column("days", Integer, nullable=False),
+    Column("written_at", UTCDateTime, nullable=False),
+    Column("replaced_at", UTCDateTime),
+    Column("began_at", UTCDateTime),
+    Index("ix_health_data_user_resource", "user_id", "resource", "period"),
+)
+
+# Where a sleep's or a workout's public id leads (revision 0030, docs/data.md#sessions): a
+# summary's id is a uuid5 of (user, provider, resource, key) and cannot be turned back, so
+# the store writes a row per session in the transaction that stores its day. The user and
+# its team in clear (the cross-team 404 and the erasure find the rows by them); the
+# provider, resource, day and session key sealed under the user's key (issue 29: what was
+# pulled from whom is a health fact), bound to the session id. Erasure deletes the rows.
+session_index = Table(
+    "session_index",
+    metadata,
+    Column("session_id", Uuid, primary_key=True),
+    Column("user_id", Uuid, nullable=False, index=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("sealed", LargeBinary, nullable=False),
+)
+
+# Users whose sessions were stored before revision 0030 and are not indexed yet: listed by
+# the migration (it has no key to open their blocks), indexed and deleted at the service's
+# start, one user a transaction (`health_data/sessions.py`); empty from then on.
+session_index_backfill = Table(
+    "session_index_backfill",
+    metadata,
+    Column("user_id", Uuid, primary_key=True),
+)
+
+# Stored days as revisions before 0020 kept them (one sealed base64 text per day): the
+# service's start converts them into blocks and deletes them (`health_data/conversion.py`);
+# empty from then on, and nothing else reads or writes it.
+health_data_days = Table(
+    "health_data_days",
     metadata,
     Column("user_id", Uuid, primary_key=True),
     Column("provider", String(64), primary_key=True),
@@ -431,6 +503,10 @@ lab_tests = Table(
     Column("marker_ids", JSON, nullable=False),
     Column("fasting", Boolean, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    # Whether it takes new orders, and when its name or state last changed (its creation
+    # until then): LabTest.Updated, revision 0029.
+    Column("active", Boolean, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
     # A team's list, oldest first.
     Index("ix_lab_tests_team_created", "team_id", "created_at", "lab_test_id"),
 )
@@ -466,6 +542,8 @@ orders = Table(
     Column("version", Integer, nullable=False),
     Index("ix_orders_team_created", "team_id", "created_at", "order_id"),
     Index("ix_orders_due", "due_at"),
+    # A test kit's registration finds its order by sample id (revision 0031).
+    Index("ix_orders_team_sample", "team_id", "sample_id"),
 )
 
 # Webhook endpoints of a team's environment. The secrets are sealed with the team's data
@@ -509,8 +587,13 @@ webhook_deliveries = Table(
     Column("delivery_id", Uuid, primary_key=True),
     Column("endpoint_id", Uuid, nullable=False),
     Column("team_id", Uuid, nullable=False),
-    Column("user_id", Uuid, nullable=False),
-    Column("event_type", String(128), nullable=False),
+    # None: a team-level event type (about the team environment, no user; issue 35).
+    Column("user_id", Uuid),
+    # The event type as the log holds it (ADR 0028): sealed with the user's key, and in
+    # clear only when it says nothing of a person's health (a user's lifecycle, `user.*`,
+    # which the deletion report reads after the erasure; a team-level type).
+    Column("sealed_facts", Text),
+    Column("lifecycle_type", String(128)),
     Column("message_id", String(64), nullable=False),
     Column("source_id", Uuid, nullable=False),
     Column("source_version", Integer, nullable=False),
@@ -530,6 +613,8 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_endpoint", "endpoint_id", "source_timestamp"),
     # A user's erasure drops (and counts) the deliveries still queued about it.
     Index("ix_webhook_deliveries_user", "user_id", "status"),
+    # A destination's queue, in publishing order (issue 35).
+    Index("ix_webhook_deliveries_queue", "endpoint_id", "status", "log_position"),
 )
 
 # A sender's claim on a due delivery (ADR 0019): taken before the POST, ended when its
@@ -541,6 +626,34 @@ webhook_delivery_leases = Table(
     metadata,
     Column("delivery_id", Uuid, primary_key=True),
     # The sending process's name (`Dispatcher.holder`: pid and a random part).
+    Column("holder", String(64), nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# Event destinations (issue 35): a team's brokers. A deleted destination keeps its row
+# (`deleted_at`): the webhook sender tells the deliveries to brokers from those to
+# endpoints by it, and the publisher drops what a deleted one still had queued.
+event_destinations = Table(
+    "event_destinations",
+    metadata,
+    Column("destination_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("environment", String(16), nullable=False),
+    Column("kind", String(16), nullable=False),
+    # [{prefix, target}]: which events it receives (the longest matching prefix's target).
+    Column("routes", JSON, nullable=False),
+    Column("paused_reason", String(64)),
+    Column("created_on", UTCDateTime, nullable=False),
+    Column("deleted_at", UTCDateTime),
+    Index("ix_event_destinations_team_env", "team_id", "environment", "created_on"),
+)
+
+# A publisher's claim on a destination (not a read model): one process publishes to a
+# destination at a time, so that its messages go out once each and in order per user.
+event_destination_leases = Table(
+    "event_destination_leases",
+    metadata,
+    Column("destination_id", Uuid, primary_key=True),
     Column("holder", String(64), nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
 )
@@ -580,6 +693,7 @@ READ_MODEL_TABLES = (
     webhook_endpoints,
     deprecation_cut_overs,
     webhook_deliveries,
+    event_destinations,
     stream_owners,
     orders,
     lab_tests,

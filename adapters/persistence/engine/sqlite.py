@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,12 +27,17 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import StaticPool
 
 PRAGMAS = (
-    "PRAGMA journal_mode=WAL",
+    # The busy timeout first, so that the statements after it wait for a lock.
+    "PRAGMA busy_timeout=30000",
     "PRAGMA synchronous=FULL",
     "PRAGMA secure_delete=ON",
     "PRAGMA foreign_keys=ON",
-    "PRAGMA busy_timeout=30000",
 )
+# How long a new connection retries a PRAGMA that SQLite answers "database is locked"
+# without calling the busy handler (it does so for journal_mode while another process
+# holds the file exclusively: a checkpoint that truncates the WAL, a VACUUM at start).
+PRAGMA_RETRY_SECONDS = 30.0
+PRAGMA_RETRY_PAUSE = 0.05
 
 
 # The mode of a database file the service creates (its -wal and -shm files follow it).
@@ -69,9 +75,16 @@ def sqlite_engine(url: URL, *, begin: Callable[[], str], **options: Any) -> Engi
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn: Any, _record: Any) -> None:
         cursor = dbapi_conn.cursor()
-        for pragma in PRAGMAS:
-            cursor.execute(pragma)
-        cursor.close()
+        try:
+            for pragma in PRAGMAS:
+                execute_waiting(cursor, pragma)
+            # WAL is a property of the file: set once, by the first connection. Asking
+            # for it again on a file already in WAL takes a lock that SQLite does not
+            # wait for while another process writes, so it is asked only when missing.
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                execute_waiting(cursor, "PRAGMA journal_mode=WAL")
+        finally:
+            cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
@@ -149,3 +162,18 @@ class WriterConnection:
         if self.current is not None:
             self.current.close()
             self.current = None
+
+
+def execute_waiting(cursor: sqlite3.Cursor, statement: str) -> None:
+    """`statement`, tried again while SQLite answers "database is locked" (a process
+    starting beside another that holds the file for a moment), for at most
+    PRAGMA_RETRY_SECONDS; any other error, or the lock held longer, is raised."""
+    deadline = time.monotonic() + PRAGMA_RETRY_SECONDS
+    while True:
+        try:
+            cursor.execute(statement)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(PRAGMA_RETRY_PAUSE)

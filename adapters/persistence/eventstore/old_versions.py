@@ -9,7 +9,12 @@ redacted in one transaction (`Redactor`), which also deletes their pending rows 
 the read models the sealed values. Interrupted, it resumes with the rows left; run by
 several processes at once, a record redacted by another one meanwhile is skipped.
 
-Old versions handled: `Order.CreatedV1` (its lab test's id, name and markers in clear).
+Old versions handled: `Order.CreatedV1` (its lab test's id, name and markers in clear);
+`Connection.CreatedV1`, `Connection.ReconnectedV1` and `ResourceFeed.CreatedV1` (the
+provider, resource availability and resource in clear: revision 0022, ADR 0032);
+`NoticeReceipt.ReceivedV1` (the maker and the resources a notice named, and the maker in
+its actor: revision 0023); `WebhookDelivery.CreatedV1` (the event type in clear: revision
+0028).
 """
 
 from __future__ import annotations
@@ -22,22 +27,33 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Mapper, StoredEvent
+from eventsourcing.utils import resolve_topic
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
+    connections,
     orders,
     pending_redactions,
+    resource_feeds,
     stored_events,
+    stream_owners,
+    webhook_deliveries,
 )
 from healthledger.adapters.persistence.eventstore.redaction import (
     RedactionRaced,
     Redactor,
     Replacement,
 )
+from healthledger.adapters.persistence.eventstore.sealed_facts import sealed_facts_of
+from healthledger.domain.audited import Audited
+from healthledger.domain.connections.connection import Connection as ProviderConnection
+from healthledger.domain.connections.notice_intake import MAKER_ACTOR, NoticeReceipt
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import REMOVED, SEALED
-from sqlalchemy import Connection, delete, select, text, update
+from healthledger.domain.webhooks.deliveries import WebhookDelivery, lifecycle_type_of
+from sqlalchemy import Connection, Table, delete, select, text, update
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +85,12 @@ class Successor:
 
     replacement: Replacement
     reason: str
-    # The orders row's sealed test (None: the user is erased, its row is gone).
-    order_id: UUID
-    sealed_lab_test: str | None
+    # Run in the redaction's transaction: the read models' sealed values (None: none).
+    read_models: Callable[[Connection], None] | None = None
 
 
 def order_successor(
-    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer
+    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
 ) -> Successor:
     """An order's Created v1 as its v2: the test sealed (or the placeholder)."""
     old = mapper.to_domain_event(record)
@@ -106,16 +121,97 @@ def order_successor(
         next_step_at=old.next_step_at,
     )
     stored = mapper.to_stored_event(new)
+
+    def orders_row(conn: Connection) -> None:
+        # The user erased: its row is gone, nothing to give.
+        if seal is not None:
+            conn.execute(
+                update(orders)
+                .where(orders.c.order_id == old.originator_id)
+                .values(sealed_lab_test=sealed)
+            )
+
     return Successor(
         Replacement(position, record.topic, record.state, stored.topic, stored.state),
         REMOVED if seal is None else SEALED,
-        old.originator_id,
-        None if seal is None else sealed,
+        orders_row,
     )
 
 
+def sealed_facts_successor(
+    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
+) -> Successor:
+    """An old version as the version that replaced it, its fields otherwise the same and
+    the facts that version declares sealed with the owner's key by the mapper (ADR 0032),
+    or the placeholder for an owner erased already. A reconnection of version 1 names no
+    user: the stream's owner is given."""
+    old = mapper.to_domain_event(record)
+    assert isinstance(old, Audited.Event)
+    successor = resolve_topic(type(old).SUPERSEDED_BY or "")
+    state = dict(vars(old))
+    if "user_id" not in state:
+        # A reconnection of version 1 names no user: the stream's owner.
+        assert owner is not None, f"no owner of {record.originator_id}"
+        state["user_id"] = owner
+    # None: an event about no user (a team-level delivery), nothing personal to seal.
+    user_id = state["user_id"]
+    added = ADDED_FIELDS.get(successor)
+    if added is not None:
+        state.update(added(state))
+    if str(state.get("actor", "")).startswith(f"{MAKER_ACTOR}:"):
+        # A maker's notice named the maker in its actor too ("maker:oura"): the maker is
+        # sealed with the rest, the actor says a maker (ADR 0032).
+        state["actor"] = MAKER_ACTOR
+    # The successor's fields are the old version's, and the user's id (a reconnection).
+    new = successor(**state)
+    stored = mapper.to_stored_event(new)
+    # The read model's row takes the record's own sealed facts (the mapper left them on
+    # the event), as the projection does for a new one: a rebuild makes the same row.
+    row = FACTS_ROW.get(successor)
+    sealed = sealed_facts_of(new)
+
+    def facts_row(conn: Connection) -> None:
+        if row is not None:
+            table, key, column = row
+            conn.execute(
+                update(table).where(table.c[key] == old.originator_id).values({column: sealed})
+            )
+
+    return Successor(
+        Replacement(position, record.topic, record.state, stored.topic, stored.state),
+        REMOVED if user_id is not None and sealer(user_id) is None else SEALED,
+        facts_row,
+    )
+
+
+# Where each sealed version's facts go in the read models: (table, key, column); a
+# notice's receipt has no row that holds them.
+FACTS_ROW: dict[type, tuple[Table, str, str]] = {
+    ProviderConnection.Created: (connections, "connection_id", "sealed_facts"),
+    ProviderConnection.Reconnected: (connections, "connection_id", "sealed_availability"),
+    ResourceFeed.Created: (resource_feeds, "feed_id", "sealed_facts"),
+    WebhookDelivery.Created: (webhook_deliveries, "delivery_id", "sealed_facts"),
+}
+
+# The fields a successor adds, from the old version's: a delivery's type in clear when
+# it says nothing of a person's health (`lifecycle_type`; the read model's column was
+# filled by revision 0028 already).
+ADDED_FIELDS: dict[type, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    WebhookDelivery.Created: lambda old: {
+        "lifecycle_type": lifecycle_type_of(old["event_type"], old["user_id"])
+    },
+}
+
+
 # Per old version's topic (each declares `SUPERSEDED_BY`): what builds its successor.
-SUCCESSORS = {Order.CreatedV1.TOPIC: order_successor}
+SUCCESSORS = {
+    Order.CreatedV1.TOPIC: order_successor,
+    ProviderConnection.CreatedV1.TOPIC: sealed_facts_successor,
+    ProviderConnection.ReconnectedV1.TOPIC: sealed_facts_successor,
+    ResourceFeed.CreatedV1.TOPIC: sealed_facts_successor,
+    NoticeReceipt.ReceivedV1.TOPIC: sealed_facts_successor,
+    WebhookDelivery.CreatedV1.TOPIC: sealed_facts_successor,
+}
 
 
 def redact_old_versions(
@@ -143,13 +239,16 @@ def redact_old_versions(
                     c.chain_position, c.originator_id, c.originator_version, c.topic, c.state
                 ).where(c.chain_position.in_(positions))
             ).all()
+            owners = _owners(conn, [row.originator_id for row in rows])
         successors: list[Successor] = []
-        for position, originator_id, version, topic, state in rows:
+        # In the log's order: a later reconnection's availability is the row's.
+        for position, originator_id, version, topic, state in sorted(rows, key=lambda r: r[0]):
             build = SUCCESSORS.get(topic)
             if build is None:
                 continue  # redacted meanwhile by another process (or not an old version)
             record = StoredEvent(originator_id, version, topic, bytes(state))
-            successors.append(build(mapper, record, int(position), sealer))
+            owner = owners.get(originator_id)
+            successors.append(build(mapper, record, int(position), sealer, owner))
         try:
             for reason in (SEALED, REMOVED):
                 chosen = [s for s in successors if s.reason == reason]
@@ -186,22 +285,32 @@ def _done(chosen: list[Successor]) -> Callable[[Connection], None]:
             )
         )
         for successor in chosen:
-            if successor.sealed_lab_test is not None:
-                conn.execute(
-                    update(orders)
-                    .where(orders.c.order_id == successor.order_id)
-                    .values(sealed_lab_test=successor.sealed_lab_test)
-                )
+            if successor.read_models is not None:
+                successor.read_models(conn)
 
     return also
 
 
+def _owners(conn: Connection, stream_ids: list[UUID]) -> dict[UUID, UUID]:
+    """The user owning each of these streams (stream_owners keeps them after the
+    erasure); a stream handed over (a claim) keeps its first owner here, and no old
+    version of a claim is redacted."""
+    owned = stream_owners.c
+    found = conn.execute(
+        select(owned.originator_id, owned.user_id)
+        .where(owned.originator_id.in_(stream_ids))
+        .order_by(owned.first_seen_at.desc())
+    )
+    return {UUID(str(stream)): UUID(str(user)) for stream, user in found}
+
+
 def leave_no_redacted_values(db: Database) -> None:
     """After redacting: no page this database reaches keeps the replaced payloads (nor
-    the orders rows' dropped clear columns). SQLite: secure_delete overwrote them in the
-    file; the WAL's older page images go with a checkpoint. PostgreSQL: an UPDATE (and
-    DROP COLUMN) leaves the old row versions in the table's file: `VACUUM FULL` writes
-    each table into a new file. Its WAL, replicas and backups are out of reach."""
+    the orders', connections', feeds' and deliveries' rows' dropped clear columns). SQLite:
+    secure_delete overwrote them in the file; the WAL's older page images go with a
+    checkpoint. PostgreSQL: an UPDATE (and DROP COLUMN) leaves the old row versions in
+    the table's file: `VACUUM FULL` writes each table into a new file. Its WAL, replicas
+    and backups are out of reach."""
     if db.is_sqlite:
         db.vacuum_key_store()  # a WAL checkpoint (TRUNCATE), whatever the table
         return
@@ -223,5 +332,5 @@ def leave_no_redacted_values(db: Database) -> None:
                 "may stay in the table's file until the next VACUUM",
                 OLDER_SNAPSHOTS_WAIT,
             )
-        for table in (stored_events.name, orders.name):
-            conn.exec_driver_sql(f"VACUUM FULL {table}")
+        for table in (stored_events, orders, connections, resource_feeds, webhook_deliveries):
+            conn.exec_driver_sql(f"VACUUM FULL {table.name}")

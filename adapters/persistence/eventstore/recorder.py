@@ -465,6 +465,18 @@ class LedgerRecorder(ProcessRecorder):
             ).scalar()
             return found
 
+    def count_events(self, after: int = 0, until: Any = None) -> int:
+        """The events stored after notification id `after` (and recorded at or before
+        `until`): a progress bar's total. Not the last id: ids have gaps (PostgreSQL's
+        sequence skips the ids of rolled-back inserts)."""
+        c = self.tables.events.c
+        query = select(func.count()).select_from(self.tables.events)
+        query = query.where(c.notification_id > after)
+        if until is not None:
+            query = query.where(c.timestamp <= until)
+        with self.db.read() as conn:
+            return int(conn.execute(query).scalar() or 0)
+
     def version_at(self, originator_id: UUID, instant: Any) -> int | None:
         """The aggregate's version as of `instant`, from the timestamp index."""
         c = self.tables.events.c

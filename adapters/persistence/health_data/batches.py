@@ -1,77 +1,74 @@
 """A user's stored health data read in bulk, for the aggregate query: the live user
-checked, then one resource's days streamed in batches and opened, all in one read
-transaction (so the user, the key and the data are of one moment).
+checked, then one resource's blocks streamed and opened, all in one read transaction (so
+the user, the key and the data are of one moment).
 
-Batches keep memory bounded: a year of minute samples is a few hundred megabytes of
-ciphertext and JSON, and a batch's are dropped once the engine has taken its columns.
+A block at a time keeps memory bounded: its columns are dropped once the engine has
+taken them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import date, datetime
 from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import health_data, users
+from healthledger.adapters.persistence.health_data.blocks import Block
+from healthledger.adapters.persistence.health_data.store import (
+    current_blocks,
+    open_block,
+    versions_of_then,
+)
 from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher
 from healthledger.domain.errors import UserNotFound, UserScheduledForDeletion
 from healthledger.domain.users.user import ACTIVE, PENDING_ERASURE
 from sqlalchemy import Connection, select
 
 
-@dataclass
-class OpenedDays:
-    """A batch of stored days of one resource, opened: column lists, one entry a day."""
-
-    provider: list[str] = field(default_factory=list)
-    day: list[date] = field(default_factory=list)
-    stored_at: list[datetime] = field(default_factory=list)
-    updated_at: list[datetime] = field(default_factory=list)
-    # The JSON text as the pull stored it.
-    payload: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.day)
-
-
 class UserHealthData:
-    """One live user's data, in the read transaction that found the user."""
+    """One live user's data, in the read transaction that found the user (as it was at
+    `as_of`, when given)."""
 
-    def __init__(self, conn: Connection, cipher: UserCipher | None, user_id: UUID) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        cipher: UserCipher | None,
+        user_id: UUID,
+        as_of: datetime | None = None,
+    ) -> None:
         self.conn = conn
         self.cipher = cipher
         self.user_id = user_id
+        self.as_of = as_of
 
-    def days(self, resource: str, first: date, last: date, batch_days: int) -> Iterator[OpenedDays]:
-        """The resource's stored days in first..last (inclusive), every provider's, in
-        batches of at most `batch_days`, opened."""
+    def blocks(
+        self, resource: str, first: date, last: date, keys: Collection[str]
+    ) -> Iterator[tuple[str, Block]]:
+        """The resource's blocks holding a day of first..last (inclusive), every
+        provider's, each opened (of its items' keys, `keys` only) and cut to those days,
+        with its provider."""
         if self.cipher is None:
             return  # a user with no key has stored nothing
-        h = health_data.c
+        if self.as_of is not None:
+            # The versions of then (`store.versions_of_then`), of each its days stored by
+            # then: a debugging read, its rows fetched at once.
+            rows = self.conn.execute(
+                current_blocks(self.user_id, first, last, resources=[resource], as_of=self.as_of)
+            ).all()
+            for row in versions_of_then(rows):
+                opened = open_block(self.cipher, row, keys, (first, last))
+                yield row.provider, opened.stored_by(self.as_of)
+            return
         query = (
-            select(h.provider, h.day, h.stored_at, h.updated_at, h.sealed)
-            .where(
-                h.user_id == self.user_id,
-                h.resource == resource,
-                h.day >= first,
-                h.day <= last,
-            )
-            .order_by(h.day, h.provider)
+            current_blocks(self.user_id, first, last, resources=[resource])
+            .order_by(health_data.c.period, health_data.c.provider)
             # Streamed (a server-side cursor on PostgreSQL), not fetched whole.
-            .execution_options(yield_per=batch_days)
+            .execution_options(yield_per=4)
         )
-        for rows in self.conn.execute(query).partitions():
-            opened = OpenedDays()
-            for row in rows:
-                opened.provider.append(row.provider)
-                opened.day.append(row.day)
-                opened.stored_at.append(row.stored_at)
-                opened.updated_at.append(row.updated_at)
-                opened.payload.append(self.cipher.open_bytes(row.sealed).decode())
-            yield opened
+        for row in self.conn.execute(query):
+            yield row.provider, open_block(self.cipher, row, keys, (first, last))
 
 
 class HealthDataBatches:
@@ -94,15 +91,24 @@ class HealthDataBatches:
                 yield conn
 
     @contextmanager
-    def live_user(self, team_id: UUID, user_id: UUID) -> Iterator[UserHealthData]:
-        """The team's live user's data; UserNotFound (unknown, another team's, erased)
-        or UserScheduledForDeletion otherwise: both 404."""
+    def live_user(
+        self, team_id: UUID, user_id: UUID, as_of: datetime | None = None
+    ) -> Iterator[UserHealthData]:
+        """The team's live user's data (as it was at `as_of`, when given); UserNotFound
+        (unknown, another team's, erased, made after `as_of`) or UserScheduledForDeletion
+        otherwise: both 404."""
         with self._snapshot() as conn:
-            status = conn.execute(
-                select(users.c.status).where(users.c.user_id == user_id, users.c.team_id == team_id)
-            ).scalar()
+            found = conn.execute(
+                select(users.c.status, users.c.created_on).where(
+                    users.c.user_id == user_id, users.c.team_id == team_id
+                )
+            ).first()
+            status = None if found is None else found.status
             if status == PENDING_ERASURE:
                 raise UserScheduledForDeletion()
-            if status != ACTIVE:
+            if found is None or status != ACTIVE:
                 raise UserNotFound()
-            yield UserHealthData(conn, self.key_store.cipher_on(conn, user_id), user_id)
+            if as_of is not None and found.created_on > as_of:
+                raise UserNotFound()
+            cipher = self.key_store.cipher_on(conn, user_id)
+            yield UserHealthData(conn, cipher, user_id, as_of)

@@ -13,19 +13,59 @@ the select and the upsert one step.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
+    event_destinations,
     webhook_deliveries,
     webhook_delivery_leases,
 )
 from healthledger.domain.webhooks.deliveries import PENDING
-from sqlalchemy import delete, exists, select
+from sqlalchemy import Column, Connection, Table, delete, exists, select
 from sqlalchemy.dialects import postgresql, sqlite
+
+Upsert = Callable[[Table], Any]
+
+
+def take_leases(
+    conn: Connection,
+    upsert: Upsert,
+    table: Table,
+    key: Column[Any],
+    ids: Sequence[UUID],
+    holder: str,
+    until: datetime,
+    now: datetime,
+) -> set[UUID]:
+    """Lease each of `ids` (rows of `table` keyed by `key`) to `holder` until `until`,
+    taking over a lease whose time has passed; the ids won. Another holder's lease in
+    force stays theirs (it committed after this transaction's snapshot was taken)."""
+    statement = upsert(table).values(
+        [{key.name: i, "holder": holder, "expires_at": until} for i in ids]
+    )
+    return set(
+        conn.execute(
+            statement.on_conflict_do_update(
+                index_elements=[key],
+                set_={"holder": holder, "expires_at": until},
+                where=table.c.expires_at <= now,
+            ).returning(key)
+        ).scalars()
+    )
+
+
+def release_leases(db: Database, key: Column[Any], holder: str, ids: Collection[UUID]) -> None:
+    """End `holder`'s leases on these ids (rows of `key`'s table). A lease taken over
+    meanwhile by another holder is left alone."""
+    if not ids:
+        return
+    table = key.table
+    with db.write() as conn:
+        conn.execute(delete(table).where(table.c.holder == holder, key.in_(sorted(ids))))
 
 
 class DeliveryLeases:
@@ -39,9 +79,11 @@ class DeliveryLeases:
         d = webhook_deliveries.c
         lease = webhook_delivery_leases.c
         in_force = exists().where(lease.delivery_id == d.delivery_id, lease.expires_at > now)
+        # Deliveries to an event destination (a broker) are the publisher's, not ours.
+        to_broker = exists().where(event_destinations.c.destination_id == d.endpoint_id)
         due = (
             select(webhook_deliveries)
-            .where(d.status == PENDING, d.next_attempt_at <= now, ~in_force)
+            .where(d.status == PENDING, d.next_attempt_at <= now, ~in_force, ~to_broker)
             .order_by(d.next_attempt_at, d.log_position, d.delivery_id)
             .limit(limit)
             # SQLite renders no FOR UPDATE: its writer holds the whole database.
@@ -51,37 +93,22 @@ class DeliveryLeases:
             rows = conn.execute(due).all()
             if not rows:
                 return []
-            upsert = self._upsert(webhook_delivery_leases).values(
-                [
-                    {"delivery_id": row.delivery_id, "holder": holder, "expires_at": until}
-                    for row in rows
-                ]
-            )
-            won = set(
-                conn.execute(
-                    upsert.on_conflict_do_update(
-                        index_elements=[lease.delivery_id],
-                        set_={"holder": holder, "expires_at": until},
-                        # Another sender's lease in force stays theirs (it committed
-                        # after this transaction's snapshot was taken).
-                        where=lease.expires_at <= now,
-                    ).returning(lease.delivery_id)
-                ).scalars()
+            won = take_leases(
+                conn,
+                self._upsert,
+                webhook_delivery_leases,
+                lease.delivery_id,
+                [row.delivery_id for row in rows],
+                holder,
+                until,
+                now,
             )
         return [row for row in rows if row.delivery_id in won]
 
     def release(self, holder: str, delivery_ids: Collection[UUID]) -> None:
         """End `holder`'s leases on these deliveries (their attempts are recorded, or they
         were not posted). A lease taken over meanwhile by another sender is left alone."""
-        if not delivery_ids:
-            return
-        lease = webhook_delivery_leases.c
-        with self.db.write() as conn:
-            conn.execute(
-                delete(webhook_delivery_leases).where(
-                    lease.holder == holder, lease.delivery_id.in_(sorted(delivery_ids))
-                )
-            )
+        release_leases(self.db, webhook_delivery_leases.c.delivery_id, holder, delivery_ids)
 
     def held(self) -> Sequence[Any]:
         """Every lease row (holder, delivery, expiry): for operators and tests."""

@@ -21,6 +21,7 @@ from healthledger.adapters.persistence.engine.statements import (
     UpdatesByKey,
     insert_of,
 )
+from healthledger.adapters.persistence.eventstore.sealed_facts import sealed_facts_of
 from healthledger.adapters.persistence.projections import Handlers, handles
 from healthledger.domain.connections.connection import CONNECTED, PAUSED
 from healthledger.domain.connections.connection import DEREGISTERED as CONNECTION_DEREGISTERED
@@ -34,7 +35,19 @@ from healthledger.domain.connections.resource_feeds import RETRYING as PULL_RETR
 from healthledger.domain.connections.resource_feeds import SCHEDULED as PULL_SCHEDULED
 from healthledger.domain.connections.resource_feeds import SUCCESS as PULL_SUCCESS
 from healthledger.domain.connections.resource_feeds import ResourceFeed
-from sqlalchemy import ColumnElement, Connection, bindparam, case, delete, func, select, update
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 
 # last_attempt_status of a feed whose attempt failed (retrying or failure).
 ATTEMPT_FAILED = "failed"
@@ -49,10 +62,11 @@ INSERT_CONNECTION = CompiledStatement(
             "connection_id",
             "user_id",
             "team_id",
-            "provider",
             "status",
             "created_on",
-            "resource_availability",
+            "sealed_facts",
+            "sealed_availability",
+            "provider_digest",
             "error_details",
             "sealed_external_user_id",
             "demo",
@@ -70,8 +84,7 @@ INSERT_FEED = CompiledStatement(
             "connection_id",
             "user_id",
             "team_id",
-            "provider",
-            "resource",
+            "sealed_facts",
             "days_with_data",
             "attempts",
             "version",
@@ -131,16 +144,20 @@ UPDATE_LINK_TOKEN = UpdatesByKey(link_tokens, "token_id")
 OpenSealed = Callable[[Connection, UUID, str], Any]
 # The service's keyed digest of a maker's account id: (provider, account id) -> hex.
 AccountDigest = Callable[[str, str], str]
+# The service's keyed digest of a connection's provider: (team, provider) -> hex.
+ProviderDigest = Callable[[UUID, str], str]
 
 
 @dataclass(frozen=True)
 class AccountKeys:
     """What the connections projection computes `account_digest` with (ADR 0031): the
-    person's sealed account id opened only to digest it. Without them (a replay for
-    debugging), NULL."""
+    person's sealed account id opened only to digest it; and `provider_digest` (ADR
+    0032), from the provider the event reads. Without them (a replay for debugging),
+    NULL."""
 
     open_sealed: OpenSealed | None = None
     digest: AccountDigest | None = None
+    provider_digest: ProviderDigest | None = None
 
 
 def account_digest_of(conn: Connection, e: Any, accounts: AccountKeys) -> str | None:
@@ -150,30 +167,49 @@ def account_digest_of(conn: Connection, e: Any, accounts: AccountKeys) -> str | 
     sealed = e.sealed_external_user_id
     if sealed is None or accounts.open_sealed is None or accounts.digest is None:
         return None
-    stream_owner = e.user_id if isinstance(e, ProviderConnection.Created) else None
+    stream_owner = e.user_id if isinstance(e, FOUNDING_CONNECTION) else None
     if stream_owner is None:
         ((stream_owner,),) = CONNECTION_OWNER.rows(conn, {"connection_id": e.originator_id})
     opened = accounts.open_sealed(conn, stream_owner, sealed)
-    return None if opened is None else accounts.digest(_provider_of(conn, e), str(opened))
+    if opened is None:
+        return None
+    provider = _provider_of(conn, e, stream_owner, accounts.open_sealed)
+    return None if provider is None else accounts.digest(provider, str(opened))
 
 
-def _provider_of(conn: Connection, e: Any) -> str:
-    if isinstance(e, ProviderConnection.Created):
+def _provider_of(conn: Connection, e: Any, owner: UUID, open_sealed: OpenSealed) -> str | None:
+    """The connection's provider: the Created event's own, or (a reconnection names none)
+    its row's sealed facts opened; None once the key is gone."""
+    if isinstance(e, FOUNDING_CONNECTION):
         return str(e.provider)
-    ((provider,),) = CONNECTION_PROVIDER.rows(conn, {"connection_id": e.originator_id})
-    return str(provider)
+    ((sealed,),) = CONNECTION_FACTS.rows(conn, {"connection_id": e.originator_id})
+    facts = None if sealed is None else open_sealed(conn, owner, sealed)
+    return None if facts is None else str(facts["provider"])
 
 
 CONNECTION_OWNER = CompiledStatement(
     select(connections.c.user_id).where(connections.c.connection_id == bindparam("connection_id"))
 )
-CONNECTION_PROVIDER = CompiledStatement(
-    select(connections.c.provider).where(connections.c.connection_id == bindparam("connection_id"))
+CONNECTION_FACTS = CompiledStatement(
+    select(connections.c.sealed_facts).where(
+        connections.c.connection_id == bindparam("connection_id")
+    )
 )
+
+
+def provider_digest_of(e: Any, accounts: AccountKeys) -> str | None:
+    """The digest of a Created event's provider; None without the digest (a replay), or
+    for a user erased before its records were read (the provider is the placeholder)."""
+    if accounts.provider_digest is None or e.provider == ERASED_PLACEHOLDER:
+        return None
+    return accounts.provider_digest(e.team_id, e.provider)
 
 
 # The event that founds a connection, naming its user (a rebuild reads its key at once).
 CONNECTED_FIRST = ProviderConnection.Created
+# It and its version 1 (its facts in clear: a rebuild of a log the start has not redacted
+# yet makes its row without sealed facts, which the redaction gives it, ADR 0032).
+FOUNDING_CONNECTION = (ProviderConnection.Created, ProviderConnection.CreatedV1)
 
 
 def opening_handlers(accounts: AccountKeys) -> Handlers:
@@ -181,35 +217,46 @@ def opening_handlers(accounts: AccountKeys) -> Handlers:
     (`ReadModels` puts them over the declared ones)."""
     return {
         ProviderConnection.Created: partial(connection_connected, accounts=accounts),
+        ProviderConnection.CreatedV1: partial(connection_connected, accounts=accounts),
         ProviderConnection.Reconnected: partial(connection_connected, accounts=accounts),
+        ProviderConnection.ReconnectedV1: partial(connection_connected, accounts=accounts),
     }
 
 
-@handles(ProviderConnection.Created, ProviderConnection.Reconnected)
+@handles(
+    ProviderConnection.Created,
+    ProviderConnection.CreatedV1,
+    ProviderConnection.Reconnected,
+    ProviderConnection.ReconnectedV1,
+)
 def connection_connected(conn: Connection, e: Any, accounts: AccountKeys = AccountKeys()) -> None:
     values = {
         "status": CONNECTED,
         "created_on": e.timestamp,
-        "resource_availability": e.resource_availability,
         "error_details": None,
         "sealed_external_user_id": e.sealed_external_user_id,
         "demo": e.demo,
         "updated_at": e.timestamp,
         "account_digest": account_digest_of(conn, e, accounts),
     }
-    if isinstance(e, ProviderConnection.Created):
+    if isinstance(e, FOUNDING_CONNECTION):
+        # The log's own sealed facts (the mapper's, ADR 0032): a rebuild makes the same.
         INSERT_CONNECTION.execute(
             conn,
             {
                 "connection_id": e.originator_id,
                 "user_id": e.user_id,
                 "team_id": e.team_id,
-                "provider": e.provider,
+                "sealed_facts": sealed_facts_of(e),
+                "sealed_availability": None,
+                "provider_digest": provider_digest_of(e, accounts),
                 **values,
             },
         )
     else:
-        UPDATE_CONNECTION.execute(conn, e.originator_id, values)
+        UPDATE_CONNECTION.execute(
+            conn, e.originator_id, {**values, "sealed_availability": sealed_facts_of(e)}
+        )
 
 
 @handles(ProviderConnection.Deregistered)
@@ -233,17 +280,18 @@ def connection_errored(conn: Connection, e: Any) -> None:
     )
 
 
-@handles(ProviderConnection.Paused, ProviderConnection.Resumed)
+@handles(ProviderConnection.Paused, ProviderConnection.PausedByTeam, ProviderConnection.Resumed)
 def connection_status(conn: Connection, e: Any) -> None:
-    status = PAUSED if isinstance(e, ProviderConnection.Paused) else CONNECTED
+    paused = (ProviderConnection.Paused, ProviderConnection.PausedByTeam)
+    status = PAUSED if isinstance(e, paused) else CONNECTED
     UPDATE_CONNECTION.execute(conn, e.originator_id, {"status": status, "updated_at": e.timestamp})
 
 
 # -- resource feeds and their pulls ---------------------------------------------------
 
 
-@handles(ResourceFeed.Created)
-def feed_created(conn: Connection, e: ResourceFeed.Created) -> None:
+@handles(ResourceFeed.Created, ResourceFeed.CreatedV1)
+def feed_created(conn: Connection, e: ResourceFeed.Created | ResourceFeed.CreatedV1) -> None:
     INSERT_FEED.execute(
         conn,
         {
@@ -251,8 +299,7 @@ def feed_created(conn: Connection, e: ResourceFeed.Created) -> None:
             "connection_id": e.connection_id,
             "user_id": e.user_id,
             "team_id": e.team_id,
-            "provider": e.provider,
-            "resource": e.resource,
+            "sealed_facts": sealed_facts_of(e),
             "days_with_data": 0,
             "attempts": 0,
             "version": e.originator_version,
@@ -398,7 +445,7 @@ def link_token_consumed(conn: Connection, e: LinkToken.Consumed) -> None:
 # -- the makers' notices not handled yet (the pull worker's queue) --------------------
 
 INSERT_NOTICE = CompiledStatement(
-    insert_of(maker_notices, ("notice_id", "connection_id", "provider", "received_at", "due_at"))
+    insert_of(maker_notices, ("notice_id", "connection_id", "received_at", "due_at"))
 )
 NOTICE_TAKEN = CompiledStatement(
     update(maker_notices)
@@ -417,7 +464,6 @@ def notice_received(conn: Connection, e: NoticeReceipt.Received) -> None:
         {
             "notice_id": e.originator_id,
             "connection_id": e.connection_id,
-            "provider": e.provider,
             "received_at": e.timestamp,
             "due_at": e.timestamp,
         },
@@ -435,37 +481,52 @@ def notice_handled(conn: Connection, e: NoticeReceipt.Handled) -> None:
     NOTICE_HANDLED.execute(conn, {"row_key": e.originator_id})
 
 
-# -- rows written before revision 0017 ------------------------------------------------
+# -- rows written before revisions 0017 and 0022 -------------------------------------
 
 _c = connections.c
 UNDIGESTED = (
-    select(_c.connection_id, _c.user_id, _c.provider, _c.sealed_external_user_id)
+    select(
+        _c.connection_id,
+        _c.user_id,
+        _c.team_id,
+        _c.sealed_facts,
+        _c.sealed_external_user_id,
+        _c.account_digest,
+        _c.provider_digest,
+    )
     .where(
-        _c.account_digest.is_(None),
-        _c.sealed_external_user_id.is_not(None),
+        or_(
+            and_(_c.account_digest.is_(None), _c.sealed_external_user_id.is_not(None)),
+            and_(_c.provider_digest.is_(None), _c.sealed_facts.is_not(None)),
+        ),
         _c.connection_id > bindparam("after"),
     )
     .order_by(_c.connection_id)
 )
-SET_ACCOUNT_DIGEST = CompiledStatement(
+SET_DIGESTS = CompiledStatement(
     update(connections)
-    .where(_c.connection_id == bindparam("cid"), _c.account_digest.is_(None))
-    .values(account_digest=bindparam("digest"))
+    .where(_c.connection_id == bindparam("cid"))
+    .values(
+        account_digest=func.coalesce(_c.account_digest, bindparam("account")),
+        provider_digest=func.coalesce(_c.provider_digest, bindparam("provider")),
+    )
 )
 FILL_BATCH = 500
 
 
-def fill_account_digests(
+def fill_connection_digests(
     db: Database,
     open_sealed: Callable[[UUID, str], Any],
-    digest: AccountDigest,
+    accounts: AccountKeys,
     batch: int = FILL_BATCH,
 ) -> int:
     """At start: give each connections row written before revision 0017 its account
-    digest (the migration cannot: it opens no key). `open_sealed` opens the person's
-    sealed account id (None: the key is gone). Several processes may run it at once: a
-    row is set only while still NULL. Returns the rows set; on an up-to-date database,
-    one query that finds none."""
+    digest, and each one written before revision 0022 its provider digest (the
+    migrations cannot: they open no key). `open_sealed` opens the person's sealed values
+    (None: the key is gone). Several processes may run it at once: a digest is set only
+    while still NULL. Returns the rows set; on an up-to-date database, one query that
+    finds none."""
+    assert accounts.digest is not None and accounts.provider_digest is not None
     filled, after = 0, UUID(int=0)
     while True:
         with db.read() as conn:
@@ -474,14 +535,26 @@ def fill_account_digests(
             return filled
         after = pending[-1].connection_id
         values = []
-        for connection_id, user_id, provider, sealed in pending:
-            opened = open_sealed(user_id, sealed)
-            if opened is not None:
-                values.append({"cid": connection_id, "digest": digest(provider, str(opened))})
+        for row in pending:
+            facts = None if row.sealed_facts is None else open_sealed(row.user_id, row.sealed_facts)
+            if facts is None or facts["provider"] == ERASED_PLACEHOLDER:
+                continue
+            provider = str(facts["provider"])
+            account = row.account_digest
+            if account is None and row.sealed_external_user_id is not None:
+                opened = open_sealed(row.user_id, row.sealed_external_user_id)
+                account = None if opened is None else accounts.digest(provider, str(opened))
+            values.append(
+                {
+                    "cid": row.connection_id,
+                    "account": account,
+                    "provider": accounts.provider_digest(row.team_id, provider),
+                }
+            )
         if values:
             with db.write() as conn:
-                for row in values:
-                    SET_ACCOUNT_DIGEST.execute(conn, row)
+                for value in values:
+                    SET_DIGESTS.execute(conn, value)
         filled += len(values)
         if len(pending) < batch:
             return filled

@@ -26,6 +26,7 @@ from healthledger.adapters.persistence.engine.schema import (
     health_data,
     metadata,
     provider_tokens,
+    session_index,
     snapshots,
     user_data_keys,
     webhook_deliveries,
@@ -79,6 +80,8 @@ DELETED: dict[str, Column[Any]] = {
         for place in _READ_MODELS
     },
     "health_data": health_data.c.user_id,
+    # Where the user's sleeps and workouts are stored, by their ids (revision 0030).
+    "session_index": session_index.c.user_id,
     # The maker's tokens of the user's OAuth connections (sealed with its key; ADR 0022).
     "provider_tokens": provider_tokens.c.user_id,
     "snapshots": snapshots.c.originator_id,
@@ -95,6 +98,13 @@ KEPT = {
     "webhook_deliveries": "delivery history; queued ones dropped",
     # Which streams were the user's, so that its audit finds them after the erasure.
     "stream_owners": "ids of the user's streams, for its audit",
+    # Days stored before revision 0021: the service's start converts them into blocks
+    # and deletes them before anything runs (health_data/conversion.py), so it is empty
+    # whenever an erasure runs; what a key no longer opens is shredded with it.
+    "health_data_days": "days of the old format, emptied at the start",
+    # Users whose sessions of before revision 0030 the start indexes: it empties the
+    # table before anything runs (health_data/sessions.py); a user id, nothing else.
+    "session_index_backfill": "users to index at the start, emptied there",
 }
 
 if set(DELETED) | {QUEUED_DELIVERIES} != set(ERASURE_REMOVES):

@@ -1,11 +1,12 @@
-"""The labs context's read model of teams' lab tests: one row per `LabTest.Created`."""
+"""The labs context's read model of teams' lab tests: one row per `LabTest.Created`,
+changed by each `LabTest.Updated` (its name, whether it is active, when)."""
 
 from __future__ import annotations
 
 from healthledger.adapters.persistence.engine.schema import lab_tests
 from healthledger.adapters.persistence.projections import handles
 from healthledger.domain.labs.lab_tests import LabTest
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, insert, update
 
 
 @handles(LabTest.Created)
@@ -21,5 +22,16 @@ def lab_test_created(conn: Connection, e: LabTest.Created) -> None:
             marker_ids=list(e.marker_ids),
             fasting=e.fasting,
             created_at=e.timestamp,
+            active=True,
+            updated_at=e.timestamp,
         )
+    )
+
+
+@handles(LabTest.Updated)
+def lab_test_updated(conn: Connection, e: LabTest.Updated) -> None:
+    conn.execute(
+        update(lab_tests)
+        .where(lab_tests.c.lab_test_id == e.originator_id)
+        .values(name=e.name, active=e.active, updated_at=e.timestamp)
     )

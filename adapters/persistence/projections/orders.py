@@ -130,6 +130,21 @@ def status_changed(conn: Connection, e: Order.StatusChanged) -> None:
         _moved(conn, e, due_at=e.next_step_at, sample_id=e.sample_id)
 
 
+@handles(Order.KitRegistered)
+def kit_registered(conn: Connection, e: Order.KitRegistered) -> None:
+    """The kit's patient, sealed, in place of the order's: no new status."""
+    UPDATE_ORDER.execute(
+        conn,
+        e.originator_id,
+        {
+            "sealed_patient_details": e.sealed_patient_details,
+            "sealed_patient_address": e.sealed_patient_address,
+            "updated_at": e.timestamp,
+            "version": e.originator_version,
+        },
+    )
+
+
 @handles(Order.Cancelled, Order.Failed)
 def ended(conn: Connection, e: Any) -> None:
     """Cancelled or failed: no step follows."""

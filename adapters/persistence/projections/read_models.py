@@ -18,6 +18,7 @@ from healthledger.adapters.persistence.projections import (
     Handlers,
     connections,
     declared_handlers,
+    event_destinations,
     lab_tests,
     orders,
     stream_owners,
@@ -29,7 +30,7 @@ from sqlalchemy import Connection
 
 # The contexts whose modules declare the read models' handlers (`@handles`): imported
 # here, so that every handler is declared before a `ReadModels` collects them.
-PROJECTING = (users, teams, connections, webhooks, lab_tests, orders)
+PROJECTING = (users, teams, connections, webhooks, event_destinations, lab_tests, orders)
 
 # The events of one save from which their projection's writes are held and run together
 # (`statements.held_writes`): a sweep's erasure batch, a fan-out. A command's few events
@@ -51,6 +52,7 @@ class ReadModels:
         digest: users.DigestOf | None = None,
         account_digest: connections.AccountDigest | None = None,
         interpretation_digest: orders.InterpretationDigest | None = None,
+        provider_digest: connections.ProviderDigest | None = None,
     ) -> None:
         """`open_sealed` (the key store's `open_on`) opens the values that events hold
         sealed (the users' client_user_ids, for their digests; orders' interpretations).
@@ -59,7 +61,8 @@ class ReadModels:
         clear: `seal` (the key store's, on the connection) seals one an older event holds
         in clear, `digest` is the team's digest of it (without them, NULLs). The
         connections rows hold the service's `account_digest` of the maker's account id
-        (ADR 0031), opened with `open_sealed` to digest it (without it, NULL). The orders
+        (ADR 0031), opened with `open_sealed` to digest it (without it, NULL), and the
+        `provider_digest` of (team, provider) (ADR 0032; without it, NULL). The orders
         rows hold an interpretation sealed and as its `interpretation_digest` (issue 29),
         which only an interpretation opened needs (a replay's placeholders are none)."""
         self.db = db
@@ -69,7 +72,7 @@ class ReadModels:
             seal=seal or users.ClientUserIdKeys.seal,
             digest=digest,
         )
-        self.account_keys = connections.AccountKeys(open_sealed, account_digest)
+        self.account_keys = connections.AccountKeys(open_sealed, account_digest, provider_digest)
         # Each context's module declares its handlers (`@handles`); those that open a
         # sealed value are bound to the key store over them.
         self.handlers = {

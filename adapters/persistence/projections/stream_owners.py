@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.domain import Aggregate, DomainEventProtocol
 from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.engine.statements import CompiledStatement, insert_of
 from healthledger.domain.audited import Audited, audited_aggregates, events_of
@@ -39,11 +39,19 @@ OWNED_STREAMS: dict[type[Audited], str] = {
 }
 # Each one's founding event, by the kind (a link token's is `Issued`, an OAuth flow's
 # `Started`, which `Created` names too), and the field of it that names the user.
-FOUNDING: dict[type, str] = {aggregate.Created: kind for aggregate, kind in OWNED_STREAMS.items()}
+# An old version of a founding event (`Connection.CreatedV1`, recorded no more and
+# redacted at the start: ADR 0028) founds its stream too when a rebuild meets it first.
+FOUNDING: dict[type, str] = {
+    founding: kind
+    for aggregate, kind in OWNED_STREAMS.items()
+    for founding in events_of(aggregate)
+    if issubclass(founding, Aggregate.Created)
+}
 _OWNER_FIELD: dict[type, str] = {
-    aggregate.Created: aggregate.USER_STREAM.owner
+    founding: aggregate.USER_STREAM.owner
     for aggregate in OWNED_STREAMS
-    if aggregate.USER_STREAM is not None
+    for founding in events_of(aggregate)
+    if issubclass(founding, Aggregate.Created) and aggregate.USER_STREAM is not None
 }
 # The events that hand a stream to a further user, by the field that names them.
 HANDING: dict[type, str] = {
@@ -93,9 +101,10 @@ def names_owners(event_class: type) -> bool:
     return event_class in FOUNDING or event_class in HANDING
 
 
-def owner_of(founding: Any) -> UUID:
-    """The user a founding event names: a user's own stream is the user."""
-    owner: UUID = getattr(founding, _OWNER_FIELD[type(founding)])
+def owner_of(founding: Any) -> UUID | None:
+    """The user a founding event names: a user's own stream is the user. None for a
+    delivery of a team-level webhook event type (no user)."""
+    owner: UUID | None = getattr(founding, _OWNER_FIELD[type(founding)])
     return owner
 
 
@@ -108,6 +117,8 @@ def project(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> Non
         kind = FOUNDING.get(type(event))
         if kind is not None:
             e: Any = event
+            if owner_of(e) is None:
+                continue  # a team-level webhook delivery: no user owns it
             founded.append(
                 {
                     "user_id": owner_of(e),

@@ -13,7 +13,7 @@ from healthledger.adapters.persistence.engine.schema import (
     teams,
     webhook_endpoints,
 )
-from healthledger.adapters.persistence.projections import handles
+from healthledger.adapters.persistence.projections import event_destinations, handles
 from healthledger.domain.teams.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
 from healthledger.domain.teams.teams import Organization, Team, TeamApiKey, default_settings
@@ -73,6 +73,18 @@ def team_settings_changed(conn: Connection, e: Team.SettingsChanged) -> None:
     )
 
 
+@handles(Team.SourcePrioritiesChanged)
+def team_source_priorities_changed(conn: Connection, e: Team.SourcePrioritiesChanged) -> None:
+    current = conn.execute(
+        select(teams.c.source_priorities).where(teams.c.team_id == e.originator_id)
+    ).scalar_one()
+    conn.execute(
+        update(teams)
+        .where(teams.c.team_id == e.originator_id)
+        .values(source_priorities={**(current or {}), e.data_type: e.providers})
+    )
+
+
 @handles(Team.FeatureEnabled, Team.FeatureDisabled)
 def team_features_changed(conn: Connection, e: Any) -> None:
     current = conn.execute(
@@ -101,6 +113,8 @@ def team_deleted(conn: Connection, e: Team.Deleted) -> None:
     )
     # So do its webhook endpoints: nothing is delivered for a deleted team.
     conn.execute(delete(webhook_endpoints).where(webhook_endpoints.c.team_id == e.originator_id))
+    # And its event destinations (their secrets' key is destroyed with it).
+    event_destinations.team_deleted(conn, e)
 
 
 # -- team API keys --------------------------------------------------------------------

@@ -9,6 +9,10 @@ from uuid import UUID
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import connections, users
 from healthledger.adapters.persistence.engine.statements import CompiledStatement
+from healthledger.adapters.persistence.queries.connection_facts import (
+    OpenerOn,
+    opened_connections,
+)
 from healthledger.domain.connections.connection import DEREGISTERED
 from healthledger.domain.personal_data import PersonalDataVault
 from healthledger.domain.users.user import ACTIVE
@@ -25,10 +29,18 @@ LIVE_CONNECTION_IDS = CompiledStatement(LIVE_CONNECTIONS_OF_USER)
 
 
 class ConnectionQueries:
-    def __init__(self, db: Database, vault: PersonalDataVault, describe: DescribeProvider) -> None:
+    def __init__(
+        self,
+        db: Database,
+        vault: PersonalDataVault,
+        describe: DescribeProvider,
+        opener_on: OpenerOn,
+    ) -> None:
         self.db = db
         self.vault = vault
         self.describe = describe
+        # Opens the rows' sealed providers and availabilities (ADR 0032).
+        self.opener_on = opener_on
 
     def live_connection_ids(self, user_id: UUID) -> list[UUID]:
         # Every user deletion asks this.
@@ -94,10 +106,9 @@ class ConnectionQueries:
             return []
         c = connections.c
         with self.db.read() as conn:
-            return list(
-                conn.execute(
-                    select(connections)
-                    .where(c.user_id.in_(user_ids), c.status != DEREGISTERED)
-                    .order_by(c.user_id, c.created_on, c.provider)
-                ).all()
-            )
+            rows = conn.execute(
+                select(connections).where(c.user_id.in_(user_ids), c.status != DEREGISTERED)
+            ).all()
+            found = opened_connections(conn, rows, self.opener_on)
+        # Ordered once opened: the provider is sealed in the row.
+        return sorted(found, key=lambda r: (r.user_id, r.created_on, r.provider))

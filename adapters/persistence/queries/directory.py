@@ -347,6 +347,15 @@ class TeamQueries:
             ).first()
         return None if row is None else _team(row)
 
+    def source_priorities(self, team_id: UUID) -> dict[str, list[str]]:
+        """The team's order of providers per kind of data (domain/teams/
+        source_priorities.py): only the kinds it has set, each non-empty."""
+        with self.db.read() as conn:
+            found = conn.execute(
+                select(teams.c.source_priorities).where(teams.c.team_id == team_id)
+            ).scalar()
+        return {kind: order for kind, order in (found or {}).items() if order}
+
     def teams_page(
         self,
         org_id: UUID,

@@ -9,15 +9,22 @@ read transaction, so that an erasure committing meanwhile is either wholly befor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
-from healthledger.adapters.persistence.engine.schema import health_data, users
-from healthledger.adapters.persistence.health_data.store import opened_days
-from healthledger.adapters.persistence.keys.key_store import KeyStore
+from healthledger.adapters.persistence.engine.schema import health_data, session_index, users
+from healthledger.adapters.persistence.health_data.blocks import period_of
+from healthledger.adapters.persistence.health_data.opened import OpenedDays
+from healthledger.adapters.persistence.health_data.sessions import SessionPlace, open_place
+from healthledger.adapters.persistence.health_data.store import (
+    sealed_at,
+    versions_held,
+    versions_of_then,
+)
+from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher
 from healthledger.domain.connections.health_data import StoredDay
 from healthledger.domain.connections.summaries import (
     DayData,
@@ -25,8 +32,9 @@ from healthledger.domain.connections.summaries import (
     source_context,
     summary_objects,
 )
-from healthledger.domain.errors import UserNotFound, UserScheduledForDeletion
+from healthledger.domain.errors import SummaryNotFound, UserNotFound, UserScheduledForDeletion
 from healthledger.domain.ledger import Clock
+from healthledger.domain.teams.source_priorities import provider_rank
 from healthledger.domain.users.user import PENDING_ERASURE
 from healthledger.domain.webhooks.deprecation_calendar import Rules
 from sqlalchemy import bindparam, select
@@ -48,37 +56,83 @@ class HealthDataQueries:
         self.describe = describe
         self.rules_at = rules_at
         self.clock = clock
-        # The user's state, its wrapped key and the days asked for, in one query (one
-        # round trip): a row per stored day, or one with no day when none is stored. The
-        # key's row is gone once the user is erased.
+        self.opened = OpenedDays()
+        # The user's state, its wrapped key and the current blocks holding the days asked
+        # for, in one query (one round trip): a row per block, or one with no block when
+        # none is stored. The key's row is gone once the user is erased. As of an
+        # instant: the versions of then and later ones (`store.versions_held`).
         keys = key_store.tables.keys
         h = health_data.c
-        days = (
-            (h.user_id == users.c.user_id)
-            & (h.resource == bindparam("resource"))
-            & (h.day >= bindparam("first"))
-            & (h.day <= bindparam("last"))
-        )
-        self.days_of = {
-            of_one: select(
+
+        def held(as_of: Any) -> Any:
+            return (
+                (h.user_id == users.c.user_id)
+                & (h.resource == bindparam("resource"))
+                & versions_held(as_of)
+                & (h.period >= bindparam("first"))
+                & (h.period <= bindparam("last"))
+            )
+
+        self.blocks_of = {
+            (of_one, travels): select(
                 users.c.status,
+                users.c.created_on,
                 keys.c.wrapped_key,
                 h.provider,
                 h.resource,
-                h.day,
-                h.sealed,
-                h.stored_at,
-                h.updated_at,
+                h.period,
+                h.version,
+                sealed_at(as_of),
             )
             .select_from(
                 users.outerjoin(keys, keys.c.user_id == users.c.user_id).outerjoin(
-                    health_data, days & (h.provider == bindparam("provider")) if of_one else days
+                    health_data,
+                    held(as_of) & (h.provider == bindparam("provider")) if of_one else held(as_of),
                 )
             )
             .where(users.c.user_id == bindparam("user_id"), users.c.team_id == bindparam("team_id"))
-            .order_by(h.day, h.provider)
             for of_one in (False, True)
+            for travels, as_of in ((False, None), (True, bindparam("as_of", type_=h.began_at.type)))
         }
+        # A session's index row with its user's state and wrapped key (one round trip);
+        # another team's session is no row.
+        s = session_index.c
+        self.session_of = (
+            select(s.user_id, s.sealed, users.c.status, keys.c.wrapped_key)
+            .select_from(
+                session_index.join(users, users.c.user_id == s.user_id).outerjoin(
+                    keys, keys.c.user_id == s.user_id
+                )
+            )
+            .where(
+                s.session_id == bindparam("session_id"),
+                s.team_id == bindparam("team_id"),
+                users.c.team_id == bindparam("team_id"),
+            )
+        )
+
+    def session_place(
+        self, team_id: UUID, session_id: UUID, resource: str
+    ) -> tuple[UUID, SessionPlace]:
+        """The user and the place of the team's stored session of `resource` (a sleep, a
+        workout) that `session_id` names. SummaryNotFound (a 404) for an unknown id,
+        another team's or another resource's; the user's 404s for a user scheduled for
+        deletion or erased (its rows go with it)."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                self.session_of, {"session_id": session_id, "team_id": team_id}
+            ).first()
+        if row is None:
+            raise SummaryNotFound(f"No {resource} with this id.")
+        if row.status == PENDING_ERASURE:
+            raise UserScheduledForDeletion()
+        cipher = self.key_store.cipher_of(row.user_id, row.wrapped_key)
+        if cipher is None:
+            raise UserNotFound()
+        place = open_place(cipher, session_id, row.sealed)
+        if place.resource != resource:
+            raise SummaryNotFound(f"No {resource} with this id.")
+        return row.user_id, place
 
     def stored_days(
         self,
@@ -88,32 +142,52 @@ class HealthDataQueries:
         start: date,
         end: date,
         provider: str | None = None,
+        as_of: datetime | None = None,
     ) -> list[StoredDay]:
         """The live user's stored days of `resource` in start..end (inclusive), across
-        providers or of one, in (day, provider) order."""
+        providers or of one, in (day, provider) order; as they were at `as_of` when
+        given (a user made after it is unknown then: a 404)."""
         values = {
             "user_id": user_id,
             "team_id": team_id,
             "resource": resource,
-            "first": start,
+            "first": period_of(start),
             "last": end,
         }
         if provider is not None:
             values["provider"] = provider
+        if as_of is not None:
+            values["as_of"] = as_of
         with self.db.read() as conn:
-            rows = conn.execute(self.days_of[provider is not None], values).all()
-        if not rows:
+            rows = conn.execute(
+                self.blocks_of[provider is not None, as_of is not None], values
+            ).all()
+        if not rows or (as_of is not None and rows[0].created_on > as_of):
             raise UserNotFound()
         if rows[0].status == PENDING_ERASURE:
             raise UserScheduledForDeletion()
-        cipher = self.key_store.cipher_of(user_id, rows[0].wrapped_key)
-        if cipher is None:
+        wrapped = rows[0].wrapped_key
+        if wrapped is None:
             raise UserNotFound()  # erased (its row goes in the same transaction)
-        return opened_days([row for row in rows if row.day is not None], cipher)
 
-    def sources(self, providers: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Each provider's source context by the rules in force now (spec 2.13)."""
-        rules = self.rules_at(self.clock())
+        def cipher() -> UserCipher:
+            # Unwrapped only when a block is opened, not for days opened a moment ago.
+            opened = self.key_store.cipher_of(user_id, wrapped)
+            assert opened is not None
+            return opened
+
+        held = [row for row in rows if row.period is not None]
+        if as_of is not None:
+            held = versions_of_then(held)
+        found = self.opened.days(user_id, held, cipher, start, end, as_of)
+        return sorted(found, key=lambda d: (d.day, d.provider))
+
+    def sources(
+        self, providers: Iterable[str], as_of: datetime | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Each provider's source context by the rules in force now, or at `as_of`
+        (spec 2.13)."""
+        rules = self.rules_at(as_of or self.clock())
         return {p: source_context(p, rules, self.describe) for p in providers}
 
     def summaries(
@@ -124,13 +198,17 @@ class HealthDataQueries:
         start: date,
         end: date,
         provider: str | None = None,
+        order: Sequence[str] = (),
+        as_of: datetime | None = None,
     ) -> list[dict[str, Any]]:
         """The summary objects of `resource` (`domain/connections/summaries.py`, the webhooks' own),
-        in day order, then by provider, then in the day's order of sessions."""
-        days = self.stored_days(team_id, user_id, resource, start, end, provider)
-        sources = self.sources({d.provider for d in days})
+        in day order, then by provider (those of `order`, the team's source priorities,
+        first and in its order; then by slug), then in the day's order of sessions."""
+        days = self.stored_days(team_id, user_id, resource, start, end, provider, as_of)
+        sources = self.sources({d.provider for d in days}, as_of)
+        rank = provider_rank(order)
         found: list[dict[str, Any]] = []
-        for stored in sorted(days, key=lambda d: (d.day, d.provider)):
+        for stored in sorted(days, key=lambda d: (d.day, rank(d.provider), d.provider)):
             it = DayData(
                 user_id=user_id,
                 provider=stored.provider,

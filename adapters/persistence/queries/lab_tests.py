@@ -14,6 +14,7 @@ from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import lab_tests
 from healthledger.adapters.reference.labs.catalog import ReferenceLabCatalog
 from healthledger.domain.labs.catalog import LabTestView
+from healthledger.domain.labs.lab_tests import LabTest
 from sqlalchemy import select
 
 
@@ -26,6 +27,24 @@ class LabTestRow:
     fasting: bool
     # None for a shared demo test, which is reference data (made by no one, at no time).
     created_at: datetime | None
+    # When its name or state last changed (LabTest.Updated); None: as created.
+    updated_at: datetime | None = None
+
+    @classmethod
+    def of(cls, test: LabTest) -> LabTestRow:
+        """The row the lab_tests projection makes of `test` (its events so far)."""
+        return cls(
+            view=test.view(),
+            description=test.description,
+            fasting=test.fasting,
+            created_at=test.created_on,
+            updated_at=test.updated_at,
+        )
+
+    @property
+    def last_updated(self) -> datetime | None:
+        """When it last changed: its creation until its team changed it."""
+        return self.updated_at or self.created_at
 
     @property
     def auto_generated(self) -> bool:
@@ -42,10 +61,12 @@ def _row(r: Any) -> LabTestRow:
             method=r.method,
             lab_id=r.lab_id,
             marker_ids=tuple(r.marker_ids),
+            active=r.active,
         ),
         description=r.description,
         fasting=r.fasting,
         created_at=r.created_at,
+        updated_at=r.updated_at,
     )
 
 
@@ -71,6 +92,10 @@ class LabTestQueries:
         return None if row is None else row.view
 
     # -- the API's reads ---------------------------------------------------------------
+
+    def is_shared(self, lab_test_id: UUID) -> bool:
+        """Whether it is a shared demo test (reference data, no team's to change)."""
+        return lab_test_id in self._demo_by_id
 
     def row(self, team_id: UUID, lab_test_id: UUID) -> LabTestRow | None:
         """The team's lab test or a shared demo one; None for another team's or an

@@ -12,9 +12,9 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import orders, users
-from healthledger.domain.labs.orders import FINAL_STATUSES
+from healthledger.domain.labs.orders import FINAL_STATUSES, TESTKIT
 from healthledger.domain.users.user import ACTIVE
-from sqlalchemy import ColumnElement, and_, bindparam, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, or_, select
 
 # The ids of a user's orders in no final status (the parameter `user_id`; a deletion
 # cancels them). One `!=` per status, not an IN list: an IN of many values is rendered
@@ -100,6 +100,12 @@ class OrderQueries:
         with self.db.read() as conn:
             return conn.execute(query).first()
 
+    def kit_order(self, team_id: UUID, sample_id: str) -> UUID | None:
+        """The team's testkit order whose kit carries the sample id (`KitOrder`); a
+        sample id is ten digits drawn from its order's id, so one order holds it."""
+        with self.db.read() as conn:
+            return conn.execute(kit_order_query(team_id, sample_id)).scalar()
+
     def page(self, team_id: UUID, filters: OrderFilters, page: int, size: int) -> OrderPage:
         """The team's orders that pass the filters, newest first, and how many there are."""
         o = orders.c
@@ -156,3 +162,12 @@ def _conditions(filters: OrderFilters) -> list[ColumnElement[bool]]:
     if filters.order_ids:
         found.append(o.order_id.in_(list(filters.order_ids)))
     return [and_(*found)] if found else []
+
+
+def kit_order_query(team_id: UUID, sample_id: str) -> Select[Any]:
+    """`kit_order`'s query: by the index on (team_id, sample_id), not a scan of the
+    team's orders."""
+    o = orders.c
+    return select(o.order_id).where(
+        o.team_id == team_id, o.sample_id == sample_id, o.collection_method == TESTKIT
+    )

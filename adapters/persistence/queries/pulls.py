@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import connections, resource_feeds, users
+from healthledger.adapters.persistence.queries.connection_facts import (
+    OpenerOn,
+    opened_connections,
+    opened_feeds,
+)
 from healthledger.domain.connections.connection import CONNECTED, DEREGISTERED, PAUSED
 from healthledger.domain.connections.resource_feeds import IN_PROGRESS, RETRYING, SCHEDULED, SUCCESS
 from healthledger.domain.users.user import ACTIVE
@@ -16,9 +21,19 @@ from sqlalchemy import and_, func, or_, select
 
 
 class PullQueries:
-    def __init__(self, db: Database, lease: timedelta) -> None:
+    def __init__(
+        self,
+        db: Database,
+        lease: timedelta,
+        opener_on: OpenerOn,
+        provider_digest: Callable[[UUID, str], str],
+    ) -> None:
         self.db = db
         self.lease = lease
+        # The feeds' and connections' providers and resources are sealed (ADR 0032):
+        # opened with the users' keys, and filtered by the team's keyed digest.
+        self.opener_on = opener_on
+        self.provider_digest = provider_digest
 
     # -- for the workers ------------------------------------------------------------------
 
@@ -100,7 +115,7 @@ class PullQueries:
         if user_id is not None:
             query = query.where(c.user_id == user_id)
         if provider is not None:
-            query = query.where(c.provider == provider)
+            query = query.where(c.provider_digest == self.provider_digest(team_id, provider))
         if after is not None:
             query = query.where(c.user_id > after)
         with self.db.read() as conn:
@@ -115,12 +130,14 @@ class PullQueries:
             select(resource_feeds, c.status.label("connection_status"))
             .join(connections, c.connection_id == f.connection_id)
             .where(f.user_id.in_(list(user_ids)), c.status != DEREGISTERED)
-            .order_by(f.user_id, f.provider, f.resource)
         )
-        if provider is not None:
-            query = query.where(f.provider == provider)
         with self.db.read() as conn:
-            return list(conn.execute(query).all())
+            found = opened_feeds(conn, conn.execute(query).all(), self.opener_on)
+        # Filtered and ordered once opened (a page's users' feeds).
+        return sorted(
+            (f for f in found if provider is None or f.provider == provider),
+            key=lambda f: (f.user_id, f.provider, f.resource),
+        )
 
     def live_providers_of(self, user_ids: Sequence[UUID], provider: str | None) -> list[Any]:
         """(user_id, provider, resource_availability) of each live connection, by user and
@@ -128,12 +145,12 @@ class PullQueries:
         if not user_ids:
             return []
         c = connections.c
-        query = (
-            select(c.user_id, c.provider, c.resource_availability)
-            .where(c.user_id.in_(list(user_ids)), c.status != DEREGISTERED)
-            .order_by(c.user_id, c.provider)
+        query = select(c.user_id, c.sealed_facts, c.sealed_availability).where(
+            c.user_id.in_(list(user_ids)), c.status != DEREGISTERED
         )
-        if provider is not None:
-            query = query.where(c.provider == provider)
         with self.db.read() as conn:
-            return list(conn.execute(query).all())
+            found = opened_connections(conn, conn.execute(query).all(), self.opener_on)
+        return sorted(
+            (r for r in found if provider is None or r.provider == provider),
+            key=lambda r: (r.user_id, r.provider),
+        )

@@ -4,8 +4,9 @@ event goes to (for the dispatcher; the deliveries due it claims through
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
@@ -15,9 +16,12 @@ from healthledger.adapters.persistence.engine.schema import (
     webhook_deliveries,
     webhook_endpoints,
 )
+from healthledger.adapters.persistence.queries.connection_facts import OpenerOn
+from healthledger.adapters.persistence.queries.delivery_types import delivery_types
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.webhooks.deliveries import FAILED, PENDING
 from healthledger.domain.webhooks.event_types import subscribed
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 # Every column but the sealed secrets: no view of an endpoint carries a secret.
 _VIEW_COLUMNS = (
@@ -49,8 +53,11 @@ def _endpoint(row: Any) -> dict[str, Any]:
 
 
 class WebhookQueries:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, opener_on: OpenerOn | None = None) -> None:
         self.db = db
+        # Opens the deliveries' sealed types for the portal's pages (the key store's
+        # `opener_on`); None: they read as the placeholder.
+        self.opener_on = opener_on
 
     def endpoints(self, team_id: UUID, environment: str) -> list[dict[str, Any]]:
         c = webhook_endpoints.c
@@ -130,7 +137,9 @@ class WebhookQueries:
 
     def deliveries(self, delivery_ids: Collection[UUID]) -> list[Any]:
         """These deliveries' rows (by primary key; a deletion report names a user's from
-        its streams), oldest first: event type, endpoint, status, attempts, outcome."""
+        its streams), oldest first: endpoint, status, attempts, outcome, and the type
+        only where it is in clear (`lifecycle_type`: a report reads them after the
+        erasure, when no sealed type opens)."""
         d = webhook_deliveries.c
         if not delivery_ids:
             return []
@@ -140,7 +149,7 @@ class WebhookQueries:
                     select(
                         d.delivery_id,
                         d.endpoint_id,
-                        d.event_type,
+                        d.lifecycle_type,
                         d.status,
                         d.attempts,
                         d.last_status_code,
@@ -150,6 +159,65 @@ class WebhookQueries:
                     .order_by(d.created_at, d.delivery_id)
                 ).all()
             )
+
+    def latest_deliveries(self, endpoint_id: UUID, limit: int) -> list[Any]:
+        """The endpoint's `limit` newest deliveries (by the event's time), newest first:
+        what the webhook portal lists (ix_webhook_deliveries_endpoint)."""
+        d = webhook_deliveries.c
+        with self.db.read() as conn:
+            return self._opened(
+                conn,
+                conn.execute(
+                    select(
+                        d.delivery_id,
+                        d.sealed_facts,
+                        d.lifecycle_type,
+                        d.message_id,
+                        d.user_id,
+                        d.source_timestamp,
+                        d.status,
+                        d.attempts,
+                        d.last_attempt_at,
+                        d.last_status_code,
+                        d.next_attempt_at,
+                    )
+                    .where(d.endpoint_id == endpoint_id)
+                    .order_by(d.source_timestamp.desc(), d.delivery_id.desc())
+                    .limit(limit)
+                ).all(),
+            )
+
+    def delivery(self, delivery_id: UUID) -> Any | None:
+        """One delivery's row: its endpoint and team (for a page to check), its message."""
+        d = webhook_deliveries.c
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(
+                    d.delivery_id,
+                    d.endpoint_id,
+                    d.team_id,
+                    d.sealed_facts,
+                    d.lifecycle_type,
+                    d.message_id,
+                    d.user_id,
+                    d.source_timestamp,
+                    d.status,
+                    d.attempts,
+                    d.next_attempt_at,
+                ).where(d.delivery_id == delivery_id)
+            ).first()
+            return None if row is None else self._opened(conn, [row])[0]
+
+    def _opened(self, conn: Connection, rows: Sequence[Any]) -> list[SimpleNamespace]:
+        """Delivery rows with their `event_type` opened with their users' keys (ADR
+        0028): the placeholder once a key is gone, or for a reader without keys."""
+        types: Sequence[str | None] = [None] * len(rows)
+        if self.opener_on is not None:
+            types = delivery_types(conn, rows, self.opener_on)
+        return [
+            SimpleNamespace(**row._mapping, event_type=found or ERASED_PLACEHOLDER)
+            for row, found in zip(rows, types, strict=True)
+        ]
 
     def delivery_counts(self, endpoint_id: UUID | None = None) -> dict[str, int]:
         """Deliveries by status (all endpoints, or one)."""

@@ -58,8 +58,8 @@ _SLUG = r"^[a-z0-9_]+$"
 # separators, so that an error naming unknown codes never echoes anything else.
 PROVIDER_ID = r"^[A-Za-z0-9._-]{1,32}$"
 _PRICE = r"^\d{1,6}\.\d{2}$"
-# The states (and DC and Puerto Rico) that service areas may name.
-_STATES = frozenset((
+# The states (and DC and Puerto Rico) that service areas and price estimates may name.
+US_STATES = frozenset((
     "AL", "AK", "AZ", "AR", "CA", "CO", "CT", "DE", "DC", "FL", "GA", "HI", "ID", "IL", "IN",
     "IA", "KS", "KY", "LA", "ME", "MD", "MA", "MI", "MN", "MS", "MO", "MT", "NE", "NV", "NH",
     "NJ", "NM", "NY", "NC", "ND", "OH", "OK", "OR", "PA", "RI", "SC", "SD", "TN", "TX", "UT",
@@ -212,7 +212,7 @@ class PhlebotomyProviderEntry(_Entry):
 
     @model_validator(mode="after")
     def _serves_somewhere(self) -> PhlebotomyProviderEntry:
-        unknown = [s for s in self.states if s not in _STATES]
+        unknown = [s for s in self.states if s not in US_STATES]
         if unknown:
             raise ValueError(f"{self.name}: unknown states {', '.join(unknown)}")
         if any(not re.fullmatch(r"\d{3}", p) for p in self.zip_prefixes):

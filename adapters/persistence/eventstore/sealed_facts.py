@@ -1,0 +1,128 @@
+"""Events whose facts the domain reads in clear and the log holds only sealed (ADR 0032).
+
+A connection's provider and resource availability, a resource feed's provider and
+resource, are health facts (a glucose monitor says the person is diabetic), yet the pull
+engine, the dispatcher and the answers read them on every step. Rather than carrying
+ciphertext through the domain, an event declares them (`SEALED_FACTS`) and this mapper
+stores them together, sealed with the stream owner's data key, under `sealed_facts`;
+reading the record back opens them. Once the owner's key is destroyed they read as what
+the event declares for an erased fact (the placeholder, an empty availability), and no
+key is ever made to seal for someone who has none: the record then holds the
+placeholder itself (what a redaction of an erased user's old record writes, ADR 0028).
+
+Only the founding events (and a reconnection) hold such facts, so a replay opens one
+value per stream, and the aggregate cache (ADR 0011) keeps the result. An event keeps its
+sealed form in `sealed_facts` beside the opened facts (set on the event being recorded,
+too): what the read models hold, copied from the log.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Protocol
+from uuid import UUID
+
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import Mapper, StoredEvent
+from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
+
+# The stored field that holds an event's sealed facts.
+SEALED_FACTS_FIELD = "sealed_facts"
+
+
+def sealed_facts_of(event: Any) -> str | None:
+    """The sealed form of the facts an event declares, as its record holds it: what a
+    read model copies (set by the mapper on the event it records or reads); None for an
+    old version that held them in clear (until the start redacts it)."""
+    sealed = vars(event).get(SEALED_FACTS_FIELD)
+    return None if sealed is None else str(sealed)
+
+
+class FactKeys(Protocol):
+    """The owner's data key, as the mapper uses it: never made here."""
+
+    def seal_fact(self, user_id: UUID, value: Any) -> str | None:
+        """`value` sealed with the user's key; None when the user has none (erased)."""
+        ...
+
+    def open_fact(self, user_id: UUID, sealed: str) -> Any | None:
+        """The value; None when the user's key is gone."""
+        ...
+
+
+class NoFactKeys(Exception):
+    """A defect: a ledger built without keys (the webhook receiver's mirror, a bare
+    test ledger) was asked to store an event whose facts are sealed."""
+
+
+class FactSealingMapper(Mapper[UUID]):
+    """eventsourcing's mapper, sealing and opening the facts events declare."""
+
+    facts: FactKeys | None = None
+
+    def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        declared = getattr(type(domain_event), "SEALED_FACTS", None)
+        if not declared:
+            return super().to_stored_event(domain_event)
+        if self.facts is None:
+            raise NoFactKeys(f"{type(domain_event).__qualname__}: no keys to seal its facts")
+        state = dict(vars(domain_event))
+        clear = {name: state.pop(name) for name in declared}
+        # An event about no user (a team-level webhook delivery) has no key to seal with:
+        # it holds the placeholder, and keeps in clear elsewhere what is not personal.
+        owner = state["user_id"]
+        sealed = None if owner is None else self.facts.seal_fact(owner, clear)
+        state[SEALED_FACTS_FIELD] = ERASED_PLACEHOLDER if sealed is None else sealed
+        # The event being recorded keeps its sealed form too: the projections copy the
+        # log's own ciphertext into the read models, so that a rebuild makes the same
+        # rows (the read models' check compares them byte for byte).
+        vars(domain_event)[SEALED_FACTS_FIELD] = state[SEALED_FACTS_FIELD]
+        # The same event with its facts replaced: what the base class encodes (a copy, its
+        # attributes then the stored state's: its fields are not the dataclass's any more).
+        stand_in = copy.copy(domain_event)
+        vars(stand_in).clear()
+        vars(stand_in).update(state)
+        return super().to_stored_event(stand_in)
+
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
+        event = super().to_domain_event(stored_event)
+        declared = getattr(type(event), "SEALED_FACTS", None)
+        if declared:
+            # `sealed_facts` stays on the event beside the facts opened from it.
+            state = vars(event)
+            sealed = state[SEALED_FACTS_FIELD]
+            opened = None
+            if sealed != ERASED_PLACEHOLDER and self.facts is not None:
+                opened = self.facts.open_fact(state["user_id"], sealed)
+            # Without the key (or without keys at all: a replay's copy holds none), each
+            # fact reads as the event declares an erased one.
+            if opened is None:
+                opened = {name: _fresh(erased) for name, erased in declared.items()}
+            state.update(opened)
+        return event
+
+
+def _fresh(value: Any) -> Any:
+    """An erased fact's value, not shared between events (an availability is a dict, a
+    notice's resources a list)."""
+    return value.copy() if isinstance(value, dict | list) else value
+
+
+class StoredKeys:
+    """`FactKeys` over the key store: the user's stored key (or the new key of a user
+    being created in this process), never a key made for someone who has none."""
+
+    def __init__(self, key_store: KeyStore) -> None:
+        self.key_store = key_store
+
+    def seal_fact(self, user_id: UUID, value: Any) -> str | None:
+        new_key = self.key_store.new_keys.get(user_id)
+        cipher = UserCipher(user_id, new_key) if new_key else self.key_store.cipher(user_id)
+        return None if cipher is None else cipher.seal(value)
+
+    def open_fact(self, user_id: UUID, sealed: str) -> Any | None:
+        new_key = self.key_store.new_keys.get(user_id)
+        if new_key is not None:
+            return UserCipher(user_id, new_key).open(sealed)
+        return self.key_store.open(user_id, sealed)

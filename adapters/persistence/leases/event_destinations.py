@@ -1,0 +1,104 @@
+"""Leases on event destinations (issue 35, ADR 0035): a publisher claims a destination
+before it publishes its queue, so that several processes on one database publish each
+message once per destination, and a user's messages in the order of the log.
+
+The claim is per destination, not per delivery (as the webhooks' is, ADR 0019): a broker
+keeps what it is given in the order it is given, so one publisher at a time per
+destination is what keeps a user's messages in order when two processes run. The claim
+is the webhooks' arbiter (`take_leases`): an upsert that only replaces an expired lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.schema import (
+    event_destination_leases,
+    event_destinations,
+    webhook_deliveries,
+)
+from healthledger.adapters.persistence.leases.webhook_deliveries import (
+    release_leases,
+    take_leases,
+)
+from healthledger.domain.webhooks.deliveries import PENDING
+from sqlalchemy import and_, exists, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+
+class DestinationLeases:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._upsert = sqlite.insert if db.is_sqlite else postgresql.insert
+
+    def claim(self, now: datetime, until: datetime, holder: str, limit: int) -> list[UUID]:
+        """Up to `limit` destinations with a message due, each now leased to `holder`
+        until `until`. A paused destination is left alone (its messages wait); a deleted
+        one is claimed, so that its publisher drops what it had queued."""
+        dest = event_destinations.c
+        d = webhook_deliveries.c
+        lease = event_destination_leases.c
+        due = exists().where(
+            d.endpoint_id == dest.destination_id, d.status == PENDING, d.next_attempt_at <= now
+        )
+        in_force = exists().where(
+            lease.destination_id == dest.destination_id, lease.expires_at > now
+        )
+        query = (
+            select(dest.destination_id)
+            .where(or_(dest.paused_reason.is_(None), dest.deleted_at.is_not(None)))
+            .where(due, ~in_force)
+            .order_by(dest.created_on, dest.destination_id)
+            .limit(limit)
+            .with_for_update(skip_locked=True, of=event_destinations)
+        )
+        with self.db.write() as conn:
+            ids = list(conn.execute(query).scalars())
+            if not ids:
+                return []
+            won = take_leases(
+                conn,
+                self._upsert,
+                event_destination_leases,
+                lease.destination_id,
+                ids,
+                holder,
+                until,
+                now,
+            )
+        return [i for i in ids if i in won]
+
+    def release(self, holder: str, destination_ids: Collection[UUID]) -> None:
+        release_leases(self.db, event_destination_leases.c.destination_id, holder, destination_ids)
+
+    def queue(self, destination_id: UUID, now: datetime, limit: int) -> Sequence[Any]:
+        """The destination's next deliveries to publish, in order (log position, then
+        message id within one logged event), without any that would overtake an earlier
+        message of the same user still waiting for its retry: a user's messages reach the
+        broker in the order of the log, whatever failed on the way."""
+        d = webhook_deliveries.c
+        earlier = webhook_deliveries.alias("earlier")
+        e = earlier.c
+        blocked = exists().where(
+            e.endpoint_id == d.endpoint_id,
+            e.user_id == d.user_id,
+            e.status == PENDING,
+            e.next_attempt_at > now,
+            or_(
+                e.log_position < d.log_position,
+                and_(e.log_position == d.log_position, e.message_id < d.message_id),
+            ),
+        )
+        query = (
+            select(webhook_deliveries)
+            .where(d.endpoint_id == destination_id, d.status == PENDING)
+            .where(d.next_attempt_at <= now, ~blocked)
+            .order_by(d.log_position, d.message_id)
+            .limit(limit)
+        )
+        with self.db.read() as conn:
+            return conn.execute(query).all()

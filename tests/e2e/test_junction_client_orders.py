@@ -1,0 +1,43 @@
+"""Lab test orders through the newer official client, `junction-api-sdk` 2.0.0 (issue 33's
+finding: it could not read an order at all, `ClientFacingOrder.last_event` being required),
+with only its base_url changed: create, get, list and cancel parse with its models. On
+both databases."""
+
+from __future__ import annotations
+
+import junction
+import pytest
+from healthledger.adapters.composition import Service
+from healthledger.domain.labs.sandbox import SandboxPolicy
+from junction.types import ClientFacingOrder, GetOrdersResponse, PostOrderResponse
+
+from tests.conftest import Team
+from tests.e2e.test_official_client_orders import ADDRESS, PATIENT, WELLNESS
+
+
+def test_orders_through_the_junction_client(
+    base_url: str, team: Team, service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        service.lab_orders, "policy", SandboxPolicy(failure_rate=0, cancellation_rate=0)
+    )
+    client = junction.Junction(api_key=team.key, base_url=base_url, timeout=30)
+    user_id = client.user.create(client_user_id="orders-junction").user_id
+    created = client.lab_tests.create_order(
+        user_id=user_id,
+        lab_test_id=WELLNESS,
+        patient_details=PATIENT.model_dump(),
+        patient_address=ADDRESS.model_dump(),
+    )
+    assert isinstance(created, PostOrderResponse)
+    order = created.order
+    assert order.last_event.status.value == "received.walk_in_test.ordered"
+    assert order.last_event == order.events[-1]
+    client.lab_tests.simulate_order_process(order.id)
+    got = client.lab_tests.get_order(order.id)
+    assert isinstance(got, ClientFacingOrder)
+    assert got.last_event == got.events[-1] and len(got.events) == 2
+    page = client.lab_tests.get_orders(user_id=user_id)
+    assert isinstance(page, GetOrdersResponse) and [o.id for o in page.orders] == [order.id]
+    cancelled = client.lab_tests.cancel_order(order.id)
+    assert cancelled.order.last_event.status.value.startswith("cancelled")
