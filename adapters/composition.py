@@ -72,6 +72,7 @@ from healthledger.adapters.persistence.queries.maker_notices import MakerNoticeQ
 from healthledger.adapters.persistence.queries.orders import OrderQueries
 from healthledger.adapters.persistence.queries.portal import PortalQueries
 from healthledger.adapters.persistence.queries.pulls import PullQueries
+from healthledger.adapters.persistence.queries.unmatched_results import UnmatchedResultQueries
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
@@ -123,7 +124,9 @@ from healthledger.domain.labs.lab_tests import LabTests
 from healthledger.domain.labs.ordering import LabOrders
 from healthledger.domain.labs.orders import Order
 from healthledger.domain.labs.portal import Portal, PortalLifetimes
+from healthledger.domain.labs.result_test_harness import ResultTestHarness
 from healthledger.domain.labs.sandbox import SandboxPolicy
+from healthledger.domain.labs.unmatched_results import UnmatchedResults
 from healthledger.domain.labs.user_deletion import UserOrders
 from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
@@ -220,6 +223,11 @@ class Service:
     kit_registrations: KitRegistrations
     order_queries: OrderQueries
     order_answers: OrderAnswers
+    # Lab results that arrived without an order (ADR 0040): the team's review, the
+    # sandbox's harness that makes them, and their listing.
+    unmatched_results: UnmatchedResults
+    result_test_harness: ResultTestHarness
+    unmatched_result_queries: UnmatchedResultQueries
     lab_test_commands: LabTests
     # Area info: zip codes, patient service centers, phlebotomy service areas.
     area_info: AreaIndex
@@ -738,6 +746,10 @@ def build_service(
         ),
         due_orders=order_queries.due_orders,
     )
+    unmatched_result_queries = UnmatchedResultQueries(db, key_store)
+    unmatched_results = UnmatchedResults(
+        ledger, key_store, clock, lab_orders, unmatched_result_queries.orders_of_team
+    )
     dispatcher = Dispatcher(
         ledger,
         recorder,
@@ -873,6 +885,11 @@ def build_service(
         kit_registrations=KitRegistrations(lab_orders, order_queries.kit_order),
         order_queries=order_queries,
         order_answers=order_answers,
+        unmatched_results=unmatched_results,
+        result_test_harness=ResultTestHarness(
+            ledger, clock, unmatched_results, lab_tests, lab_catalog.demo_lab_tests
+        ),
+        unmatched_result_queries=unmatched_result_queries,
         portal=Portal(
             users,
             clock,

@@ -39,6 +39,15 @@ from healthledger.domain.labs.orders import (
     OrderNotFound,
     ResultsNotReady,
 )
+from healthledger.domain.labs.result_test_harness import (
+    HarnessNotInSandbox,
+    ResultTestRunNotFound,
+)
+from healthledger.domain.labs.unmatched_results import (
+    ResultNotAttachable,
+    UnmatchedResultDecided,
+    UnmatchedResultNotFound,
+)
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -83,6 +92,11 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     SlotTaken: 409,
     AppointmentConflict: 409,
     AppointmentNotFound: 404,
+    UnmatchedResultNotFound: 404,
+    UnmatchedResultDecided: 409,
+    ResultNotAttachable: 409,
+    ResultTestRunNotFound: 404,
+    HarnessNotInSandbox: 400,
 }
 
 

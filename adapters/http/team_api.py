@@ -39,6 +39,7 @@ from healthledger.adapters.http import (
     team_settings,
     testkits,
     timeseries,
+    unmatched_results,
     user_devices,
     user_insurance,
     users,
@@ -83,6 +84,7 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(testkits.router)
     routes.include_router(lab_documents.router)
     routes.include_router(lab_methods.router)
+    routes.include_router(unmatched_results.router)
     routes.include_router(appointments.router)
     routes.include_router(portal.router)
     routes.include_router(imports.router)

@@ -224,6 +224,21 @@ class LabOrders:
         there it moves as any order (the sandbox's lab brings its results). The method
         must be one the lab offers; the patient is as sent, else the user's
         demographics."""
+        order = self.imported(ctx, team_id, request, ordered, lab_id, sample_id)
+        self._save(order)
+        return order
+
+    def imported(
+        self,
+        ctx: CommandContext,
+        team_id: UUID,
+        request: OrderRequest,
+        ordered: OrderedTest,
+        lab_id: int,
+        sample_id: str,
+    ) -> Order:
+        """The order `import_order` records, not saved: an accepted unmatched result
+        (unmatched_results.py) saves it with the result's decision, in one transaction."""
         user = self.users.load_live(team_id, request.user_id)
         lab = self.catalog.lab(lab_id)
         method = request.collection_method
@@ -260,7 +275,6 @@ class LabOrders:
             next_step_at=now + self.policy.delay(2) if environment == SANDBOX else None,
             sample_id=sample_id,
         )
-        self._save(order)
         return order
 
     @command

@@ -24,6 +24,7 @@ from healthledger.domain.audited import (
     check_declarations,
     events_of,
 )
+from healthledger.domain.labs.unmatched_results import UnmatchedResult
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES
 from healthledger.domain.users.user import ClientUserIdClaim, User
@@ -36,7 +37,7 @@ from tests.recorded import audited
 def test_every_aggregate_of_the_domain_is_audited_and_declares_its_stream() -> None:
     aggregates = audited_aggregates()
     # The receiver's MirroredUser is the only aggregate of its own kind (no actor).
-    assert len(aggregates) == 27
+    assert len(aggregates) == 29
     for aggregate in aggregates:
         assert "USER_STREAM" in vars(aggregate), aggregate
         check_declarations(aggregate)  # what the class's definition checked
@@ -71,7 +72,11 @@ def test_the_adapters_tables_are_derived_from_the_declarations() -> None:
     }
     assert FOUNDING[User.Created] == "user"
     assert dict.fromkeys([ClientUserIdClaim.Claimed], "user_id") == HANDING
-    assert frozenset([User.Erased, Team.Deleted]) == ERASING
+    # An unmatched result's own key goes with its acceptance or rejection (ADR 0040).
+    assert (
+        frozenset([User.Erased, Team.Deleted, UnmatchedResult.Accepted, UnmatchedResult.Rejected])
+        == ERASING
+    )
     read_models = [place for place in DELETED if place.startswith("read_model:")]
     assert read_models[0] == "read_model:users"
     assert set(read_models) == {p for p in ERASURE_REMOVES if p.startswith("read_model:")}

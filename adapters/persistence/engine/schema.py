@@ -546,6 +546,28 @@ orders = Table(
     Index("ix_orders_team_sample", "team_id", "sample_id"),
 )
 
+# Lab results that arrived without an order (domain/labs/unmatched_results.py), one row
+# per result, for the team's listing: its state, decision code, lab and times in clear;
+# its contents (the patient, the sample id, the values) sealed with the result's own key
+# (ADR 0040), which listings open to search; NULL once the result is accepted or
+# rejected (its key destroyed). No user owns a row: its candidates are in its events.
+unmatched_results = Table(
+    "unmatched_results",
+    metadata,
+    Column("result_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("environment", String(16), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("decision_code", String(64), nullable=False),
+    Column("lab_id", Integer, nullable=False),
+    Column("sealed_result", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("version", Integer, nullable=False),
+    # A team's listing, newest first.
+    Index("ix_unmatched_results_team_created", "team_id", "created_at", "result_id"),
+)
+
 # Webhook endpoints of a team's environment. The secrets are sealed with the team's data
 # key (never in clear); the previous one signs beside the current one until it expires.
 webhook_endpoints = Table(
@@ -698,4 +720,5 @@ READ_MODEL_TABLES = (
     orders,
     lab_tests,
     maker_notices,
+    unmatched_results,
 )

@@ -23,6 +23,7 @@ from healthledger.adapters.persistence.projections import (
     orders,
     stream_owners,
     teams,
+    unmatched_results,
     users,
     webhooks,
 )
@@ -30,7 +31,16 @@ from sqlalchemy import Connection
 
 # The contexts whose modules declare the read models' handlers (`@handles`): imported
 # here, so that every handler is declared before a `ReadModels` collects them.
-PROJECTING = (users, teams, connections, webhooks, event_destinations, lab_tests, orders)
+PROJECTING = (
+    users,
+    teams,
+    connections,
+    webhooks,
+    event_destinations,
+    lab_tests,
+    orders,
+    unmatched_results,
+)
 
 # The events of one save from which their projection's writes are held and run together
 # (`statements.held_writes`): a sweep's erasure batch, a fan-out. A command's few events
