@@ -602,3 +602,26 @@ def test_another_teams_results_are_not_found_and_bad_input_is_refused(
     # Nothing was decided by any of them.
     assert result_of(client, team, result_id)["status"] == "pending_customer_review"
     assert str(DEMOGRAPHICS["last_name"]) not in json.dumps(no_patient.json())
+
+
+def test_a_teams_deletion_destroys_its_pending_results_keys(
+    client: TestClient, team: Team, other_team: Team, service: Service
+) -> None:
+    from healthledger.domain.teams.directory import DEFAULT_ORG_ID
+
+    pending = ran(client, team, "no_match", order_source="managed")["raw_result_id"]
+    unsure = ran(client, team, "no_match", order_source="managed")["raw_result_id"]
+    client.post(
+        f"/v3/unmatched_result/{unsure}/resolve", json={"action": "unsure"}, headers=team.headers
+    )
+    kept = ran(client, other_team, "no_match", order_source="managed")["raw_result_id"]
+    (received,) = list(service.ledger.events.get(UUID(pending)))
+    assert isinstance(received, UnmatchedResult.Received)
+    service.teams.delete_team(CTX, DEFAULT_ORG_ID, team.team_id)
+    # In the transaction that records the deletion: every key of the team's results.
+    assert not service.key_store.has_key(UUID(pending))
+    assert not service.key_store.has_key(UUID(unsure))
+    assert service.key_store.open(UUID(pending), received.sealed_result) is None
+    # Another team's are its own.
+    assert service.key_store.has_key(UUID(kept))
+    assert result_of(client, other_team, kept)["patient"] is not None

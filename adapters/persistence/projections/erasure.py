@@ -28,6 +28,7 @@ from healthledger.adapters.persistence.engine.schema import (
     provider_tokens,
     session_index,
     snapshots,
+    unmatched_results,
     user_data_keys,
     webhook_deliveries,
 )
@@ -35,6 +36,7 @@ from healthledger.adapters.persistence.engine.statements import among
 from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.domain.audited import READ_MODEL_PLACE, audited_aggregates, audited_events
 from healthledger.domain.errors import ErasureNotVerified
+from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.lifecycle import ERASURE_REMOVES, QUEUED_DELIVERIES
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deliveries import PENDING
@@ -237,8 +239,11 @@ def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]
         if isinstance(event, User.Erased):
             erased.append(event)
         else:
-            # Any other that shreds a key (a team's deletion) destroys its originator's.
+            # Any other that shreds a key (a team's deletion, an unmatched result's
+            # decision) destroys its originator's.
             KeyStore.destroy(conn, event.originator_id)
+            if isinstance(event, Team.Deleted):
+                _shred_pending_results(conn, event.originator_id)
     if erased:
         _erase(conn, erased)
     yield
@@ -248,6 +253,15 @@ def erasure_effects(conn: Connection, events: Sequence[DomainEventProtocol[Any]]
             for place, rows in left[event.originator_id].items():
                 if rows:
                     raise ErasureNotVerified(event.originator_id, place, 0, rows, "after erasure")
+
+
+def _shred_pending_results(conn: Connection, team_id: UUID) -> None:
+    """A deleted team's unmatched results hold patients' data sealed with keys of their
+    own (ADR 0040): those still waiting for a decision go with the team's key. Their
+    rows keep the ciphertext, as a rebuild would write it: it opens no more."""
+    u = unmatched_results.c
+    results = select(u.result_id).where(u.team_id == team_id, u.sealed_result.is_not(None))
+    conn.execute(delete(user_data_keys).where(user_data_keys.c.user_id.in_(results)))
 
 
 def _erase(conn: Connection, erased: Sequence[User.Erased]) -> None:
