@@ -18,7 +18,7 @@ def makes_an_order_step_due(event: object) -> bool:
     """Whether a committed event makes a sandbox order's next step due at once (a delay of
     zero, as tests and benchmarks configure), so the sweep should run now rather than at
     its next interval."""
-    if isinstance(event, Order.Created | Order.StatusChanged):
+    if isinstance(event, Order.Created | Order.StatusChanged | Order.ActivationRescheduled):
         due = event.next_step_at
         return due is not None and due <= event.timestamp
     return False

@@ -83,6 +83,8 @@ class OrderRow:
     created_at: datetime
     updated_at: datetime
     clear_lab_test: OrderedTest | None = None
+    # The day it is to be dispatched to the lab (None: at once; domain/labs/activation.py).
+    activate_by: date | None = None
 
     @classmethod
     def from_row(cls, row: Any, vault: OpensSealed) -> OrderRow:
@@ -124,6 +126,7 @@ class OrderRow:
             created_at=order.created_on,
             updated_at=order.modified_on,
             clear_lab_test=order.clear_lab_test,
+            activate_by=order.activate_by,
         )
 
 
@@ -194,7 +197,7 @@ class OrderAnswers:
             "health_insurance_id": None,
             "requisition_form_url": None,
             "priority": False,
-            "activate_by": None,
+            "activate_by": None if row.activate_by is None else row.activate_by.isoformat(),
             "passthrough": None,
             "billing_type": None,
             "icd_codes": None,

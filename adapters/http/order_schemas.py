@@ -58,6 +58,21 @@ class OrderCreate(BaseModel):
     health_insurance: dict[str, Any] | None = Field(
         default=None, description="Refused: this deployment does not bill insurance."
     )
+    activate_by: date | None = Field(
+        default=None,
+        description="The day (YYYY-MM-DD, UTC; today or within a year) to dispatch the order "
+        "to the lab: it waits in `ordered` until then. Null or left out: at once.",
+    )
+
+
+class OrderActivation(BaseModel):
+    """`PATCH /v3/order/{id}` (the client's `update_order`): the new day to dispatch an
+    order placed with `activate_by`, or null to dispatch it now."""
+
+    model_config = ConfigDict(extra="forbid")
+    activate_by: date | None = Field(
+        description="YYYY-MM-DD (UTC), today or within a year; null: dispatch now."
+    )
 
 
 class SimulationFlags(BaseModel):

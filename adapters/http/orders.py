@@ -26,6 +26,7 @@ from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.order_schemas import (
     CollectionMethod,
     Interpretation,
+    OrderActivation,
     OrderAnswer,
     OrderChanged,
     OrderCreate,
@@ -122,15 +123,22 @@ def stored_order(service: Service, caller: TeamCaller, order_id: UUID) -> OrderR
     return service.order_answers.row_of(row)
 
 
-def _order_as_of(
-    service: Service, caller: TeamCaller, order_id: UUID, as_of: datetime
-) -> tuple[OrderRow, PlaceholderVault]:
-    """The team's order as it was at `as_of` (not placed yet, another team's: a 404),
-    and the vault that opens its values as of then (erased since: the placeholder)."""
+def order_as_of(service: Service, caller: TeamCaller, order_id: UUID, as_of: datetime) -> Order:
+    """The team's order as it was at `as_of` (not placed yet, another team's: a 404; a
+    future instant: a 422)."""
     reads_as_of(service, as_of)  # a future instant is refused
     order = aggregate_as_of(service, order_id, as_of)
     if not isinstance(order, Order) or order.team_id != caller.team_id:
         raise OrderNotFound()
+    return order
+
+
+def _order_as_of(
+    service: Service, caller: TeamCaller, order_id: UUID, as_of: datetime
+) -> tuple[OrderRow, PlaceholderVault]:
+    """The team's order as it was at `as_of` (`order_as_of`), and the vault that opens its
+    values as of then (erased since: the placeholder)."""
+    order = order_as_of(service, caller, order_id, as_of)
     vault = PlaceholderVault(service.key_store)
     return OrderRow.of(order, vault), vault
 
@@ -171,6 +179,7 @@ def place_order(
         collection_method=body.collection_method,
         patient_details=body.patient_details,
         patient_address=body.patient_address,
+        activate_by=body.activate_by,
     )
     order = service.lab_orders.place(caller.ctx, caller.team_id, request, idempotency_key)
     return changed_answer(service, order, "Order created.")
@@ -252,6 +261,38 @@ def list_orders(
         "size": size,
         "pages": math.ceil(total / size),
     }
+
+
+@router.patch(
+    "/v3/order/{order_id:uuid}",
+    response_model=OrderChanged,
+    responses=error_responses(
+        400,
+        401,
+        404,
+        409,
+        422,
+        described={
+            **_ORDER_NOT_FOUND,
+            400: "The order was placed for immediate processing (without activate_by), is "
+            "dispatched already (no longer ordered), or the date is in the past or more "
+            "than a year ahead.",
+            409: "The order changed meanwhile: read it and try again.",
+        },
+    ),
+)
+def update_order(
+    service: CurrentService, order_id: UUID, body: OrderActivation, caller: TeamApiCaller
+) -> Any:
+    """Move the day an order placed with `activate_by` is dispatched to the lab, or clear
+    it (null) to dispatch the order now (the official client's `update_order`)."""
+    order = service.lab_orders.reschedule(caller.ctx, caller.team_id, order_id, body.activate_by)
+    message = (
+        "Order dispatched now."
+        if body.activate_by is None
+        else f"Order scheduled for {body.activate_by.isoformat()}."
+    )
+    return changed_answer(service, order, message)
 
 
 @router.post(

@@ -30,6 +30,7 @@ from healthledger.adapters.http import (
     maker_webhooks,
     manual_connections,
     oauth_callback,
+    order_tracking,
     orders,
     portal,
     providers,
@@ -81,6 +82,7 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(audit_routes.router)
     routes.include_router(deletion_reports.router)
     routes.include_router(orders.router)
+    routes.include_router(order_tracking.router)
     routes.include_router(testkits.router)
     routes.include_router(lab_documents.router)
     routes.include_router(lab_methods.router)

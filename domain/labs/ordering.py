@@ -18,13 +18,18 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
 from healthledger.domain.context import DEFAULT_ENVIRONMENT, CommandContext
 from healthledger.domain.errors import ConcurrentChange, InvalidRequest
+from healthledger.domain.labs.activation import (
+    check_activation_date,
+    dispatched_at,
+    first_step_due,
+)
 from healthledger.domain.labs.catalog import LabCatalog, LabTestLookup, LabTestView, Marker
 from healthledger.domain.labs.lab_tests import LabTestInactive, UnknownLabTests
 from healthledger.domain.labs.orders import (
@@ -90,11 +95,15 @@ class OrderRequest:
     collection_method: str | None = None
     patient_details: PatientDetails | None = None
     patient_address: PatientAddress | None = None
+    # The day to dispatch the order to the lab (None: at once).
+    activate_by: date | None = None
 
     def fingerprint(self) -> str:
         """The SHA-256 of the request in a canonical form: what an idempotency key's
-        replay must match (a field sent as null and one left out are the same)."""
-        canonical = {
+        replay must match (a field sent as null and one left out are the same).
+        `activate_by` is in it only when given, so that the fingerprints of requests
+        stored before it existed stay what they were."""
+        canonical: dict[str, Any] = {
             "user_id": str(self.user_id),
             "lab_test_id": str(self.lab_test_id),
             "collection_method": self.collection_method,
@@ -105,6 +114,8 @@ class OrderRequest:
                 None if self.patient_address is None else stored_address(self.patient_address)
             ),
         }
+        if self.activate_by is not None:
+            canonical["activate_by"] = self.activate_by.isoformat()
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -175,6 +186,8 @@ class LabOrders:
         method = self._method(request, lab_test)
         details, address = self._patient(request, user)
         now = self.clock()
+        if request.activate_by is not None:
+            check_activation_date(request.activate_by, now)
         environment = ctx.environment or DEFAULT_ENVIRONMENT
         status = first_status(method)
         order = Order.place(
@@ -196,7 +209,12 @@ class LabOrders:
                 None if idempotency_key is None else self.vault.seal(user.id, fingerprint)
             ),
             status=status,
-            next_step_at=now + self.policy.delay(1) if environment == SANDBOX else None,
+            next_step_at=(
+                first_step_due(request.activate_by, now, self.policy)
+                if environment == SANDBOX
+                else None
+            ),
+            activate_by=request.activate_by,
         )
         try:
             self.ledger.save(order)
@@ -286,6 +304,31 @@ class LabOrders:
         return order
 
     @command
+    def reschedule(
+        self, ctx: CommandContext, team_id: UUID, order_id: UUID, activate_by: date | None
+    ) -> Order:
+        """Move the day an order placed with `activate_by` is dispatched, or clear it
+        (None) to dispatch it now (`PATCH /v3/order/{id}`). OrderNotSchedulable (400): the
+        order was placed for immediate processing, is dispatched already, or the day is
+        in the past or too far ahead."""
+        order = self.load(team_id, order_id)
+        now = self.clock()
+        if activate_by is not None:
+            check_activation_date(activate_by, now)
+        order.reschedule_activation(
+            ctx,
+            now,
+            activate_by,
+            next_step_at=(
+                first_step_due(activate_by, now, self.policy)
+                if order.environment == SANDBOX
+                else None
+            ),
+        )
+        self._save(order)
+        return order
+
+    @command
     def advance(
         self,
         ctx: CommandContext,
@@ -303,6 +346,15 @@ class LabOrders:
                 "as its lab reports."
             )
         now = self.clock()
+        if (
+            order.awaits_dispatch
+            and order.activate_by is not None
+            and dispatched_at(order.activate_by) > now
+        ):
+            raise OrderNotAdvanceable(
+                f"The order waits for its activation date ({order.activate_by.isoformat()}): "
+                "PATCH /v3/order/{order_id} with activate_by null to dispatch it now."
+            )
         move = next_move(order.id, order.collection_method, order.status, now, self.policy)
         if move is None:
             raise OrderNotAdvanceable(

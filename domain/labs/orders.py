@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import date, datetime
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
@@ -48,6 +48,8 @@ TOP_LEVEL_STATUSES = (RECEIVED, COLLECTING_SAMPLE, SAMPLE_WITH_LAB, COMPLETED, C
 FINAL_STATUSES = frozenset({COMPLETED, CANCELLED, FAILED})
 # The collection method of an at-home test kit (the patient collects the sample).
 TESTKIT = "testkit"
+# The first status of every method: placed, not yet dispatched to the lab.
+ORDERED = "ordered"
 
 # Result interpretations, from best to worst (an order's is its worst result's).
 NORMAL = "normal"
@@ -114,9 +116,32 @@ class KitNotRegistrable(LedgerError):
         super().__init__(reason)
 
 
+class OrderNotSchedulable(LedgerError):
+    """An activation date refused (400, as the official client documents it): the order
+    is no longer waiting to be dispatched, it was placed for immediate processing, or the
+    date is out of range."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+
+
 class ResultsNotReady(LedgerError):
     def __init__(self) -> None:
         super().__init__("The order has no results yet: they come when it is completed.")
+
+
+class OrderChange(NamedTuple):
+    """A change of the order that moves when its results are due: a status it took, or its
+    activation date moved (`activation`, to `activate_by`). `next_step_at` is the simulated
+    lab's next step as the change left it. Kept for the order's tracking (`tracking.py`);
+    a tuple, as `history`'s entries, so that the aggregate's state stays plain data."""
+
+    at: datetime
+    actor: str
+    status: str
+    next_step_at: datetime | None
+    activation: bool = False
+    activate_by: date | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +218,9 @@ class Order(Audited, created_event_name="Created"):
         """The order placed. `sealed_lab_test` is the test ordered (`OrderedTest`),
         sealed. `sealed_request_digest` (orders placed with an idempotency key) is the
         SHA-256 of the request as sent, sealed: a replay of the key with another body is
-        told apart without the body in clear anywhere."""
+        told apart without the body in clear anywhere. Version 2 adds `activate_by`, the
+        day the order is to be dispatched to the lab (None: at once); version 1 events,
+        stored before, were all placed for immediate processing."""
 
         TOPIC = "healthledger:Order.Created.v2"
         ANNOUNCES = ("labtest.order.created",)
@@ -216,6 +243,12 @@ class Order(Audited, created_event_name="Created"):
         status: str
         # When the simulated lab takes the next step (None: it never does by itself).
         next_step_at: datetime | None
+        activate_by: date | None
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["activate_by"] = None
 
     class StatusChanged(Event):
         """One step forward (not to a final status). The requisition step assigns the
@@ -228,7 +261,7 @@ class Order(Audited, created_event_name="Created"):
         next_step_at: datetime | None
 
         def apply(self, order: Order) -> None:
-            _moved(order, self.status, self.timestamp, self.next_step_at)
+            _moved(order, self, self.status, self.next_step_at)
             if self.sample_id is not None:
                 order.sample_id = self.sample_id
 
@@ -244,7 +277,7 @@ class Order(Audited, created_event_name="Created"):
         sealed_interpretation: str
 
         def apply(self, order: Order) -> None:
-            _moved(order, self.status, self.timestamp, None)
+            _moved(order, self, self.status, None)
             order.sealed_results = self.sealed_results
             order.sealed_interpretation = self.sealed_interpretation
             order.results_at = self.timestamp
@@ -259,7 +292,7 @@ class Order(Audited, created_event_name="Created"):
         reason: str
 
         def apply(self, order: Order) -> None:
-            _moved(order, self.status, self.timestamp, None)
+            _moved(order, self, self.status, None)
             order.cancel_reason = self.reason
 
     class Failed(Event):
@@ -271,7 +304,7 @@ class Order(Audited, created_event_name="Created"):
         reason: str
 
         def apply(self, order: Order) -> None:
-            _moved(order, self.status, self.timestamp, None)
+            _moved(order, self, self.status, None)
             order.failure_reason = self.reason
 
     class KitRegistered(Event):
@@ -289,6 +322,30 @@ class Order(Audited, created_event_name="Created"):
             order.sealed_patient_details = self.sealed_patient_details
             order.sealed_patient_address = self.sealed_patient_address
             order.registered_at = self.timestamp
+
+    class ActivationRescheduled(Event):
+        """The day an order placed with an activation date is dispatched, moved by the team
+        (`PATCH /v3/order/{id}`); None: dispatched at once. `next_step_at` is when the
+        simulated lab now takes its first step (a sandbox order's; None otherwise)."""
+
+        TOPIC = "healthledger:Order.ActivationRescheduled.v1"
+        ANNOUNCES = ("labtest.order.updated",)
+        activate_by: date | None
+        next_step_at: datetime | None
+
+        def apply(self, order: Order) -> None:
+            order.activate_by = self.activate_by
+            order.next_step_at = self.next_step_at
+            order.changes.append(
+                OrderChange(
+                    self.timestamp,
+                    self.actor,
+                    order.status,
+                    self.next_step_at,
+                    activation=True,
+                    activate_by=self.activate_by,
+                )
+            )
 
     def __init__(
         self,
@@ -308,9 +365,11 @@ class Order(Audited, created_event_name="Created"):
         status: str,
         next_step_at: datetime | None,
         sealed_lab_test: str | None = None,
+        activate_by: date | None = None,
     ) -> None:
         """From the Created event's fields, at `place` and on every replay. A CreatedV1
-        has no `sealed_lab_test`: it gives its test in clear (`CreatedV1.apply`)."""
+        has no `sealed_lab_test`: it gives its test in clear (`CreatedV1.apply`), nor an
+        `activate_by`."""
         self.user_id: UUID = user_id
         self.team_id: UUID = team_id
         self.environment: str = environment
@@ -330,11 +389,17 @@ class Order(Audited, created_event_name="Created"):
         self.failure_reason: str | None = None
         # When its test kit was registered (testkit orders only; None: not yet).
         self.registered_at: datetime | None = None
+        # The day it is to be dispatched to the lab (None: at once), and whether it was
+        # placed with one: only such an order's date can be moved (the client's rule).
+        self.activate_by: date | None = activate_by
+        self.placed_with_activation: bool = activate_by is not None
         # Every status the order had, with when: the `events` of the order's answer.
         self.history: list[tuple[str, datetime]] = []
+        # Every status and activation change, as its tracking reads them.
+        self.changes: list[OrderChange] = []
         self.status: str
         self.next_step_at: datetime | None
-        _moved(self, status, timestamp, next_step_at)
+        _moved_at(self, timestamp, actor, status, next_step_at)
 
     @staticmethod
     def id_for_idempotency_key(team_id: UUID, key: str) -> UUID:
@@ -358,6 +423,7 @@ class Order(Audited, created_event_name="Created"):
         sealed_request_digest: str | None,
         status: str,
         next_step_at: datetime | None,
+        activate_by: date | None = None,
     ) -> Order:
         return cls.new(
             ctx,
@@ -374,6 +440,7 @@ class Order(Audited, created_event_name="Created"):
             sealed_request_digest=sealed_request_digest,
             status=status,
             next_step_at=next_step_at,
+            activate_by=activate_by,
         )
 
     # -- state ------------------------------------------------------------------------
@@ -392,6 +459,11 @@ class Order(Audited, created_event_name="Created"):
     @property
     def is_open(self) -> bool:
         return self.top_level_status not in FINAL_STATUSES
+
+    @property
+    def awaits_dispatch(self) -> bool:
+        """Still `ordered`: not yet dispatched to the lab (its activation date can move)."""
+        return self.top_level_status == RECEIVED and low_level(self.status) == ORDERED
 
     # -- commands ---------------------------------------------------------------------
 
@@ -456,6 +528,35 @@ class Order(Audited, created_event_name="Created"):
             reason=reason,
         )
 
+    def reschedule_activation(
+        self,
+        ctx: CommandContext,
+        now: datetime,
+        activate_by: date | None,
+        *,
+        next_step_at: datetime | None,
+    ) -> None:
+        """Move the day the order is dispatched (None: dispatch it now). Only an order
+        placed with an activation date, and only while it awaits dispatch; the date
+        itself is checked by the caller (`activation.py`)."""
+        if not self.placed_with_activation:
+            raise OrderNotSchedulable(
+                "The order was placed for immediate processing: only an order placed with "
+                "activate_by can have its activation date moved or cleared."
+            )
+        if not self.awaits_dispatch:
+            raise OrderNotSchedulable(
+                f"The order is {self.status}: its activation date can be changed only while "
+                "it is ordered and not yet dispatched to the lab."
+            )
+        self.record(
+            ctx,
+            now,
+            self.ActivationRescheduled,
+            activate_by=activate_by,
+            next_step_at=next_step_at,
+        )
+
     def register_kit(
         self,
         ctx: CommandContext,
@@ -490,7 +591,14 @@ class Order(Audited, created_event_name="Created"):
             )
 
 
-def _moved(order: Order, status: str, at: datetime, next_step_at: datetime | None) -> None:
+def _moved(order: Order, event: Order.Event, status: str, next_step_at: datetime | None) -> None:
+    _moved_at(order, event.timestamp, event.actor, status, next_step_at)
+
+
+def _moved_at(
+    order: Order, at: datetime, actor: str, status: str, next_step_at: datetime | None
+) -> None:
     order.status = status
     order.next_step_at = next_step_at
     order.history.append((status, at))
+    order.changes.append(OrderChange(at, actor, status, next_step_at))

@@ -169,6 +169,28 @@ def next_move(
     return Move(ADVANCE, target, now + policy.delay(index + 1), sample_id)
 
 
+def results_due(
+    method: str, status: str, next_step_at: datetime | None, policy: SandboxPolicy
+) -> datetime | None:
+    """When the simulated lab reports the results of an order in `status` whose next step
+    is due at `next_step_at`, if every step to them comes as usual (no lab failure or
+    cancellation: those are not known ahead). None when no step is due (a final status,
+    a production order, an order waiting for an appointment to be booked)."""
+    if next_step_at is None or method not in STEPS:
+        return None
+    steps = steps_of(method)
+    status = _in_steps(method, status)
+    if status.endswith(_DRAWN_AT_HOME):
+        # The booked draw, taken at `next_step_at`, stands where `appointment_pending`
+        # does: count from the step before it.
+        status = status_of(RECEIVED, method, REQUISITION_CREATED)
+    if status not in steps[:-1]:
+        return None
+    # The next step comes at `next_step_at`; each after it, its own delay later.
+    following = range(steps.index(status) + 2, len(steps))
+    return next_step_at + sum((policy.delay(step) for step in following), timedelta(0))
+
+
 # An at-home draw booked (domain/labs/booking.py) is drawn at its time, before the sample
 # travels to the lab; a walk-in's sample reaches the lab as it is drawn.
 _DRAWN_AT_HOME = ".at_home_phlebotomy.draw_completed"

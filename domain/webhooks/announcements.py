@@ -46,8 +46,8 @@ EVENT_DESTINATION_DISABLED = "event_destination.disabled"
 TEAM_EVENT_TYPES: dict[type, str] = {EventDestination.Disabled: EVENT_DESTINATION_DISABLED}
 
 # Lab test orders (issue 14): an order placed, every later change of its status (and a
-# test kit's registration, which changes its patient), and a completion whose results
-# hold a critical value.
+# test kit's registration, which changes its patient, and a change of its activation
+# date), and a completion whose results hold a critical value.
 ORDER_CREATED = "labtest.order.created"
 ORDER_UPDATED = "labtest.order.updated"
 RESULT_CRITICAL = "labtest.result.critical"
@@ -57,6 +57,7 @@ ORDER_STATUS_CHANGES = (
     Order.Cancelled,
     Order.Failed,
     Order.KitRegistered,
+    Order.ActivationRescheduled,
 )
 # Appointments (issue 33): the order's first booking or request (the stream's second
 # event, after its founding), then every change of it.

@@ -888,7 +888,7 @@ GOLDEN = {
             '"sealed_patient_address":"v1.sealed-address",'
             '"sealed_request_digest":"v1.sealed-digest","status":"received.walk_in_test.ordered",'
             '"next_step_at":{"_type_":"datetime_iso",'
-            '"_data_":"2026-03-01T12:01:00.123456+00:00"}}'
+            '"_data_":"2026-03-01T12:01:00.123456+00:00"},"activate_by":null,"class_version":2}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -904,8 +904,13 @@ GOLDEN = {
             '"sealed_request_digest":"v1.sealed-digest","sample_id":null,"sealed_results":null,'
             '"sealed_interpretation":null,"results_at":null,"cancel_reason":null,'
             '"failure_reason":null,"registered_at":null,'
+            '"activate_by":null,"placed_with_activation":false,'
             '"history":[["received.walk_in_test.ordered",'
             '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}]],'
+            '"changes":[[{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+            '"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+            '"received.walk_in_test.ordered",{"_type_":"datetime_iso",'
+            '"_data_":"2026-03-01T12:01:00.123456+00:00"},false,null]],'
             '"status":"received.walk_in_test.ordered","next_step_at":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:01:00.123456+00:00"}}'
         ),
@@ -1057,6 +1062,40 @@ def test_an_order_created_event_stored_before_loads_with_its_test_in_clear() -> 
     assert isinstance(order, Order) and order.sealed_lab_test is None
     test = order.ordered_test(lambda user_id, sealed: None)
     assert test == OrderedTest(fixed_id(16), "Annual Wellness", (1077, 1071))
+
+
+# An order's Created event (topic v2) as its class version 1 stored it, before orders
+# could be placed with an activation date (ADR 0041).
+ORDER_CREATED_CLASS_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:Order",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"environment":"sandbox",'
+    '"lab_id":1,"collection_method":"walk_in_test",'
+    '"sealed_lab_test":"v1.sealed-lab-test","sealed_patient_details":"v1.sealed-details",'
+    '"sealed_patient_address":"v1.sealed-address",'
+    '"sealed_request_digest":"v1.sealed-digest","status":"received.walk_in_test.ordered",'
+    '"next_step_at":{"_type_":"datetime_iso",'
+    '"_data_":"2026-03-01T12:01:00.123456+00:00"}}'
+)
+
+
+def test_an_order_stored_before_activation_dates_loads_as_placed_for_immediate_processing() -> None:
+    record = StoredEvent(
+        originator_id=UUID("11111111-2222-4333-8444-000000000011"),
+        originator_version=1,
+        topic="healthledger:Order.Created.v2",
+        state=ORDER_CREATED_CLASS_V1.encode(),
+    )
+    event = MAPPER.to_domain_event(record)
+    assert isinstance(event, Order.Created) and event.activate_by is None
+    order = event.mutate(None)
+    placed_now = FOUND["Order"]()
+    placed_now.collect_events()
+    assert order == placed_now
+    assert isinstance(order, Order) and not order.placed_with_activation
 
 
 # A user's Created event as version 1 stored it (before it recorded the environment).

@@ -537,6 +537,8 @@ orders = Table(
     Column("sealed_results", Text),
     Column("events", Text, nullable=False),
     Column("due_at", UTCDateTime),
+    # The day the order is to be dispatched to the lab (NULL: at once; revision 0033).
+    Column("activate_by", Date),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("version", Integer, nullable=False),

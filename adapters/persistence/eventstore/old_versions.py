@@ -119,6 +119,7 @@ def order_successor(
         sealed_request_digest=old.sealed_request_digest,
         status=old.status,
         next_step_at=old.next_step_at,
+        activate_by=None,
     )
     stored = mapper.to_stored_event(new)
 

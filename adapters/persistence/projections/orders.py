@@ -52,6 +52,7 @@ INSERT_ORDER = CompiledStatement(
             "sealed_patient_address",
             "events",
             "due_at",
+            "activate_by",
             "created_at",
             "updated_at",
             "version",
@@ -99,6 +100,7 @@ def order_created(conn: Connection, e: Order.Created) -> None:
             "sealed_patient_address": e.sealed_patient_address,
             "events": status_line(e.status, e.timestamp),
             "due_at": e.next_step_at,
+            "activate_by": e.activate_by,
             "created_at": e.timestamp,
             "updated_at": e.timestamp,
             "version": e.originator_version,
@@ -139,6 +141,22 @@ def kit_registered(conn: Connection, e: Order.KitRegistered) -> None:
         {
             "sealed_patient_details": e.sealed_patient_details,
             "sealed_patient_address": e.sealed_patient_address,
+            "updated_at": e.timestamp,
+            "version": e.originator_version,
+        },
+    )
+
+
+@handles(Order.ActivationRescheduled)
+def activation_rescheduled(conn: Connection, e: Order.ActivationRescheduled) -> None:
+    """The day it is dispatched moved (or cleared): the simulated lab's first step with it;
+    no new status."""
+    UPDATE_ORDER.execute(
+        conn,
+        e.originator_id,
+        {
+            "activate_by": e.activate_by,
+            "due_at": e.next_step_at,
             "updated_at": e.timestamp,
             "version": e.originator_version,
         },
