@@ -176,6 +176,13 @@ def test_patch_moves_the_day_or_dispatches_now(
     assert [e.changes["activate_by"] for e in entries] == [date(2026, 3, 20), None]
     placing = next(e for e in history(service, UUID(user_id)) if e.event == "Order.Created")
     assert {e.actor for e in entries} == {placing.actor}
+    audit = client.get(
+        f"/v2/audit/user/{user_id}",
+        params={"event_type": "Order.ActivationRescheduled"},
+        headers=team.headers,
+    )
+    assert audit.status_code == 200, audit.text
+    assert [e["changes"]["activate_by"] for e in audit.json()["data"]] == ["2026-03-20", None]
     # As of before each change, the order's answer said what it said then.
     before = read(client, team, order_id, as_of=(at_move - timedelta(seconds=1)).isoformat())
     assert before["activate_by"] == "2026-03-12"
