@@ -157,6 +157,13 @@ def _entry(event: AttributedEvent, kind: str, key_owner: UUID, keys: _Keys) -> A
     )
 
 
+def _stream_key_owner(event: Any) -> UUID | None:
+    """The event's stream, when its stream seals with a key of its own (its events'
+    `SEALED_WITH_STREAM_KEY`: an unmatched lab result's, ADR 0040); else None."""
+    sealed_by_stream = getattr(type(event), "SEALED_WITH_STREAM_KEY", False)
+    return event.originator_id if sealed_by_stream else None
+
+
 def _named_user(event: Any) -> UUID | None:
     named = getattr(event, "user_id", None)
     return named if isinstance(named, UUID) else None
@@ -192,8 +199,10 @@ def user_audit(
             event = attributed(mapper.to_domain_event(row.stored))
             if _named_user(event) not in (None, user_id):
                 continue
-            # Every sealed value of a user's streams is sealed with the user's key.
-            found.append((row.position, _entry(event, row.kind, user_id, keys)))
+            # Every sealed value of a user's streams is sealed with the user's key, but
+            # for a stream that seals with a key of its own.
+            sealer = _stream_key_owner(event) or user_id
+            found.append((row.position, _entry(event, row.kind, sealer, keys)))
         if len(rows) < batch:
             break
     _name_recipients(service, [entry for _, entry in found])
@@ -232,17 +241,21 @@ def _snake_case(name: str) -> str:
 
 def stream_history(service: Service, stream_id: UUID) -> list[AuditEntry]:
     """One stream's history, of any aggregate (empty for an unknown id). Its sealed
-    values show by the key that sealed them, found from its founding event: the user it
-    names, else its team, else the stream itself."""
+    values show by the key that sealed them, found from its founding event: the stream's
+    own key where its events say so (`SEALED_WITH_STREAM_KEY`), else the user it names,
+    else its team, else the stream itself."""
     events = [attributed(event) for event in service.ledger.events.get(stream_id)]
     if not events:
         return []
     founding: Any = events[0]
+    keys = _Keys(service.key_store)
+    if _stream_key_owner(founding) is not None:
+        own = _snake_case(type(founding).__qualname__.split(".")[0])
+        return [_entry(event, own, stream_id, keys) for event in events]
     kind = FOUNDING.get(type(founding))
     owner = owner_of(founding) if kind is not None else None
     if kind is None or owner is None:  # a team-level delivery names no user: its team
         kind = _snake_case(type(founding).__qualname__.split(".")[0])
         team = getattr(founding, "team_id", None)
         owner = team if isinstance(team, UUID) else stream_id
-    keys = _Keys(service.key_store)
     return [_entry(event, kind, _named_user(event) or owner, keys) for event in events]

@@ -96,7 +96,9 @@ class UnmatchedResult(Audited, created_event_name="Received"):
     USER_STREAM = None
 
     class Event(Audited.Event):
-        pass
+        # Its sealed fields are sealed with its own data key (ADR 0040), not the team's
+        # nor the user an acceptance names: the audit shows them by that key.
+        SEALED_WITH_STREAM_KEY = True
 
     class Received(Event, Aggregate.Created):
         """The result, pending the team's review. `sealed_result` (the patient as the lab

@@ -576,10 +576,13 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     # test_garmin.py shows them sealed into the notice's receipt and gone with the user.
     # A maker's notice likewise: test_oura_webhooks.py shows its receipt's maker and
     # resources sealed in the user's audit (ADR 0032).
+    # An unmatched lab result's fields (ADR 0040) are sealed with its own key, not a
+    # user's or the team's: test_an_unmatched_results_audit_shows_it_sealed_until_decided.
     elsewhere = {
         ("NoticeReceipt.Delivered", "sealed_delivery"),
         ("NoticeReceipt.Received", "provider"),
         ("NoticeReceipt.Received", "resources"),
+        *UNMATCHED_SEALED,
     }
     assert set(live) == sealed_fields() - elsewhere, "every sealed field is covered"
     assert all(values == {SEALED_PLACEHOLDER} for values in live.values()), live
@@ -617,6 +620,52 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     # The sign-in's e-mail and password were handed to the maker, never recorded.
     for value in [*PERSONAL, SECRET, *MFA_PERSON]:
         assert value not in text
+
+
+UNMATCHED_SEALED = {
+    ("UnmatchedResult.Received", "sealed_result"),
+    ("UnmatchedResult.Escalated", "sealed_note"),
+    ("UnmatchedResult.Accepted", "sealed_note"),
+    ("UnmatchedResult.Rejected", "sealed_note"),
+}
+
+
+def test_an_unmatched_results_audit_shows_it_sealed_until_decided(story: Story) -> None:
+    """Each unmatched result's stream, in the audit: its report and notes sealed while it
+    waits (escalated too), erased once it is decided (its key destroyed), whichever way."""
+    svc, team = story.svc, story.team
+
+    def result(action: str, body: dict[str, Any]) -> UUID:
+        created = api.post(
+            "/v3/unmatched_result_test",
+            json={"case": "no_match", "order_source": "managed"},
+            headers={**team.headers, "X-Idempotency-Key": f"audit-{action}"},
+        )
+        assert created.status_code == 200, created.text
+        run = api.get(f"/v3/unmatched_result_test/{created.json()['run_id']}", headers=team.headers)
+        result_id = run.json()["raw_result_id"]
+        unsure = api.post(
+            f"/v3/unmatched_result/{result_id}/resolve",
+            json={"action": "unsure", "note": "asked the lab"},
+            headers=team.headers,
+        )
+        assert unsure.status_code == 200, unsure.text
+        assert shown(stream_history(svc, UUID(result_id))) == {
+            ("UnmatchedResult.Received", "sealed_result"): {SEALED_PLACEHOLDER},
+            ("UnmatchedResult.Escalated", "sealed_note"): {SEALED_PLACEHOLDER},
+        }
+        decided = api.post(
+            f"/v3/unmatched_result/{result_id}/{action}", json=body, headers=team.headers
+        )
+        assert decided.status_code == 200, decided.text
+        return UUID(result_id)
+
+    with TestClient(create_team_api(svc), raise_server_exceptions=False) as api:
+        rejected = result("resolve", {"action": "reject", "note": "not ours"})
+        accepted = result("accept", {"user_id": str(story.user), "note": "hers"})
+    decided = shown(stream_history(svc, rejected)) | shown(stream_history(svc, accepted))
+    assert set(decided) == UNMATCHED_SEALED
+    assert all(values == {ERASED_PLACEHOLDER} for values in decided.values()), decided
 
 
 def test_the_cli_prints_a_users_audit_with_its_streams(
