@@ -73,6 +73,7 @@ from healthledger.adapters.persistence.queries.orders import OrderQueries
 from healthledger.adapters.persistence.queries.portal import PortalQueries
 from healthledger.adapters.persistence.queries.pulls import PullQueries
 from healthledger.adapters.persistence.queries.unmatched_results import UnmatchedResultQueries
+from healthledger.adapters.persistence.queries.verified_keys import KeyChanges, VerifiedKeys
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
@@ -132,6 +133,7 @@ from healthledger.domain.ledger import Clock, Ledger, utc_now
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.teams.client_user_id_secrets import ClientUserIdSecrets
 from healthledger.domain.teams.directory import Bootstrap, TeamDirectory
+from healthledger.domain.teams.teams import Team, TeamApiKey
 from healthledger.domain.users.client_user_ids import (
     DIGESTS,
     ClientUserIds,
@@ -248,6 +250,9 @@ class Service:
     maker_notice_queries: MakerNoticeQueries
     # The keys of our webhooks at the makers that give one when it is made (Polar).
     maker_webhook_secrets: MakerWebhookSecrets
+    # PostgreSQL: the listener that makes this process forget the team API keys it
+    # verified when any changes in another process (ADR 0042); None on SQLite.
+    key_changes: KeyChanges | None = None
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -279,6 +284,8 @@ class Service:
         self.dispatcher.close()
         self.publisher.close()
         self.oauth_http.close()
+        if self.key_changes is not None:
+            self.key_changes.close()
         self.ledger.close()
         self.db.dispose()
 
@@ -706,6 +713,15 @@ def build_service(
         provider_slugs=provider_slugs(),
     )
     team_queries = TeamQueries(db)
+    key_changes = None
+    if not db.is_sqlite:
+        # Keys verified once per process, forgotten at any key's revocation or team's
+        # deletion: here when it commits, elsewhere when its NOTIFY arrives (ADR 0042).
+        team_queries.verified_keys = VerifiedKeys(team_queries.read_api_key)
+        recorder.add_commit_listener(
+            team_queries.verified_keys.forget_after((TeamApiKey.Revoked, Team.Deleted))
+        )
+        key_changes = KeyChanges(db.url, team_queries.verified_keys)
     event_types = webhook_event_types()
     webhook_queries = WebhookQueries(db, key_store.opener_on)
     deprecations = Deprecations(ledger, clock, deprecation_calendar())
@@ -830,6 +846,8 @@ def build_service(
         oauth_clients=oauth_clients,
         provider_tokens=provider_tokens,
     )
+    if key_changes is not None:
+        key_changes.start()
     return Service(
         settings=settings,
         clock=clock,
@@ -904,6 +922,7 @@ def build_service(
         maker_notices=maker_notices,
         maker_notice_queries=maker_notice_queries,
         maker_webhook_secrets=webhook_secrets,
+        key_changes=key_changes,
         import_files=import_files,
         imports=imports,
     )

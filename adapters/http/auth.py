@@ -6,6 +6,7 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import Depends, HTTPException, Request, Security
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.http.sign_in_tokens import SignInTokens
@@ -52,12 +53,14 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail)
 
 
-def team_caller(
+async def team_caller(
     request: Request,
     service: CurrentService,
     service_key: str | None = Security(team_api_key_scheme),
     client_key: str | None = Security(official_client_key_scheme),
 ) -> TeamCaller:
+    # Async: a key this process keeps (PostgreSQL, ADR 0042) is checked on the event loop,
+    # without a hop to the thread pool and back; only a key read from the table takes one.
     if service_key and client_key and service_key != client_key:
         # Which of two keys was meant cannot be guessed; neither is echoed.
         raise _unauthorized(
@@ -78,7 +81,8 @@ def team_caller(
     key_id = team_api_key_id(api_key)
     if key_id is None:
         raise _unauthorized("Invalid API key: the team API expects a team API key.")
-    record = service.team_queries.api_key(key_id)
+    queries = service.team_queries
+    record = queries.kept_api_key(key_id) or await run_in_threadpool(queries.api_key, key_id)
     # Unknown, revoked and wrong-secret keys get the same answer.
     if record is None or record.revoked or not key_matches(api_key, record.key_hash):
         raise _unauthorized("Invalid API key.")
@@ -120,7 +124,7 @@ class UploadCaller:
         return self.user_id is None or self.user_id == user_id
 
 
-def upload_caller(
+async def upload_caller(
     request: Request,
     service: CurrentService,
     service_key: str | None = Security(team_api_key_scheme),
@@ -131,7 +135,7 @@ def upload_caller(
     `Authorization: Bearer`: genuine and not expired (the user's being live is the
     route's check, a 404 like any user's)."""
     if service_key or client_key or bearer is None:
-        caller = team_caller(request, service, service_key, client_key)
+        caller = await team_caller(request, service, service_key, client_key)
         return UploadCaller(caller.team_id, caller.ctx, None)
     grant = SignInTokens(service.cursor_secret).open(bearer.credentials)
     if grant is None:

@@ -14,6 +14,7 @@ from healthledger.adapters.persistence.engine.schema import (
     webhook_endpoints,
 )
 from healthledger.adapters.persistence.projections import event_destinations, handles
+from healthledger.adapters.persistence.queries.verified_keys import announce_key_change
 from healthledger.domain.teams.custom_credentials import DELETED, PREPARED, SET, CustomCredentials
 from healthledger.domain.teams.management_keys import ManagementKey
 from healthledger.domain.teams.teams import Organization, Team, TeamApiKey, default_settings
@@ -105,6 +106,8 @@ def team_deleted(conn: Connection, e: Team.Deleted) -> None:
     conn.execute(
         update(teams).where(teams.c.team_id == e.originator_id).values(deleted_at=e.timestamp)
     )
+    # Its keys stop working in every process when this commits (ADR 0042).
+    announce_key_change(conn)
     # Its custom credentials go with it (their secrets' key is destroyed with it too).
     conn.execute(
         update(custom_credentials)
@@ -141,6 +144,8 @@ def team_api_key_revoked(conn: Connection, e: TeamApiKey.Revoked) -> None:
         .where(team_api_keys.c.key_id == e.originator_id)
         .values(revoked_at=e.timestamp)
     )
+    # Every process forgets the keys it verified when this commits (ADR 0042).
+    announce_key_change(conn)
 
 
 # -- management keys ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from healthledger.adapters.persistence.engine.schema import (
     teams,
     users,
 )
+from healthledger.adapters.persistence.queries.verified_keys import VerifiedKeys
 from healthledger.domain.errors import (
     DemographicsNotFound,
     UserNotFound,
@@ -301,12 +302,29 @@ class UserQueries:
 
 
 class TeamQueries:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, verified_keys: VerifiedKeys | None = None) -> None:
         self.db = db
+        # PostgreSQL: the keys in force this process read, forgotten at any key's change
+        # (ADR 0042); None reads the table every time.
+        self.verified_keys = verified_keys
 
     def api_key(self, key_id: UUID) -> ApiKeyRecord | None:
         # Every team API request authenticates through this lookup. A deleted team's
         # keys stop working with it.
+        if self.verified_keys is not None:
+            found: ApiKeyRecord | None = self.verified_keys.lookup(key_id)
+            return found
+        return self.read_api_key(key_id)
+
+    def kept_api_key(self, key_id: UUID) -> ApiKeyRecord | None:
+        """The key's record if this process keeps it (memory only, no I/O), else None."""
+        if self.verified_keys is None:
+            return None
+        kept: ApiKeyRecord | None = self.verified_keys.kept(key_id)
+        return kept
+
+    def read_api_key(self, key_id: UUID) -> ApiKeyRecord | None:
+        """`api_key` from the table, never from memory."""
         with self.db.read() as conn:
             row = conn.execute(TEAM_API_KEY_BY_ID, {"key_id": key_id}).first()
         if row is None:
