@@ -37,6 +37,11 @@ def drawn(browser: Browser, expression: str, timeout: float = 30.0) -> int:
     return 0
 
 
+# The pages and their files come from the package, whatever the database: SQLite only.
+ON_SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+@ON_SQLITE
 def test_the_docs_pages_render_from_the_server_alone(
     settings: Settings,
     tmp_path: Path,
@@ -61,6 +66,7 @@ def test_the_docs_pages_render_from_the_server_alone(
             browser.close()
 
 
+@ON_SQLITE
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 def test_the_docs_pages_name_no_other_host(settings: Settings, page: str) -> None:
     from fastapi.testclient import TestClient
