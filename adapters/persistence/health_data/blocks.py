@@ -28,6 +28,7 @@ import struct
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
+from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
@@ -155,7 +156,6 @@ def encode(days: Mapping[date, StoredPayload], *, check: bool = False) -> bytes:
 def tables(days: Mapping[date, StoredPayload], *, check: bool = False) -> Block:
     """The block of `days` as its two tables, not yet written as bytes (`encode`)."""
     rows: list[dict[str, Any]] = []
-    item_days: list[date] = []
     day_rows: dict[str, list[Any]] = {name: [] for name in _DAYS_SCHEMA.names}
     for day in sorted(days):
         stored = days[day]
@@ -176,7 +176,6 @@ def tables(days: Mapping[date, StoredPayload], *, check: bool = False) -> Block:
         day_rows["items"].append(len(items))
         day_rows["raw"].append(canonical_json(value).decode() if shape == RAW else None)
         rows.extend(items)
-        item_days.extend([day] * len(items))
     by_key = _values_by_key(rows)
     keys = sorted(by_key)
     if any(key.startswith("@") for key in keys):
@@ -190,7 +189,7 @@ def tables(days: Mapping[date, StoredPayload], *, check: bool = False) -> Block:
             },
             check=check,
         )
-    columns: dict[str, pa.Array] = {DAY: pa.array(item_days, pa.date32())}
+    columns: dict[str, pa.Array] = {DAY: _repeated(day_rows["day"], day_rows["items"])}
     fields = [pa.field(DAY, pa.date32())]
     for key in keys:
         for field, array in _column(key, by_key[key]):
@@ -215,6 +214,14 @@ def tables(days: Mapping[date, StoredPayload], *, check: bool = False) -> Block:
             check=True,
         )
     return block
+
+
+def _repeated(days: list[date], counts: list[int]) -> pa.Array:
+    """Each day as many times as it has items, by Arrow (no Python object per item): the
+    parent index of each element of a list array of those lengths."""
+    offsets = pa.array(list(accumulate(counts, initial=0)), pa.int32())
+    lists = pa.ListArray.from_arrays(offsets, pa.nulls(offsets[-1].as_py(), pa.int8()))
+    return pa.array(days, pa.date32()).take(pc.list_parent_indices(lists))
 
 
 def decode(
@@ -341,10 +348,14 @@ def _parsed(texts: pa.Array) -> tuple[pa.Array, pa.Array] | None:
         moments = texts.cast(pa.timestamp("us", tz="UTC"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None  # not times, or a date or an offset that does not exist
-    lengths = pc.utf8_length(texts)
+    # Texts the cast parsed are ASCII (digits and ISO 8601's separators): their lengths in
+    # bytes are in characters, read from the offsets without scanning the texts.
+    lengths = pc.binary_length(texts)
     if not pc.all(pc.is_in(lengths, pa.array([_SECONDS, _MICROSECONDS], pa.int32()))).as_py():
         return None
-    if not pc.all(pc.equal(pc.utf8_slice_codeunits(texts, 10, 11), "T")).as_py():
+    # The first "T" at 10 (a search, with no text made per row): the date's ten
+    # characters hold none.
+    if not pc.all(pc.equal(pc.find_substring(texts, "T"), 10)).as_py():
         return None
     if pc.any(pc.starts_with(texts, "0000")).as_py():
         return None  # year 0, which Python has not
@@ -355,15 +366,29 @@ def _parsed(texts: pa.Array) -> tuple[pa.Array, pa.Array] | None:
         good = pc.and_(pc.starts_with(fraction, "."), pc.not_equal(fraction, ".000000"))
         if not pc.all(pc.or_(pc.invert(longer), good)).as_py():
             return None
-    zones = pc.utf8_slice_codeunits(texts, -6).dictionary_encode()
-    seconds = []
-    for zone in zones.dictionary.to_pylist():
-        match = _OFFSET.match(zone)
-        if match is None or zone == "-00:00":
+    # A pull's texts mostly share one offset: checked by their ends, with no text made per
+    # row; else each distinct one parsed once.
+    first = texts.drop_null()[0].as_py()[-6:]
+    if pc.all(pc.ends_with(texts, first)).as_py():
+        second = _zone_seconds(first)
+        if second is None:
             return None
-        sign, hours, minutes = match.groups()
-        seconds.append((1 if sign == "+" else -1) * (int(hours) * 3600 + int(minutes) * 60))
+        offset = pa.scalar(second, pa.int32())
+        return moments, pc.if_else(pc.is_valid(texts), offset, pa.scalar(None, pa.int32()))
+    zones = pc.utf8_slice_codeunits(texts, -6).dictionary_encode()
+    seconds = [_zone_seconds(zone) for zone in zones.dictionary.to_pylist()]
+    if None in seconds:
+        return None
     return moments, pa.array(seconds, pa.int32()).take(zones.indices)
+
+
+def _zone_seconds(zone: str) -> int | None:
+    """An offset as isoformat() writes it, in seconds; None for any other text."""
+    match = _OFFSET.match(zone)
+    if match is None or zone == "-00:00":
+        return None
+    sign, hours, minutes = match.groups()
+    return (1 if sign == "+" else -1) * (int(hours) * 3600 + int(minutes) * 60)
 
 
 def _values_by_key(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -387,13 +412,34 @@ def _values_by_key(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     }
 
 
+def _inferred(values: Sequence[Any]) -> pa.Array | None:
+    """The values as Arrow infers them (in one pass in C), when every value converts and
+    none is None or absent; else None."""
+    try:
+        array = pa.array(values)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return None  # an absent key, a type Arrow has not, ints and texts mixed, ...
+    return array if array.null_count == 0 else None
+
+
 def _column(key: str, values: Sequence[Any]) -> list[tuple[pa.Field, pa.Array]]:
+    def field(arrow_type: pa.DataType, enc: str, name: str = key) -> pa.Field:
+        return pa.field(name, arrow_type, metadata={"enc": enc})
+
+    # Arrow infers int64 only of ints (a bool among them fails), bool only of bools and
+    # string only of texts: such a column needs no pass over its values' types in Python.
+    # A double may hold ints or bools too: those are told apart below.
+    inferred = _inferred(values)
+    if inferred is not None:
+        if inferred.type == pa.int64():
+            return [(field(pa.int64(), "int"), inferred)]
+        if inferred.type == pa.bool_():
+            return [(field(pa.bool_(), "bool"), inferred)]
+        if inferred.type == pa.string():
+            return _text_column(key, inferred)
     kinds = set(map(type, values))
     absent = _Absent in kinds
     kinds.discard(_Absent)
-
-    def field(arrow_type: pa.DataType, enc: str, name: str = key) -> pa.Field:
-        return pa.field(name, arrow_type, metadata={"enc": enc})
 
     def typed(arrow_type: pa.DataType) -> list[Any]:
         return [None if v is _ABSENT else v for v in values] if absent else list(values)
@@ -404,6 +450,8 @@ def _column(key: str, values: Sequence[Any]) -> list[tuple[pa.Field, pa.Array]]:
         except OverflowError:
             pass  # beyond 64 bits: kept as JSON text below
     if kinds == {float}:
+        if inferred is not None:
+            return [(field(pa.float64(), "float"), inferred)]
         return [(field(pa.float64(), "float"), pa.array(typed(pa.float64()), pa.float64()))]
     present = [v for v in values if v is not _ABSENT] if absent else values
     if kinds == {int, float} and all(abs(v) < _MAX_EXACT for v in present if type(v) is int):
@@ -416,22 +464,27 @@ def _column(key: str, values: Sequence[Any]) -> list[tuple[pa.Field, pa.Array]]:
     if kinds == {bool}:
         return [(field(pa.bool_(), "bool"), pa.array(typed(pa.bool_()), pa.bool_()))]
     if kinds == {str}:
-        texts = pa.array(typed(pa.string()), pa.string())
-        instants = _instants(texts)
-        if instants is not None:
-            moments, offsets = instants
-            return [
-                (field(pa.timestamp("us", tz="UTC"), "instant"), moments),
-                (field(pa.int32(), "offset", OFFSET + key), offsets),
-            ]
-        return [
-            (
-                field(pa.dictionary(pa.int32(), pa.string()), "str"),
-                texts.dictionary_encode(),
-            )
-        ]
+        return _text_column(key, pa.array(typed(pa.string()), pa.string()))
     texts = [None if v is _ABSENT else canonical_json(v).decode() for v in values]
     return [(field(pa.large_string(), "json"), pa.array(texts, pa.large_string()))]
+
+
+def _text_column(key: str, texts: pa.Array) -> list[tuple[pa.Field, pa.Array]]:
+    """A column of texts (null where absent): times with an offset as `instant`, any
+    other texts as `str`, by dictionary."""
+    instants = _instants(texts)
+    if instants is not None:
+        moments, offsets = instants
+        return [
+            (pa.field(key, pa.timestamp("us", tz="UTC"), metadata={"enc": "instant"}), moments),
+            (pa.field(OFFSET + key, pa.int32(), metadata={"enc": "offset"}), offsets),
+        ]
+    return [
+        (
+            pa.field(key, pa.dictionary(pa.int32(), pa.string()), metadata={"enc": "str"}),
+            texts.dictionary_encode(),
+        )
+    ]
 
 
 def _item_values(items: pa.Table) -> list[dict[str, Any]]:
@@ -587,15 +640,19 @@ def merged(block: Block, days: Mapping[date, StoredPayload], *, check: bool = Fa
     """The bytes of `block` with `days` written over it (new days added, changed days
     replaced), merged as columns: the block's other days are not decoded. Falls back to
     writing every day again when a key's encoding differs between the two."""
-    kept = block.without(days)
+    held = block.day_list()
+    # Days only added (a pull of history): nothing of the block is dropped.
+    kept = block.without(days) if not set(held).isdisjoint(days) else block
     added = tables(days, check=check)
     items = _concatenated(kept.items, added.items)
     if items is None:
         return encode({**block.stored(), **days}, check=check)
-    all_days = pa.concat_tables([kept.days, added.days])
-    all_days = all_days.take(pc.sort_indices(all_days, [("day", "ascending")]))
-    # A stable sort: a day's items keep their order.
-    items = items.take(pc.sort_indices(items, [(DAY, "ascending")]))
+    all_days = pa.concat_tables([kept.days, added.days]).combine_chunks()
+    if held and days and max(held) >= min(days):
+        all_days = all_days.take(pc.sort_indices(all_days, [("day", "ascending")]))
+        # A stable sort: a day's items keep their order.
+        items = items.take(pc.sort_indices(items, [(DAY, "ascending")]))
+    # Else the new days follow the block's: concatenated, both are in day order already.
     return _bytes(Block(all_days, items))
 
 

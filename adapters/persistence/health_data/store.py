@@ -202,15 +202,12 @@ class SqlHealthDataStore:
         results = {resource: StoreResult() for resource in data}
         if not any(data.values()):
             return results
-        cipher = self.key_store.cipher(user_id)
-        if cipher is None:
-            raise UserDataGone()
         by_block: dict[tuple[str, date], list[date]] = {}
         for resource, day in sorted((r, day) for r, days in data.items() for day in days):
             by_block.setdefault((resource, blocks.period_of(day)), []).append(day)
         now = self.clock()
         with self.db.write() as conn:
-            team_id = self._require_user(conn, user_id)
+            team_id, cipher = self._user_and_key(conn, user_id)
             query = select(_h.provider, _h.resource, _h.period, _h.version, _h.sealed).where(
                 _h.user_id == user_id,
                 _h.provider == provider,
@@ -392,15 +389,23 @@ class SqlHealthDataStore:
                 select(func.coalesce(func.sum(_h.days), 0)).where(_h.user_id == user_id, _CURRENT)
             ).scalar_one()
 
-    def _require_user(self, conn: Connection, user_id: UUID) -> UUID:
-        """The user's team; UserDataGone when the user is erased."""
+    def _user_and_key(self, conn: Connection, user_id: UUID) -> tuple[UUID, UserCipher]:
+        """The user's team and key, read in one query on the write's connection (a store
+        is one transaction, not a read of the key before it); UserDataGone when the user
+        or its key is erased."""
         # On PostgreSQL the row lock orders this write against an erasure deleting the user
         # row (erasure deletes that row before the health data, in one transaction): either
         # these rows are committed first and erased with the rest, or the user is gone here.
-        query = select(users.c.team_id).where(users.c.user_id == user_id)
+        keys = self.key_store.tables.keys
+        query = (
+            select(users.c.team_id, keys.c.wrapped_key)
+            .select_from(users.outerjoin(keys, keys.c.user_id == users.c.user_id))
+            .where(users.c.user_id == user_id)
+        )
         if not self.db.is_sqlite:
-            query = query.with_for_update(read=True)
-        team_id = conn.execute(query).scalar_one_or_none()
-        if team_id is None:
+            query = query.with_for_update(read=True, of=users)
+        row = conn.execute(query).first()
+        cipher = None if row is None else self.key_store.cipher_of(user_id, row.wrapped_key)
+        if row is None or cipher is None:
             raise UserDataGone()
-        return team_id
+        return row.team_id, cipher

@@ -63,7 +63,7 @@ ERASING = frozenset(event for event in audited_events() if event.SHREDS_KEY)
 # about a user names its own (its USER_STREAM's `read_models`), in the order of
 # ERASURE_REMOVES. The users row is deleted first, so that a chunk of health data stored
 # concurrently is either committed before (and deleted here) or refused for want of the
-# row (SqlHealthDataStore._require_user).
+# row (SqlHealthDataStore._user_and_key).
 _USERS_ROW = f"{READ_MODEL_PLACE}users"
 _DECLARED = {
     place
