@@ -75,7 +75,7 @@ def full_history(provider: str, workdir: Path) -> dict[str, Any]:
         days = sum(f.days_with_data for f in feeds)  # type: ignore[union-attr]
         stored = service.health_data.count(user.id)
         first = feeds[0]
-        window = (first.range_start, first.range_end)  # type: ignore[union-attr]
+        window = first.window  # type: ignore[union-attr]
     finally:
         service.close()
     baseline = raw_baseline(provider, resources, window, workdir / f"{provider}-raw.db")
@@ -200,7 +200,7 @@ def many_users(users: int, provider: str, workers: int, workdir: Path) -> dict[s
             )
             succeeded_events = ro.execute(
                 "SELECT count(*) FROM stored_events "
-                "WHERE topic = 'healthledger:ResourceFeed.PullSucceeded.v1'"
+                "WHERE topic = 'healthledger:ResourceFeed.PullSucceeded.v2'"
             ).fetchone()[0]
             reported = ro.execute("SELECT sum(days_with_data) FROM resource_feeds").fetchone()[0]
             # Days, not rows: a row is a month's block (ADR 0033), its current version

@@ -127,6 +127,10 @@ def _is_personal(name: str, personal: frozenset[str]) -> bool:
 
 def _entry(event: AttributedEvent, kind: str, key_owner: UUID, keys: _Keys) -> AuditEntry:
     personal = frozenset(getattr(type(event), "PERSONAL_FIELDS", ()))
+    # A sealed fact (ADR 0032) is sealed whatever its value: a pull's window or a sync's
+    # session reads None once the key is gone (or a sync names no session), and shows
+    # as sealed or erased all the same.
+    sealed_facts = frozenset(getattr(type(event), "SEALED_FACTS", ()))
     # Fields a later version added as optional (an event's AUDIT_OMITS_NONE): left out
     # while None, so that an event stored before them reads as it always did.
     omitted = frozenset(getattr(type(event), "AUDIT_OMITS_NONE", ()))
@@ -134,7 +138,7 @@ def _entry(event: AttributedEvent, kind: str, key_owner: UUID, keys: _Keys) -> A
     for name, value in vars(event).items():
         if name in _BASE_FIELDS or (value is None and name in omitted):
             continue
-        if _is_personal(name, personal) and value is not None:
+        if _is_personal(name, personal) and (value is not None or name in sealed_facts):
             changes[name] = keys.placeholder(key_owner)
         elif name == "changes" and isinstance(value, dict):
             changes.update(

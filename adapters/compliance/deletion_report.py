@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -735,13 +735,13 @@ def _health_data(
                 "provider": getattr(e, "provider", None),
                 "resource": getattr(e, "resource", None),
                 "pulled": 0,
-                "synced": set(),
+                "synced": 0,
             }
         elif isinstance(e, ResourceFeed.PullSucceeded) and e.originator_id in feeds:
             feeds[e.originator_id]["pulled"] = e.days_with_data
         elif isinstance(e, ResourceFeed.DailySynced) and e.originator_id in feeds:
-            synced: set[date] = feeds[e.originator_id]["synced"]
-            synced.update(e.created_days)
+            # The days themselves are sealed (gone with the erasure): their count is not.
+            feeds[e.originator_id]["synced"] += e.days_created
     h = health_data.c
     with service.db.read() as conn:
         rows = {
@@ -758,7 +758,7 @@ def _health_data(
             "pull_id": str(feed_id),
             "provider": feed["provider"] if named else None,
             "resource": feed["resource"] if named else None,
-            "days_with_data_recorded": feed["pulled"] + len(feed["synced"]),
+            "days_with_data_recorded": feed["pulled"] + feed["synced"],
             "rows_now": rows.get((feed["provider"], feed["resource"]), 0),
         }
         for feed_id, feed in feeds.items()

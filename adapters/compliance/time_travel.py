@@ -414,8 +414,9 @@ class FeedRow:
     provider: str
     resource: str
     status: str
-    range_start: datetime
-    range_end: datetime
+    # None: the window is sealed and the user's key is gone.
+    range_start: datetime | None
+    range_end: datetime | None
     scheduled_at: datetime
     started_at: datetime | None
     ended_at: datetime | None

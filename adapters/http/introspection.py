@@ -18,6 +18,7 @@ from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService, Cursors
 from healthledger.adapters.operations.schemas import HistoricalPullsPage, UserResourcesPage
 from healthledger.domain.connections.connection import CONNECTED
+from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.errors import InvalidRequest
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
@@ -59,6 +60,19 @@ class LiveReads:
         self.user_page = queries.user_page
         self.feeds_of = queries.feeds_of
         self.live_providers_of = queries.live_providers_of
+        self.ledger = service.ledger
+
+    def resource_feeds_of(self, user_ids: Sequence[UUID], provider: str | None) -> list[Any]:
+        """`feeds_of`, each with the oldest and newest day of data its feed holds: sealed
+        in the feed's events (issue 29: which days a person had data), so read from the
+        page's feeds' aggregates (two queries for the page) rather than a clear column."""
+        rows = self.feeds_of(user_ids, provider)
+        feeds = self.ledger.find_many([row.feed_id for row in rows])
+        for row in rows:
+            feed = feeds.get(row.feed_id)
+            row.oldest_day = feed.oldest_day if isinstance(feed, ResourceFeed) else None
+            row.newest_day = feed.newest_day if isinstance(feed, ResourceFeed) else None
+        return rows
 
 
 # What a resource's feed looks like from outside in /v2/introspect/resources.
@@ -201,7 +215,8 @@ def resources(
     to its resources directly, as the official client reads it. With `as_of`: as it
     answered at that instant (from the log)."""
     past = None if as_of is None else reads_as_of(service, as_of)
-    feeds_of = service.pull_queries.feeds_of if past is None else past.resource_feeds_of
+    live = LiveReads(service)
+    feeds_of = live.resource_feeds_of if past is None else past.resource_feeds_of
 
     def render(user_ids: list[UUID]) -> list[dict[str, Any]]:
         by_user: dict[UUID, dict[str, Any]] = {u: {} for u in user_ids}
@@ -227,7 +242,7 @@ def resources(
         cursors,
         "resources",
         caller,
-        LiveReads(service) if past is None else past,
+        live if past is None else past,
         user_id,
         provider,
         user_limit,

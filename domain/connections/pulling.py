@@ -318,7 +318,7 @@ class Pulls:
         errors: dict[UUID, Exception] = {}
         windows: dict[tuple[datetime, datetime], list[ResourceFeed]] = {}
         for feed in feeds:
-            windows.setdefault((feed.range_start, feed.range_end), []).append(feed)
+            windows.setdefault(feed.window, []).append(feed)
         for (range_start, range_end), group in windows.items():
             for start, end in pull_chunks(range_start, range_end):
                 found: dict[str, dict[date, Any]] = {}
@@ -386,7 +386,7 @@ class Pulls:
             return None
         assert isinstance(user, User)
         now = self.clock()
-        since = feed.newest_day or feed.range_end.date()
+        since = feed.newest_day or feed.window[1].date()
         start, end = _clamp(
             datetime.combine(since - timedelta(days=SYNC_LOOKBACK_DAYS), time(0), UTC), now, user
         )

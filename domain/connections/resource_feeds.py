@@ -14,8 +14,10 @@ stream, so the audit trail keeps every pull of every connection period.
 `PullSucceeded` is recorded once, after every chunk of the pull is stored: it is what
 `historical.data.<resource>.created` announces. `DailySynced` records each later sync and
 the days it found new (`daily.data.<resource>.created`) or changed (`...updated`). The
-events hold dates and codes only; the data itself is sealed under the user's key in the
-health data store and goes with the user's erasure.
+data itself is sealed under the user's key in the health data store; the events' windows
+and days (on which days a person had health data) are sealed with the same key by the
+log's mapper (SEALED_FACTS, ADR 0032), and both go with the user's erasure. In clear: ids,
+the events' times, states, counts, attempts and error codes.
 """
 
 from __future__ import annotations
@@ -82,9 +84,14 @@ class ResourceFeed(Audited, created_event_name="Created"):
         provider: str
         resource: str
 
-    class PullScheduled(Event):
+    class PullScheduledV1(Event):
+        """A pull scheduled, as recorded before its window was sealed. Recorded no more;
+        the service's start redacts those stored into `PullScheduled` (ADR 0028, ADR
+        0032)."""
+
         TOPIC = "healthledger:ResourceFeed.PullScheduled.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:ResourceFeed.PullScheduled.v2"
         pull_number: int
         range_start: datetime
         range_end: datetime
@@ -93,21 +100,27 @@ class ResourceFeed(Audited, created_event_name="Created"):
         trace_id: str
 
         def apply(self, feed: ResourceFeed) -> None:
-            feed.pull_number = self.pull_number
-            feed.status = SCHEDULED
-            feed.range_start = self.range_start
-            feed.range_end = self.range_end
-            feed.retries_allowed = self.retries_allowed
-            feed.release = self.release
-            feed.trace_id = self.trace_id
-            feed.scheduled_at = self.timestamp
-            feed.started_at = None
-            feed.ended_at = None
-            feed.synced_at = None
-            feed.attempts = 0
-            feed.failures = 0
-            feed.error_code = None
-            feed.days_with_data = 0
+            _scheduled(feed, self)
+
+    class PullScheduled(Event):
+        """A pull scheduled over a window of days; the window (which days the person had
+        data to pull) stored sealed with the user's key (SEALED_FACTS), read as None once
+        the key is gone."""
+
+        TOPIC = "healthledger:ResourceFeed.PullScheduled.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"range_start": None, "range_end": None}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
+        user_id: UUID
+        pull_number: int
+        range_start: datetime
+        range_end: datetime
+        retries_allowed: bool
+        release: str
+        trace_id: str
+
+        def apply(self, feed: ResourceFeed) -> None:
+            _scheduled(feed, self)
 
     class PullStarted(Event):
         TOPIC = "healthledger:ResourceFeed.PullStarted.v1"
@@ -134,22 +147,36 @@ class ResourceFeed(Audited, created_event_name="Created"):
             feed.failures += 1
             feed.error_code = self.error_code
 
-    class PullSucceeded(Event):
-        """Every chunk of the pull is stored: announced as historical.data.*.created."""
+    class PullSucceededV1(Event):
+        """A pull's success, as recorded before its days were sealed. Recorded no more;
+        redacted into `PullSucceeded` at the start."""
 
         TOPIC = "healthledger:ResourceFeed.PullSucceeded.v1"
         ANNOUNCES = ("historical.*",)
+        SUPERSEDED_BY = "healthledger:ResourceFeed.PullSucceeded.v2"
         days_with_data: int
         oldest_day: date | None
         newest_day: date | None
 
         def apply(self, feed: ResourceFeed) -> None:
-            feed.status = SUCCESS
-            feed.ended_at = self.timestamp
-            feed.synced_at = self.timestamp
-            feed.error_code = None
-            feed.days_with_data = self.days_with_data
-            _widen(feed, self.oldest_day, self.newest_day)
+            _succeeded(feed, self)
+
+    class PullSucceeded(Event):
+        """Every chunk of the pull is stored: announced as historical.data.*.created. Its
+        oldest and newest day sealed with the user's key (SEALED_FACTS); the count of
+        days stays in clear (it proves the pull, not which days)."""
+
+        TOPIC = "healthledger:ResourceFeed.PullSucceeded.v2"
+        ANNOUNCES = ("historical.*",)
+        SEALED_FACTS = {"oldest_day": None, "newest_day": None}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
+        user_id: UUID
+        days_with_data: int
+        oldest_day: date | None
+        newest_day: date | None
+
+        def apply(self, feed: ResourceFeed) -> None:
+            _succeeded(feed, self)
 
     class PullFailed(Event):
         TOPIC = "healthledger:ResourceFeed.PullFailed.v1"
@@ -163,15 +190,13 @@ class ResourceFeed(Audited, created_event_name="Created"):
             feed.ended_at = self.timestamp
             feed.error_code = self.error_code
 
-    class DailySynced(Event):
-        """A later sync: the days it found new and the days whose data changed. For a
-        resource kept as sessions (workouts, meals: `domain/connections/sessions.py`) a
-        sync records one event per session that is new or changed, naming it in
-        `session`, with its day as created or updated; version 1 (before sessions) has
-        None there, and its days announce whole days."""
+    class DailySyncedV1(Event):
+        """A later sync, as recorded before its days were sealed (its class version 2
+        added `session`). Recorded no more; redacted into `DailySynced` at the start."""
 
         TOPIC = "healthledger:ResourceFeed.DailySynced.v1"
         ANNOUNCES = ("daily.*",)
+        SUPERSEDED_BY = "healthledger:ResourceFeed.DailySynced.v2"
         class_version = 2
         created_days: list[date]
         updated_days: list[date]
@@ -182,10 +207,30 @@ class ResourceFeed(Audited, created_event_name="Created"):
             state["session"] = None
 
         def apply(self, feed: ResourceFeed) -> None:
-            feed.synced_at = self.timestamp
-            days = [*self.created_days, *self.updated_days]
-            if days:
-                _widen(feed, min(days), max(days))
+            _synced(feed, self)
+
+    class DailySynced(Event):
+        """A later sync: the days it found new and the days whose data changed. For a
+        resource kept as sessions (workouts, meals: `domain/connections/sessions.py`) a
+        sync records one event per session that is new or changed, naming it in
+        `session`, with its day as created or updated; None there announces whole days.
+        The days and the session sealed with the user's key (SEALED_FACTS): once the key
+        is gone, no days and no session. `days_created`, in clear, counts the created
+        days this event names (what the deletion report counts, which days it does not
+        say)."""
+
+        TOPIC = "healthledger:ResourceFeed.DailySynced.v2"
+        ANNOUNCES = ("daily.*",)
+        SEALED_FACTS = {"created_days": [], "updated_days": [], "session": None}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
+        user_id: UUID
+        created_days: list[date]
+        updated_days: list[date]
+        session: str | None
+        days_created: int
+
+        def apply(self, feed: ResourceFeed) -> None:
+            _synced(feed, self)
 
     def __init__(
         self,
@@ -216,9 +261,10 @@ class ResourceFeed(Audited, created_event_name="Created"):
         # The days with data found so far, over every pull and sync.
         self.oldest_day: date | None = None
         self.newest_day: date | None = None
-        # The current pull's, set from its PullScheduled on.
-        self.range_start: datetime
-        self.range_end: datetime
+        # The current pull's, set from its PullScheduled on (None read once the user's
+        # key is gone: the window is sealed).
+        self.range_start: datetime | None
+        self.range_end: datetime | None
         self.retries_allowed: bool
         self.release: str
         self.trace_id: str
@@ -273,6 +319,7 @@ class ResourceFeed(Audited, created_event_name="Created"):
             ctx,
             now,
             self.PullScheduled,
+            user_id=self.user_id,
             pull_number=self.pull_number + 1,
             range_start=range_start,
             range_end=range_end,
@@ -280,6 +327,15 @@ class ResourceFeed(Audited, created_event_name="Created"):
             release=RELEASE_RETRYING if retries_allowed else RELEASE_LEGACY,
             trace_id=uuid4().hex,
         )
+
+    @property
+    def window(self) -> tuple[datetime, datetime]:
+        """The current pull's window. Only a live user's feeds are pulled or synced; an
+        erased user's window reads None (its key is gone), and asking for it is a
+        defect."""
+        if self.range_start is None or self.range_end is None:
+            raise WindowUnreadable(self.id)
+        return self.range_start, self.range_end
 
     @property
     def is_pending(self) -> bool:
@@ -340,6 +396,7 @@ class ResourceFeed(Audited, created_event_name="Created"):
             ctx,
             now,
             self.PullSucceeded,
+            user_id=self.user_id,
             days_with_data=days_with_data,
             oldest_day=oldest_day,
             newest_day=newest_day,
@@ -361,9 +418,11 @@ class ResourceFeed(Audited, created_event_name="Created"):
             ctx,
             now,
             self.DailySynced,
+            user_id=self.user_id,
             created_days=created_days,
             updated_days=updated_days,
             session=session,
+            days_created=len(created_days),
         )
 
 
@@ -372,6 +431,52 @@ class PullNotPending(Exception):
 
     def __init__(self, feed_id: UUID, status: str | None) -> None:
         super().__init__(f"pull of feed {feed_id} is {status}: not started again")
+
+
+class WindowUnreadable(Exception):
+    """A defect of the caller: the feed's window was asked for after its user's key
+    was destroyed (the sealed window reads None)."""
+
+    def __init__(self, feed_id: UUID) -> None:
+        super().__init__(f"feed {feed_id}: its pull window is sealed with a destroyed key")
+
+
+def _scheduled(
+    feed: ResourceFeed, e: ResourceFeed.PullScheduled | ResourceFeed.PullScheduledV1
+) -> None:
+    feed.pull_number = e.pull_number
+    feed.status = SCHEDULED
+    feed.range_start = e.range_start
+    feed.range_end = e.range_end
+    feed.retries_allowed = e.retries_allowed
+    feed.release = e.release
+    feed.trace_id = e.trace_id
+    feed.scheduled_at = e.timestamp
+    feed.started_at = None
+    feed.ended_at = None
+    feed.synced_at = None
+    feed.attempts = 0
+    feed.failures = 0
+    feed.error_code = None
+    feed.days_with_data = 0
+
+
+def _succeeded(
+    feed: ResourceFeed, e: ResourceFeed.PullSucceeded | ResourceFeed.PullSucceededV1
+) -> None:
+    feed.status = SUCCESS
+    feed.ended_at = e.timestamp
+    feed.synced_at = e.timestamp
+    feed.error_code = None
+    feed.days_with_data = e.days_with_data
+    _widen(feed, e.oldest_day, e.newest_day)
+
+
+def _synced(feed: ResourceFeed, e: ResourceFeed.DailySynced | ResourceFeed.DailySyncedV1) -> None:
+    feed.synced_at = e.timestamp
+    days = [*e.created_days, *e.updated_days]
+    if days:
+        _widen(feed, min(days), max(days))
 
 
 def _widen(feed: ResourceFeed, oldest: date | None, newest: date | None) -> None:

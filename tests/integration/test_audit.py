@@ -552,6 +552,10 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
             token, "req-sign-in", "abbott_libreview", *MFA_PERSON, region=None
         )
         assert isinstance(pending, Pending)
+    # Two days on, the daily sync: the days it found (DailySynced's) sealed, as the
+    # pulls' windows and spans are (PullScheduled's, PullSucceeded's: the story's pulls).
+    story.clock.tick(timedelta(days=2))
+    assert svc.jobs.sync_connected_feeds()
     # A deletion that says why (its reason sealed with the user's key), undone.
     story.clock.tick()
     svc.users.delete_user(CTX, team, story.user, reason="asked in writing", ticket="SUP-1")

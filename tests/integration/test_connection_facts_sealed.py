@@ -23,7 +23,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -74,7 +74,19 @@ OLD_TOPICS = (
     Connection.ReconnectedV1.TOPIC,
     ResourceFeed.CreatedV1.TOPIC,
     WebhookDelivery.CreatedV1.TOPIC,
+    ResourceFeed.PullScheduledV1.TOPIC,
+    ResourceFeed.PullSucceededV1.TOPIC,
+    ResourceFeed.DailySyncedV1.TOPIC,
 )
+# Every pull 1809f39 scheduled began on this instant (expected.json's `range_start`), the
+# erased main-4's too: after the start, in clear nowhere (ISO, and as a SQLite column).
+WINDOW = (b"2026-10-29T00:00:00", b"2026-10-29 00:00:00")
+# The sealed versions of a feed's pulls and syncs, and the values they seal.
+SEALED_WINDOWS = {
+    ResourceFeed.PullScheduled.TOPIC: {"range_start", "range_end"},
+    ResourceFeed.PullSucceeded.TOPIC: {"oldest_day", "newest_day"},
+    ResourceFeed.DailySynced.TOPIC: {"created_days", "updated_days", "session"},
+}
 
 
 @pytest.fixture
@@ -120,6 +132,8 @@ def test_the_fixture_holds_the_erased_users_device_in_clear(written: Written) ->
         b'"provider":"freestyle_libre"',
         b'"resource":"glucose"',
         b'"event_type":"historical.data.glucose.created"',
+        b'"range_start":{"_type_":"datetime_iso","_data_":"2026-10-29T00:00:00+00:00"}',
+        b'"created_days":[{"_type_":"date_iso"',
     ]
     if written.url.startswith("sqlite"):
         with open(written.url.removeprefix("sqlite:///"), "rb") as stored:
@@ -153,10 +167,25 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
     # orders of ADR 0028's first redaction as before.
     assert topics[Connection.Created.TOPIC] == 4
     deliveries = topics[WebhookDelivery.Created.TOPIC]
+    windows = sum(topics.get(topic, 0) for topic in SEALED_WINDOWS)
+    assert topics[ResourceFeed.PullScheduled.TOPIC] and topics[ResourceFeed.DailySynced.TOPIC]
     assert redacted == (
-        2 + topics[Connection.Created.TOPIC] + topics[ResourceFeed.Created.TOPIC] + deliveries
+        2
+        + topics[Connection.Created.TOPIC]
+        + topics[ResourceFeed.Created.TOPIC]
+        + deliveries
+        + windows
     )
     main_4 = UUID(written.user("main-4"))
+    # The pulls' windows, their spans and the syncs' days: sealed with the owner's key
+    # (the feeds' stream owner: version 1 named no user), main-4's the placeholder; the
+    # count of days stays in clear.
+    for topic, sealed_fields in SEALED_WINDOWS.items():
+        for record in records_of(service, topic):
+            assert not sealed_fields & set(record), record
+            erased = UUID(record["user_id"]["_data_"]) == main_4
+            assert (record[SEALED_FACTS_FIELD] == ERASED_PLACEHOLDER) == erased
+    assert all(isinstance(r["days_created"], int) for r in records_of(service, topic))
     for topic in (Connection.Created.TOPIC, ResourceFeed.Created.TOPIC):
         for record in records_of(service, topic):
             # No fact in clear: only the sealed value (the placeholder for main-4).
@@ -191,6 +220,13 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
     assert "sleep" in oura.resource_availability
     feed = service.ledger.find(ResourceFeed.id_for(oura.id, "sleep"))
     assert isinstance(feed, ResourceFeed) and (feed.provider, feed.resource) == ("oura", "sleep")
+    assert feed.window[0] == datetime(2026, 10, 29, tzinfo=UTC)
+    assert feed.oldest_day is not None and feed.newest_day is not None
+    libre_feed = service.ledger.find(
+        ResourceFeed.id_for(Connection.id_for(main_4, "freestyle_libre"), "glucose")
+    )
+    assert isinstance(libre_feed, ResourceFeed)
+    assert (libre_feed.range_start, libre_feed.oldest_day) == (None, None)
     # main-4's reads as erased: nothing to open.
     libre = service.ledger.find(Connection.id_for(main_4, "freestyle_libre"))
     assert isinstance(libre, Connection)
@@ -212,7 +248,7 @@ def test_after_the_start_no_page_nor_answer_names_the_erased_users_device(
 ) -> None:
     service = started
     places = pages(service)
-    for fact in FACTS:
+    for fact in (*FACTS, *WINDOW):
         assert holding(places, fact) == [], fact
     assert holding(places, CONTROL.encode())  # the searches do read the rows
     main_4 = written.user("main-4")
@@ -253,12 +289,17 @@ def test_after_the_start_no_page_nor_answer_names_the_erased_users_device(
     for answer in about_main_4:
         for fact in FACTS:
             assert fact not in answer.encode(), (fact, answer[:300])
+    # Its window (the live users' pulls began on the same instant: the team's listings
+    # show theirs): not in its audit, deletion report or connections, nor the CLI's.
+    for answer in [a.text for a in answers[:4]] + printed:
+        for fact in WINDOW:
+            assert fact not in answer.encode(), (fact, answer[:300])
     assert b"freestyle_libre" in answers[-1].content
     # `healthledger verify` passes (the deletion report signed a head of its own).
     assert service.chain.verify().ok
     assert main(["verify"]) == 0
     places = pages(service)
-    for fact in FACTS:
+    for fact in (*FACTS, *WINDOW):
         assert holding(places, fact) == [], fact
 
 
@@ -358,12 +399,30 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
             pass
         sent = {json.loads(r.body)["event_type"] for r in receiver.on("ok")}
         assert {"provider.connection.created", "historical.data.glucose.created"} <= sent
+        # The pull's window and the days it found (which days the person wore the
+        # device, issue 29): read by the team, opened with the user's key...
+        feed_id = ResourceFeed.id_for(
+            Connection.id_for(UUID(user_id), "freestyle_libre"), "glucose"
+        )
+        feed = service.ledger.find(feed_id)
+        assert isinstance(feed, ResourceFeed) and feed.oldest_day is not None
+        start_of_window, _ = feed.window
+        shown_pull = pulled["data"][0]["provider"]["freestyle_libre"]["pulled"]["glucose"]
+        assert datetime.fromisoformat(shown_pull["range_start"]) == start_of_window
+        resources = client.get(
+            "/v2/introspect/resources", params={"user_id": user_id}, headers=headers
+        ).json()
+        shown_days = resources["data"][0]["provider"]["freestyle_libre"]["glucose"]
+        assert shown_days["oldest_data"] == feed.oldest_day.isoformat()
+        # Its first day: a date no event's own time names (the pull ran today).
+        assert feed.oldest_day < start.date()
+        window = window_words(start_of_window, feed.oldest_day)
         lived = datetime.now(UTC).isoformat()
         # ... which no page of the log or of the read models holds in clear, even now.
         places = fresh_pages(service)
         assert holding(places, FEED_TOPIC)
         if not service.db.is_sqlite:
-            for word in DEVICE:
+            for word in (*DEVICE, *window):
                 assert holding(places, word) == [], word
 
         frozen.tick(60)
@@ -394,10 +453,20 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
     )
     assert "Connection.Created" in printed[0] and "ResourceFeed.Created" in printed[0]
     for answer in [a.text for a in answers] + printed:
-        for word in DEVICE:
+        for word in (*DEVICE, *window):
             assert word.decode() not in answer, (word, answer[:300])
     assert service.chain.verify().ok
     places = fresh_pages(service)
     assert holding(places, FEED_TOPIC)
-    for word in DEVICE:
+    for word in (*DEVICE, *window):
         assert holding(places, word) == [], word
+
+
+def window_words(start_of_window: datetime, oldest_day: date) -> tuple[bytes, ...]:
+    """How a pull's window start and a feed's first day with data would be written in
+    clear: the log's ISO form, a SQLite column's, the bare day."""
+    return (
+        start_of_window.isoformat().encode(),
+        str(start_of_window.replace(tzinfo=None)).encode(),
+        oldest_day.isoformat().encode(),
+    )

@@ -43,7 +43,7 @@ from healthledger.adapters.persistence.engine.schema import (
     user_data_keys,
 )
 from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
-from healthledger.adapters.persistence.eventstore.old_versions import SUCCESSORS
+from healthledger.adapters.persistence.eventstore.old_versions import BATCH, SUCCESSORS
 from healthledger.domain.audited import audited_events, topic_of
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.notice_intake import NoticeReceipt
@@ -72,14 +72,22 @@ CLEAR_KEY = '"lab_test_name":'
 # shows that the searches do read the rows.
 CONTROL = "Metabolic"
 # Records the start redacts on the fixture: 2 orders' Created, 4 connections' Created and
-# their 54 feeds' Created (ADR 0032), and every webhook delivery's Created (ADR 0028: 96
-# on SQLite, 99 on PostgreSQL, whose fixture's run announced a little more).
+# their 54 feeds' Created (ADR 0032), every webhook delivery's Created (ADR 0028: 96
+# on SQLite, 99 on PostgreSQL, whose fixture's run announced a little more), and every
+# feed's pulls and syncs (revision 0034).
 REDACTED = 2 + 4 + 54
+PULLS_AND_SYNCS = (
+    ResourceFeed.PullScheduled.TOPIC,
+    ResourceFeed.PullSucceeded.TOPIC,
+    ResourceFeed.DailySynced.TOPIC,
+)
 
 
 def redacted_on(service: Service) -> int:
-    """The records the start redacted on the fixture: REDACTED and the deliveries'."""
-    return REDACTED + len(records_of(service, WebhookDelivery.Created.TOPIC))
+    """The records the start redacted on the fixture: REDACTED, the deliveries' and the
+    pulls' and syncs'."""
+    pulls = sum(len(records_of(service, topic)) for topic in PULLS_AND_SYNCS)
+    return REDACTED + len(records_of(service, WebhookDelivery.Created.TOPIC)) + pulls
 
 
 @pytest.fixture
@@ -219,6 +227,9 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
             ResourceFeed.CreatedV1.TOPIC,
             NoticeReceipt.ReceivedV1.TOPIC,
             WebhookDelivery.CreatedV1.TOPIC,
+            ResourceFeed.PullScheduledV1.TOPIC,
+            ResourceFeed.PullSucceededV1.TOPIC,
+            ResourceFeed.DailySyncedV1.TOPIC,
         }
     )
     assert superseded[Order.CreatedV1.TOPIC] == Order.Created.TOPIC
@@ -227,6 +238,9 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
     assert superseded[ResourceFeed.CreatedV1.TOPIC] == ResourceFeed.Created.TOPIC
     assert superseded[NoticeReceipt.ReceivedV1.TOPIC] == NoticeReceipt.Received.TOPIC
     assert superseded[WebhookDelivery.CreatedV1.TOPIC] == WebhookDelivery.Created.TOPIC
+    assert superseded[ResourceFeed.PullScheduledV1.TOPIC] == ResourceFeed.PullScheduled.TOPIC
+    assert superseded[ResourceFeed.PullSucceededV1.TOPIC] == ResourceFeed.PullSucceeded.TOPIC
+    assert superseded[ResourceFeed.DailySyncedV1.TOPIC] == ResourceFeed.DailySynced.TOPIC
 
 
 def test_the_fixture_holds_the_test_in_clear(written: Written) -> None:  # noqa: F811
@@ -260,8 +274,12 @@ def test_the_start_seals_the_orders_tests_and_the_chain_verifies(
     assert Order.CreatedV1.TOPIC not in topics
     assert topics[Order.Created.TOPIC] == 2 and len(redacted) == redacted_on(service)
     assert topics[WebhookDelivery.Created.TOPIC] == (96 if service.db.is_sqlite else 99)
-    # One redaction record per reason: main-4's connection (erased) is removed.
-    assert topics[REDACTION_TOPIC] == 2 and pending == 0
+    # One redaction record per reason and batch of old_versions.BATCH records: main-4's
+    # connection (erased) is removed; each redacted record is named by one of them.
+    named = [r for x in records_of(service, REDACTION_TOPIC) for r in x["records"]]
+    assert len(named) == redacted_on(service) and pending == 0
+    assert {x["reason"] for x in records_of(service, REDACTION_TOPIC)} == {REMOVED, SEALED}
+    assert topics[REDACTION_TOPIC] <= 2 * -(-redacted_on(service) // BATCH)
     # The redacted records, checked with the redaction that explains them (as a deletion
     # report's span check does).
     for entry in redacted:
@@ -366,8 +384,8 @@ def test_an_order_of_a_user_erased_before_the_start_loses_its_test(
         assert created[main_2] == ERASED_PLACEHOLDER
         others = [sealed for user, sealed in created.items() if user != main_2]
         assert others and all(sealed != ERASED_PLACEHOLDER for sealed in others)
-        reasons = sorted(r["reason"] for r in records_of(service, REDACTION_TOPIC))
-        assert reasons == sorted([REMOVED, SEALED])
+        reasons = {r["reason"] for r in records_of(service, REDACTION_TOPIC)}
+        assert reasons == {REMOVED, SEALED}
         assert holding(on_disk(service), NEEDLE.encode()) == []
     finally:
         service.close()

@@ -236,6 +236,14 @@ def with_last_event(body: Any) -> Any:
     return found
 
 
+# The events whose sealed versions name the user the old ones did not.
+NAME_THEIR_USER = {
+    "ResourceFeed.PullScheduled",
+    "ResourceFeed.PullSucceeded",
+    "ResourceFeed.DailySynced",
+}
+
+
 def facts_sealed(service: Service, audit: dict[str, Any]) -> dict[str, Any]:
     """An audit of 1809f39 with the facts its connections', feeds' and webhook
     deliveries' events held in clear as the placeholder their sealed versions show (and
@@ -267,6 +275,13 @@ def facts_sealed(service: Service, audit: dict[str, Any]) -> dict[str, Any]:
                 # The type in clear only for a user's lifecycle (the old one said it).
                 clear = lifecycle_type_of(str(said["event_type"]), UUID(audit["user_id"]))
                 entry["changes"] = {**entry["changes"], "lifecycle_type": clear}
+            if entry["event"] in NAME_THEIR_USER:
+                # A feed's pulls and syncs name their user since (revision 0034), to
+                # seal their windows and days with its key; a sync counts its days.
+                entry["changes"] = {**entry["changes"], "user_id": audit["user_id"]}
+            if entry["event"] == "ResourceFeed.DailySynced":
+                days_created = len(said["created_days"])
+                entry["changes"] = {**entry["changes"], "days_created": days_created}
         entries.append(entry)
     return {**audit, "data": entries}
 

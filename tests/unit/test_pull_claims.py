@@ -177,7 +177,7 @@ def on_reading(worker: Pulls, aggregate_id: UUID, then: Callable[[], object]) ->
 
 
 def chunks(feed: ResourceFeed) -> int:
-    return len(list(pull_chunks(feed.range_start, feed.range_end)))
+    return len(list(pull_chunks(*feed.window)))
 
 
 # -- historical pulls ----------------------------------------------------------------------

@@ -87,10 +87,24 @@ def test_a_daily_synced_stored_before_sessions_loads_and_announces_whole_days() 
         state.encode(),
     )
     event = MAPPER.to_domain_event(record)
-    assert isinstance(event, ResourceFeed.DailySynced)
+    assert isinstance(event, ResourceFeed.DailySyncedV1)
     assert (event.created_days, event.updated_days, event.session) == ([NEXT], [], None)
     workouts = feed()
-    (found,) = announcements(event, workouts, rules_from(T0, []))
+    # Redacted at the start into version 2 (its days sealed): its fields, the owner's id
+    # and the count of its days (old_versions.sealed_facts_successor).
+    successor = ResourceFeed.DailySynced(  # type: ignore[call-arg]
+        originator_id=event.originator_id,
+        originator_version=event.originator_version,
+        timestamp=event.timestamp,
+        actor=event.actor,
+        request_id=event.request_id,
+        user_id=workouts.user_id,
+        created_days=event.created_days,
+        updated_days=event.updated_days,
+        session=event.session,
+        days_created=1,
+    )
+    (found,) = announcements(successor, workouts, rules_from(T0, []))
     assert (found.event_type, found.day, found.session) == (
         "daily.data.workouts.created",
         NEXT,

@@ -371,8 +371,9 @@ resource_feeds = Table(
     # `sealed_facts` (ADR 0032).
     Column("sealed_facts", Text),
     Column("status", String(16)),
-    Column("range_start", UTCDateTime),
-    Column("range_end", UTCDateTime),
+    # The current pull's window (which days the person had data to pull), sealed with
+    # the user's key: its PullScheduled event's `sealed_facts` (revision 0034).
+    Column("sealed_window", Text),
     Column("scheduled_at", UTCDateTime),
     Column("started_at", UTCDateTime),
     Column("ended_at", UTCDateTime),
@@ -384,8 +385,9 @@ resource_feeds = Table(
     Column("due_at", UTCDateTime),
     Column("last_attempt_at", UTCDateTime),
     Column("last_attempt_status", String(16)),
-    Column("oldest_day", Date),
-    Column("newest_day", Date),
+    # No data span here (revision 0034 dropped `oldest_day` and `newest_day`): the days
+    # with data are sealed in the feed's events, and the introspection reads them from
+    # the feed's aggregate; the scheduler needs only `due_at` and `synced_at`.
     Column("synced_at", UTCDateTime),
     Column("version", Integer, nullable=False),
     Index("ix_resource_feeds_due", "due_at"),

@@ -14,7 +14,9 @@ Old versions handled: `Order.CreatedV1` (its lab test's id, name and markers in 
 provider, resource availability and resource in clear: revision 0022, ADR 0032);
 `NoticeReceipt.ReceivedV1` (the maker and the resources a notice named, and the maker in
 its actor: revision 0023); `WebhookDelivery.CreatedV1` (the event type in clear: revision
-0028).
+0028); `ResourceFeed.PullScheduledV1`, `PullSucceededV1` and `DailySyncedV1` (a pull's
+window, its oldest and newest day, a sync's days: revision 0034; they name no user, the
+stream's owner is given).
 """
 
 from __future__ import annotations
@@ -144,14 +146,15 @@ def sealed_facts_successor(
 ) -> Successor:
     """An old version as the version that replaced it, its fields otherwise the same and
     the facts that version declares sealed with the owner's key by the mapper (ADR 0032),
-    or the placeholder for an owner erased already. A reconnection of version 1 names no
-    user: the stream's owner is given."""
+    or the placeholder for an owner erased already. A reconnection, a pull's schedule or
+    success and a sync of version 1 name no user: the stream's owner is given."""
     old = mapper.to_domain_event(record)
     assert isinstance(old, Audited.Event)
     successor = resolve_topic(type(old).SUPERSEDED_BY or "")
     state = dict(vars(old))
     if "user_id" not in state:
-        # A reconnection of version 1 names no user: the stream's owner.
+        # A reconnection (or a feed's pull or sync) of version 1 names no user: the
+        # stream's owner.
         assert owner is not None, f"no owner of {record.originator_id}"
         state["user_id"] = owner
     # None: an event about no user (a team-level delivery), nothing personal to seal.
@@ -191,16 +194,20 @@ FACTS_ROW: dict[type, tuple[Table, str, str]] = {
     ProviderConnection.Created: (connections, "connection_id", "sealed_facts"),
     ProviderConnection.Reconnected: (connections, "connection_id", "sealed_availability"),
     ResourceFeed.Created: (resource_feeds, "feed_id", "sealed_facts"),
+    # In the log's order: the last pull's window is the row's.
+    ResourceFeed.PullScheduled: (resource_feeds, "feed_id", "sealed_window"),
     WebhookDelivery.Created: (webhook_deliveries, "delivery_id", "sealed_facts"),
 }
 
 # The fields a successor adds, from the old version's: a delivery's type in clear when
 # it says nothing of a person's health (`lifecycle_type`; the read model's column was
-# filled by revision 0028 already).
+# filled by revision 0028 already); a sync's count of created days.
 ADDED_FIELDS: dict[type, Callable[[dict[str, Any]], dict[str, Any]]] = {
     WebhookDelivery.Created: lambda old: {
         "lifecycle_type": lifecycle_type_of(old["event_type"], old["user_id"])
     },
+    # A sync's count of the days it created, in clear (the days themselves sealed).
+    ResourceFeed.DailySynced: lambda old: {"days_created": len(old["created_days"])},
 }
 
 
@@ -210,6 +217,9 @@ SUCCESSORS = {
     ProviderConnection.CreatedV1.TOPIC: sealed_facts_successor,
     ProviderConnection.ReconnectedV1.TOPIC: sealed_facts_successor,
     ResourceFeed.CreatedV1.TOPIC: sealed_facts_successor,
+    ResourceFeed.PullScheduledV1.TOPIC: sealed_facts_successor,
+    ResourceFeed.PullSucceededV1.TOPIC: sealed_facts_successor,
+    ResourceFeed.DailySyncedV1.TOPIC: sealed_facts_successor,
     NoticeReceipt.ReceivedV1.TOPIC: sealed_facts_successor,
     WebhookDelivery.CreatedV1.TOPIC: sealed_facts_successor,
 }

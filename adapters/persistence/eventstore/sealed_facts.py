@@ -19,12 +19,14 @@ too): what the read models hold, copied from the log.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Mapper, StoredEvent
-from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher
+from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, Mapper, StoredEvent, UUIDAsHex
+from healthledger.adapters.persistence.eventstore.transcoder import LedgerTranscoder
+from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher, canonical_json
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
 # The stored field that holds an event's sealed facts.
@@ -72,7 +74,7 @@ class FactSealingMapper(Mapper[UUID]):
         # An event about no user (a team-level webhook delivery) has no key to seal with:
         # it holds the placeholder, and keeps in clear elsewhere what is not personal.
         owner = state["user_id"]
-        sealed = None if owner is None else self.facts.seal_fact(owner, clear)
+        sealed = None if owner is None else self.facts.seal_fact(owner, sealable_facts(clear))
         state[SEALED_FACTS_FIELD] = ERASED_PLACEHOLDER if sealed is None else sealed
         # The event being recorded keeps its sealed form too: the projections copy the
         # log's own ciphertext into the read models, so that a rebuild makes the same
@@ -94,13 +96,35 @@ class FactSealingMapper(Mapper[UUID]):
             sealed = state[SEALED_FACTS_FIELD]
             opened = None
             if sealed != ERASED_PLACEHOLDER and self.facts is not None:
-                opened = self.facts.open_fact(state["user_id"], sealed)
+                opened = opened_facts(self.facts.open_fact(state["user_id"], sealed))
             # Without the key (or without keys at all: a replay's copy holds none), each
             # fact reads as the event declares an erased one.
             if opened is None:
                 opened = {name: _fresh(erased) for name, erased in declared.items()}
             state.update(opened)
         return event
+
+
+# How facts are written inside their seal: the log's own encoding, so that a fact JSON has
+# no form for (a pull's window, a sync's days) is sealed as the record would hold it in
+# clear. Facts JSON writes as they are (a provider, an availability) are sealed unchanged,
+# so the values sealed before dates were (and the read models' copies) open the same.
+_FACTS_TRANSCODER = LedgerTranscoder()
+# The transcodings the application registers on the log's transcoder (eventsourcing's
+# Application.register_transcodings): a datetime must not be taken for a date.
+for _transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+    _FACTS_TRANSCODER.register(_transcoding)
+
+
+def sealable_facts(facts: dict[str, Any]) -> Any:
+    """The facts as the JSON value a user's cipher seals."""
+    return json.loads(_FACTS_TRANSCODER.encode(facts))
+
+
+def opened_facts(value: Any | None) -> dict[str, Any] | None:
+    """`sealable_facts`' value, opened (None: the key is gone), back as the facts: what a
+    read of a read model's sealed copy uses too."""
+    return None if value is None else dict(_FACTS_TRANSCODER.decode(canonical_json(value)))
 
 
 def _fresh(value: Any) -> Any:

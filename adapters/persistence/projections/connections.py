@@ -37,11 +37,9 @@ from healthledger.domain.connections.resource_feeds import SUCCESS as PULL_SUCCE
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     and_,
     bindparam,
-    case,
     delete,
     func,
     or_,
@@ -93,28 +91,12 @@ INSERT_FEED = CompiledStatement(
 )
 
 
-def _earliest(bound: ColumnElement[Any]) -> ColumnElement[Any]:
-    """The feed's oldest day, widened down to `bound`."""
-    return case(
-        (_f.oldest_day.is_(None), bound), (_f.oldest_day > bound, bound), else_=_f.oldest_day
-    )
-
-
-def _latest(bound: ColumnElement[Any]) -> ColumnElement[Any]:
-    """The feed's newest day, widened up to `bound`."""
-    return case(
-        (_f.newest_day.is_(None), bound), (_f.newest_day < bound, bound), else_=_f.newest_day
-    )
-
-
 UPDATE_FEED = UpdatesByKey(
     resource_feeds,
     "feed_id",
     {
         # A pull's first start is kept over its retries.
         "started_at": lambda bound: func.coalesce(_f.started_at, bound),
-        "oldest_day": _earliest,
-        "newest_day": _latest,
     },
 )
 INSERT_LINK_TOKEN = CompiledStatement(
@@ -311,14 +293,17 @@ def update_feed(conn: Connection, e: Any, **values: Any) -> None:
     UPDATE_FEED.execute(conn, e.originator_id, {"version": e.originator_version, **values})
 
 
-@handles(ResourceFeed.PullScheduled)
-def pull_scheduled(conn: Connection, e: ResourceFeed.PullScheduled) -> None:
+@handles(ResourceFeed.PullScheduled, ResourceFeed.PullScheduledV1)
+def pull_scheduled(
+    conn: Connection, e: ResourceFeed.PullScheduled | ResourceFeed.PullScheduledV1
+) -> None:
     update_feed(
         conn,
         e,
         status=PULL_SCHEDULED,
-        range_start=e.range_start,
-        range_end=e.range_end,
+        # The log's own ciphertext (a rebuild makes the same row); an old version's
+        # window is given by the start's redaction (old_versions.FACTS_ROW).
+        sealed_window=sealed_facts_of(e),
         scheduled_at=e.timestamp,
         started_at=None,
         ended_at=None,
@@ -359,8 +344,10 @@ def pull_retrying(conn: Connection, e: ResourceFeed.PullRetrying) -> None:
     )
 
 
-@handles(ResourceFeed.PullSucceeded)
-def pull_succeeded(conn: Connection, e: ResourceFeed.PullSucceeded) -> None:
+@handles(ResourceFeed.PullSucceeded, ResourceFeed.PullSucceededV1)
+def pull_succeeded(
+    conn: Connection, e: ResourceFeed.PullSucceeded | ResourceFeed.PullSucceededV1
+) -> None:
     update_feed(
         conn,
         e,
@@ -371,7 +358,6 @@ def pull_succeeded(conn: Connection, e: ResourceFeed.PullSucceeded) -> None:
         due_at=None,
         synced_at=e.timestamp,
         last_attempt_status=PULL_SUCCESS,
-        **widened(e.oldest_day, e.newest_day),
     )
 
 
@@ -388,28 +374,17 @@ def pull_failed(conn: Connection, e: ResourceFeed.PullFailed) -> None:
     )
 
 
-@handles(ResourceFeed.DailySynced)
-def daily_synced(conn: Connection, e: ResourceFeed.DailySynced) -> None:
-    days = [*e.created_days, *e.updated_days]
+@handles(ResourceFeed.DailySynced, ResourceFeed.DailySyncedV1)
+def daily_synced(
+    conn: Connection, e: ResourceFeed.DailySynced | ResourceFeed.DailySyncedV1
+) -> None:
     update_feed(
         conn,
         e,
         synced_at=e.timestamp,
         last_attempt_at=e.timestamp,
         last_attempt_status=PULL_SUCCESS,
-        **(widened(min(days), max(days)) if days else {}),
     )
-
-
-def widened(oldest: Any, newest: Any) -> dict[str, Any]:
-    """Column values that widen the feed's data span to include oldest..newest
-    (UPDATE_FEED's expressions keep what is wider)."""
-    values: dict[str, Any] = {}
-    if oldest is not None:
-        values["oldest_day"] = oldest
-    if newest is not None:
-        values["newest_day"] = newest
-    return values
 
 
 # -- link tokens ----------------------------------------------------------------------

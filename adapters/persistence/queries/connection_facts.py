@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
+from healthledger.adapters.persistence.eventstore.sealed_facts import opened_facts
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from sqlalchemy import Connection
 
@@ -25,6 +26,7 @@ OpenerOn = Callable[[Connection, Collection[UUID]], Opener]
 # only a read that races the erasure meets one).
 ERASED_CONNECTION = {"provider": ERASED_PLACEHOLDER, "resource_availability": {}}
 ERASED_FEED = {"provider": ERASED_PLACEHOLDER, "resource": ERASED_PLACEHOLDER}
+ERASED_WINDOW = {"range_start": None, "range_end": None}
 
 
 def opened_connections(
@@ -48,19 +50,20 @@ def opened_feeds(
     conn: Connection, rows: Sequence[Any], opener_on: OpenerOn
 ) -> list[SimpleNamespace]:
     """Resource feeds rows (with whatever else the query selected) with `provider` and
-    `resource`."""
+    `resource`, and the current pull's `range_start` and `range_end` (None before a pull
+    was scheduled, or once the key is gone)."""
     opener = opener_on(conn, {row.user_id for row in rows})
-    return [
-        SimpleNamespace(
-            **{**row._mapping, **(_opened(conn, opener, row, "sealed_facts") or ERASED_FEED)}
-        )
-        for row in rows
-    ]
+    found = []
+    for row in rows:
+        values = {**row._mapping, **(_opened(conn, opener, row, "sealed_facts") or ERASED_FEED)}
+        values.update(_opened(conn, opener, row, "sealed_window") or ERASED_WINDOW)
+        found.append(SimpleNamespace(**values))
+    return found
 
 
 def _opened(conn: Connection, opener: Opener, row: Any, column: str) -> dict[str, Any] | None:
     sealed = getattr(row, column)
     if sealed is None or sealed == ERASED_PLACEHOLDER:
         return None
-    opened = opener(conn, row.user_id, sealed)
-    return None if opened is None else dict(opened)
+    # As the log's mapper opens them (a window's dates decoded).
+    return opened_facts(opener(conn, row.user_id, sealed))
