@@ -216,7 +216,11 @@ def test_read_models_rebuilt_by_todays_code_are_the_previous_mains(legacy_copy: 
     before["connections"] = [
         (*row[:3], *row[4:6], None, None, None, *row[7:], None) for row in before["connections"]
     ]
-    before["resource_feeds"] = [(*row[:4], None, *row[6:]) for row in before["resource_feeds"]]
+    # A feed's pull window and its first and last days with data are held only sealed
+    # now, in one sealed_window (migration 0034, ADR 0032): rebuilt without keys, none.
+    before["resource_feeds"] = [
+        (*row[:4], None, row[6], None, *row[9:20], *row[22:]) for row in before["resource_feeds"]
+    ]
     # A webhook delivery's event type likewise (revision 0028, ADR 0028): rebuilt from
     # version 1 events without keys, the row holds no sealed type, and the type in clear
     # only for a user's lifecycle.
