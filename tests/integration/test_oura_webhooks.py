@@ -275,9 +275,14 @@ def test_a_notification_syncs_its_window_and_announces_each_change_once(
     assert {r.status for r in resent} == {200}
     assert log_length(svc) == before
     # An older notification arriving late (out of order): synced, nothing changed, so
-    # nothing announced.
+    # nothing announced. Older, but of the same UTC day: a notice's window is the day of
+    # its event_time and the day before, and between 00:00 and 01:00 UTC an hour earlier
+    # is the day before, whose window reaches a day the first notice did not cover (the
+    # revised night began there, in Ava's UTC+2), which is then rightly found changed.
+    now = clock()
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     oura.webhooks.notify(
-        AVA.user_id, "sleep", "update", "late", event_time=clock() - timedelta(hours=1)
+        AVA.user_id, "sleep", "update", "late", event_time=max(now - timedelta(hours=1), midnight)
     )
     svc.jobs.run_due_pulls()
     svc.jobs.dispatch_webhooks()
