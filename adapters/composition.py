@@ -21,6 +21,7 @@ from healthledger.adapters.answers.orders import OrderAnswers
 from healthledger.adapters.brokers.publisher import EventPublisher
 from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.engine import migrating
+from healthledger.adapters.persistence.engine.changes import ChangeListener, hear_own_commits
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.eventstore.chain import Chain, SigningTally, open_chain
 from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
@@ -33,6 +34,7 @@ from healthledger.adapters.persistence.eventstore.redaction import Redactor
 from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.persistence.eventstore.sealed_facts import StoredKeys
 from healthledger.adapters.persistence.health_data.conversion import convert_stored_days
+from healthledger.adapters.persistence.health_data.known_reads import USER_DATA, KnownReads
 from healthledger.adapters.persistence.health_data.sessions import index_stored_sessions
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.integrity.integrity_check import (
@@ -73,7 +75,8 @@ from healthledger.adapters.persistence.queries.orders import OrderQueries
 from healthledger.adapters.persistence.queries.portal import PortalQueries
 from healthledger.adapters.persistence.queries.pulls import PullQueries
 from healthledger.adapters.persistence.queries.unmatched_results import UnmatchedResultQueries
-from healthledger.adapters.persistence.queries.verified_keys import KeyChanges, VerifiedKeys
+from healthledger.adapters.persistence.queries.verified_keys import CHANNEL as KEYS_CHANNEL
+from healthledger.adapters.persistence.queries.verified_keys import VerifiedKeys
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.providers.apple_health import AppleHealthKit
 from healthledger.adapters.providers.demo import DemoProvider
@@ -251,8 +254,9 @@ class Service:
     # The keys of our webhooks at the makers that give one when it is made (Polar).
     maker_webhook_secrets: MakerWebhookSecrets
     # PostgreSQL: the listener that makes this process forget the team API keys it
-    # verified when any changes in another process (ADR 0042); None on SQLite.
-    key_changes: KeyChanges | None = None
+    # verified and the stored days it read when they change in another process (ADR
+    # 0042, ADR 0043); None on SQLite.
+    changes: ChangeListener | None = None
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -284,8 +288,8 @@ class Service:
         self.dispatcher.close()
         self.publisher.close()
         self.oauth_http.close()
-        if self.key_changes is not None:
-            self.key_changes.close()
+        if self.changes is not None:
+            self.changes.close()
         self.ledger.close()
         self.db.dispose()
 
@@ -350,6 +354,12 @@ def build_service(
     `bench/audit.py`, which measures what the chain costs a command."""
     settings = settings or Settings()
     db = Database(settings.database_url, pool_size=settings.database_pool_size)
+    known_reads = None
+    if not db.is_sqlite:
+        # The stored days a read answered, kept until the user's data changes (ADR 0043):
+        # this process's own commits heard on its pooled connections, from the first.
+        known_reads = KnownReads()
+        hear_own_commits(db.writer, USER_DATA, known_reads.heard)
     migrating.at_start(settings.database_url, settings.migrate_on_start)
     # The signing key of the chain's heads, kept like the master key (ADR 0015).
     # Each head it signs is anchored outside the database too (issue 30 §3).
@@ -713,15 +723,18 @@ def build_service(
         provider_slugs=provider_slugs(),
     )
     team_queries = TeamQueries(db)
-    key_changes = None
-    if not db.is_sqlite:
+    changes = None
+    if known_reads is not None:
         # Keys verified once per process, forgotten at any key's revocation or team's
         # deletion: here when it commits, elsewhere when its NOTIFY arrives (ADR 0042).
         team_queries.verified_keys = VerifiedKeys(team_queries.read_api_key)
         recorder.add_commit_listener(
             team_queries.verified_keys.forget_after((TeamApiKey.Revoked, Team.Deleted))
         )
-        key_changes = KeyChanges(db.url, team_queries.verified_keys)
+        # What other processes commit, heard on one connection (ADR 0042, ADR 0043).
+        changes = ChangeListener(
+            db.url, {KEYS_CHANNEL: team_queries.verified_keys, USER_DATA: known_reads}
+        )
     event_types = webhook_event_types()
     webhook_queries = WebhookQueries(db, key_store.opener_on)
     deprecations = Deprecations(ledger, clock, deprecation_calendar())
@@ -789,7 +802,9 @@ def build_service(
         timeout=settings.webhook_timeout,
         lease=settings.webhook_lease,
     )
-    health_data_queries = HealthDataQueries(db, key_store, describe, rules_at, clock)
+    health_data_queries = HealthDataQueries(
+        db, key_store, describe, rules_at, clock, known=known_reads
+    )
     erasure = ErasurePorts(
         users=users,
         teams=teams,
@@ -846,8 +861,8 @@ def build_service(
         oauth_clients=oauth_clients,
         provider_tokens=provider_tokens,
     )
-    if key_changes is not None:
-        key_changes.start()
+    if changes is not None:
+        changes.start()
     return Service(
         settings=settings,
         clock=clock,
@@ -922,7 +937,7 @@ def build_service(
         maker_notices=maker_notices,
         maker_notice_queries=maker_notice_queries,
         maker_webhook_secrets=webhook_secrets,
-        key_changes=key_changes,
+        changes=changes,
         import_files=import_files,
         imports=imports,
     )

@@ -17,6 +17,7 @@ from uuid import UUID
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import health_data, session_index, users
 from healthledger.adapters.persistence.health_data.blocks import period_of
+from healthledger.adapters.persistence.health_data.known_reads import KnownReads
 from healthledger.adapters.persistence.health_data.opened import OpenedDays
 from healthledger.adapters.persistence.health_data.sessions import SessionPlace, open_place
 from healthledger.adapters.persistence.health_data.store import (
@@ -50,6 +51,7 @@ class HealthDataQueries:
         describe: DescribeProvider,
         rules_at: RulesAt,
         clock: Clock,
+        known: KnownReads | None = None,
     ) -> None:
         self.db = db
         self.key_store = key_store
@@ -57,6 +59,8 @@ class HealthDataQueries:
         self.rules_at = rules_at
         self.clock = clock
         self.opened = OpenedDays()
+        # PostgreSQL: the answers given, kept until the user's data changes (ADR 0043).
+        self.known = known
         # The user's state, its wrapped key and the current blocks holding the days asked
         # for, in one query (one round trip): a row per block, or one with no block when
         # none is stored. The key's row is gone once the user is erased. As of an
@@ -147,6 +151,14 @@ class HealthDataQueries:
         """The live user's stored days of `resource` in start..end (inclusive), across
         providers or of one, in (day, provider) order; as they were at `as_of` when
         given (a user made after it is unknown then: a 404)."""
+        # As of an instant: never kept (the versions of then are read).
+        known = self.known if as_of is None else None
+        asked = (team_id, user_id, resource, start, end, provider)
+        generation = 0
+        if known is not None:
+            answered, generation = known.get(asked)
+            if answered is not None:
+                return answered
         values = {
             "user_id": user_id,
             "team_id": team_id,
@@ -179,8 +191,13 @@ class HealthDataQueries:
         held = [row for row in rows if row.period is not None]
         if as_of is not None:
             held = versions_of_then(held)
-        found = self.opened.days(user_id, held, cipher, start, end, as_of)
-        return sorted(found, key=lambda d: (d.day, d.provider))
+        found = sorted(
+            self.opened.days(user_id, held, cipher, start, end, as_of),
+            key=lambda d: (d.day, d.provider),
+        )
+        if known is not None:
+            known.keep(asked, user_id, found, generation)
+        return found
 
     def sources(
         self, providers: Iterable[str], as_of: datetime | None = None

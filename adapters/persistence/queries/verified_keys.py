@@ -12,7 +12,8 @@ is revoked or a team deleted:
 - in every other process, within the time a notification takes: the projection that
   records the revocation or deletion sends `NOTIFY` in its transaction
   (`announce_key_change`), which PostgreSQL delivers when, and only if, it commits; each
-  process's listener (`KeyChanges`) forgets all it kept when one arrives.
+  process's listener (`engine/changes.py`'s `ChangeListener`) makes it forget all it
+  kept when one arrives.
 
 The cache is only trusted while the listener is listening: before its `LISTEN` is in
 force, and from the moment its connection fails until a new one listens again, every
@@ -23,25 +24,16 @@ started under must still be the current one when it is stored.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, create_engine, func, select
-from sqlalchemy.engine import URL
-from sqlalchemy.pool import NullPool
-
-log = logging.getLogger(__name__)
+from sqlalchemy import Connection, func, select
 
 # The one channel every process listens on. Channels are per database, not per schema:
 # a deployment sharing the database with another only forgets more often.
 CHANNEL = "healthledger_team_api_keys"
-# How long the listener waits for a notification before it looks at its stop flag.
-POLL_SECONDS = 0.25
-# The longest it waits before connecting again after its connection failed.
-MAX_RECONNECT_SECONDS = 30.0
 # Keys kept at most; past it, all are forgotten (a process serves a handful of teams).
 MAX_KEPT = 10_000
 
@@ -101,6 +93,10 @@ class VerifiedKeys:
             self._generation += 1
             self._kept.clear()
 
+    def heard(self, payload: str) -> None:
+        """A key was revoked or a team deleted, in some process (the payload is empty)."""
+        self.forget_all()
+
     def set_listening(self, listening: bool) -> None:
         """Listening starts or stops: either way what was kept may be stale."""
         with self._lock:
@@ -116,66 +112,3 @@ class VerifiedKeys:
                 self.forget_all()
 
         return listener
-
-
-class KeyChanges:
-    """The listener: a thread with a connection of its own that `LISTEN`s on `CHANNEL`
-    and makes `keys` forget on each notification; reconnects with backoff."""
-
-    def __init__(self, url: URL, keys: VerifiedKeys) -> None:
-        self.keys = keys
-        # Its own connection, not the pool's: held for the process's life.
-        self._engine: Engine = create_engine(url, poolclass=NullPool)
-        self._stop = threading.Event()
-        self._connection: Any = None
-        self._thread = threading.Thread(target=self._run, name="key-changes", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stops listening without waiting: the thread sees the flag within POLL_SECONDS
-        and closes its connection itself (a close that waited for the wait to end would
-        hold every service's close for up to that long)."""
-        self._stop.set()
-
-    def backend_pid(self) -> int | None:
-        """The server process of the listening connection (for the tests that cut it)."""
-        connection = self._connection
-        return None if connection is None else int(connection.info.backend_pid)
-
-    def _run(self) -> None:
-        delay = 0.5
-        while not self._stop.is_set():
-            try:
-                self._listen()
-                delay = 0.5
-            except Exception as exc:  # any failure: the table is read meanwhile
-                self.keys.set_listening(False)
-                log.warning(
-                    "the team API keys' change listener lost its connection (%s): keys "
-                    "are read on every request until it listens again",
-                    type(exc).__name__,
-                )
-                self._stop.wait(delay)
-                delay = min(delay * 2, MAX_RECONNECT_SECONDS)
-
-    def _listen(self) -> None:
-        raw = self._engine.raw_connection()
-        try:
-            connection = raw.driver_connection
-            assert connection is not None
-            connection.autocommit = True
-            connection.execute(f"LISTEN {CHANNEL}")
-            self._connection = connection
-            # From here on no change commits unheard: what was read before is forgotten.
-            self.keys.set_listening(True)
-            while not self._stop.is_set():
-                for _notification in connection.notifies(timeout=POLL_SECONDS):
-                    self.keys.forget_all()
-        finally:
-            self.keys.set_listening(False)
-            self._connection = None
-            raw.close()
-            if self._stop.is_set():
-                self._engine.dispose()

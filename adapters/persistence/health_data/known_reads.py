@@ -1,0 +1,145 @@
+"""The stored days a read answered, kept per process on PostgreSQL until the database says
+the user's data changed (ADR 0043).
+
+A day's timeseries read is one query (the user's state, its wrapped key and the blocks
+that hold the days: `HealthDataQueries.stored_days`) and the days opened from them, which
+`OpenedDays` keeps. On PostgreSQL that query is a round trip of about 0.4 ms, a fifth of
+the whole request (issue 32's figure). A process therefore keeps the answers it gave, per
+(team, user, resource, days, provider), and forgets a user's as soon as anything an
+answer depends on changes for that user: a row of `health_data` (a sync, a compaction,
+the erasure), of `users` (a deletion, its undoing, the erasure) or the user's data key
+(destroyed by the erasure). Triggers on those three tables (revision 0037) send the
+user's id on the `USER_DATA` channel in the writing transaction; PostgreSQL delivers it
+when, and only if, the transaction commits: to this process's own connection as its
+commit completes, and to every process's listener (`engine/changes.py`).
+
+Nothing is answered from memory unless the listener is listening; an answer is kept only
+if nothing was forgotten while it was read (a change that committed meanwhile may not be
+in it); `as_of` reads are never kept (they read the versions of then). Entries also age
+out after `max_age`, like the opened days, and the bytes kept are bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from uuid import UUID
+
+from healthledger.domain.connections.health_data import StoredDay
+
+# The channel the triggers of revision 0037 notify on, with the user's id.
+USER_DATA = "healthledger_user_data"
+
+
+@dataclass(frozen=True)
+class _Known:
+    user_id: UUID
+    days: tuple[StoredDay, ...]
+    size: int
+    at: float
+
+
+class KnownReads:
+    """Answers of stored-days reads, forgotten per user when the database says so."""
+
+    def __init__(
+        self,
+        max_bytes: int = 64 * 1024 * 1024,
+        max_age: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self.clock = clock
+        self.listening = False
+        # Reads answered from memory: for the operators' figures and the tests.
+        self.hits = 0
+        self._lock = threading.Lock()
+        self._known: OrderedDict[Hashable, _Known] = OrderedDict()
+        self._by_user: dict[UUID, set[Hashable]] = {}
+        self._bytes = 0
+        self._generation = 0
+
+    def get(self, key: Hashable) -> tuple[list[StoredDay] | None, int]:
+        """The days kept for `key` (None when there are none or they may be stale), and
+        the generation to hand `keep` with what is read instead."""
+        with self._lock:
+            if not self.listening:
+                return None, self._generation
+            known = self._known.get(key)
+            if known is None:
+                return None, self._generation
+            if self.clock() - known.at > self.max_age:
+                self._drop(key)
+                return None, self._generation
+            self._known.move_to_end(key)
+            self.hits += 1
+            return list(known.days), self._generation
+
+    def keep(self, key: Hashable, user_id: UUID, days: list[StoredDay], generation: int) -> None:
+        """Keep what a read found, unless anything was forgotten since it began."""
+        size = sum(len(day.plaintext) for day in days)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if not self.listening or generation != self._generation:
+                return
+            if key in self._known:
+                self._drop(key)
+            self._known[key] = _Known(user_id, tuple(days), size, self.clock())
+            self._by_user.setdefault(user_id, set()).add(key)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                self._drop(next(iter(self._known)))
+
+    def holds(self, user_id: UUID) -> bool:
+        """Whether anything read of the user is kept."""
+        with self._lock:
+            return bool(self._by_user.get(user_id))
+
+    def heard(self, payload: str) -> None:
+        """A change of a user's data committed (the payload is the user's id; anything
+        else, or nothing, forgets every user)."""
+        try:
+            user_id = UUID(payload)
+        except ValueError:
+            self.forget_all()
+            return
+        self.forget([user_id])
+
+    def forget(self, user_ids: list[UUID]) -> None:
+        with self._lock:
+            self._generation += 1
+            for user_id in user_ids:
+                for key in self._by_user.pop(user_id, ()):
+                    self._drop(key, keep_user=True)
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._known.clear()
+            self._by_user.clear()
+            self._bytes = 0
+
+    def set_listening(self, listening: bool) -> None:
+        with self._lock:
+            self._generation += 1
+            self._known.clear()
+            self._by_user.clear()
+            self._bytes = 0
+            self.listening = listening
+
+    def _drop(self, key: Hashable, keep_user: bool = False) -> None:
+        known = self._known.pop(key, None)
+        if known is None:
+            return
+        self._bytes -= known.size
+        if not keep_user:
+            keys = self._by_user.get(known.user_id)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_user[known.user_id]

@@ -1,0 +1,76 @@
+"""What a process keeps of the stored days it read (ADR 0043), without a database: kept
+only while listening, never a read that raced a change, forgotten per user by the
+notification that names the user (all users by any other payload), aged out, and bounded
+in bytes."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from uuid import UUID, uuid4
+
+from healthledger.adapters.persistence.health_data.known_reads import KnownReads
+from healthledger.domain.connections.health_data import StoredDay
+
+NOW = datetime(2026, 3, 2, tzinfo=UTC)
+
+
+def day(text: bytes = b"[1,2,3]") -> StoredDay:
+    return StoredDay("oura", "heartrate", date(2026, 3, 2), text, NOW, NOW)
+
+
+def asked(user_id: UUID) -> tuple[object, ...]:
+    return ("team", user_id, "heartrate", "2026-03-02")
+
+
+def read_and_keep(known: KnownReads, user_id: UUID, text: bytes = b"[1,2,3]") -> None:
+    _, generation = known.get(asked(user_id))
+    known.keep(asked(user_id), user_id, [day(text)], generation)
+
+
+def test_nothing_is_kept_or_answered_until_the_listener_listens() -> None:
+    known, user = KnownReads(), uuid4()
+    read_and_keep(known, user)
+    known.set_listening(True)
+    assert known.get(asked(user))[0] is None
+    read_and_keep(known, user)
+    assert known.get(asked(user))[0] == [day()]
+    assert known.hits == 1
+    # Listening stops (the connection failed): nothing kept counts any more.
+    known.set_listening(False)
+    assert known.get(asked(user))[0] is None
+
+
+def test_a_read_that_raced_a_change_is_not_kept() -> None:
+    known, user = KnownReads(), uuid4()
+    known.set_listening(True)
+    _, generation = known.get(asked(user))
+    known.heard(str(user))  # committed while the read ran: it may predate it
+    known.keep(asked(user), user, [day()], generation)
+    assert known.get(asked(user))[0] is None
+
+
+def test_a_notification_forgets_its_user_only_and_any_other_payload_every_user() -> None:
+    known, user, other = KnownReads(), uuid4(), uuid4()
+    known.set_listening(True)
+    read_and_keep(known, user)
+    read_and_keep(known, other)
+    known.heard(str(user))
+    assert known.get(asked(user))[0] is None and not known.holds(user)
+    assert known.get(asked(other))[0] == [day()]
+    known.heard("")  # a TRUNCATE
+    assert known.get(asked(other))[0] is None and not known.holds(other)
+
+
+def test_entries_age_out_and_the_bytes_kept_are_bounded() -> None:
+    now = [0.0]
+    known = KnownReads(max_bytes=20, max_age=60.0, clock=lambda: now[0])
+    known.set_listening(True)
+    first, second, third = uuid4(), uuid4(), uuid4()
+    read_and_keep(known, first, b"[0123456789]")  # 12 bytes
+    read_and_keep(known, second, b"[01234567]")  # 10: over 20, the oldest goes
+    assert known.get(asked(first))[0] is None and not known.holds(first)
+    assert known.get(asked(second))[0] == [day(b"[01234567]")]
+    read_and_keep(known, third, b"[" + b"0" * 30 + b"]")  # larger than all: not kept
+    assert known.get(asked(third))[0] is None
+    now[0] = 61.0
+    assert known.get(asked(second))[0] is None
