@@ -157,6 +157,9 @@ class Dispatcher:
             ),
         )
         self._environments: dict[UUID, str] = {}
+        # How long a POST has taken lately (seconds, a moving average of the rounds'
+        # posts; None before the first): what bounds a round's claim (`round_size`).
+        self.post_seconds: float | None = None
 
     def close(self) -> None:
         self.client.close()
@@ -336,13 +339,69 @@ class Dispatcher:
 
     # -- the sender -----------------------------------------------------------------------
 
+    # A round posts what it has time for, and no more is started.
+    #
+    # A claimed delivery that the round has no time left to post is recorded as started,
+    # then withdrawn: two events for nothing. With a backlog to slow receivers, starting
+    # every claimed delivery made most of each round such pairs, whose recording and
+    # following slowed the rounds further (a collapse seen under ten kills: deliveries
+    # that did not drain in five minutes). So a round claims no more than its senders can
+    # post at the pace POSTs have lately gone (`round_size`), and starts of those only
+    # what each lane can post in order (`postable`); the rest's leases are released with
+    # the round's, unrecorded, for the next round.
+
+    def per_sender(self) -> int | None:
+        """How many POSTs one sender can make in a round at the recent pace (None before
+        any was timed)."""
+        if self.post_seconds is None:
+            return None
+        window = (self.lease / 2 - self.timeout).total_seconds()
+        return max(1, int(window / max(self.post_seconds, 0.001)))
+
+    def round_size(self, limit: int) -> int:
+        """How many due deliveries a round claims: at most `limit`, and at most what all
+        its senders can post."""
+        per_sender = self.per_sender()
+        return limit if per_sender is None else max(1, min(limit, self.senders * per_sender))
+
+    def postable(self, work: list[Any]) -> list[Any]:
+        """Of a round's `work` (rows first, in claim order), what it has time to post: in
+        each (endpoint, user) lane the earliest in log order that one sender can post, and
+        lanes in claim order while all senders can."""
+        per_sender = self.per_sender()
+        if per_sender is None:
+            return work
+        lanes: dict[tuple[UUID, UUID], list[Any]] = {}
+        for item in work:
+            lanes.setdefault((item[0].endpoint_id, item[0].user_id), []).append(item)
+        room = self.senders * per_sender
+        kept: list[Any] = []
+        for lane in lanes.values():
+            taken = sorted(lane, key=lambda item: item[0].log_position)[: min(per_sender, room)]
+            kept.extend(taken)
+            room -= len(taken)
+            if room <= 0:
+                break
+        return kept
+
+    def _observed(self, results: Sequence[PostResult | None]) -> None:
+        """Fold the round's POST times into `post_seconds`."""
+        taken = [r.latency_ms / 1000 for r in results if r is not None]
+        if not taken:
+            return
+        mean = sum(taken) / len(taken)
+        last = self.post_seconds
+        self.post_seconds = mean if last is None else 0.5 * last + 0.5 * mean
+
     def send_due(self, limit: int = 500) -> int:
-        """Claim up to `limit` due deliveries, attempt them; how many were attempted or
-        dropped."""
+        """Claim up to `limit` due deliveries (fewer when POSTs are slow: `round_size`),
+        attempt them; how many were attempted or dropped."""
         # Read before the claim: the lease is counted from here, never from later.
         started = time.monotonic()
         claimed_at = self.clock()
-        rows = self.leases.claim_due(claimed_at, claimed_at + self.lease, self.holder, limit)
+        rows = self.leases.claim_due(
+            claimed_at, claimed_at + self.lease, self.holder, self.round_size(limit)
+        )
         if not rows:
             return 0
         # A POST is started only if it ends (a whole timeout) within the lease's first half:
@@ -374,6 +433,7 @@ class Dispatcher:
         # whatever happens to this process from here, the record never says less than
         # what may have been sent. A delivery no longer pending (settled or dropped since
         # the claim) is not posted, nor one whose start could not be recorded.
+        work = self.postable(work)
         attempts = self.start(ctx, [row for row, *_rest in work])
         work = [item for item in work if item[0].delivery_id in attempts]
         # In parallel across (endpoint, user) pairs; in log order within each, so that a
@@ -391,6 +451,7 @@ class Dispatcher:
 
         with ThreadPoolExecutor(max_workers=self.senders) as pool:
             list(pool.map(run_lane, lanes.values()))
+        self._observed(results)
         now = self.clock()
         # What to record on each delivery, as a function, so that it can be redone on a
         # fresh copy if the batch loses to another sender.

@@ -15,12 +15,12 @@ from uuid import UUID
 
 import pytest
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.engine.schema import teams, webhook_deliveries
+from healthledger.adapters.persistence.engine.schema import stored_events, teams, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher, PostResult, attempt_recorder
 from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.deliveries import WebhookDelivery
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from tests.receivers import Receiver, http_receiver
 
@@ -191,3 +191,49 @@ def test_a_lease_shorter_than_four_timeouts_is_refused(lease_settings: Settings)
             webhook_timeout=timedelta(seconds=15),
             webhook_lease=timedelta(seconds=59),
         )
+
+
+def withdrawn_attempts(svc: Service) -> int:
+    topic = WebhookDelivery.AttemptWithdrawn.TOPIC
+    with svc.db.read() as conn:
+        return int(
+            conn.execute(select(func.count()).where(stored_events.c.topic == topic)).scalar_one()
+        )
+
+
+def test_a_round_starts_only_what_it_has_time_to_post(
+    settings: Settings, clock: Clock, receiver: Receiver
+) -> None:
+    """A backlog to a slow receiver: once POSTs are timed, a round claims and starts only
+    what its senders can post before its time runs out, so no attempt is started and then
+    withdrawn (two events for nothing, which under a backlog made every round mostly
+    such pairs)."""
+    # A round may post for lease / 2 - timeout = 1 s; each POST takes 0.3 s.
+    paced = settings.model_copy(
+        update={"webhook_lease": timedelta(seconds=4), "webhook_timeout": timedelta(seconds=1)}
+    )
+    svc = build_service(paced, clock=clock)
+    try:
+        svc.bootstrap()
+        receiver.slow_seconds = 0.3
+        queue_deliveries(svc, receiver, users=6, path="slow")
+        queued = len(delivery_rows(svc))
+        dispatcher = svc.dispatcher
+        dispatcher.senders = 1
+        # The first round knows no pace: it starts all it claimed, posts what fits in its
+        # second and withdraws the rest.
+        first = dispatcher.send_due()
+        assert 0 < first < queued
+        withdrawn = withdrawn_attempts(svc)
+        assert withdrawn > 0
+        assert dispatcher.post_seconds is not None and dispatcher.post_seconds >= 0.3
+        paced_round = dispatcher.round_size(500)
+        assert paced_round < queued - first  # a backlog bigger than a round
+        while dispatcher.send_due():
+            pass
+        assert withdrawn_attempts(svc) == withdrawn, "a paced round withdrew a started attempt"
+        posts = posts_by_message(receiver)
+        assert len(posts) == queued and set(posts.values()) == {1}
+        assert {(r.status, r.attempts) for r in delivery_rows(svc)} == {("succeeded", 1)}
+    finally:
+        svc.close()
