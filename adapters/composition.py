@@ -17,6 +17,8 @@ from uuid import UUID
 
 import httpx
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+from healthledger.adapters.answers.continuous_queries import ContinuousQueryRunner
+from healthledger.adapters.answers.health_queries import HealthQueries
 from healthledger.adapters.answers.orders import OrderAnswers
 from healthledger.adapters.brokers.publisher import EventPublisher
 from healthledger.adapters.outbound import tls_context
@@ -33,6 +35,7 @@ from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.eventstore.redaction import Redactor
 from healthledger.adapters.persistence.eventstore.repository import KnownCurrentRepository
 from healthledger.adapters.persistence.eventstore.sealed_facts import StoredKeys
+from healthledger.adapters.persistence.health_data.batches import HealthDataBatches
 from healthledger.adapters.persistence.health_data.conversion import convert_stored_days
 from healthledger.adapters.persistence.health_data.known_reads import USER_DATA, KnownReads
 from healthledger.adapters.persistence.health_data.sessions import index_stored_sessions
@@ -64,6 +67,7 @@ from healthledger.adapters.persistence.projections.orders import fill_interpreta
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.projections.users import seal_client_user_ids
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
+from healthledger.adapters.persistence.queries.continuous_queries import ContinuousQueryStore
 from healthledger.adapters.persistence.queries.deletion_cascade import deletion_targets
 from healthledger.adapters.persistence.queries.directory import TeamQueries, UserQueries
 from healthledger.adapters.persistence.queries.event_destinations import EventDestinationQueries
@@ -848,6 +852,13 @@ def build_service(
         revoke_grants=GrantRevocations(provider_tokens, adapter_for, clock).revoke_due,
         run_due_imports=partial(run_due_imports, imports),
         run_due_bulk_operations=lambda: bulk_operations.run_due(team_queries.team_ids()),
+        run_due_continuous_queries=ContinuousQueryRunner(
+            ContinuousQueryStore(db),
+            HealthQueries(HealthDataBatches(db, key_store), list(catalog), clock),
+            key_store,
+            team_queries.source_priorities,
+            clock,
+        ).run_due,
         **integrity_check_job(
             settings, db, chain, anchor_file, read_models, recorder, ledger, clock
         ),

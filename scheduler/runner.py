@@ -74,6 +74,9 @@ class Jobs:
     # Bulk operations still in progress resumed where they stopped
     # (domain/connections/bulk_operations.py): the number run.
     run_due_bulk_operations: Callable[[], int] = lambda: 0
+    # Continuous queries whose next run is due, run (adapters/answers/continuous_queries.py):
+    # the number of runs ended.
+    run_due_continuous_queries: Callable[[], int] = lambda: 0
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ class Intervals:
     grant_revocation: timedelta = timedelta(seconds=30)
     # How often bulk operations left in progress (a restart, no wait) are resumed.
     bulk_operations: timedelta = timedelta(seconds=30)
+    # How often due runs of continuous queries are looked for: a registration's first run
+    # and each next one start at most this late (their tasks say when they were due).
+    continuous_queries: timedelta = timedelta(seconds=30)
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -137,6 +143,11 @@ class LedgerScheduler(BackgroundScheduler):
             ("daily-sync", intervals.daily_sync, jobs.sync_connected_feeds),
             ("deprecation-cut-overs", intervals.deprecation_cut_overs, jobs.apply_cut_overs),
             ("bulk-operations", intervals.bulk_operations, jobs.run_due_bulk_operations),
+            (
+                "continuous-queries",
+                intervals.continuous_queries,
+                jobs.run_due_continuous_queries,
+            ),
         ):
             self.every(job_id, interval, work)
         if intervals.master_key_rotation is not None:

@@ -96,6 +96,9 @@ LOOKED_AT = {
     "health_data": "rows of pulled health data",
     "session_index": "the index of the user's sleeps and workouts by their ids",
     "provider_tokens": "the maker's tokens of the user's OAuth connections",
+    "continuous_queries": "the team's continuous queries of the user and their latest "
+    "results (sealed)",
+    "continuous_query_tasks": "the runs of those queries",
     QUEUED_DELIVERIES: f"webhook deliveries about the user still queued ({USER_ERASED} aside)",
 }
 # Events of the user's streams read per query.
@@ -699,7 +702,14 @@ def _categories(
                 "the pulled health data: rows of one day of one resource, sealed",
                 health_held,
                 None,
-                ("health_data", "session_index", "read_model:resource_feeds", "user_data_key"),
+                (
+                    "health_data",
+                    "session_index",
+                    "read_model:resource_feeds",
+                    "continuous_queries",
+                    "continuous_query_tasks",
+                    "user_data_key",
+                ),
                 checks,
                 counted,
             ),

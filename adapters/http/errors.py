@@ -18,6 +18,12 @@ from healthledger.adapters.printing import PdfUnavailable
 from healthledger.domain import errors
 from healthledger.domain.connections.connection import AlreadyConnected, NotConnected
 from healthledger.domain.connections.imports import ImportNotFound
+from healthledger.domain.health_queries.continuous import (
+    ContinuousQueryNotFound,
+    ContinuousQuerySlugTaken,
+    NoResultYet,
+    TooManyContinuousQueries,
+)
 from healthledger.domain.labs.appointments import (
     AppointmentConflict,
     AppointmentNotFound,
@@ -97,6 +103,10 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     ResultNotAttachable: 409,
     ResultTestRunNotFound: 404,
     HarnessNotInSandbox: 400,
+    ContinuousQueryNotFound: 404,
+    ContinuousQuerySlugTaken: 409,
+    TooManyContinuousQueries: 409,
+    NoResultYet: 404,
 }
 
 

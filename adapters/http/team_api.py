@@ -18,6 +18,7 @@ from healthledger.adapters.http import (
     bulk_operations,
     cholesterol,
     connections,
+    continuous_queries,
     deletion_reports,
     imports,
     introspection,
@@ -63,6 +64,7 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(summaries.router)
     routes.include_router(session_streams.router)
     routes.include_router(aggregate_query.router)
+    routes.include_router(continuous_queries.router)
     routes.include_router(users.router)
     routes.include_router(connections.router)
     routes.include_router(link_tokens.router)

@@ -59,6 +59,8 @@ ERASURE_REMOVES = [
     "health_data",
     "session_index",
     "provider_tokens",
+    "continuous_queries",
+    "continuous_query_tasks",
     "webhook_deliveries:queued",
 ]
 QUEUED_DELIVERIES = "webhook_deliveries:queued"

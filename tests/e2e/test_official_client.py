@@ -293,6 +293,17 @@ SERVED: list[tuple[str, str, str]] = [
     ("introspect.get_user_historical_pulls", "GET", "/v2/introspect/historical_pull"),
     # The aggregate query (tests/e2e/test_official_client_aggregate.py drives it).
     ("aggregate.query_one", "POST", "/aggregate/v1/user/{user_id}/query"),
+    # Continuous queries (tests/e2e/test_official_clients_continuous_queries.py).
+    (
+        "aggregate.get_result_table_for_continuous_query",
+        "GET",
+        "/aggregate/v1/user/{user_id}/continuous_query/{query_id_or_slug}/result_table",
+    ),
+    (
+        "aggregate.get_task_history_for_continuous_query",
+        "GET",
+        "/aggregate/v1/user/{user_id}/continuous_query/{query_id_or_slug}/task_history",
+    ),
     # Summaries (tests/e2e/test_official_client_health_data.py drives them).
     ("sleep.get", "GET", "/v2/summary/sleep/{user_id}"),
     ("activity.get", "GET", "/v2/summary/activity/{user_id}"),

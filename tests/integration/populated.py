@@ -20,7 +20,9 @@ from healthledger.adapters.persistence.engine.schema import (
     provider_tokens,
     stored_events,
 )
+from healthledger.adapters.persistence.queries.continuous_queries import ContinuousQueryStore
 from healthledger.domain.context import CommandContext
+from healthledger.domain.health_queries.continuous import ContinuousQueryDefinition
 from healthledger.domain.labs.ordering import OrderRequest
 from healthledger.domain.labs.patients import PatientAddress, PatientDetails
 from healthledger.domain.users.user import User
@@ -56,8 +58,8 @@ def make_user_with_personal_data(service: Service, team: Team, ctx: CommandConte
 
 def make_user_with_everything(service: Service, team: Team, ctx: CommandContext, name: str) -> User:
     """A user with demographics, a birth date, a connection and its pulls (health data,
-    resource feeds), two link tokens, a maker's tokens left behind and webhook deliveries
-    queued about it."""
+    resource feeds), two link tokens, a maker's tokens left behind, a continuous query run
+    once and webhook deliveries queued about it."""
     user = make_user_with_personal_data(service, team, ctx) if name == "erase-me" else None
     if user is None:
         user = service.users.create_user(
@@ -77,9 +79,27 @@ def make_user_with_everything(service: Service, team: Team, ctx: CommandContext,
             ctx, team.team_id, "sandbox", user_id=user.id, redirect_url="https://app.example/back"
         )
     leave_provider_tokens(service, team, user.id)
+    register_a_continuous_query(service, team, user.id)
     place_an_order(service, team, ctx, user.id)
     service.dispatcher.follow()  # deliveries queued, never sent (no sender runs here)
     return user
+
+
+def register_a_continuous_query(service: Service, team: Team, user_id: uuid.UUID) -> None:
+    """A continuous query of the user, run once: its row holds the result sealed with the
+    user's key, its tasks the run ended and the next one scheduled (ADR 0044)."""
+    definition = ContinuousQueryDefinition.model_validate(
+        {
+            "slug": "glucose_count",
+            "past": {"value": 90, "unit": "day"},
+            "interval_minutes": 60,
+            "query": {
+                "select": [{"func": "count", "arg": {"timeseries": "glucose", "field": "value"}}]
+            },
+        }
+    )
+    ContinuousQueryStore(service.db).create(team.team_id, user_id, definition, service.clock())
+    assert service.jobs.run_due_continuous_queries() >= 1
 
 
 def place_an_order(service: Service, team: Team, ctx: CommandContext, user_id: uuid.UUID) -> None:

@@ -378,6 +378,8 @@ def test_an_erased_user_shows_its_erasure_the_checks_again_and_the_horizon(
         "provider_tokens",
         "session_index",
         "snapshots",
+        "continuous_queries",
+        "continuous_query_tasks",
         "webhook_deliveries:queued",
     }
     assert all(c["passed"] and c["found"] == 0 for c in checks.values())

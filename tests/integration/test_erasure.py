@@ -78,6 +78,8 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "health_data",
             "session_index",
             "provider_tokens",
+            "continuous_queries",
+            "continuous_query_tasks",
             "webhook_deliveries:queued",
         }
         assert rows(svc, user_data_keys, user_id=user.id) == 0
@@ -271,6 +273,8 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
     erasure's own query), and the deliveries still queued about it."""
     from healthledger.adapters.persistence.engine.schema import (
         connections,
+        continuous_queries,
+        continuous_query_tasks,
         link_tokens,
         orders,
         provider_tokens,
@@ -290,6 +294,8 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         "health_data": rows(service, health_data, user_id=user_id),
         "session_index": rows(service, session_index, user_id=user_id),
         "provider_tokens": rows(service, provider_tokens, user_id=user_id),
+        "continuous_queries": rows(service, continuous_queries, user_id=user_id),
+        "continuous_query_tasks": rows(service, continuous_query_tasks, user_id=user_id),
         "webhook_deliveries:queued": rows(
             service, webhook_deliveries, user_id=user_id, status="pending"
         ),

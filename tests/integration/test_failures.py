@@ -100,5 +100,7 @@ def test_erased_says_only_what_it_removed(
         "health_data": 0,
         "session_index": 0,
         "provider_tokens": 0,
+        "continuous_queries": 0,
+        "continuous_query_tasks": 0,
         "webhook_deliveries:queued": 0,
     }

@@ -705,6 +705,50 @@ stream_owners = Table(
     sqlite_with_rowid=False,
 )
 
+# Continuous queries (issue 34, ADR 0044): an aggregate query a team registers for one of
+# its users, run again every `interval_minutes` by the scheduler. Not a read model: the log
+# does not hold them. The latest result is health data: sealed with the user's key
+# (`sealed_result`), and the rows go with the user's erasure.
+continuous_queries = Table(
+    "continuous_queries",
+    metadata,
+    Column("query_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("user_id", Uuid, nullable=False),
+    Column("slug", String(64), nullable=False),
+    # The query without its anchor (domain/health_queries/continuous.py): the team's text.
+    Column("definition", JSON, nullable=False),
+    Column("interval_minutes", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("sealed_result", Text),
+    Column("result_at", UTCDateTime),
+    UniqueConstraint("user_id", "slug", name="uq_continuous_queries_user_slug"),
+    Index("ix_continuous_queries_team_user", "team_id", "user_id"),
+)
+
+# Each run of a continuous query (a task), and the queue of runs: the next one waits as
+# `scheduled` until its `scheduled_at`; a worker leases it (`holder`, `lease_expires_at`)
+# while it runs, and another takes it over once the lease has passed (a process that died).
+# Ids, states and times only; `error_details` says what went wrong in our words.
+continuous_query_tasks = Table(
+    "continuous_query_tasks",
+    metadata,
+    Column("task_id", Uuid, primary_key=True),
+    Column("query_id", Uuid, nullable=False),
+    Column("user_id", Uuid, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("scheduled_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime),
+    Column("ended_at", UTCDateTime),
+    Column("error_details", Text),
+    Column("holder", String(64)),
+    Column("lease_expires_at", UTCDateTime),
+    # The worker's selection of due tasks; a query's history, newest first.
+    Index("ix_continuous_query_tasks_due", "status", "scheduled_at"),
+    Index("ix_continuous_query_tasks_query", "query_id", "scheduled_at"),
+    Index("ix_continuous_query_tasks_user", "user_id"),
+)
+
 READ_MODEL_TABLES = (
     users,
     pending_erasures,

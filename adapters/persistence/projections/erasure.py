@@ -23,6 +23,8 @@ from uuid import UUID
 from eventsourcing.domain import DomainEventProtocol
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
+    continuous_queries,
+    continuous_query_tasks,
     health_data,
     metadata,
     provider_tokens,
@@ -86,6 +88,10 @@ DELETED: dict[str, Column[Any]] = {
     "session_index": session_index.c.user_id,
     # The maker's tokens of the user's OAuth connections (sealed with its key; ADR 0022).
     "provider_tokens": provider_tokens.c.user_id,
+    # The team's continuous queries of the user (their latest result sealed with its key)
+    # and their runs (ADR 0044).
+    "continuous_queries": continuous_queries.c.user_id,
+    "continuous_query_tasks": continuous_query_tasks.c.user_id,
     "snapshots": snapshots.c.originator_id,
     "user_data_key": user_data_keys.c.user_id,
 }
