@@ -88,7 +88,8 @@ class NoticeReceipt(Audited, created_event_name="Received"):
 
         TOPIC = "healthledger:NoticeReceipt.Received.v1"
         ANNOUNCES = ()
-        SUPERSEDED_BY = "healthledger:NoticeReceipt.Received.v2"
+        # Straight to the newest: a v1 record redacted now seals its window too.
+        SUPERSEDED_BY = "healthledger:NoticeReceipt.Received.v3"
         user_id: UUID
         team_id: UUID
         connection_id: UUID
@@ -99,14 +100,39 @@ class NoticeReceipt(Audited, created_event_name="Received"):
         end: date
         deauthorized: bool
 
-    class Received(Event, Aggregate.Created):
-        """The maker told us; what it named, in our words (never its account id). The
-        maker and the resources (a glucose monitor's glucose) are stored sealed with the
-        user's key (SEALED_FACTS, ADR 0032)."""
+    class ReceivedV2(Event, Aggregate.Created):
+        """The maker told us, as recorded before the notice's window was sealed (the
+        maker and the resources sealed, the days in clear). Recorded no more; the
+        service's start redacts those stored into `Received` (revision 0035)."""
 
         TOPIC = "healthledger:NoticeReceipt.Received.v2"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:NoticeReceipt.Received.v3"
         SEALED_FACTS = {"provider": ERASED_PLACEHOLDER, "resources": []}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
+        user_id: UUID
+        team_id: UUID
+        connection_id: UUID
+        provider: str
+        resources: list[str]
+        start: date
+        end: date
+        deauthorized: bool
+
+    class Received(Event, Aggregate.Created):
+        """The maker told us; what it named, in our words (never its account id). The
+        maker, the resources (a glucose monitor's glucose) and the window (on which days
+        the person had data) are stored sealed with the user's key (SEALED_FACTS, ADR
+        0032): once the key is gone, the window reads None."""
+
+        TOPIC = "healthledger:NoticeReceipt.Received.v3"
+        ANNOUNCES = ()
+        SEALED_FACTS = {
+            "provider": ERASED_PLACEHOLDER,
+            "resources": [],
+            "start": None,
+            "end": None,
+        }
         PERSONAL_FIELDS = tuple(SEALED_FACTS)
         user_id: UUID
         team_id: UUID
@@ -179,8 +205,8 @@ class NoticeReceipt(Audited, created_event_name="Received"):
         connection_id: UUID,
         provider: str,
         resources: list[str],
-        start: date,
-        end: date,
+        start: date | None,
+        end: date | None,
         deauthorized: bool,
     ) -> None:
         """From the Received event's fields, at `receive` and on every replay."""
@@ -189,6 +215,7 @@ class NoticeReceipt(Audited, created_event_name="Received"):
         self.connection_id = connection_id
         self.provider = provider
         self.resources = list(resources)
+        # None once the user's key is gone (sealed): such a notice is synced no more.
         self.start = start
         self.end = end
         self.deauthorized = deauthorized
@@ -336,6 +363,8 @@ class MakerNotices:
             return self._end_connection(ctx, receipt, connection)
         if not isinstance(connection, Connection) or not connection.is_pulling:
             return self._handled(ctx, receipt, NOT_PULLING)
+        if receipt.start is None or receipt.end is None:
+            return self._handled(ctx, receipt, NOT_PULLING)  # the user's key is gone
         resources = receipt.resources or sorted(connection.resource_availability)
         delivery = self._delivery(receipt)
         if receipt.sealed_delivery is not None and delivery is None:

@@ -578,14 +578,16 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     live = shown(everything())
     # A Garmin push's records (ADR 0034) need a maker's sign-in, not a demo device:
     # test_garmin.py shows them sealed into the notice's receipt and gone with the user.
-    # A maker's notice likewise: test_oura_webhooks.py shows its receipt's maker and
-    # resources sealed in the user's audit (ADR 0032).
+    # A maker's notice likewise: test_oura_webhooks.py shows its receipt's maker,
+    # resources and window sealed in the user's audit (ADR 0032).
     # An unmatched lab result's fields (ADR 0040) are sealed with its own key, not a
     # user's or the team's: test_an_unmatched_results_audit_shows_it_sealed_until_decided.
     elsewhere = {
         ("NoticeReceipt.Delivered", "sealed_delivery"),
         ("NoticeReceipt.Received", "provider"),
         ("NoticeReceipt.Received", "resources"),
+        ("NoticeReceipt.Received", "start"),
+        ("NoticeReceipt.Received", "end"),
         *UNMATCHED_SEALED,
     }
     assert set(live) == sealed_fields() - elsewhere, "every sealed field is covered"

@@ -226,6 +226,7 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
             Connection.ReconnectedV1.TOPIC,
             ResourceFeed.CreatedV1.TOPIC,
             NoticeReceipt.ReceivedV1.TOPIC,
+            NoticeReceipt.ReceivedV2.TOPIC,
             WebhookDelivery.CreatedV1.TOPIC,
             ResourceFeed.PullScheduledV1.TOPIC,
             ResourceFeed.PullSucceededV1.TOPIC,
@@ -237,6 +238,7 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
     assert superseded[Connection.ReconnectedV1.TOPIC] == Connection.Reconnected.TOPIC
     assert superseded[ResourceFeed.CreatedV1.TOPIC] == ResourceFeed.Created.TOPIC
     assert superseded[NoticeReceipt.ReceivedV1.TOPIC] == NoticeReceipt.Received.TOPIC
+    assert superseded[NoticeReceipt.ReceivedV2.TOPIC] == NoticeReceipt.Received.TOPIC
     assert superseded[WebhookDelivery.CreatedV1.TOPIC] == WebhookDelivery.Created.TOPIC
     assert superseded[ResourceFeed.PullScheduledV1.TOPIC] == ResourceFeed.PullScheduled.TOPIC
     assert superseded[ResourceFeed.PullSucceededV1.TOPIC] == ResourceFeed.PullSucceeded.TOPIC

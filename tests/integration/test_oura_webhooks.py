@@ -233,8 +233,8 @@ def test_a_notification_syncs_its_window_and_announces_each_change_once(
     assert oura.data_requests() == []
     notices = notice_streams(svc)
     assert len(notices) == 6 and {n.status for n in notices} == {"received"}
-    # Stored with the maker and the resources sealed, by an unnamed maker (ADR 0032): the
-    # user's audit shows them as sealed values.
+    # Stored with the maker, the resources and the window sealed, by an unnamed maker
+    # (ADR 0032): the user's audit shows them as sealed values.
     with svc.db.read() as conn:
         states = [
             bytes(state)
@@ -244,11 +244,16 @@ def test_a_notification_syncs_its_window_and_announces_each_change_once(
         ]
     assert len(states) == 6
     assert not [s for s in states if b'"provider"' in s or b'"resources"' in s or b"oura" in s]
+    # The window too (revision 0035): the notice's days are in no receipt in clear.
+    assert not [s for s in states if b'"start"' in s or str(day).encode() in s]
     audit = user_audit(svc, uuid.UUID(str(user_id))).entries
     received = [e for e in audit if e.event == "NoticeReceipt.Received"]
     assert len(received) == 6 and {e.actor for e in received} == {"maker"}
-    shown = {(e.changes["provider"], e.changes["resources"]) for e in received}
-    assert shown == {(SEALED_PLACEHOLDER, SEALED_PLACEHOLDER)}
+    shown = {
+        (e.changes["provider"], e.changes["resources"], e.changes["start"], e.changes["end"])
+        for e in received
+    }
+    assert shown == {(SEALED_PLACEHOLDER,) * 4}
     svc.jobs.run_due_pulls()
     assert {n.status for n in notice_streams(svc)} == {"handled"}
     # Only the window was read: the notice's two days (a day more each side for samples).

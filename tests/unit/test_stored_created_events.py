@@ -1378,8 +1378,9 @@ def test_factories_that_draw_fresh_ids_found_what_their_constructors_found() -> 
 
 
 def test_a_makers_notice_is_stored_with_the_maker_and_resources_sealed() -> None:
-    # A notice's receipt names the maker and the resources (a glucose monitor's glucose):
-    # stored sealed, recorded by an unnamed maker (ADR 0032); it reads back as recorded.
+    # A notice's receipt names the maker, the resources (a glucose monitor's glucose) and
+    # the days: stored sealed, recorded by an unnamed maker (ADR 0032); it reads back as
+    # recorded.
     ctx = CommandContext(actor=MAKER_ACTOR, request_id="req-notice")
     receipt = NoticeReceipt.new(
         ctx,
@@ -1396,8 +1397,10 @@ def test_a_makers_notice_is_stored_with_the_maker_and_resources_sealed() -> None
     )
     (event,) = receipt.collect_events()
     record = SEALING_MAPPER.to_stored_event(event)
-    assert record.topic == "healthledger:NoticeReceipt.Received.v2"
+    assert record.topic == "healthledger:NoticeReceipt.Received.v3"
     state = json.loads(record.state)
-    assert not {"provider", "resources"} & set(state) and state["actor"] == "maker"
+    # The window too (revision 0035): which days the person had data at the maker.
+    assert not {"provider", "resources", "start", "end"} & set(state)
+    assert state["actor"] == "maker"
     assert b"dexcom" not in record.state.replace(b"sealed:", b"").split(b'"sealed_facts"')[0]
     assert loaded(SEALING_MAPPER, record).mutate(None) == receipt

@@ -13,7 +13,8 @@ Old versions handled: `Order.CreatedV1` (its lab test's id, name and markers in 
 `Connection.CreatedV1`, `Connection.ReconnectedV1` and `ResourceFeed.CreatedV1` (the
 provider, resource availability and resource in clear: revision 0022, ADR 0032);
 `NoticeReceipt.ReceivedV1` (the maker and the resources a notice named, and the maker in
-its actor: revision 0023); `WebhookDelivery.CreatedV1` (the event type in clear: revision
+its actor: revision 0023), `NoticeReceipt.ReceivedV2` (a notice's window in clear:
+revision 0035); `WebhookDelivery.CreatedV1` (the event type in clear: revision
 0028); `ResourceFeed.PullScheduledV1`, `PullSucceededV1` and `DailySyncedV1` (a pull's
 window, its oldest and newest day, a sync's days: revision 0034; they name no user, the
 stream's owner is given).
@@ -45,7 +46,10 @@ from healthledger.adapters.persistence.eventstore.redaction import (
     Redactor,
     Replacement,
 )
-from healthledger.adapters.persistence.eventstore.sealed_facts import sealed_facts_of
+from healthledger.adapters.persistence.eventstore.sealed_facts import (
+    SEALED_FACTS_FIELD,
+    sealed_facts_of,
+)
 from healthledger.domain.audited import Audited
 from healthledger.domain.connections.connection import Connection as ProviderConnection
 from healthledger.domain.connections.notice_intake import MAKER_ACTOR, NoticeReceipt
@@ -152,6 +156,10 @@ def sealed_facts_successor(
     assert isinstance(old, Audited.Event)
     successor = resolve_topic(type(old).SUPERSEDED_BY or "")
     state = dict(vars(old))
+    # An old version that sealed some facts already (a notice's receipt of version 2):
+    # its facts were opened above (the placeholder once the key is gone), and the
+    # successor's mapper seals them again with the rest.
+    state.pop(SEALED_FACTS_FIELD, None)
     if "user_id" not in state:
         # A reconnection (or a feed's pull or sync) of version 1 names no user: the
         # stream's owner.
@@ -221,6 +229,7 @@ SUCCESSORS = {
     ResourceFeed.PullSucceededV1.TOPIC: sealed_facts_successor,
     ResourceFeed.DailySyncedV1.TOPIC: sealed_facts_successor,
     NoticeReceipt.ReceivedV1.TOPIC: sealed_facts_successor,
+    NoticeReceipt.ReceivedV2.TOPIC: sealed_facts_successor,
     WebhookDelivery.CreatedV1.TOPIC: sealed_facts_successor,
 }
 

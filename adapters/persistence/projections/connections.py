@@ -432,8 +432,9 @@ NOTICE_HANDLED = CompiledStatement(
 )
 
 
-@handles(NoticeReceipt.Received)
-def notice_received(conn: Connection, e: NoticeReceipt.Received) -> None:
+# A v2 receipt read before the start redacts it (a rebuild of a database not started yet).
+@handles(NoticeReceipt.Received, NoticeReceipt.ReceivedV2)
+def notice_received(conn: Connection, e: NoticeReceipt.Received | NoticeReceipt.ReceivedV2) -> None:
     INSERT_NOTICE.execute(
         conn,
         {
