@@ -56,7 +56,11 @@ from healthledger.adapters.webhooks.dispatcher import (
 )
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.ledger import Clock
-from healthledger.domain.webhooks.deliveries import DELIVERY_TIMEOUT, FAILING_TOO_LONG
+from healthledger.domain.webhooks.deliveries import (
+    DELIVERY_TIMEOUT,
+    FAILING_TOO_LONG,
+    WebhookDelivery,
+)
 from healthledger.domain.webhooks.event_destination_management import (
     BrokerTarget,
     EventDestinations,
@@ -167,7 +171,10 @@ class EventPublisher:
             self.dispatcher.record(records)
             self._disable_if_failing_too_long(ctx, destination_id, failed.error)
             return 1 + len(dropped)
-        attempts = self.dispatcher.start(ctx, [row for row, _message in work])
+        # The deliveries as their starts saved them: the outcomes are recorded on them,
+        # not on copies read again (two queries and every stream decoded, per round).
+        started: dict[UUID, WebhookDelivery] = {}
+        attempts = self.dispatcher.start(ctx, [row for row, _message in work], started)
         work = [(row, message) for row, message in work if row.delivery_id in attempts]
         outcomes = self._send(target, client, [message for _row, message in work], deadline)
         now = self.clock()
@@ -183,7 +190,7 @@ class EventPublisher:
             if outcome.failure is not None:
                 failures.append(outcome.failure)
         records.extend((row, drop_recorder(ctx, now, reason)) for row, reason in dropped)
-        self.dispatcher.record(records)
+        self.dispatcher.record(records, started)
         if any(failure.connection_lost for failure in failures):
             self._forget(destination_id)
         if failures:

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,6 +34,7 @@ from eventsourcing.persistence import IntegrityError, Tracking
 from healthledger.adapters.outbound import retry_after, tls_context
 from healthledger.adapters.persistence.engine.schema import team_api_keys, users
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.eventstore.sealed_facts import keys_preloaded
 from healthledger.adapters.persistence.leases.webhook_deliveries import DeliveryLeases
 from healthledger.adapters.persistence.queries.webhooks import WebhookQueries
 from healthledger.adapters.webhooks.destinations import (
@@ -240,7 +241,9 @@ class Dispatcher:
                     )
                 )
         try:
-            self.ledger.save(*deliveries, tracking=Tracking(TRACKING_NAME, upto))
+            # Each delivery's type sealed with its user's key, the round's keys read once.
+            with keys_preloaded(self.ledger.mapper, people):
+                self.ledger.save(*deliveries, tracking=Tracking(TRACKING_NAME, upto))
         except IntegrityError:
             return 0  # another dispatcher recorded this stretch of the log first
         return len(notifications) or 1
@@ -514,33 +517,57 @@ class Dispatcher:
         wait = retry_after(response.headers.get("retry-after"), self.clock())
         return PostResult(code, latency, f"http_{code}", wait)
 
-    def start(self, ctx: CommandContext, rows: Sequence[Any]) -> dict[UUID, int]:
+    def start(
+        self,
+        ctx: CommandContext,
+        rows: Sequence[Any],
+        saved: dict[UUID, WebhookDelivery] | None = None,
+    ) -> dict[UUID, int]:
         """Record an attempt started on each of these deliveries that is still pending, in
         one transaction (one by one if it meets another writer); per delivery whose start
-        was recorded, the attempt's number. Only those may be posted."""
+        was recorded, the attempt's number. Only those may be posted. `saved`, if given,
+        gets those deliveries as saved: what `record(..., known=saved)` records the
+        outcomes on without reading them again."""
         if not rows:
             return {}
         now = self.clock()
         numbers: dict[UUID, int] = {}
+        recorded: dict[UUID, WebhookDelivery] = {}
 
         def record(delivery: WebhookDelivery) -> bool:
             if delivery.status != PENDING:
                 return False
             numbers[delivery.id] = delivery.start_attempt(ctx, now)
+            recorded[delivery.id] = delivery  # the last copy recorded on is the one saved
             return True
 
-        saved = self.record([(row, record) for row in rows])
-        return {delivery_id: numbers[delivery_id] for delivery_id in saved}
+        started = self.record([(row, record) for row in rows])
+        if saved is not None:
+            saved.update((delivery_id, recorded[delivery_id]) for delivery_id in started)
+        return {delivery_id: numbers[delivery_id] for delivery_id in started}
 
-    def record(self, records: Sequence[tuple[Any, Callable[[WebhookDelivery], bool]]]) -> set[UUID]:
+    def record(
+        self,
+        records: Sequence[tuple[Any, Callable[[WebhookDelivery], bool]]],
+        known: Mapping[UUID, WebhookDelivery] | None = None,
+    ) -> set[UUID]:
         """Record the batch in one transaction. If another writer recorded one of its
         deliveries meanwhile (a sender whose lease ran out, a redelivery, an erasure), each
         is recorded on its own, on a fresh copy, so that no POST made goes unrecorded. The
-        deliveries on which something was recorded."""
+        deliveries on which something was recorded. `known`: deliveries as this process
+        last saved them (`start`), recorded on as they are: one changed since by another
+        writer fails the batch's save (a version conflict), which then goes one by one."""
         batch = []
-        # The batch's deliveries in two queries (streams and snapshots), not one each: a
-        # round of a broker's publisher records hundreds at once (issue 35).
-        found = self.ledger.find_many([row.delivery_id for row, _record in records])
+        known = known or {}
+        # The batch's other deliveries in two queries (streams and snapshots), not one
+        # each: a round of a broker's publisher records hundreds at once (issue 35).
+        found: dict[UUID, Any] = dict(known)
+        missing = [row.delivery_id for row, _record in records if row.delivery_id not in known]
+        if missing:
+            # Their types opened with their users' keys, read once for the batch.
+            people = {row.user_id for row, _record in records if row.user_id is not None}
+            with keys_preloaded(self.ledger.mapper, people):
+                found.update(self.ledger.find_many(missing))
         for row, record in records:
             delivery = found.get(row.delivery_id)
             if isinstance(delivery, WebhookDelivery) and record(delivery):

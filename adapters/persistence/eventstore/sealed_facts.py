@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+from collections.abc import Collection, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -28,6 +31,7 @@ from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, Mapper, Store
 from healthledger.adapters.persistence.eventstore.transcoder import LedgerTranscoder
 from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher, canonical_json
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
+from sqlalchemy import select
 
 # The stored field that holds an event's sealed facts.
 SEALED_FACTS_FIELD = "sealed_facts"
@@ -139,14 +143,58 @@ class StoredKeys:
 
     def __init__(self, key_store: KeyStore) -> None:
         self.key_store = key_store
+        # A batch's users' keys read at once (`preloaded`), per thread.
+        self._batch = threading.local()
+
+    @contextmanager
+    def preloaded(self, user_ids: Collection[UUID]) -> Iterator[None]:
+        """Within it, on this thread, these users' facts are sealed and opened with their
+        keys read in one query, not one read (and unwrap) per event: a round of the
+        webhook outbox records, and a broker publisher's round loads, hundreds of
+        deliveries (issue 35). A user without a key (erased) seals and opens nothing, as
+        at a read per event made when the batch began."""
+        wanted = set(user_ids) - set(self.key_store.new_keys)
+        if not wanted or getattr(self._batch, "ciphers", None) is not None:
+            yield  # nothing to read, or within an outer batch (its keys stand)
+            return
+        keys = self.key_store.tables.keys
+        with self.key_store.db.read() as conn:
+            rows = conn.execute(
+                select(keys.c.user_id, keys.c.wrapped_key).where(keys.c.user_id.in_(wanted))
+            ).all()
+        ciphers: dict[UUID, UserCipher | None] = dict.fromkeys(wanted)
+        for row in rows:
+            ciphers[row.user_id] = self.key_store.cipher_of(row.user_id, bytes(row.wrapped_key))
+        self._batch.ciphers = ciphers
+        try:
+            yield
+        finally:
+            self._batch.ciphers = None
+
+    def _cipher(self, user_id: UUID) -> UserCipher | None:
+        new_key = self.key_store.new_keys.get(user_id)
+        if new_key is not None:
+            return UserCipher(user_id, new_key)
+        batch: dict[UUID, UserCipher | None] | None = getattr(self._batch, "ciphers", None)
+        if batch is not None and user_id in batch:
+            return batch[user_id]
+        return self.key_store.cipher(user_id)
 
     def seal_fact(self, user_id: UUID, value: Any) -> str | None:
-        new_key = self.key_store.new_keys.get(user_id)
-        cipher = UserCipher(user_id, new_key) if new_key else self.key_store.cipher(user_id)
+        cipher = self._cipher(user_id)
         return None if cipher is None else cipher.seal(value)
 
     def open_fact(self, user_id: UUID, sealed: str) -> Any | None:
-        new_key = self.key_store.new_keys.get(user_id)
-        if new_key is not None:
-            return UserCipher(user_id, new_key).open(sealed)
-        return self.key_store.open(user_id, sealed)
+        cipher = self._cipher(user_id)
+        return None if cipher is None else cipher.open(sealed)
+
+
+def keys_preloaded(
+    mapper: Mapper[UUID], user_ids: Collection[UUID]
+) -> AbstractContextManager[None]:
+    """`StoredKeys.preloaded` of a ledger's mapper (nothing for one without stored keys:
+    a bare test ledger, the receiver's mirror)."""
+    facts = getattr(mapper, "facts", None)
+    if isinstance(facts, StoredKeys):
+        return facts.preloaded(user_ids)
+    return nullcontext()
