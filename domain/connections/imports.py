@@ -44,7 +44,11 @@ from healthledger.domain.connections.resource_feeds import (
     IN_PROGRESS,
     ResourceFeed,
 )
-from healthledger.domain.connections.sessions import SESSION_RESOURCES, session_changes
+from healthledger.domain.connections.sessions import (
+    SESSION_RESOURCES,
+    days_created_by,
+    session_changes,
+)
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.errors import LedgerError
 from healthledger.domain.ledger import Clock, Ledger
@@ -579,13 +583,17 @@ class Imports:
             return None
         if resource in SESSION_RESOURCES:
             changed = sorted(stored.created | stored.updated)
-            for change in session_changes(resource, stored.before, stored.after, changed):
+            changes = session_changes(resource, stored.before, stored.after, changed)
+            # Each new day counted once, by its first new session (not once per session).
+            counts = days_created_by(changes, stored.created)
+            for change, days in zip(changes, counts, strict=True):
                 feed.synced(
                     ctx,
                     now,
                     created_days=[change.day] if change.created else [],
                     updated_days=[] if change.created else [change.day],
                     session=change.key,
+                    days_created=days,
                 )
             return feed if feed.pending_events else None
         feed.synced(

@@ -47,7 +47,11 @@ from healthledger.domain.connections.resource_feeds import (
     SUCCESS,
     ResourceFeed,
 )
-from healthledger.domain.connections.sessions import SESSION_RESOURCES, session_changes
+from healthledger.domain.connections.sessions import (
+    SESSION_RESOURCES,
+    days_created_by,
+    session_changes,
+)
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.users.user import User
@@ -78,12 +82,15 @@ class _Synced:
     created_days: list[date]
     updated_days: list[date]
     session: str | None
+    # The days of the store it created, each counted by one event of the sync only.
+    days_created: int
 
     def fields(self) -> dict[str, Any]:
         return {
             "created_days": self.created_days,
             "updated_days": self.updated_days,
             "session": self.session,
+            "days_created": self.days_created,
         }
 
 
@@ -537,14 +544,22 @@ class Pulls:
                 created_days=[change.day] if change.created else [],
                 updated_days=[] if change.created else [change.day],
                 session=change.key,
+                days_created=days,
             )
-            for change in changes
+            for change, days in zip(changes, days_created_by(changes, stored.created), strict=True)
         ]
         if not changes:
             # A plain resource's days; or no session changed (one removed, or nothing):
             # the sync is recorded all the same, it is when the feed was last synced.
             created, updated = ([], []) if sessions else (stored.created, stored.updated)
-            recorded.append(_Synced(created_days=created, updated_days=updated, session=None))
+            recorded.append(
+                _Synced(
+                    created_days=created,
+                    updated_days=updated,
+                    session=None,
+                    days_created=len(created),
+                )
+            )
         for synced in recorded:
             feed.synced(ctx, now, **synced.fields())
         if not self._save(feed):
@@ -562,7 +577,12 @@ class Pulls:
         days it found changed are not: the writer that won stored the same days and
         recorded the changes it saw."""
         kept = [
-            _Synced(created_days=s.created_days, updated_days=[], session=s.session)
+            _Synced(
+                created_days=s.created_days,
+                updated_days=[],
+                session=s.session,
+                days_created=s.days_created,
+            )
             for s in recorded
             if s.created_days
         ]

@@ -413,7 +413,11 @@ class ResourceFeed(Audited, created_event_name="Created"):
         created_days: list[date],
         updated_days: list[date],
         session: str | None = None,
+        days_created: int | None = None,
     ) -> None:
+        """`days_created`: the days this sync created in the store that this event
+        counts (a session's event counts its day once: `sessions.days_created_by`); by
+        default the created days it names (whole days)."""
         self.record(
             ctx,
             now,
@@ -422,7 +426,7 @@ class ResourceFeed(Audited, created_event_name="Created"):
             created_days=created_days,
             updated_days=updated_days,
             session=session,
-            days_created=len(created_days),
+            days_created=len(created_days) if days_created is None else days_created,
         )
 
 

@@ -12,7 +12,7 @@ each announces one session (issue 17).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -62,4 +62,20 @@ def session_changes(
                 found.append(SessionChange(day, key, created=True))
             elif old[key] != item:
                 found.append(SessionChange(day, key, created=False))
+    return found
+
+
+def days_created_by(changes: Sequence[SessionChange], new_days: Collection[date]) -> list[int]:
+    """Per session change, in order, how many days of the store it created: 1 for the
+    first new session of a day the sync stored new, else 0. A sync records one event per
+    session, yet its count of created days (`DailySynced.days_created`, which the
+    deletion report sums after the days themselves are gone) must count days: two
+    workouts of a new day are one day, and a new workout on a day held before is none."""
+    counted: set[date] = set()
+    found = []
+    for change in changes:
+        first = change.created and change.day in new_days and change.day not in counted
+        if first:
+            counted.add(change.day)
+        found.append(1 if first else 0)
     return found
