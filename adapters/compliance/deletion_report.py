@@ -95,6 +95,7 @@ LOOKED_AT = {
     "read_model:orders": "the user's lab test orders (requisition data, results)",
     "health_data": "rows of pulled health data",
     "session_index": "the index of the user's sleeps and workouts by their ids",
+    "raw_payloads": "the makers' payloads as received, kept per pull",
     "provider_tokens": "the maker's tokens of the user's OAuth connections",
     "continuous_queries": "the team's continuous queries of the user and their latest "
     "results (sealed)",
@@ -705,6 +706,7 @@ def _categories(
                 (
                     "health_data",
                     "session_index",
+                    "raw_payloads",
                     "read_model:resource_feeds",
                     "continuous_queries",
                     "continuous_query_tasks",

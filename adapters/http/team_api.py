@@ -35,6 +35,7 @@ from healthledger.adapters.http import (
     orders,
     portal,
     providers,
+    raw_payloads,
     session_streams,
     source_priorities,
     summaries,
@@ -62,6 +63,8 @@ def team_routes() -> tuple[BaseRoute, ...]:
     # After the timeseries: `.../cholesterol/grouped` stays the generic grouped route.
     routes.include_router(cholesterol.router)
     routes.include_router(summaries.router)
+    # The makers' payloads as received (`*.get_raw`, docs/data.md#raw-payloads).
+    routes.include_router(raw_payloads.router)
     routes.include_router(session_streams.router)
     routes.include_router(aggregate_query.router)
     routes.include_router(continuous_queries.router)

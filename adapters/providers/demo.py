@@ -23,6 +23,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from uuid import UUID
 
+from healthledger.domain.connections import raw_payloads
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     CONNECTION_ERROR_TYPES,
@@ -181,6 +182,9 @@ class DemoProvider:
             payload = build(target, day, now)
             if payload:
                 found[day] = payload
+                # A demo device has no maker API: its raw payload (`*.get_raw`) is the
+                # record as the device generates it, one a day (docs/data.md#raw-payloads).
+                raw_payloads.record(f"demo:{target.resource}/{day.isoformat()}", payload)
             day += timedelta(days=1)
         return found
 

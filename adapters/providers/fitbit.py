@@ -51,11 +51,13 @@ from healthledger.adapters.providers.maker_api import (
     by_utc_day,
     cursor_pages,
     offset_seconds,
+    request_of,
     retry_after_header,
     scope_availability,
     utc_iso,
 )
 from healthledger.adapters.reference import ProviderEntry
+from healthledger.domain.connections import raw_payloads
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import OAuthClient, OAuthGrant, PullTarget
 
@@ -263,11 +265,14 @@ class _Session(MakerSession):
         key = (self.connection_id, self.now, "profile")
         found = self.reader.recent.get(key)
         if found is None:
-            answer = self.read("/1/user/-/profile.json")
+            with raw_payloads.answers_of() as read_from:
+                answer = self.read("/1/user/-/profile.json")
             found = answer.get("user") if isinstance(answer, dict) else None
             if not isinstance(found, dict):
                 raise TEXTS.broken()
-            self.reader.recent.put(key, found)
+            self.reader.recent.put(key, found, read_from)
+        else:
+            self.reader.recent.served_from(key)  # its answer is this resource's raw too
         return dict(found)
 
     def zone(self) -> tzinfo:
@@ -296,8 +301,10 @@ class _Session(MakerSession):
         answers = []
         for begin, stop, answer in kept:
             if begin <= first and last <= stop:
+                self._served(path, begin, stop, answer)
                 return [answer]
             if begin <= first <= stop:
+                self._served(path, begin, stop, answer)
                 answers = [answer]
                 first = stop + timedelta(days=1)
                 break
@@ -315,6 +322,12 @@ class _Session(MakerSession):
             answers.append(answer)
             first = stop + timedelta(days=1)
         return answers
+
+    def _served(self, path: str, begin: date, stop: date, answer: Any) -> None:
+        """A range read earlier in this pull serves the resource fetched now: its answer
+        is this resource's raw payload too (kept once per resource, by identity)."""
+        url = f"{self.reader.api_url}{path.format(start=begin.isoformat(), end=stop.isoformat())}"
+        raw_payloads.record(request_of(url, None), answer)
 
     def documents(self, kind: str, field: str, first: date, last: date) -> list[dict[str, Any]]:
         """The documents under `field` of a ranged endpoint's answers (a bare list when
@@ -354,6 +367,7 @@ class _Session(MakerSession):
         key = (self.connection_id, self.now, "activities/list")
         kept = self.reader.recent.get(key)
         if kept is not None and kept[0] <= first:
+            self.reader.recent.served_from(key)  # its pages are this resource's raw too
             return list(kept[1])
         api = self.reader.api_url
 
@@ -381,8 +395,9 @@ class _Session(MakerSession):
                 raise TEXTS.broken()
             return listed, pagination.get("next") or None
 
-        logs = cursor_pages(read, TEXTS)
-        self.reader.recent.put(key, (first, logs))
+        with raw_payloads.answers_of() as read_from:
+            logs = cursor_pages(read, TEXTS)
+        self.reader.recent.put(key, (first, logs), read_from)
         return logs
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
+from urllib.parse import urlencode, urlsplit
 from uuid import UUID
 
 import httpx
@@ -44,6 +45,7 @@ from healthledger.adapters.providers.oauth2 import (
     OAuth2Maker,
 )
 from healthledger.adapters.reference import ProviderEntry
+from healthledger.domain.connections import raw_payloads
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     OAuthClient,
@@ -78,30 +80,55 @@ class RecentReads:
     def __init__(self, size: int = 64) -> None:
         self.size = size
         self._reads: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        # The maker's answers each shared read was made of (raw_payloads.answers_of).
+        self._answers: dict[tuple[Any, ...], tuple[raw_payloads.RawAnswer, ...]] = {}
         self._lock = threading.Lock()
 
     def get(self, key: tuple[Any, ...]) -> Any | None:
         with self._lock:
             return self._reads.get(key)
 
-    def put(self, key: tuple[Any, ...], value: Any) -> None:
+    def put(
+        self, key: tuple[Any, ...], value: Any, answers: Sequence[raw_payloads.RawAnswer] = ()
+    ) -> None:
+        """`value` kept under `key`; `answers`: the maker's answers it was read from
+        (raw_payloads.answers_of), counted again by `served_from` for each resource the
+        value serves later."""
         with self._lock:
             self._reads[key] = value
+            if answers:
+                self._answers[key] = tuple(answers)
+            else:
+                self._answers.pop(key, None)
             self._reads.move_to_end(key)
             while len(self._reads) > self.size:
-                self._reads.popitem(last=False)
+                dropped, _ = self._reads.popitem(last=False)
+                self._answers.pop(dropped, None)
 
     def shared(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
         """What `read` answers (None too), read once for every caller of the same key.
         Two pulls racing on a key may both read: the later answer is kept, and either is
         right."""
         with self._lock:
-            if key in self._reads:
-                kept: T = self._reads[key]
-                return kept
-        found = read()
-        self.put(key, found)
+            hit = key in self._reads
+            kept: Any = self._reads[key] if hit else None
+            answers = self._answers.get(key, ())
+        if hit:
+            # The maker's answers it was read from serve this resource too (raw payloads).
+            raw_payloads.served(answers)
+            held: T = kept
+            return held
+        with raw_payloads.answers_of() as read_from:
+            found = read()
+        self.put(key, found, read_from)
         return found
+
+    def served_from(self, key: tuple[Any, ...]) -> None:
+        """The value under `key` (read with `get`) serves the resource fetched now: the
+        maker's answers it was read from are its raw payloads too."""
+        with self._lock:
+            answers = self._answers.get(key, ())
+        raw_payloads.served(answers)
 
 
 class MakerReader(OAuth2Maker):
@@ -282,9 +309,13 @@ class MakerSession:
         Raises ProviderError."""
         response = self.send("GET", url, params)
         try:
-            return response.json()
+            answer = response.json()
         except ValueError:
             raise self.texts.broken() from None
+        # The maker's payload as received, before any mapping (`*.get_raw`): kept, sealed,
+        # when the pull engine captures this fetch (domain/connections/raw_payloads.py).
+        raw_payloads.record(request_of(url, params), answer)
+        return answer
 
     def send(
         self,
@@ -358,6 +389,16 @@ def cursor_pages(
         seen.add(following)
         cursor = following
     raise texts.broken()
+
+
+def request_of(url: str, params: Mapping[str, str] | None) -> str:
+    """What a GET asked, as kept with its answer: the path and query, without the host
+    (the same request reads the same whatever the deployment's maker URL)."""
+    parts = urlsplit(url)
+    query = parts.query
+    if params:
+        query = "&".join(filter(None, [query, urlencode(sorted(params.items()))]))
+    return f"{parts.path}?{query}" if query else parts.path
 
 
 # -- mapping helpers ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any, Protocol
 from uuid import UUID
 
+from healthledger.domain.connections.raw_payloads import RawPull
 from healthledger.domain.errors import LedgerError
 
 
@@ -52,11 +53,17 @@ class StoredDay:
 
 class HealthDataStore(Protocol):
     def store(
-        self, user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
+        self,
+        user_id: UUID,
+        provider: str,
+        data: Mapping[str, Mapping[date, Any]],
+        raw: Mapping[str, RawPull] | None = None,
     ) -> dict[str, StoreResult]:
         """Upsert one payload per resource and day, in one transaction; per resource, the
-        days that were new and the days that changed. Raises UserDataGone for an erased
-        user."""
+        days that were new and the days that changed. `raw`: per resource, the maker's
+        answers the payloads were mapped from (raw_payloads.py), kept in the same
+        transaction in place of the earlier pulls of the days they cover. Raises
+        UserDataGone for an erased user."""
         ...
 
     def read(

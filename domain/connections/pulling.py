@@ -27,6 +27,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
+from healthledger.domain.connections import raw_payloads
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.deliveries import merged_day
 from healthledger.domain.connections.health_data import HealthDataStore, UserDataGone
@@ -329,16 +330,23 @@ class Pulls:
         for (range_start, range_end), group in windows.items():
             for start, end in pull_chunks(range_start, range_end):
                 found: dict[str, dict[date, Any]] = {}
-                for feed in group:
-                    if feed.id in errors:
-                        continue
-                    target = _target(feed, connection)
-                    try:
-                        found[feed.resource] = adapter.fetch(target, start, end, now, feed.attempts)
-                    except Exception as exc:
-                        errors[feed.id] = exc
+                # The maker's answers each fetch read, kept (sealed) with the days mapped
+                # from them, in the same transaction (raw_payloads.py).
+                with raw_payloads.capturing() as capture:
+                    for feed in group:
+                        if feed.id in errors:
+                            continue
+                        target = _target(feed, connection)
+                        try:
+                            with raw_payloads.fetching(feed.resource):
+                                found[feed.resource] = adapter.fetch(
+                                    target, start, end, now, feed.attempts
+                                )
+                        except Exception as exc:
+                            errors[feed.id] = exc
+                raw = capture.pulls(start, end, now, list(found))
                 try:
-                    self.store.store(connection.user_id, connection.provider, found)
+                    self.store.store(connection.user_id, connection.provider, found, raw)
                 except UserDataGone as exc:
                     for feed in group:
                         errors.setdefault(feed.id, exc)
@@ -499,9 +507,12 @@ class Pulls:
         start, end = start_day, end_day
         sessions = feed.resource in SESSION_RESOURCES
         target = _target(feed, connection)
+        raw = None
         try:
             if delivered is None:
-                found = self._adapter(connection).fetch(target, start, end, now, 1)
+                with raw_payloads.capturing() as capture, raw_payloads.fetching(feed.resource):
+                    found = self._adapter(connection).fetch(target, start, end, now, 1)
+                raw = capture.pulls(start, end, now, [feed.resource])
             else:  # a maker's delivery: only its days, merged into those stored
                 brought = {d: v for d, v in delivered(target, now).items() if start <= d <= end}
                 if not brought:
@@ -519,7 +530,7 @@ class Pulls:
                     day: merged_day(feed.resource, day, before.get(day), value)
                     for day, value in sorted(brought.items())
                 }
-            stored = self.store.store(feed.user_id, feed.provider, {feed.resource: found})[
+            stored = self.store.store(feed.user_id, feed.provider, {feed.resource: found}, raw)[
                 feed.resource
             ]
             adapter = self._adapter(connection)

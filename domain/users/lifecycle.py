@@ -58,6 +58,7 @@ ERASURE_REMOVES = [
     "read_model:orders",
     "health_data",
     "session_index",
+    "raw_payloads",
     "provider_tokens",
     "continuous_queries",
     "continuous_query_tasks",

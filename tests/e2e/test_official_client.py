@@ -314,6 +314,13 @@ SERVED: list[tuple[str, str, str]] = [
     ("sleep_cycle.get", "GET", "/v2/summary/sleep_cycle/{user_id}"),
     ("menstrual_cycle.get", "GET", "/v2/summary/menstrual_cycle/{user_id}"),
     ("electrocardiogram.get", "GET", "/v2/summary/electrocardiogram/{user_id}"),
+    # The makers' payloads as received (tests/e2e/test_official_clients_raw.py drives them).
+    ("sleep.get_raw", "GET", "/v2/summary/sleep/{user_id}/raw"),
+    ("activity.get_raw", "GET", "/v2/summary/activity/{user_id}/raw"),
+    ("workouts.get_raw", "GET", "/v2/summary/workouts/{user_id}/raw"),
+    ("body.get_raw", "GET", "/v2/summary/body/{user_id}/raw"),
+    ("profile.get_raw", "GET", "/v2/summary/profile/{user_id}/raw"),
+    ("devices.get_raw", "GET", "/v2/summary/devices/{user_id}/raw"),
     # A session's stream by its id (tests/e2e/test_official_clients_session_streams.py).
     ("sleep.get_stream_by_sleep_id", "GET", "/v2/timeseries/sleep/{sleep_id}/stream"),
     ("workouts.get_by_workout_id", "GET", "/v2/timeseries/workouts/{workout_id}/stream"),

@@ -21,6 +21,7 @@ from healthledger.adapters.persistence.engine.schema import (
     stored_events,
 )
 from healthledger.adapters.persistence.queries.continuous_queries import ContinuousQueryStore
+from healthledger.domain.connections.raw_payloads import RawAnswer, RawPull
 from healthledger.domain.context import CommandContext
 from healthledger.domain.health_queries.continuous import ContinuousQueryDefinition
 from healthledger.domain.labs.ordering import OrderRequest
@@ -73,7 +74,12 @@ def make_user_with_everything(service: Service, team: Team, ctx: CommandContext,
         "bedtime_start": "2026-01-01T23:00:00+00:00",
         "bedtime_stop": "2026-01-02T07:00:00+00:00",
     }
-    service.health_data.store(user.id, "oura", {"sleep": {date(2026, 1, 2): night}})
+    # Stored with what the maker sent for it (raw_payloads, the `*.get_raw` place).
+    sent = RawAnswer("/v2/usercollection/sleep", {"data": [night], "next_token": None})
+    pulled = RawPull(date(2026, 1, 2), date(2026, 1, 2), datetime(2026, 1, 3, tzinfo=UTC), [sent])
+    service.health_data.store(
+        user.id, "oura", {"sleep": {date(2026, 1, 2): night}}, {"sleep": pulled}
+    )
     for _ in range(2):
         service.link_tokens.issue(
             ctx, team.team_id, "sandbox", user_id=user.id, redirect_url="https://app.example/back"

@@ -377,6 +377,7 @@ def test_an_erased_user_shows_its_erasure_the_checks_again_and_the_horizon(
         "read_model:orders",
         "provider_tokens",
         "session_index",
+        "raw_payloads",
         "snapshots",
         "continuous_queries",
         "continuous_query_tasks",

@@ -77,6 +77,7 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "read_model:orders",
             "health_data",
             "session_index",
+            "raw_payloads",
             "provider_tokens",
             "continuous_queries",
             "continuous_query_tasks",
@@ -278,6 +279,7 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         link_tokens,
         orders,
         provider_tokens,
+        raw_payloads,
         session_index,
         webhook_deliveries,
     )
@@ -293,6 +295,7 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         "read_model:orders": rows(service, orders, user_id=user_id),
         "health_data": rows(service, health_data, user_id=user_id),
         "session_index": rows(service, session_index, user_id=user_id),
+        "raw_payloads": rows(service, raw_payloads, user_id=user_id),
         "provider_tokens": rows(service, provider_tokens, user_id=user_id),
         "continuous_queries": rows(service, continuous_queries, user_id=user_id),
         "continuous_query_tasks": rows(service, continuous_query_tasks, user_id=user_id),

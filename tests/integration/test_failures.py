@@ -99,6 +99,7 @@ def test_erased_says_only_what_it_removed(
         "read_model:orders": 0,
         "health_data": 0,
         "session_index": 0,
+        "raw_payloads": 0,
         "provider_tokens": 0,
         "continuous_queries": 0,
         "continuous_query_tasks": 0,

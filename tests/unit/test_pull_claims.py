@@ -18,6 +18,7 @@ from healthledger.adapters.persistence.eventstore.transcoder import DateAsISO
 from healthledger.domain.connections.health_data import StoredDay, StoreResult
 from healthledger.domain.connections.providers import ProviderAdapter, PullTarget
 from healthledger.domain.connections.pulling import PullPolicy, Pulls, pull_chunks
+from healthledger.domain.connections.raw_payloads import RawPull
 from healthledger.domain.connections.resource_feeds import (
     IN_PROGRESS,
     SUCCESS,
@@ -57,7 +58,11 @@ class Days:
         self.before_store: Callable[[], None] | None = None
 
     def store(
-        self, user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
+        self,
+        user_id: UUID,
+        provider: str,
+        data: Mapping[str, Mapping[date, Any]],
+        raw: Mapping[str, RawPull] | None = None,
     ) -> dict[str, StoreResult]:
         hook, self.before_store = self.before_store, None
         if hook is not None:
@@ -336,9 +341,12 @@ def test_new_days_of_a_sync_whose_record_lost_are_recorded_once() -> None:
     plain_store = setup.store.store
 
     def store_then_b_syncs(
-        user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
+        user_id: UUID,
+        provider: str,
+        data: Mapping[str, Mapping[date, Any]],
+        raw: Mapping[str, RawPull] | None = None,
     ) -> dict[str, StoreResult]:
-        result = plain_store(user_id, provider, data)
+        result = plain_store(user_id, provider, data, raw)
         setup.store.store = plain_store  # type: ignore[method-assign]
         b.sync(feed_id, synced_before=setup.world.clock() - SYNC_INTERVAL)
         return result

@@ -443,6 +443,28 @@ session_index_backfill = Table(
     Column("user_id", Uuid, primary_key=True),
 )
 
+# The makers' own payloads as received (issue 34, `*.get_raw`; docs/data.md#raw-payloads,
+# ADR 0046): a row per pull of one (user, provider, resource) and window of days, its
+# answers sealed under the user's key as bytes (`payload`) and its window sealed apart
+# (`window`: the store opens only these to find the pulls a new one replaces). `slot` is
+# a keyed digest of the window (the same window replaces its own row, and says nothing
+# without the key); `period` and `last_period`, the months of its first and last day,
+# as health_data's blocks keep theirs. Erasure deletes the rows.
+raw_payloads = Table(
+    "raw_payloads",
+    metadata,
+    Column("user_id", Uuid, primary_key=True),
+    Column("provider", String(64), primary_key=True),
+    Column("resource", String(64), primary_key=True),
+    Column("slot", String(64), primary_key=True),
+    Column("period", Date, nullable=False),
+    Column("last_period", Date, nullable=False),
+    Column("fetched_at", UTCDateTime, nullable=False),
+    Column("window", LargeBinary, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Index("ix_raw_payloads_user_resource", "user_id", "resource", "period"),
+)
+
 # Stored days as revisions before 0020 kept them (one sealed base64 text per day): the
 # service's start converts them into blocks and deletes them (`health_data/conversion.py`);
 # empty from then on, and nothing else reads or writes it.

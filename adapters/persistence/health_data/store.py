@@ -13,6 +13,7 @@ from uuid import UUID
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import health_data, users
 from healthledger.adapters.persistence.health_data import blocks
+from healthledger.adapters.persistence.health_data import raw as raw_data
 from healthledger.adapters.persistence.health_data.blocks import Block, StoredPayload
 from healthledger.adapters.persistence.health_data.sessions import (
     SessionPlace,
@@ -22,6 +23,7 @@ from healthledger.adapters.persistence.health_data.sessions import (
 )
 from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher, canonical_json
 from healthledger.domain.connections.health_data import StoredDay, StoreResult, UserDataGone
+from healthledger.domain.connections.raw_payloads import RawPull
 from healthledger.domain.errors import InvalidRequest
 from healthledger.domain.ledger import Clock
 from sqlalchemy import (
@@ -195,12 +197,18 @@ class SqlHealthDataStore:
         self.db = db
         self.key_store = key_store
         self.clock = clock
+        # The makers' payloads as received, kept by `store` (`*.get_raw`).
+        self.raw = raw_data.RawPayloadReads(db, key_store)
 
     def store(
-        self, user_id: UUID, provider: str, data: Mapping[str, Mapping[date, Any]]
+        self,
+        user_id: UUID,
+        provider: str,
+        data: Mapping[str, Mapping[date, Any]],
+        raw: Mapping[str, RawPull] | None = None,
     ) -> dict[str, StoreResult]:
         results = {resource: StoreResult() for resource in data}
-        if not any(data.values()):
+        if not any(data.values()) and not raw:
             return results
         by_block: dict[tuple[str, date], list[date]] = {}
         for resource, day in sorted((r, day) for r, days in data.items() for day in days):
@@ -266,6 +274,9 @@ class SqlHealthDataStore:
                 )
             self._write(conn, user_id, provider, writes, now)
             write_index(conn, self.db.is_sqlite, index_rows(cipher, user_id, team_id, places))
+            # The maker's answers the days were mapped from, in the same transaction (a
+            # few statements for every pull of the chunk: health_data/raw.py).
+            raw_data.write(conn, self.db.is_sqlite, cipher, user_id, provider, raw or {})
         return results
 
     def absorb(

@@ -28,6 +28,7 @@ from healthledger.adapters.persistence.engine.schema import (
     health_data,
     metadata,
     provider_tokens,
+    raw_payloads,
     session_index,
     snapshots,
     unmatched_results,
@@ -86,6 +87,8 @@ DELETED: dict[str, Column[Any]] = {
     "health_data": health_data.c.user_id,
     # Where the user's sleeps and workouts are stored, by their ids (revision 0030).
     "session_index": session_index.c.user_id,
+    # The makers' payloads as received, sealed with its key (`*.get_raw`, ADR 0046).
+    "raw_payloads": raw_payloads.c.user_id,
     # The maker's tokens of the user's OAuth connections (sealed with its key; ADR 0022).
     "provider_tokens": provider_tokens.c.user_id,
     # The team's continuous queries of the user (their latest result sealed with its key)
