@@ -88,6 +88,8 @@ _USER_AGENT = "healthledger-webhooks/1"
 # whole timeout is left for them after the claim.
 DEFAULT_LEASE = timedelta(minutes=2)
 LEASE_TIMEOUTS = 4
+# The most a round claims once rounds are paced (`Dispatcher.round_size`).
+MAX_CLAIM = 500
 # Tries to record one attempt against other writers of the same delivery (a redelivery,
 # a sender whose lease ran out) before it is logged as lost.
 RECORD_TRIES = 5
@@ -161,6 +163,9 @@ class Dispatcher:
         # How long a POST has taken lately (seconds, a moving average of the rounds'
         # posts; None before the first): what bounds a round's claim (`round_size`).
         self.post_seconds: float | None = None
+        # How many a round may claim, from how the last rounds went (None: no round has
+        # withdrawn anything yet); see `round_size`.
+        self.claim_size: int | None = None
 
     def close(self) -> None:
         self.client.close()
@@ -345,13 +350,16 @@ class Dispatcher:
     # A round posts what it has time for, and no more is started.
     #
     # A claimed delivery that the round has no time left to post is recorded as started,
-    # then withdrawn: two events for nothing. With a backlog to slow receivers, starting
-    # every claimed delivery made most of each round such pairs, whose recording and
-    # following slowed the rounds further (a collapse seen under ten kills: deliveries
-    # that did not drain in five minutes). So a round claims no more than its senders can
-    # post at the pace POSTs have lately gone (`round_size`), and starts of those only
-    # what each lane can post in order (`postable`); the rest's leases are released with
-    # the round's, unrecorded, for the next round.
+    # then withdrawn: two events for nothing. Under a backlog, starting every claimed
+    # delivery made each round such pairs: with slow receivers, most of a round; on a
+    # loaded database, where recording 500 starts took longer than the round's window,
+    # all of it, round after round, with nothing posted (a livelock seen under ten kills:
+    # deliveries that did not drain in five minutes while the log grew by a thousand
+    # events a round). So a round claims no more than its senders can post at the pace
+    # POSTs have lately gone, and no more than the last rounds managed (`round_size`:
+    # halved by a round that withdrew anything, grown by a quarter by a full one that
+    # did not), and starts of those only what each lane can post in order (`postable`);
+    # the rest's leases are released with the round's, unrecorded, for the next round.
 
     def per_sender(self) -> int | None:
         """How many POSTs one sender can make in a round at the recent pace (None before
@@ -362,10 +370,13 @@ class Dispatcher:
         return max(1, int(window / max(self.post_seconds, 0.001)))
 
     def round_size(self, limit: int) -> int:
-        """How many due deliveries a round claims: at most `limit`, and at most what all
-        its senders can post."""
+        """How many due deliveries a round claims: at most `limit`, what the last rounds
+        managed (`claim_size`) and what all its senders can post."""
+        size = limit if self.claim_size is None else min(limit, self.claim_size)
         per_sender = self.per_sender()
-        return limit if per_sender is None else max(1, min(limit, self.senders * per_sender))
+        if per_sender is not None:
+            size = min(size, self.senders * per_sender)
+        return max(1, size)
 
     def postable(self, work: list[Any]) -> list[Any]:
         """Of a round's `work` (rows first, in claim order), what it has time to post: in
@@ -387,14 +398,18 @@ class Dispatcher:
                 break
         return kept
 
-    def _observed(self, results: Sequence[PostResult | None]) -> None:
-        """Fold the round's POST times into `post_seconds`."""
+    def _observed(self, claimed: int, size: int, results: Sequence[PostResult | None]) -> None:
+        """Fold a round of `claimed` deliveries (of `size` asked for) into `post_seconds`
+        and `claim_size`."""
         taken = [r.latency_ms / 1000 for r in results if r is not None]
-        if not taken:
-            return
-        mean = sum(taken) / len(taken)
-        last = self.post_seconds
-        self.post_seconds = mean if last is None else 0.5 * last + 0.5 * mean
+        if taken:
+            mean = sum(taken) / len(taken)
+            last = self.post_seconds
+            self.post_seconds = mean if last is None else 0.5 * last + 0.5 * mean
+        if len(taken) < len(results):  # some were withdrawn: the round was too big
+            self.claim_size = max(1, claimed // 2)
+        elif self.claim_size is not None and claimed >= size:
+            self.claim_size = min(MAX_CLAIM, self.claim_size + max(1, self.claim_size // 4))
 
     def send_due(self, limit: int = 500) -> int:
         """Claim up to `limit` due deliveries (fewer when POSTs are slow: `round_size`),
@@ -402,9 +417,8 @@ class Dispatcher:
         # Read before the claim: the lease is counted from here, never from later.
         started = time.monotonic()
         claimed_at = self.clock()
-        rows = self.leases.claim_due(
-            claimed_at, claimed_at + self.lease, self.holder, self.round_size(limit)
-        )
+        size = self.round_size(limit)
+        rows = self.leases.claim_due(claimed_at, claimed_at + self.lease, self.holder, size)
         if not rows:
             return 0
         # A POST is started only if it ends (a whole timeout) within the lease's first half:
@@ -454,7 +468,7 @@ class Dispatcher:
 
         with ThreadPoolExecutor(max_workers=self.senders) as pool:
             list(pool.map(run_lane, lanes.values()))
-        self._observed(results)
+        self._observed(len(rows), size, results)
         now = self.clock()
         # What to record on each delivery, as a function, so that it can be redone on a
         # fresh copy if the batch loses to another sender.
