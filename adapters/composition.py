@@ -122,6 +122,7 @@ from healthledger.domain.connections.oauth_clients import OAuthClients
 from healthledger.domain.connections.providers import OAuthClient, ProviderAdapter
 from healthledger.domain.connections.pulling import PullPolicy, Pulls
 from healthledger.domain.connections.revocation import GrantRevocations
+from healthledger.domain.connections.stream_ids import StreamIds
 from healthledger.domain.connections.user_deletion import UserConnections
 from healthledger.domain.context import BOOTSTRAP, CommandContext
 from healthledger.domain.errors import TeamNotFound
@@ -677,6 +678,8 @@ def build_service(
             raise LookupError(f"no provider adapter for {provider}")
         return maker
 
+    # Connections' and feeds' stream ids, keyed by the user's data key (issue 29, ADR 0045).
+    stream_ids = StreamIds(ledger, key_store)
     pulls = Pulls(
         ledger,
         clock,
@@ -684,6 +687,7 @@ def build_service(
         adapter_for,
         due_pulls=pull_queries.due_pulls,
         due_syncs=pull_queries.due_syncs,
+        streams=stream_ids,
         policy=PullPolicy(
             retry_delays=tuple(settings.pull_retry_delays),
             lease=settings.pull_lease,
@@ -703,6 +707,7 @@ def build_service(
         apple_health_kit.availability,
         # What the catalog offers: those an export does not give are unavailable.
         catalog["apple_health_kit"].supported_resources,
+        streams=stream_ids,
         policy=ImportPolicy(),
     )
     maker_notice_queries = MakerNoticeQueries(db, account_digests)

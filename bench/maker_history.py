@@ -29,8 +29,6 @@ from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.makers.serving import served
 from healthledger.adapters.settings import OAuthClientSetting, Settings
-from healthledger.domain.connections.connection import Connection
-from healthledger.domain.connections.resource_feeds import ResourceFeed
 from pydantic import SecretStr
 from starlette.types import ASGIApp
 
@@ -137,9 +135,13 @@ def run(maker: Maker, days: int, database_url: str | None, workdir: Path) -> dic
                     while service.maker_notices.run_due():
                         pass
                 elapsed = time.perf_counter() - began
-            connection_id = Connection.id_for(_uuid(user_id), maker.slug)
+            streams = service.pulls.streams
+            connection_id = streams.connection_id(_uuid(user_id), maker.slug)
             resources = service.catalog[maker.slug].supported_resources
-            feeds = [service.ledger.find(ResourceFeed.id_for(connection_id, r)) for r in resources]
+            feeds = [
+                service.ledger.find(streams.feed_id(connection_id, _uuid(user_id), r))
+                for r in resources
+            ]
             statuses = {getattr(f, "status", None) for f in feeds}
             stored = service.health_data.count(_uuid(user_id))
         finally:

@@ -335,7 +335,7 @@ def _recipes(
     """The grants kept with these users' live connections of `provider` (their team's)."""
     found = []
     for user_id in user_ids:
-        connection = service.ledger.find(Connection.id_for(user_id, provider))
+        connection = service.ledger.find(service.pulls.streams.connection_id(user_id, provider))
         if not isinstance(connection, Connection) or connection.team_id != team_id:
             continue
         stored = service.provider_tokens.current(connection.id) if connection.is_live else None

@@ -51,7 +51,6 @@ from healthledger.adapters.providers.maker_api import (
     utc_iso,
 )
 from healthledger.adapters.reference import ProviderEntry
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import OAuthGrant, PullTarget
 
 # Dexcom answers at most 30 days per request (developer.dexcom.com, "Date and time").
@@ -93,7 +92,7 @@ class DexcomReader(MakerReader):
     ) -> dict[date, Any]:
         if target.resource != "glucose":
             return {}  # not in Dexcom's API as we read it (availability says so)
-        connection_id = Connection.id_for(target.user_id, target.provider)
+        connection_id = target.grant_id()
         session = MakerSession(self, connection_id, now, texts=TEXTS, timeout=self.api_timeout)
         span = self.data_range(session)
         if span is None:

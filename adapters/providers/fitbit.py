@@ -58,7 +58,6 @@ from healthledger.adapters.providers.maker_api import (
 )
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.connections import raw_payloads
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import OAuthClient, OAuthGrant, PullTarget
 
 TEXTS = MakerTexts.of("Fitbit")
@@ -197,7 +196,7 @@ class FitbitReader(MakerReader):
     def fetch(
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
     ) -> dict[date, Any]:
-        session = _Session(self, Connection.id_for(target.user_id, target.provider), now)
+        session = _Session(self, target.grant_id(), now)
         resource = target.resource
         if not session.granted(SCOPES.get(resource)):
             return {}  # not granted (or not in Fitbit's API): unavailable, nothing to read

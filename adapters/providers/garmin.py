@@ -49,7 +49,6 @@ from healthledger.adapters.providers.maker_api import (
     utc_iso,
 )
 from healthledger.adapters.providers.oauth2 import revocation_answer
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     OAuthClient,
@@ -177,7 +176,7 @@ class GarminReader(MakerReader):
         kind = TYPE_OF.get(target.resource)
         session = MakerSession(
             self,
-            Connection.id_for(target.user_id, target.provider),
+            target.grant_id(),
             now,
             texts=TEXTS,
             timeout=self.api_timeout,
@@ -225,7 +224,7 @@ class GarminReader(MakerReader):
         if records is None:
             session = MakerSession(
                 self,
-                Connection.id_for(target.user_id, target.provider),
+                target.grant_id(),
                 now,
                 texts=TEXTS,
                 timeout=self.api_timeout,
@@ -245,7 +244,7 @@ class GarminReader(MakerReader):
         left (read by every fetch: a permission withdrawn is asked no backfill)."""
         if not isinstance(permissions, list):
             return
-        stored = self.tokens.current(Connection.id_for(target.user_id, target.provider))
+        stored = self.tokens.current(target.grant_id())
         scope = " ".join(sorted(p for p in permissions if isinstance(p, str)))
         if stored is not None and stored.tokens.scope != scope:
             self.tokens.replace(stored, replace(stored.tokens, scope=scope), now)

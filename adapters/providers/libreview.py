@@ -27,7 +27,6 @@ import httpx
 from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
 from healthledger.adapters.providers.dexcom import MG_DL_PER_MMOL_L
 from healthledger.adapters.providers.maker_api import MakerTexts, by_utc_day, instant, utc_iso
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.credential_links import (
     EMAIL,
     INCORRECT_MFA_CODE,
@@ -152,7 +151,7 @@ class LibreViewReader:
     ) -> dict[date, Any]:
         if target.resource not in RESOURCES:
             return {}
-        stored = self.tokens.current(Connection.id_for(target.user_id, target.provider))
+        stored = self.tokens.current(target.grant_id())
         if stored is None:
             raise ProviderError(NON_RETRIABLE, TEXTS.must_reconnect, PROVIDER_CREDENTIAL_ERROR)
         records: list[dict[str, Any]] = []

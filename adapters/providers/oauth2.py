@@ -35,7 +35,6 @@ from healthledger.adapters.persistence.keys.provider_tokens import (
     StoredGrant,
 )
 from healthledger.adapters.reference import OAuthEndpoints, ProviderEntry
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
@@ -195,7 +194,7 @@ class OAuth2Maker:
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
     ) -> dict[date, Any]:
         # What a reader of the maker's data API would send with its requests.
-        self.access_token(Connection.id_for(target.user_id, target.provider), now)
+        self.access_token(target.grant_id(), now)
         raise ProviderError(NON_RETRIABLE, _NO_READER.format(name=self.name))
 
     def access_token(self, connection_id: UUID, now: datetime) -> str:

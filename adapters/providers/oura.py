@@ -47,7 +47,6 @@ from healthledger.adapters.providers.maker_api import (
 from healthledger.adapters.providers.oauth2 import (
     revocation_answer,
 )
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     OAuthClient,
@@ -177,7 +176,7 @@ class OuraReader(MakerReader):
     def fetch(
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
     ) -> dict[date, Any]:
-        session = _Session(self, Connection.id_for(target.user_id, target.provider), now)
+        session = _Session(self, target.grant_id(), now)
         resource = target.resource
         if not session.granted(SCOPES.get(resource)):
             return {}  # not granted (or not in Oura's API): unavailable, nothing to read

@@ -60,7 +60,6 @@ from healthledger.adapters.providers.oauth2 import (
     revocation_answer,
 )
 from healthledger.adapters.reference import ProviderEntry
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
@@ -250,7 +249,7 @@ class PolarReader(MakerReader):
     def fetch(
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
     ) -> dict[date, Any]:
-        connection_id = Connection.id_for(target.user_id, target.provider)
+        connection_id = target.grant_id()
         resource = target.resource
         if resource not in SCOPES:
             return {}  # not read (availability says unavailable)
@@ -297,7 +296,7 @@ class PolarReader(MakerReader):
         kind = KIND_OF.get(target.resource)
         if kind is None:
             return  # sleep and recharge: nothing to commit
-        connection_id = Connection.id_for(target.user_id, target.provider)
+        connection_id = target.grant_id()
         key = (connection_id, kind)
         with self.open_lock:
             found = self.open.get(key)

@@ -55,7 +55,6 @@ from healthledger.adapters.providers.oauth2 import (
     tokens_of,
 )
 from healthledger.adapters.reference import ProviderEntry
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
@@ -327,7 +326,7 @@ class WithingsReader(MakerReader):
     def fetch(
         self, target: PullTarget, start: date, end: date, now: datetime, attempt: int
     ) -> dict[date, Any]:
-        session = _Session(self, Connection.id_for(target.user_id, target.provider), now)
+        session = _Session(self, target.grant_id(), now)
         resource = target.resource
         if not session.granted(SCOPES.get(resource)):
             return {}  # not granted (or not in Withings' API): unavailable, nothing to read

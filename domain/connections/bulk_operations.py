@@ -351,7 +351,7 @@ class BulkOperations:
         return effects, kept, done, failed
 
     def _connected(self, job: BulkOperation, user_id: UUID) -> Connection:
-        connection = self.ledger.find(Connection.id_for(user_id, job.provider))
+        connection = self.ledger.find(self.pulls.streams.connection_id(user_id, job.provider))
         if not isinstance(connection, Connection) or not connection.is_live:
             raise NotConnected()
         return connection

@@ -111,11 +111,13 @@ class Connections:
     ) -> Connection:
         """The user's connection of `provider`, new or reconnected (its event pending,
         unsaved): how every way of connecting records it."""
-        connection = self.ledger.find(Connection.id_for(user_id, provider))
+        connection_id = self.pulls.streams.connection_id(user_id, provider)
+        connection = self.ledger.find(connection_id)
         if connection is None:
             return Connection.connect_new(
                 ctx,
                 now,
+                id=connection_id,
                 user_id=user_id,
                 team_id=team_id,
                 provider=provider,
@@ -160,7 +162,7 @@ class Connections:
 
     def deregister(self, ctx: CommandContext, team_id: UUID, user_id: UUID, provider: str) -> None:
         self.users.load_live(team_id, user_id)
-        connection = self.ledger.find(Connection.id_for(user_id, provider))
+        connection = self.ledger.find(self.pulls.streams.connection_id(user_id, provider))
         if not isinstance(connection, Connection):
             raise NotConnected()
         connection.deregister(ctx, self.clock(), BY_TEAM)

@@ -9,7 +9,6 @@ moved on (the daily sync decides). A connection in error or paused is still list
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -28,8 +27,6 @@ DEREGISTERED = "deregistered"
 # Why a connection ended.
 BY_TEAM = "team_request"
 BY_USER_DELETION = "user_deleted"
-
-_NAMESPACE = uuid.UUID("9a7d5c3e-1b2f-5a4d-8c6e-0f1e2d3c4b5a")
 
 
 class AlreadyConnected(LedgerError):
@@ -206,16 +203,13 @@ class Connection(Audited, created_event_name="Created"):
         self.demo_failures: dict[str, Any]
         _connect(self, timestamp, sealed_external_user_id, resource_availability)
 
-    @staticmethod
-    def id_for(user_id: UUID, provider: str) -> UUID:
-        return uuid.uuid5(_NAMESPACE, f"{user_id}\x1f{provider}")
-
     @classmethod
     def connect_new(
         cls,
         ctx: CommandContext,
         now: datetime,
         *,
+        id: UUID,
         user_id: UUID,
         team_id: UUID,
         provider: str,
@@ -223,10 +217,11 @@ class Connection(Audited, created_event_name="Created"):
         resource_availability: dict[str, Any],
         demo: bool,
     ) -> Connection:
+        """`id` is `StreamIds.connection_id(user_id, provider)` (keyed by the user's key)."""
         return cls.new(
             ctx,
             now,
-            id=cls.id_for(user_id, provider),
+            id=id,
             user_id=user_id,
             team_id=team_id,
             provider=provider,

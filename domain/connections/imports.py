@@ -49,6 +49,7 @@ from healthledger.domain.connections.sessions import (
     days_created_by,
     session_changes,
 )
+from healthledger.domain.connections.stream_ids import StreamIds
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.errors import LedgerError
 from healthledger.domain.ledger import Clock, Ledger
@@ -300,6 +301,7 @@ class Imports:
         availability: Availability,
         resources: Sequence[str],
         *,
+        streams: StreamIds,
         policy: ImportPolicy = ImportPolicy(),
         holder: str | None = None,
     ) -> None:
@@ -307,6 +309,7 @@ class Imports:
         self.clock = clock
         self.store = store
         self.vault = vault
+        self.streams = streams
         self.files = files
         self.availability = availability
         self.resources = tuple(resources)
@@ -514,12 +517,14 @@ class Imports:
 
     def _connection(self, ctx: CommandContext, job: DataImport, now: datetime) -> Connection:
         """The user's connection to the import's provider, connected if it is not."""
-        connection = self.ledger.find(Connection.id_for(job.user_id, job.provider))
+        connection_id = self.streams.connection_id(job.user_id, job.provider)
+        connection = self.ledger.find(connection_id)
         availability = self.availability(self.resources)
         if connection is None:
             return Connection.connect_new(
                 ctx,
                 now,
+                id=connection_id,
                 user_id=job.user_id,
                 team_id=job.team_id,
                 provider=job.provider,
@@ -549,11 +554,13 @@ class Imports:
         """The resource's feed with the import recorded: a historical pull that succeeded
         for its first data, else a daily sync of the days created and changed (nothing,
         when none changed)."""
-        feed = self.ledger.find(ResourceFeed.id_for(connection.id, resource))
+        feed_id = self.streams.feed_id(connection.id, connection.user_id, resource)
+        feed = self.ledger.find(feed_id)
         if feed is None:
             feed = ResourceFeed.open(
                 ctx,
                 now,
+                id=feed_id,
                 connection_id=connection.id,
                 user_id=connection.user_id,
                 team_id=connection.team_id,

@@ -36,7 +36,6 @@ from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.connections.connection import CONNECTED, PAUSED, Connection
 from healthledger.domain.connections.maker_notices import MakerNotice
 from healthledger.domain.connections.pulling import Pulls, WindowNotSynced
-from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, PersonalDataVault
@@ -372,7 +371,7 @@ class MakerNotices:
         created = updated = 0
         failed = False
         for resource in resources:
-            feed_id = ResourceFeed.id_for(connection.id, resource)
+            feed_id = self.pulls.streams.feed_id(connection.id, connection.user_id, resource)
             try:
                 synced = (
                     self.pulls.sync_window(feed_id, receipt.start, receipt.end)

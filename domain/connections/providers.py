@@ -124,6 +124,16 @@ class PullTarget:
     resource: str
     # Our own knobs for demo devices (failure injection), from the connection's events.
     demo_failures: Mapping[str, Any]
+    # The connection's stream id (keyed, issue 29: not derivable from the user and the
+    # provider alone), under which its grant's tokens are kept. None only for an adapter
+    # that keeps no tokens (the demo devices, the phone's providers).
+    connection_id: UUID | None = None
+
+    def grant_id(self) -> UUID:
+        """The connection id a maker adapter reads its tokens under."""
+        if self.connection_id is None:
+            raise ValueError("a maker's pull needs its connection's id (PullTarget)")
+        return self.connection_id
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from healthledger.domain.connections.sessions import (
     days_created_by,
     session_changes,
 )
+from healthledger.domain.connections.stream_ids import StreamIds
 from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.users.user import User
@@ -121,10 +122,14 @@ class Pulls:
         *,
         due_pulls: DueIds,
         due_syncs: DueIds,
+        streams: StreamIds,
         policy: PullPolicy = PullPolicy(),
         holder: str | None = None,
     ) -> None:
         self.ledger = ledger
+        # Where a user's connections and feeds are (keyed ids, issue 29): every use case
+        # that finds or opens one by (user, provider) or (connection, resource) asks it.
+        self.streams = streams
         self.clock = clock
         self.store = store
         self.adapter_for = adapter_for
@@ -155,11 +160,13 @@ class Pulls:
         start, end = _clamp(now - history, now, user)
         feeds = []
         for resource in sorted(resources):
-            feed = self.ledger.find(ResourceFeed.id_for(connection.id, resource))
+            feed_id = self.streams.feed_id(connection.id, connection.user_id, resource)
+            feed = self.ledger.find(feed_id)
             if feed is None:
                 feed = ResourceFeed.open(
                     ctx,
                     now,
+                    id=feed_id,
                     connection_id=connection.id,
                     user_id=connection.user_id,
                     team_id=connection.team_id,
@@ -652,7 +659,9 @@ class Pulls:
 
 def _target(feed: ResourceFeed, connection: Connection) -> PullTarget:
     # demo_failures is set by every connect (empty unless asked for).
-    return PullTarget(feed.user_id, feed.provider, feed.resource, connection.demo_failures)
+    return PullTarget(
+        feed.user_id, feed.provider, feed.resource, connection.demo_failures, connection.id
+    )
 
 
 def _clamp(start: datetime, end: datetime, user: User) -> tuple[datetime, datetime]:

@@ -22,7 +22,6 @@ the events' times, states, counts, attempts and error codes.
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, date, datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -45,8 +44,6 @@ RETRYING_SINCE = datetime(2025, 5, 9, tzinfo=UTC)
 # The pull engine's release that a pull ran under (introspection's `release`).
 RELEASE_RETRYING = "2025-05-09"
 RELEASE_LEGACY = "legacy"
-
-_NAMESPACE = uuid.UUID("3c1d8e52-7a0b-5f64-9d2e-41b7c6a9e0f3")
 
 
 class ResourceFeed(Audited, created_event_name="Created"):
@@ -278,26 +275,24 @@ class ResourceFeed(Audited, created_event_name="Created"):
         # Set by PullRetrying: when the next attempt is due.
         self.retry_at: datetime
 
-    @staticmethod
-    def id_for(connection_id: UUID, resource: str) -> UUID:
-        return uuid.uuid5(_NAMESPACE, f"{connection_id}\x1f{resource}")
-
     @classmethod
     def open(
         cls,
         ctx: CommandContext,
         now: datetime,
         *,
+        id: UUID,
         connection_id: UUID,
         user_id: UUID,
         team_id: UUID,
         provider: str,
         resource: str,
     ) -> ResourceFeed:
+        """`id` is `StreamIds.feed_id(connection_id, user_id, resource)` (keyed)."""
         return cls.new(
             ctx,
             now,
-            id=cls.id_for(connection_id, resource),
+            id=id,
             connection_id=connection_id,
             user_id=user_id,
             team_id=team_id,

@@ -22,13 +22,12 @@ from healthledger.adapters.persistence.engine.schema import (
     users,
 )
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
-from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
 from sqlalchemy import Engine, create_engine, func, select
 
 from tests.conftest import Team
+from tests.stream_ids import stream_of_connection, stream_of_feed
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -79,8 +78,8 @@ def test_audit_as_of_shows_every_kind_of_stream_as_it_was(
     with freeze_time(at(3)):
         service.connections.deregister(ctx, team.team_id, user.id, "freestyle_libre")
         service.users.delete_user(ctx, team.team_id, user.id)
-    connection_id = Connection.id_for(user.id, "freestyle_libre")
-    feed_id = ResourceFeed.id_for(connection_id, "glucose")
+    connection_id = stream_of_connection(service, user.id, "freestyle_libre")
+    feed_id = stream_of_feed(service, user.id, "freestyle_libre", "glucose")
     claim_id = state(capsys, user.id, at(0.5))["claim_id"]
 
     expected: list[tuple[UUID, float, str, dict[str, Any]]] = [

@@ -23,6 +23,7 @@ from vital import ConnectionRecipe
 from vital.core.api_error import ApiError
 
 from tests.conftest import Team
+from tests.stream_ids import stream_of_connection
 
 LENA = ("lena@example.com", "correct horse battery")
 OMAR = ("omar@example.com", "staple 42")  # a second factor by SMS
@@ -55,7 +56,7 @@ def new_token(api: vital.Vital, **options: object) -> tuple[str, str]:
 
 
 def connected(service: Service, user_id: str, provider: str) -> bool:
-    found = service.ledger.find(Connection.id_for(uuid.UUID(user_id), provider))
+    found = service.ledger.find(stream_of_connection(service, uuid.UUID(user_id), provider))
     return isinstance(found, Connection) and found.status == "connected"
 
 
@@ -166,7 +167,7 @@ def test_every_link_method_of_vital(
     assert (imported.user_ids_imported, imported.user_ids_failed) == ([], [user_id])
     paused = link.bulk_pause(user_ids=[user_id], provider="oura")
     assert paused["type"] == "link_bulk_pause" and paused["status"] == "success"
-    found = service.ledger.find(Connection.id_for(uuid.UUID(user_id), "oura"))
+    found = service.ledger.find(stream_of_connection(service, uuid.UUID(user_id), "oura"))
     assert isinstance(found, Connection) and found.status == "paused"
 
 

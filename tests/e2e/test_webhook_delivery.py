@@ -20,7 +20,6 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.engine.schema import tracking, webhook_deliveries
 from healthledger.adapters.settings import Settings
 from healthledger.adapters.webhooks.dispatcher import Dispatcher
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.deliveries import RETRY_DELAYS, WebhookDelivery, message_id_for
@@ -30,6 +29,7 @@ from tests.clocks import Clock
 from tests.delivery_rows import with_types
 from tests.e2e.webhook_team import connected_user, endpoint, the_team
 from tests.receivers import Receiver, broken_receiver, free_socket, http_receiver, serving
+from tests.stream_ids import stream_of_feed
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 CTX = CommandContext(actor="test:actor", request_id="req-webhooks")
@@ -462,9 +462,7 @@ def test_our_receiver_mirrors_what_the_service_delivers(
             for item in listed:
                 slug = item["slug"]
                 for resource in svc.catalog[slug].supported_resources:
-                    feed = svc.ledger.find(
-                        ResourceFeed.id_for(Connection.id_for(user_id, slug), resource)
-                    )
+                    feed = svc.ledger.find(stream_of_feed(svc, user_id, slug, resource))
                     assert isinstance(feed, ResourceFeed)
                     seen_resource = mirrored.resource(slug, resource)
                     sent = resource != "hypnogram"  # withdrawn in 2025

@@ -13,12 +13,12 @@ from typing import Any
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.providers.maker_api import MakerReader
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 
 from tests.clocks import Clock
 from tests.conftest import Team
 from tests.integration.oauth_browser import API, LINK, SERVICE
+from tests.stream_ids import stream_of_feed
 
 
 @contextmanager
@@ -56,7 +56,7 @@ def times_out_after(svc: Service, provider: str, seconds: float = 1.0) -> None:
 
 
 def feed(svc: Service, user_id: uuid.UUID, provider: str, resource: str) -> ResourceFeed:
-    found = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, provider), resource))
+    found = svc.ledger.find(stream_of_feed(svc, user_id, provider, resource))
     assert isinstance(found, ResourceFeed)
     return found
 

@@ -39,14 +39,13 @@ from healthledger.adapters.makers.fake_apple_health import (
 )
 from healthledger.adapters.reference import rules_at
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.imports import DataImport
-from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.announcements import announcements
 
 from tests.clocks import Clock
 from tests.conftest import Team, create_user
+from tests.stream_ids import stream_of_connection, stream_of_feed
 
 PROVIDER = "apple_health_kit"
 SHAPE = ExportShape()  # 14 days from 2024-03-25: Berlin moves to summer time on the 31st
@@ -116,15 +115,13 @@ def get(api: TestClient, team: Team, path: str, **params: Any) -> Any:
 
 
 def feed_events(svc: Service, user_id: str, resource: str) -> list[Any]:
-    feed_id = ResourceFeed.id_for(Connection.id_for(UUID(user_id), PROVIDER), resource)
+    feed_id = stream_of_feed(svc, UUID(user_id), PROVIDER, resource)
     return list(svc.ledger.events.get(feed_id))
 
 
 def announced(svc: Service, user_id: str, resource: str, since: int = 0) -> list[str]:
     """The webhook event types the feed's events from `since` on announce."""
-    feed = svc.ledger.find(
-        ResourceFeed.id_for(Connection.id_for(UUID(user_id), PROVIDER), resource)
-    )
+    feed = svc.ledger.find(stream_of_feed(svc, UUID(user_id), PROVIDER, resource))
     return [
         a.event_type
         for event in feed_events(svc, user_id, resource)[since:]
@@ -407,7 +404,7 @@ def test_an_upload_that_is_no_export_is_refused_at_once_and_records_nothing(
     [problem] = response.json()["detail"]
     assert problem["type"] == error_type and problem["loc"] == ["body"], problem
     assert svc.jobs.run_due_imports() == 0
-    assert svc.ledger.find(Connection.id_for(UUID(user), PROVIDER)) is None
+    assert svc.ledger.find(stream_of_connection(svc, UUID(user), PROVIDER)) is None
     assert list((svc.settings.import_dir or Path()).glob("*.zip")) == []
 
 
@@ -462,7 +459,7 @@ def test_a_broken_export_fails_its_import_with_a_fixed_reason_and_stores_nothing
         assert status["failure_code"] == code
         assert "aaaa" not in (status["failure_reason"] or "")  # never the file's text
         assert svc.health_data.count(UUID(user)) == 0
-        assert svc.ledger.find(Connection.id_for(UUID(user), PROVIDER)) is None
+        assert svc.ledger.find(stream_of_connection(svc, UUID(user), PROVIDER)) is None
         assert list((tmp_path / "imports").glob("*.zip")) == []
 
 

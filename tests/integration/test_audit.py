@@ -40,7 +40,6 @@ from healthledger.adapters.persistence.migrations.service.versions import (
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.queries.audit import owned_events_query
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.credential_links import Pending
 from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.appointments import PSC
@@ -65,6 +64,7 @@ from tests.conftest import (
 )
 from tests.integration.databases import LEGACY, load_dump
 from tests.receivers import Receiver, http_receiver
+from tests.stream_ids import stream_of_connection
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 CTX = CommandContext(actor="test:actor", request_id="req-audit")
@@ -114,7 +114,7 @@ class Story:
     client: TestClient
 
     def connection(self, provider: str) -> UUID:
-        return Connection.id_for(self.user, provider)
+        return stream_of_connection(self.svc, self.user, provider)
 
 
 @pytest.fixture

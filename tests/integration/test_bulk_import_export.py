@@ -16,7 +16,6 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.makers.fake_oura import FakeOura, running_fake_oura
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 
 from tests.clocks import Clock
 from tests.conftest import Team
@@ -31,6 +30,7 @@ from tests.integration.oauth_browser import (
     signed_in_user,
 )
 from tests.integration.stored_text import stored_text
+from tests.stream_ids import stream_of_connection
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_a_grant_exported_then_imported_for_another_user_reads_the_persons_data(
     ).json()
     [recipe] = exported["data"]
     assert recipe["user_id"] == str(signed_in) and exported["next_token"] is None
-    stored = svc.provider_tokens.current(Connection.id_for(signed_in, "oura"))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, signed_in, "oura"))
     assert stored is not None and recipe["access_token"] == stored.tokens.access_token
     # The export is a job of the team's: whose grants left, and when.
     [job] = api.get("/v2/link/bulk_op", headers=home.headers).json()["data"]
@@ -104,7 +104,7 @@ def test_a_grant_exported_then_imported_for_another_user_reads_the_persons_data(
         "user_ids_imported": [str(moved)],
         "user_ids_failed": [str(stranger)],
     }
-    kept = svc.provider_tokens.current(Connection.id_for(moved, "oura"))
+    kept = svc.provider_tokens.current(stream_of_connection(svc, moved, "oura"))
     assert kept is not None and kept.tokens.access_token == recipe["access_token"]
     assert kept.client_id == SERVICE_CLIENT
     # Sealed: neither token is anywhere in the database in clear.

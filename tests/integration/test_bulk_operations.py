@@ -17,12 +17,12 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.bulk_operations import BulkOperation, BulkOperations
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.context import CommandContext
 
 from tests.clocks import Clock
 from tests.conftest import Team
 from tests.integration import maker_reads as reads
+from tests.stream_ids import stream_of_connection
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_a_bulk_pause_holds_until_the_person_connects_again(
 
     assert (status(paused), status(running)) == ("paused", "connected")
     # Nothing is pulled for it; the ingestion bounds (no ingestion_end) do not lift it.
-    connection_id = Connection.id_for(uuid.UUID(paused), "oura")
+    connection_id = stream_of_connection(svc, uuid.UUID(paused), "oura")
     svc.pulls.apply_ingestion_bounds([connection_id])
     assert status(paused) == "paused"
     svc.jobs.run_due_pulls()

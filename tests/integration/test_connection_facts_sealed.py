@@ -66,6 +66,7 @@ from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     written,
 )
 from tests.receivers import http_receiver
+from tests.stream_ids import stream_of_connection, stream_of_feed
 
 # main-4's device and what it measured: nowhere after the start.
 FACTS = (b"freestyle_libre", b"glucose")
@@ -215,20 +216,18 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
     assert reasons == {SEALED, REMOVED}
     # The live users' connections read as they were (the domain opens the facts).
     main_0 = UUID(written.user("main-0"))
-    oura = service.ledger.find(Connection.id_for(main_0, "oura"))
+    oura = service.ledger.find(stream_of_connection(service, main_0, "oura"))
     assert isinstance(oura, Connection) and oura.provider == "oura"
     assert "sleep" in oura.resource_availability
-    feed = service.ledger.find(ResourceFeed.id_for(oura.id, "sleep"))
+    feed = service.ledger.find(stream_of_feed(service, main_0, "oura", "sleep"))
     assert isinstance(feed, ResourceFeed) and (feed.provider, feed.resource) == ("oura", "sleep")
     assert feed.window[0] == datetime(2026, 10, 29, tzinfo=UTC)
     assert feed.oldest_day is not None and feed.newest_day is not None
-    libre_feed = service.ledger.find(
-        ResourceFeed.id_for(Connection.id_for(main_4, "freestyle_libre"), "glucose")
-    )
+    libre_feed = service.ledger.find(stream_of_feed(service, main_4, "freestyle_libre", "glucose"))
     assert isinstance(libre_feed, ResourceFeed)
     assert (libre_feed.range_start, libre_feed.oldest_day) == (None, None)
     # main-4's reads as erased: nothing to open.
-    libre = service.ledger.find(Connection.id_for(main_4, "freestyle_libre"))
+    libre = service.ledger.find(stream_of_connection(service, main_4, "freestyle_libre"))
     assert isinstance(libre, Connection)
     assert (libre.provider, libre.resource_availability) == (ERASED_PLACEHOLDER, {})
     # A second start finds nothing to redact.
@@ -283,7 +282,7 @@ def test_after_the_start_no_page_nor_answer_names_the_erased_users_device(
     )
     # The audit does show main-4's connection and feed (that they were made, when and by
     # whom), not what they were of.
-    assert str(Connection.id_for(UUID(main_4), "freestyle_libre")) in printed[0]
+    assert str(stream_of_connection(service, UUID(main_4), "freestyle_libre")) in printed[0]
     # The catalog answer names every provider (reference data): left out of the search.
     about_main_4 = [a.text for a in answers[:-1]] + printed
     for answer in about_main_4:
@@ -401,9 +400,7 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
         assert {"provider.connection.created", "historical.data.glucose.created"} <= sent
         # The pull's window and the days it found (which days the person wore the
         # device, issue 29): read by the team, opened with the user's key...
-        feed_id = ResourceFeed.id_for(
-            Connection.id_for(UUID(user_id), "freestyle_libre"), "glucose"
-        )
+        feed_id = stream_of_feed(service, UUID(user_id), "freestyle_libre", "glucose")
         feed = service.ledger.find(feed_id)
         assert isinstance(feed, ResourceFeed) and feed.oldest_day is not None
         start_of_window, _ = feed.window

@@ -14,6 +14,7 @@ from healthledger.domain.context import CommandContext
 from sqlalchemy import func, select
 
 from tests.conftest import Team, create_user
+from tests.stream_ids import stream_of_connection
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -103,7 +104,7 @@ def test_deregister_one_connection_and_connect_again(
     assert sorted(p["slug"] for p in providers(client, team, uid)) == ["oura", "withings"]
     history = [
         type(e).__name__
-        for e in service.ledger.events.get(Connection.id_for(__import__("uuid").UUID(uid), "oura"))
+        for e in service.ledger.events.get(stream_of_connection(service, uid, "oura"))
     ]
     assert history == ["Created", "Deregistered", "Reconnected"]
 
@@ -162,7 +163,7 @@ def test_erasure_removes_connections_and_their_provider_ids(
         )
         states = conn.execute(
             select(stored_events.c.state).where(
-                stored_events.c.originator_id == Connection.id_for(user.id, "oura")
+                stored_events.c.originator_id == stream_of_connection(service, user.id, "oura")
             )
         ).scalars()
         raw = b"".join(bytes(s) for s in states)
@@ -178,6 +179,7 @@ def test_the_sweep_deregisters_a_connection_that_raced_the_deletion(
     late = Connection.connect_new(
         ctx,
         datetime.now(UTC),
+        id=stream_of_connection(service, user.id, "oura"),
         user_id=user.id,
         team_id=team.team_id,
         provider="oura",

@@ -43,6 +43,7 @@ from tests.integration.oauth_browser import (
     outcome,
     signed_in_user,
 )
+from tests.stream_ids import stream_of_connection
 
 GAIL = PEOPLE["gail"]  # mg/dL, on a phone
 HISTORY_DAYS = 10
@@ -119,7 +120,7 @@ def test_glucose_arrives_whole_in_mmol_per_litre_from_every_window(
     assert feed(svc, user_id).status == "success"
     assert provider_status(api, home, user_id)["status"] == "connected"
     # Dexcom's one scope covers glucose (its token answer names no scope: all asked).
-    connection = svc.ledger.find(Connection.id_for(user_id, "dexcom"))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, "dexcom"))
     assert isinstance(connection, Connection)
     available = connection.resource_availability["glucose"]
     assert available["status"] == "available"
@@ -163,7 +164,13 @@ def test_windows_outside_the_data_range_are_not_asked(
     assert isinstance(reader, DexcomReader)
     reader.api_timeout = 10.0  # a 30-day window is 8,640 readings: not the 1 s of svc's
     user_id = connect(api, home, browser)
-    target = PullTarget(user_id=user_id, provider="dexcom", resource="glucose", demo_failures={})
+    target = PullTarget(
+        user_id=user_id,
+        provider="dexcom",
+        resource="glucose",
+        demo_failures={},
+        connection_id=stream_of_connection(svc, user_id, "dexcom"),
+    )
     today = clock().date()
     start = today - timedelta(days=60)
     found = reader.fetch(target, start, today - timedelta(days=1), clock(), 1)
@@ -187,7 +194,13 @@ def test_a_reader_asking_more_than_30_days_meets_dexcoms_400(
     reader = svc.oauth_makers["dexcom"]
     assert isinstance(reader, DexcomReader)
     reader.api_timeout = 10.0  # a 30-day window is 8,640 readings: not the 1 s of svc's
-    target = PullTarget(user_id=user_id, provider="dexcom", resource="glucose", demo_failures={})
+    target = PullTarget(
+        user_id=user_id,
+        provider="dexcom",
+        resource="glucose",
+        demo_failures={},
+        connection_id=stream_of_connection(svc, user_id, "dexcom"),
+    )
     today = clock().date()
     # The reader's own windows: 45 days are two requests, each within the limit.
     found = reader.fetch(target, today - timedelta(days=45), today - timedelta(days=1), clock(), 1)
@@ -200,7 +213,7 @@ def test_a_reader_asking_more_than_30_days_meets_dexcoms_400(
     assert [r[3] for r in dexcom.requests if r[1].endswith("/egvs")][-1] == 400
     # The fake's limit is Dexcom's: 30 days answered, a second more refused.
     begin = datetime.combine(today - timedelta(days=40), time(0))
-    token = svc.provider_tokens.current(Connection.id_for(user_id, "dexcom"))
+    token = svc.provider_tokens.current(stream_of_connection(svc, user_id, "dexcom"))
     assert token is not None
     headers = {"Authorization": f"Bearer {token.tokens.access_token}"}
     for span, status in ((MAX_WINDOW, 200), (MAX_WINDOW + timedelta(seconds=1), 400)):
@@ -261,7 +274,7 @@ def test_an_expired_access_token_is_refreshed_once(
 ) -> None:
     user_id = connect(api, home, browser)
     svc.jobs.run_due_pulls()
-    connection_id = Connection.id_for(user_id, "dexcom")
+    connection_id = stream_of_connection(svc, user_id, "dexcom")
     before = svc.provider_tokens.current(connection_id)
     assert before is not None
     clock.advance(timedelta(seconds=dexcom.expires_in + 60))
@@ -294,7 +307,7 @@ def test_a_revoked_grant_puts_the_connection_in_error_until_the_person_signs_in_
     provider = provider_status(api, home, user_id)
     assert provider["status"] == "error"
     assert provider["error_details"]["error_type"] == "token_refresh_failed"
-    events = list(svc.ledger.events.get(Connection.id_for(user_id, "dexcom")))
+    events = list(svc.ledger.events.get(stream_of_connection(svc, user_id, "dexcom")))
     assert [type(e).__name__ for e in events].count("Errored") == 1
     assert feed(svc, user_id).status == "failure"
     refreshes = [r for r in dexcom.requests if r[2].get("grant_type") == "refresh_token"]

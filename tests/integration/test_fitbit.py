@@ -35,6 +35,7 @@ from tests.integration.oauth_browser import (
     outcome,
     signed_in_user,
 )
+from tests.stream_ids import stream_of_connection
 
 ELI = PEOPLE["eli"]  # Europe/Paris
 HISTORY_DAYS = 10
@@ -325,7 +326,7 @@ def test_an_expired_access_token_is_refreshed_once(
 ) -> None:
     user_id = connect(api, home, browser)
     svc.jobs.run_due_pulls()
-    connection_id = Connection.id_for(user_id, "fitbit")
+    connection_id = stream_of_connection(svc, user_id, "fitbit")
     before = svc.provider_tokens.current(connection_id)
     assert before is not None
     clock.advance(timedelta(seconds=fitbit.expires_in + 60))
@@ -349,7 +350,7 @@ def test_a_revoked_grant_puts_the_connection_in_error_until_the_person_signs_in_
     assert provider["status"] == "error"
     assert provider["error_details"]["error_type"] == "token_refresh_failed"
     # Announced as provider.connection.error (the Errored event announces it).
-    events = list(svc.ledger.events.get(Connection.id_for(user_id, "fitbit")))
+    events = list(svc.ledger.events.get(stream_of_connection(svc, user_id, "fitbit")))
     assert [type(e).__name__ for e in events].count("Errored") == 1
     assert "provider.connection.error" in type(events[-1]).ANNOUNCES  # type: ignore[attr-defined]
     found = statuses(svc, user_id)
@@ -403,7 +404,7 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
 ) -> None:
     fitbit.denied_scopes = {"heartrate", "weight"}  # unticked on Fitbit's consent screen
     user_id = connect(api, home, browser)
-    connection = svc.ledger.find(Connection.id_for(user_id, "fitbit"))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, "fitbit"))
     assert isinstance(connection, Connection)
     availability = connection.resource_availability
     for resource in ("heartrate", "hrv", "body", "weight"):
@@ -459,7 +460,7 @@ def test_the_fakes_revocation_endpoint_ends_the_grant(
     generic adapter's revocation goes with HEALTHLEDGER_OAUTH_MAKER_URL): the grant's
     tokens stop working, and the next pull puts the connection in error."""
     user_id = connect(api, home, browser)
-    stored = svc.provider_tokens.current(Connection.id_for(user_id, "fitbit"))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, user_id, "fitbit"))
     assert stored is not None and stored.tokens.refresh_token
     refused = httpx.post(
         f"{fitbit.base}/fitbit/revoke",

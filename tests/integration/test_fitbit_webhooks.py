@@ -42,6 +42,7 @@ from tests.integration.oauth_browser import (
     signed_in_user,
 )
 from tests.receivers import Receiver, http_receiver, serving
+from tests.stream_ids import stream_of_connection, stream_of_feed
 
 ELI = PEOPLE["eli"]
 CODE = "a1b2c3-subscriber-code"
@@ -107,7 +108,7 @@ def connected_user(
     # Subscribed at the sign-in (our subscriber is configured), under a digest of the id.
     assert fitbit.subscriptions == {"eli": subscription_id(ELI.encoded_id)}
     svc.jobs.run_due_pulls()
-    feed = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, "fitbit"), "sleep"))
+    feed = svc.ledger.find(stream_of_feed(svc, user_id, "fitbit", "sleep"))
     assert isinstance(feed, ResourceFeed) and feed.status == "success"
     return user_id
 
@@ -262,7 +263,7 @@ def test_the_persons_revocation_ends_the_connection_and_the_team_is_told(
     fitbit.revoke("eli")  # userRevokedAccess
     assert [s.status for s in fitbit.sent] == [200]
     svc.jobs.run_due_pulls()
-    connection = svc.ledger.find(Connection.id_for(user_id, "fitbit"))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, "fitbit"))
     assert isinstance(connection, Connection) and connection.status == "error"
     assert connection.error_details is not None
     assert connection.error_details["error_type"] == "deregistered_per_provider"

@@ -25,7 +25,6 @@ from healthledger.adapters.persistence.engine.schema import stored_events
 from healthledger.adapters.providers.garmin import BACKFILL_DAYS, GarminReader
 from healthledger.adapters.providers.garmin_webhooks import GarminWebhooks
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.maker_notices import NoticeMalformed, NoticeRefused
 from healthledger.domain.connections.notice_intake import NoticeReceipt
 from healthledger.domain.connections.providers import ProviderError
@@ -42,6 +41,7 @@ from tests.integration.oauth_browser import (
     signed_in_user,
 )
 from tests.receivers import serving
+from tests.stream_ids import stream_of_connection
 
 KAI = PEOPLE["kai"]  # UTC-07:00
 SLUG = "garmin"
@@ -379,7 +379,7 @@ def test_our_deregistration_ends_the_registration_at_garmin(
     the person, refreshed first when expired; Garmin then refuses the tokens. Again: gone
     already (401), done; Garmin down: retried later."""
     user_id = connected(svc, api, home, browser)
-    stored = svc.provider_tokens.current(Connection.id_for(user_id, SLUG))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, user_id, SLUG))
     assert stored is not None
     reader = svc.pulls.adapter_for(SLUG, False)
     assert isinstance(reader, GarminReader)
@@ -460,7 +460,7 @@ def test_permissions_the_person_withdraws_at_garmin_narrow_the_grant(
     }
     assert garmin.post(change) == 200
     svc.jobs.run_due_pulls()
-    stored = svc.provider_tokens.current(Connection.id_for(user_id, SLUG))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, user_id, SLUG))
     assert stored is not None and stored.tokens.scope == "HEALTH_EXPORT"
     assert reads.provider_status(api, home, user_id)["status"] == "connected"
     garmin.requests.clear()

@@ -19,7 +19,6 @@ import pytest
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.makers.fake_oura import FakeOura, running_fake_oura
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.revocation import RETRY_DELAYS
 from healthledger.domain.users.user import User
 
@@ -37,6 +36,7 @@ from tests.integration.oauth_browser import (
     token_rows,
 )
 from tests.makers import FakeMaker, fake_maker
+from tests.stream_ids import stream_of_connection
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def svc(settings: Settings, oura: FakeOura, maker: FakeMaker, clock: Clock) -> I
 def connected_to_oura(svc: Service, api: Any, home: Team, browser: Browser) -> tuple[str, str]:
     """(user id, the access token Oura granted it)."""
     user_id = signed_in_user(api, home, browser, "oura")
-    stored = svc.provider_tokens.current(Connection.id_for(user_id, "oura"))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, user_id, "oura"))
     assert stored is not None
     return str(user_id), stored.tokens.access_token
 
@@ -105,7 +105,7 @@ def test_a_deleted_connection_s_grant_is_revoked_at_oura(
     response = api.delete(f"/v2/user/{user_id}/oura", headers=home.headers)
     assert response.status_code == 200, response.text
     # Ended at once: no pull opens the tokens any more; they wait for the revocation.
-    assert svc.provider_tokens.current(Connection.id_for(uuid.UUID(user_id), "oura")) is None
+    assert svc.provider_tokens.current(stream_of_connection(svc, user_id, "oura")) is None
     assert owed(svc, user_id) == [0]
     assert oura.revoked == []
     assert svc.jobs.revoke_grants() == 1
@@ -244,6 +244,6 @@ def test_a_reconnection_before_the_revocation_drops_it(
     assert row.revoke_due_at is None
     assert svc.jobs.revoke_grants() == 0
     assert oura.revoked == []
-    stored = svc.provider_tokens.current(Connection.id_for(uuid.UUID(user_id), "oura"))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, uuid.UUID(user_id), "oura"))
     assert stored is not None and stored.tokens.access_token != first
     assert oura_accepts(oura, stored.tokens.access_token)

@@ -31,6 +31,7 @@ from tests.clocks import Clock
 from tests.conftest import Team
 from tests.integration import maker_reads as reads
 from tests.integration.stored_text import stored_text
+from tests.stream_ids import stream_of_connection
 
 LENA = ("lena@example.com", "correct horse battery")  # no second factor
 OMAR = ("omar@example.com", "staple 42")  # a code by SMS
@@ -129,7 +130,7 @@ def test_a_password_sign_in_connects_and_its_glucose_is_pulled(
     assert state["state"] == "consumed"
 
     # The grant is kept sealed, and reads the person's glucose.
-    stored = svc.provider_tokens.current(Connection.id_for(user_id, "freestyle_libre"))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, user_id, "freestyle_libre"))
     assert stored is not None and stored.tokens.access_token
     assert svc.jobs.run_due_pulls() > 0
     assert reads.feed(svc, user_id, "freestyle_libre", "glucose").status == "success"
@@ -162,7 +163,10 @@ def test_a_second_factor_is_asked_then_completed_once(
     assert password(api, token, OMAR).json()["state"] == "pending_provider_mfa"
     done = complete(api, token, libreview.outbox["+15550100"])
     assert done.json()["state"] == "success", done.text
-    assert svc.provider_tokens.current(Connection.id_for(user_id, "freestyle_libre")) is not None
+    assert (
+        svc.provider_tokens.current(stream_of_connection(svc, user_id, "freestyle_libre"))
+        is not None
+    )
 
 
 def test_an_email_code_connects_abbott_libreview(
@@ -180,7 +184,7 @@ def test_an_email_code_connects_abbott_libreview(
     assert sent["provider_mfa"]["method"] == "email"
     done = complete(api, token, libreview.outbox["lena@example.com"], "abbott_libreview")
     assert done.json()["state"] == "success", done.text
-    found = svc.ledger.find(Connection.id_for(user_id, "abbott_libreview"))
+    found = svc.ledger.find(stream_of_connection(svc, user_id, "abbott_libreview"))
     assert isinstance(found, Connection)
 
 

@@ -19,7 +19,6 @@ from healthledger.adapters.http.link_page import create_link_app, outcome_url
 from healthledger.adapters.persistence.engine.schema import link_tokens
 from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.connecting import Connections, PreparedConnection
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.link_tokens import LinkToken, LinkTokenRejected
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import hash_key, link_token_id
@@ -28,6 +27,7 @@ from healthledger.domain.teams.teams import BrandInformation, EnvironmentSetting
 from sqlalchemy import select
 
 from tests.conftest import Team, create_user
+from tests.stream_ids import stream_of_connection
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -255,7 +255,7 @@ def test_the_token_is_stored_only_as_a_hash_and_events_say_who(
     assert consumed.provider == "oura"  # type: ignore[attr-defined]
     # The connection is recorded as the link holder's act too, in the same request.
     connection = list(
-        service.ledger.events.get(Connection.id_for(uuid.UUID(user["user_id"]), "oura"))
+        service.ledger.events.get(stream_of_connection(service, uuid.UUID(user["user_id"]), "oura"))
     )
     assert [(e.actor, e.request_id) for e in connection] == [  # type: ignore[attr-defined]
         (f"link_token:{token_id}", "req-page-1")

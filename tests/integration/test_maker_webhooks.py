@@ -46,6 +46,7 @@ from tests.integration.test_oura_webhooks import (
     subscribed,
     svc,
 )
+from tests.stream_ids import stream_of_connection
 
 CTX = CommandContext(actor="test:actor", request_id="req-maker-webhooks")
 
@@ -171,7 +172,7 @@ def test_connections_written_before_revision_0017_get_their_digest_at_start(
     clock: Clock,
 ) -> None:
     user_id = connected_user(svc, api, home, browser)
-    connection_id = Connection.id_for(user_id, "oura")
+    connection_id = stream_of_connection(svc, user_id, "oura")
     c = connections.c
     with svc.db.read() as conn:
         digest = conn.execute(
@@ -211,7 +212,7 @@ def test_a_rebuild_of_the_read_models_keeps_the_account_digests(
 ) -> None:
     user_id = connected_user(svc, api, home, browser)
     found = svc.maker_notice_queries.connections_of("oura", AVA.user_id)
-    assert found == [Connection.id_for(user_id, "oura")]
+    assert found == [stream_of_connection(svc, user_id, "oura")]
     # Projected again from the log, a page's keys read at once: the same digest.
     svc.read_models.rebuild(svc.recorder, svc.ledger.mapper)
     assert svc.maker_notice_queries.connections_of("oura", AVA.user_id) == found

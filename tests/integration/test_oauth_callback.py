@@ -25,7 +25,6 @@ from healthledger.adapters.http.management_api import create_management_api
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.oauth_flows import OAuthFlow
 from healthledger.domain.connections.providers import OAuthNotSupported
 from healthledger.domain.context import CommandContext
@@ -52,6 +51,7 @@ from tests.integration.oauth_browser import (
     token_rows,
 )
 from tests.makers import FakeMaker, challenge, fake_maker
+from tests.stream_ids import stream_of_connection
 
 CALLBACK = "/v2/link/oauth/callback/oura"
 
@@ -276,7 +276,7 @@ def test_a_person_connects_through_the_maker_with_the_team_s_own_client(
 
     # The maker's tokens are stored with the connection, sealed with the user's key.
     [row] = token_rows(svc, user_id)
-    assert row.connection_id == Connection.id_for(uuid.UUID(user_id), "oura")
+    assert row.connection_id == stream_of_connection(svc, uuid.UUID(user_id), "oura")
     assert row.client_id == TEAM_CLIENT and row.version == 1
     opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_tokens)
     assert opened is not None

@@ -24,7 +24,6 @@ from healthledger.adapters.reference import (
     provider_catalog,
 )
 from healthledger.adapters.settings import OAuthClientSetting, Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import (
     NON_RETRIABLE,
     OAuthClient,
@@ -48,6 +47,7 @@ from tests.integration.oauth_browser import (
     token_rows,
 )
 from tests.makers import FakeMaker, fake_maker
+from tests.stream_ids import stream_of_connection, stream_of_feed
 
 # The makers whose documented OAuth 2.0 endpoints the catalog holds (ADR 0022 says why
 # the others are not among them).
@@ -115,7 +115,7 @@ def connect(api: Any, home: Team, browser: Browser, provider: str = "oura") -> u
 
 
 def last_failure(svc: Service, user_id: uuid.UUID, resource: str, provider: str = "oura") -> Any:
-    feed_id = ResourceFeed.id_for(Connection.id_for(user_id, provider), resource)
+    feed_id = stream_of_feed(svc, user_id, provider, resource)
     return list(svc.ledger.events.get(feed_id))[-1]
 
 
@@ -245,7 +245,7 @@ def test_an_expired_access_token_is_refreshed_before_a_pull_which_then_fails_cle
     # WHOOP: a maker whose data API has no reader yet (Oura's, Fitbit's and Withings'
     # have: test_oura.py, test_fitbit.py, test_withings.py).
     user_id = connect(api, home, browser, "whoop")
-    connection_id = Connection.id_for(user_id, "whoop")
+    connection_id = stream_of_connection(svc, user_id, "whoop")
     first = svc.provider_tokens.current(connection_id)
     assert first is not None and first.version == 1
     # Two hours on, the access token (an hour's) has expired: the pull refreshes it.
@@ -301,7 +301,7 @@ def test_a_maker_that_cannot_be_reached_is_a_passing_failure(
     svc: Service, api: Any, home: Team, browser: Browser, clock: Clock, maker: FakeMaker
 ) -> None:
     user_id = connect(api, home, browser)
-    connection_id = Connection.id_for(user_id, "oura")
+    connection_id = stream_of_connection(svc, user_id, "oura")
     (entry,) = [e for e in provider_catalog() if e.slug == "oura"]
     assert entry.oauth is not None
     transport = Counting()
@@ -348,7 +348,7 @@ def test_a_refresh_never_overwrites_a_newer_grant(
     svc: Service, api: Any, home: Team, browser: Browser, clock: Clock, maker: FakeMaker
 ) -> None:
     user_id = connect(api, home, browser)
-    connection_id = Connection.id_for(user_id, "oura")
+    connection_id = stream_of_connection(svc, user_id, "oura")
     stale = svc.provider_tokens.current(connection_id)
     assert stale is not None
     clock.advance(timedelta(hours=2))

@@ -38,6 +38,7 @@ from tests.integration.oauth_browser import (
     outcome,
     signed_in_user,
 )
+from tests.stream_ids import stream_of_connection, stream_of_feed
 
 AVA = PEOPLE["ava"]
 HISTORY_DAYS = 10
@@ -88,7 +89,7 @@ def connect(api: Any, home: Team, browser: Browser) -> uuid.UUID:
 
 
 def feed(svc: Service, user_id: uuid.UUID, resource: str) -> ResourceFeed:
-    found = svc.ledger.find(ResourceFeed.id_for(Connection.id_for(user_id, "oura"), resource))
+    found = svc.ledger.find(stream_of_feed(svc, user_id, "oura", resource))
     assert isinstance(found, ResourceFeed)
     return found
 
@@ -293,7 +294,7 @@ def test_an_expired_access_token_is_refreshed_once(
 ) -> None:
     user_id = connect(api, home, browser)
     svc.jobs.run_due_pulls()
-    connection_id = Connection.id_for(user_id, "oura")
+    connection_id = stream_of_connection(svc, user_id, "oura")
     before = svc.provider_tokens.current(connection_id)
     assert before is not None
     clock.advance(timedelta(seconds=oura.expires_in + 60))
@@ -311,7 +312,7 @@ def test_two_workers_with_an_expired_token_refresh_it_once(
     svc: Service, api: Any, home: Team, browser: Browser, oura: FakeOura, clock: Clock
 ) -> None:
     user_id = connect(api, home, browser)
-    connection_id = Connection.id_for(user_id, "oura")
+    connection_id = stream_of_connection(svc, user_id, "oura")
     clock.advance(timedelta(seconds=oura.expires_in + 60))
     reader = svc.oauth_makers["oura"]
     barrier = threading.Barrier(2)
@@ -344,7 +345,7 @@ def test_two_processes_with_an_expired_token_end_with_one_grant(
     refuses the other's spent refresh token; the refused one waits for the winner's grant
     to be stored and uses it, so the connection is not put in error."""
     user_id = connect(api, home, browser)
-    connection_id = Connection.id_for(user_id, "oura")
+    connection_id = stream_of_connection(svc, user_id, "oura")
     clock.advance(timedelta(seconds=oura.expires_in + 60))
     mine = svc.oauth_makers["oura"]
     entry = svc.catalog["oura"]
@@ -441,7 +442,7 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
 ) -> None:
     oura.denied_scopes = {"heartrate", "workout"}  # unticked on Oura's consent screen
     user_id = connect(api, home, browser)
-    connection = svc.ledger.find(Connection.id_for(user_id, "oura"))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, "oura"))
     assert isinstance(connection, Connection)
     availability = connection.resource_availability
     for resource in ("heartrate", "workouts"):

@@ -42,6 +42,7 @@ from tests.integration.oauth_browser import (
     signed_in_user,
 )
 from tests.receivers import Receiver, http_receiver, serving
+from tests.stream_ids import stream_of_connection
 
 AVA = PEOPLE["ava"]
 # The receipts of notices (sealed since ADR 0032: v2).
@@ -342,7 +343,7 @@ def test_a_revocation_ends_the_connection_and_the_team_is_told(
     oura.revoke("ava")
     assert [s.status for s in oura.webhooks.sent] == [200]  # once, not per subscription
     svc.jobs.run_due_pulls()
-    connection = svc.ledger.find(Connection.id_for(user_id, "oura"))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, "oura"))
     assert isinstance(connection, Connection) and connection.status == "error"
     assert connection.error_details is not None
     assert connection.error_details["error_type"] == "deregistered_per_provider"

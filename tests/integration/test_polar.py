@@ -19,7 +19,6 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.makers.fake_polar import PEOPLE, FakePolar, running_fake_polar
 from healthledger.adapters.providers.polar import PolarReader
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 
 from tests.clocks import Clock
@@ -33,6 +32,7 @@ from tests.integration.oauth_browser import (
     clear_copies,
     signed_in_user,
 )
+from tests.stream_ids import stream_of_connection
 
 PIA = PEOPLE["pia"]
 # What Polar's API gives us; the catalog's other Polar resources succeed with nothing.
@@ -247,7 +247,7 @@ def test_a_revoked_token_puts_the_connection_in_error(
     provider = provider_status(api, home, user_id)
     assert provider["status"] == "error"
     assert provider["error_details"]["error_type"] == "token_refresh_failed"
-    events = list(svc.ledger.events.get(Connection.id_for(user_id, "polar")))
+    events = list(svc.ledger.events.get(stream_of_connection(svc, user_id, "polar")))
     assert [type(e).__name__ for e in events].count("Errored") == 1
     found = statuses(svc, user_id)
     assert {found[r] for r in READ} == {"failure"}
@@ -286,7 +286,7 @@ def test_deregistration_deletes_the_person_at_polar_with_the_user_id_kept_with_t
     gone already (its token refused, 401): done."""
     user_id = connect(api, home, browser)
     svc.jobs.run_due_pulls()
-    stored = svc.provider_tokens.current(Connection.id_for(user_id, "polar"))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, user_id, "polar"))
     assert stored is not None and stored.tokens.account == str(PEOPLE["pia"].user_id)
     assert str(PEOPLE["pia"].user_id) not in repr(stored.tokens)
     polar.fail(503, path=f"/v3/users/{PEOPLE['pia'].user_id}", method="DELETE")

@@ -15,7 +15,6 @@ from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.schema import health_data
 from healthledger.adapters.providers.demo import DemoProvider
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.providers import PullTarget
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
@@ -23,14 +22,14 @@ from sqlalchemy import select
 
 from tests.conftest import Team, create_user
 from tests.integration.api_calls import connect, provider_status, pulls_of
+from tests.stream_ids import stream_of_feed
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 DELAYS = [60.0, 300.0, 1800.0, 7200.0]  # the default retry delays
 
 
 def feed(service: Service, user_id: str, provider: str, resource: str) -> ResourceFeed:
-    connection_id = Connection.id_for(UUID(user_id), provider)
-    found = service.ledger.find(ResourceFeed.id_for(connection_id, resource))
+    found = service.ledger.find(stream_of_feed(service, user_id, provider, resource))
     assert isinstance(found, ResourceFeed)
     return found
 
@@ -386,11 +385,13 @@ def test_erasure_removes_the_pulled_data_and_the_feeds_but_not_their_history(
         connect(client, team, user, "oura")
         service.jobs.run_due_pulls()
         assert service.health_data.count(UUID(user)) > 0
+        # Its id, while the user's key can derive it (after the erasure nobody can).
+        feed_id = feed(service, user, "oura", "sleep").id
         assert client.delete(f"/v2/user/{user}", headers=team.headers).status_code == 200
     with freeze_time(T0 + timedelta(days=7)):
         assert service.users.erase_user(ctx, UUID(user))
     assert service.health_data.count(UUID(user)) == 0
-    events = feed_events(service, user, "oura", "sleep")
+    events = list(service.ledger.events.get(feed_id))
     assert isinstance(events[-1], ResourceFeed.PullSucceeded)
     with pytest.raises(Exception) as raised:
         service.health_data.store(UUID(user), "oura", {"sleep": {T0.date(): {"x": 1}}})

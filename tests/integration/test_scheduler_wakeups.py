@@ -12,12 +12,12 @@ from datetime import timedelta
 import pytest
 from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.settings import Settings
-from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.resource_feeds import SUCCESS, ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.scheduler.runner import LedgerScheduler
 
 from tests.receivers import Receiver, http_receiver
+from tests.stream_ids import stream_of_feed
 
 # Far longer than the test: a job that runs within it was woken, not run by its interval.
 NEVER = timedelta(hours=1)
@@ -74,7 +74,7 @@ def test_a_connect_made_without_http_is_pulled_and_announced_at_once(
         pulls_at_start = scheduler.pull_worker.runs_ended
         user = service.users.create_user(CTX, team_id, client_user_id="embedded")
         service.connections.connect_demo(CTX, team_id, user.id, "freestyle_libre", ["glucose"])
-        feed_id = ResourceFeed.id_for(Connection.id_for(user.id, "freestyle_libre"), "glucose")
+        feed_id = stream_of_feed(service, user.id, "freestyle_libre", "glucose")
 
         def pulled() -> bool:
             feed = service.ledger.find(feed_id)

@@ -31,6 +31,7 @@ from vital.types import (
 )
 
 from tests.conftest import Team, create_user
+from tests.stream_ids import stream_of_connection
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 GRACE = timedelta(days=7)  # the settings fixture's grace period
@@ -404,7 +405,7 @@ def test_the_connections_of_a_user_as_of_an_instant_are_found_from_the_log(
     reads = ReadsAsOf(service, T0 + timedelta(hours=1))
     (connection,) = reads.live_connections(UUID(user_id))
     assert isinstance(connection, Connection) and connection.provider == "oura"
-    assert connection.id == Connection.id_for(UUID(user_id), "oura")
+    assert connection.id == stream_of_connection(service, UUID(user_id), "oura")
 
 
 def test_the_erased_placeholder_is_the_audits() -> None:

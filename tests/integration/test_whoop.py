@@ -36,6 +36,7 @@ from tests.integration.oauth_browser import (
     outcome,
     signed_in_user,
 )
+from tests.stream_ids import stream_of_connection
 
 GABE = PEOPLE["gabe"]  # UTC-05:00
 SLUG = "whoop_v2"
@@ -293,7 +294,7 @@ def test_an_expired_access_token_is_refreshed_once(
 ) -> None:
     user_id = connect(api, home, browser)
     svc.jobs.run_due_pulls()
-    connection_id = Connection.id_for(user_id, SLUG)
+    connection_id = stream_of_connection(svc, user_id, SLUG)
     before = svc.provider_tokens.current(connection_id)
     assert before is not None and before.tokens.refresh_token  # `offline` was asked
     clock.advance(timedelta(seconds=whoop.expires_in + 60))
@@ -316,7 +317,7 @@ def test_a_revoked_grant_puts_the_connection_in_error_until_the_person_signs_in_
     provider = provider_status(api, home, user_id)
     assert provider["status"] == "error"
     assert provider["error_details"]["error_type"] == "token_refresh_failed"
-    events = list(svc.ledger.events.get(Connection.id_for(user_id, SLUG)))
+    events = list(svc.ledger.events.get(stream_of_connection(svc, user_id, SLUG)))
     assert [type(e).__name__ for e in events].count("Errored") == 1
     found = statuses(svc, user_id)
     assert {found.pop(r) for r in NOT_READ} == {"success"}
@@ -367,7 +368,7 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
 ) -> None:
     whoop.denied_scopes = {"read:recovery", "read:body_measurement"}  # unticked at WHOOP
     user_id = connect(api, home, browser)
-    connection = svc.ledger.find(Connection.id_for(user_id, SLUG))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, SLUG))
     assert isinstance(connection, Connection)
     availability = connection.resource_availability
     for resource in ("hrv", "blood_oxygen", "body_temperature", "body", "weight", "profile"):
@@ -399,7 +400,7 @@ def test_deregistration_revokes_the_access_at_whoop_with_a_refreshed_token(
     with the person's token, refreshed first when it expired; after it, WHOOP refuses the
     grant's tokens. Asked again, the grant is gone already: done, not an error."""
     user_id = connect(api, home, browser)
-    stored = svc.provider_tokens.current(Connection.id_for(user_id, SLUG))
+    stored = svc.provider_tokens.current(stream_of_connection(svc, user_id, SLUG))
     assert stored is not None
     reader = svc.pulls.adapter_for(SLUG, False)
     assert isinstance(reader, WhoopReader)

@@ -48,6 +48,7 @@ from tests.integration.oauth_browser import (
     signed_in_user,
 )
 from tests.receivers import serving
+from tests.stream_ids import stream_of_connection
 
 DANA = PEOPLE["dana"]
 HISTORY_DAYS = 10
@@ -318,7 +319,7 @@ def test_an_expired_access_token_is_refreshed_once(
 ) -> None:
     user_id = connect(api, home, browser)
     svc.jobs.run_due_pulls()
-    connection_id = Connection.id_for(user_id, "withings")
+    connection_id = stream_of_connection(svc, user_id, "withings")
     before = svc.provider_tokens.current(connection_id)
     assert before is not None
     clock.advance(timedelta(seconds=withings.expires_in + 60))
@@ -355,7 +356,7 @@ def test_a_revoked_grant_puts_the_connection_in_error_until_the_person_signs_in_
     assert provider["status"] == "error"
     assert provider["error_details"]["error_type"] == "token_refresh_failed"
     # Announced as provider.connection.error (the Errored event announces it).
-    events = list(svc.ledger.events.get(Connection.id_for(user_id, "withings")))
+    events = list(svc.ledger.events.get(stream_of_connection(svc, user_id, "withings")))
     assert [type(e).__name__ for e in events].count("Errored") == 1
     assert "provider.connection.error" in type(events[-1]).ANNOUNCES  # type: ignore[attr-defined]
     found = statuses(svc, user_id)
@@ -426,7 +427,7 @@ def test_scopes_the_person_did_not_grant_are_unavailable_not_failed_pulls(
 ) -> None:
     withings.denied_scopes = {"user.sleepevents", "user.activity"}
     user_id = connect(api, home, browser)
-    connection = svc.ledger.find(Connection.id_for(user_id, "withings"))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, "withings"))
     assert isinstance(connection, Connection)
     availability = connection.resource_availability
     for resource in ("sleep", "hypnogram", "activity", "steps", "heartrate"):

@@ -33,6 +33,7 @@ from tests.conftest import Team
 from tests.integration import maker_reads as reads
 from tests.integration.oauth_browser import SERVICE_CLIENT, SERVICE_SECRET, Browser, signed_in_user
 from tests.receivers import Receiver, http_receiver, serving
+from tests.stream_ids import stream_of_connection
 
 DANA = PEOPLE["dana"]
 HISTORY_DAYS = 6
@@ -169,7 +170,7 @@ def test_unlinking_ends_the_connection_and_the_team_is_told(
     withings.subscriptions[("dana", 46)] = [callback]
     assert withings.notify("dana", 46, action="unlink") == [200]
     svc.jobs.run_due_pulls()
-    connection = svc.ledger.find(Connection.id_for(user_id, "withings"))
+    connection = svc.ledger.find(stream_of_connection(svc, user_id, "withings"))
     assert isinstance(connection, Connection) and connection.status == "error"
     assert connection.error_details is not None
     assert connection.error_details["error_type"] == "deregistered_per_provider"

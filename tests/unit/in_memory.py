@@ -138,6 +138,7 @@ class World:
         connection = Connection.connect_new(
             CTX,
             T0,
+            id=uuid.uuid4(),
             user_id=user.id,
             team_id=TEAM,
             provider=provider,

@@ -3,6 +3,8 @@ their commands, events, refused transitions and replay, without I/O."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from datetime import UTC, date, datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -40,6 +42,11 @@ from healthledger.domain.connections.resource_feeds import (
     SUCCESS,
     ResourceFeed,
 )
+from healthledger.domain.connections.stream_ids import (
+    UsersDigest,
+    keyed_connection_id,
+    keyed_feed_id,
+)
 from healthledger.domain.context import CommandContext
 from healthledger.domain.keys import link_token_id
 
@@ -47,16 +54,25 @@ from tests.unit.stored_form import assert_replays
 
 CTX = CommandContext(actor="team_api_key:k", request_id="req-1")
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def digest_of(user_id: UUID) -> UsersDigest:
+    """A user's keyed digest, its key made of the id (the aggregates take any id)."""
+    return lambda data: hmac.new(user_id.bytes, data, hashlib.sha256).hexdigest()
+
+
 DELAYS = [60.0, 300.0]
 
 # -- connections ---------------------------------------------------------------------------
 
 
 def connect(user_id: UUID | None = None, demo: bool = False) -> Connection:
+    user_id = user_id or uuid4()
     return Connection.connect_new(
         CTX,
         T0,
-        user_id=user_id or uuid4(),
+        id=keyed_connection_id(digest_of(user_id), "oura"),
+        user_id=user_id,
         team_id=uuid4(),
         provider="oura",
         sealed_external_user_id="v1.ext",
@@ -65,10 +81,10 @@ def connect(user_id: UUID | None = None, demo: bool = False) -> Connection:
     )
 
 
-def test_a_new_connection_is_connected_on_a_stream_derived_from_user_and_provider() -> None:
+def test_a_new_connection_is_connected_on_the_stream_it_is_given() -> None:
     user_id = uuid4()
     connection = connect(user_id)
-    assert connection.id == Connection.id_for(user_id, "oura") != Connection.id_for(user_id, "x")
+    assert connection.id == keyed_connection_id(digest_of(user_id), "oura")
     assert (connection.status, connection.connected_at) == (CONNECTED, T0)
     assert connection.is_live and connection.is_pulling
     assert connection.error_details is None and connection.deregistered_at is None
@@ -159,16 +175,18 @@ def test_a_deregistered_connection_connects_again_on_the_same_stream() -> None:
 
 def feed_with_pull(connection_created_at: datetime = RETRYING_SINCE) -> ResourceFeed:
     connection_id = uuid4()
+    feed_id = keyed_feed_id(digest_of(connection_id), connection_id, "sleep")
     feed = ResourceFeed.open(
         CTX,
         T0,
+        id=feed_id,
         connection_id=connection_id,
         user_id=uuid4(),
         team_id=uuid4(),
         provider="oura",
         resource="sleep",
     )
-    assert feed.id == ResourceFeed.id_for(connection_id, "sleep")
+    assert feed.id == feed_id
     assert (feed.pull_number, feed.status, feed.is_pending) == (0, None, False)
     feed.schedule_pull(
         CTX,

@@ -25,9 +25,11 @@ from healthledger.domain.connections.resource_feeds import (
     PullNotPending,
     ResourceFeed,
 )
+from healthledger.domain.connections.stream_ids import StreamIds
 from healthledger.domain.ledger import Ledger
 
 from tests.unit.in_memory import CTX, Factory, Saves, World
+from tests.unit.vaults import DigestKeys
 
 RESOURCES = ("sleep", "steps", "weight")
 LEASE = timedelta(minutes=15)
@@ -120,6 +122,7 @@ class Setup:
 
     def __init__(self) -> None:
         self.world = World()
+        self.keys = DigestKeys()
         self.store = Days()
         self.device = Device()
         self.user = self.world.user()
@@ -143,6 +146,7 @@ class Setup:
             lambda provider, demo: adapter,
             due_pulls=self.due,
             due_syncs=lambda synced_before, limit: self.feed_ids,
+            streams=StreamIds(ledger, self.keys),
             policy=PullPolicy(lease=LEASE, sync_interval=SYNC_INTERVAL),
             holder=name,
         )

@@ -45,6 +45,7 @@ def feed() -> ResourceFeed:
     return ResourceFeed.open(
         CTX,
         T0,
+        id=uuid4(),
         connection_id=uuid4(),
         user_id=uuid4(),
         team_id=uuid4(),

@@ -29,6 +29,7 @@ from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.notice_intake import MAKER_ACTOR, NoticeReceipt
 from healthledger.domain.connections.oauth_flows import OAuthFlow, binding_digest
 from healthledger.domain.connections.resource_feeds import ResourceFeed
+from healthledger.domain.connections.stream_ids import legacy_connection_id, legacy_feed_id
 from healthledger.domain.context import CommandContext
 from healthledger.domain.integrity import IntegrityCheck, IntegrityFindings
 from healthledger.domain.keys import (
@@ -125,6 +126,7 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
     "Connection": lambda: Connection.connect_new(
         CTX,
         T,
+        id=legacy_connection_id(USER, "oura"),
         user_id=USER,
         team_id=TEAM,
         provider="oura",
@@ -135,6 +137,7 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
     "ResourceFeed": lambda: ResourceFeed.open(
         CTX,
         T,
+        id=legacy_feed_id(CONNECTION, "sleep"),
         connection_id=CONNECTION,
         user_id=USER,
         team_id=TEAM,

@@ -103,6 +103,7 @@ def pulled_feed_events(retry_delay: float) -> list[object]:
     feed = ResourceFeed.open(
         CTX,
         T0,
+        id=uuid4(),
         connection_id=uuid4(),
         user_id=uuid4(),
         team_id=uuid4(),

@@ -3,6 +3,10 @@ tests, which hand the mirror a vault they can look into)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -30,3 +34,22 @@ class DictVault:
 
     def discard(self, user_id: UUID) -> None:
         self.values.pop(user_id, None)
+
+
+class DigestKeys:
+    """The UsersDigests port in memory: a random key per user, made on first use (every
+    live user has one), gone with `erase`."""
+
+    def __init__(self) -> None:
+        self.keys: dict[UUID, bytes] = {}
+        self.erased: set[UUID] = set()
+
+    def users_digest(self, user_id: UUID) -> Callable[[bytes], str] | None:
+        if user_id in self.erased:
+            return None
+        key = self.keys.setdefault(user_id, os.urandom(32))
+        return lambda data: hmac.new(key, data, hashlib.sha256).hexdigest()
+
+    def erase(self, user_id: UUID) -> None:
+        self.keys.pop(user_id, None)
+        self.erased.add(user_id)

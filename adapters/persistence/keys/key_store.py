@@ -371,6 +371,16 @@ class KeyStore:
         other columns, in one query); None for none."""
         return None if wrapped is None else UserCipher(user_id, self._unwrap(user_id, wrapped))
 
+    def users_digest(self, user_id: UUID) -> Callable[[bytes], str] | None:
+        """The keyed digest under the user's data key (a new user's key too, before its
+        create commits), or None when the user has no key: what a connection's and a
+        feed's stream ids are derived with (domain/connections/stream_ids.py)."""
+        new_key = self.new_keys.get(user_id)
+        if new_key is not None:
+            return UserCipher(user_id, new_key).digest
+        cipher = self.cipher(user_id)
+        return None if cipher is None else cipher.digest
+
     def has_key(self, user_id: UUID) -> bool:
         with self.db.read() as conn:
             return self._wrapped(conn, user_id) is not None
