@@ -23,7 +23,11 @@ from healthledger.adapters.answers.orders import OrderAnswers
 from healthledger.adapters.brokers.publisher import EventPublisher
 from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.engine import migrating
-from healthledger.adapters.persistence.engine.changes import ChangeListener, hear_own_commits
+from healthledger.adapters.persistence.engine.changes import (
+    ChangeListener,
+    DataVersion,
+    hear_own_commits,
+)
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.eventstore.chain import Chain, SigningTally, open_chain
 from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
@@ -262,6 +266,8 @@ class Service:
     # verified and the stored days it read when they change in another process (ADR
     # 0042, ADR 0043); None on SQLite.
     changes: ChangeListener | None = None
+    # SQLite: what tells the stored days kept (ADR 0043) that anything was committed.
+    data_version: DataVersion | None = None
 
     def bootstrap(self) -> Bootstrap | None:
         """On an empty database: the default organization, team and key (else None)."""
@@ -295,6 +301,8 @@ class Service:
         self.oauth_http.close()
         if self.changes is not None:
             self.changes.close()
+        if self.data_version is not None:
+            self.data_version.close()
         self.ledger.close()
         self.db.dispose()
 
@@ -359,13 +367,17 @@ def build_service(
     `bench/audit.py`, which measures what the chain costs a command."""
     settings = settings or Settings()
     db = Database(settings.database_url, pool_size=settings.database_pool_size)
-    known_reads = None
+    # The stored days a read answered, kept until the user's data changes (ADR 0043):
+    # on PostgreSQL, this process's own commits heard on its pooled connections from the
+    # first; on SQLite (below, once the file is migrated), while its data version stays.
+    known_reads = KnownReads()
     if not db.is_sqlite:
-        # The stored days a read answered, kept until the user's data changes (ADR 0043):
-        # this process's own commits heard on its pooled connections, from the first.
-        known_reads = KnownReads()
         hear_own_commits(db.writer, USER_DATA, known_reads.heard)
     migrating.at_start(settings.database_url, settings.migrate_on_start)
+    data_version = None
+    if db.sqlite_file is not None:
+        data_version = DataVersion(db.sqlite_file)
+        known_reads = KnownReads(version=data_version)
     # The signing key of the chain's heads, kept like the master key (ADR 0015).
     # Each head it signs is anchored outside the database too (issue 30 §3).
     signing_key_file = signing_key_path(settings.signing_key_file, settings.master_key_file)
@@ -733,7 +745,7 @@ def build_service(
     )
     team_queries = TeamQueries(db)
     changes = None
-    if known_reads is not None:
+    if not db.is_sqlite:
         # Keys verified once per process, forgotten at any key's revocation or team's
         # deletion: here when it commits, elsewhere when its NOTIFY arrives (ADR 0042).
         team_queries.verified_keys = VerifiedKeys(team_queries.read_api_key)
@@ -829,7 +841,7 @@ def build_service(
         overdue_by_the_log=OverdueByTheLog(
             db, recorder, ledger.mapper, settings.erasure_claim_lease
         ).overdue,
-        forget_in_memory=health_data_queries.opened.forget,
+        forget_in_memory=health_data_queries.forget,
     )
 
     def client_of(team_id: UUID, provider: str) -> str | None:
@@ -954,6 +966,7 @@ def build_service(
         maker_notice_queries=maker_notice_queries,
         maker_webhook_secrets=webhook_secrets,
         changes=changes,
+        data_version=data_version,
         import_files=import_files,
         imports=imports,
     )

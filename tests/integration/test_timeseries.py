@@ -230,6 +230,10 @@ def test_the_erasure_drops_the_users_opened_days_from_memory(
         service.users.delete_user(CTX, team.team_id, UUID(gone))
     with freeze_time(T0 + service.settings.grace_period):
         assert service.jobs.sweep_erasures() == 1
+    # The answers kept (ADR 0043) likewise: the erased user's are gone, the other's held.
+    known = service.health_data_queries.known
+    assert known is not None
+    assert not known.holds(UUID(gone)) and known.holds(UUID(kept))
     opened = service.health_data_queries.opened
     # `forget` says how many entries it dropped: none of the erased user's were left, and
     # the other user's read is still held (the reads of both kept their days alike).

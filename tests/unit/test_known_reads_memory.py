@@ -1,7 +1,8 @@
 """What a process keeps of the stored days it read (ADR 0043), without a database: kept
 only while listening, never a read that raced a change, forgotten per user by the
 notification that names the user (all users by any other payload), aged out, and bounded
-in bytes."""
+in bytes; on SQLite, given only while the database's data version is the one it was read
+at."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def asked(user_id: UUID) -> tuple[object, ...]:
 
 
 def read_and_keep(known: KnownReads, user_id: UUID, text: bytes = b"[1,2,3]") -> None:
-    _, generation = known.get(asked(user_id))
-    known.keep(asked(user_id), user_id, [day(text)], generation)
+    _, reading = known.get(asked(user_id))
+    known.keep(asked(user_id), user_id, [day(text)], reading)
 
 
 def test_nothing_is_kept_or_answered_until_the_listener_listens() -> None:
@@ -43,9 +44,9 @@ def test_nothing_is_kept_or_answered_until_the_listener_listens() -> None:
 def test_a_read_that_raced_a_change_is_not_kept() -> None:
     known, user = KnownReads(), uuid4()
     known.set_listening(True)
-    _, generation = known.get(asked(user))
+    _, reading = known.get(asked(user))
     known.heard(str(user))  # committed while the read ran: it may predate it
-    known.keep(asked(user), user, [day()], generation)
+    known.keep(asked(user), user, [day()], reading)
     assert known.get(asked(user))[0] is None
 
 
@@ -74,3 +75,21 @@ def test_entries_age_out_and_the_bytes_kept_are_bounded() -> None:
     assert known.get(asked(third))[0] is None
     now[0] = 61.0
     assert known.get(asked(second))[0] is None
+
+
+def test_with_a_data_version_an_answer_is_given_only_while_nothing_was_committed() -> None:
+    version = [7]
+    known, user, other = KnownReads(version=lambda: version[0]), uuid4(), uuid4()
+    assert known.listening  # nothing to hear: the version says it
+    read_and_keep(known, user)
+    read_and_keep(known, other)
+    assert known.get(asked(user))[0] == [day()]
+    version[0] = 8  # anything committed, by any connection
+    assert known.get(asked(user))[0] is None
+    assert not known.holds(user) and not known.holds(other)  # all forgotten at once
+    # A read that began before a commit is kept with the version it began at: stale at
+    # once, never given.
+    _, reading = known.get(asked(user))
+    version[0] = 9
+    known.keep(asked(user), user, [day()], reading)
+    assert known.get(asked(user))[0] is None

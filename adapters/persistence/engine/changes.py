@@ -19,13 +19,17 @@ read answered).
   ran). The notifications another process sends reach an idle pooled connection too, and
   wait in its socket until it is next used: then they only make this process forget
   again what the listener already made it forget.
+
+SQLite has no notifications; `DataVersion` reads what moves when anything is committed.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import Engine, create_engine, event
@@ -139,3 +143,23 @@ class ChangeListener:
             raw.close()
             if self._stop.is_set():
                 self._engine.dispose()
+
+
+class DataVersion:
+    """SQLite: `PRAGMA data_version` read on a connection of its own, which never writes:
+    a number that moves whenever any other connection, of this process (the writer) or of
+    another, commits to the file (SQLite's documented use of it)."""
+
+    def __init__(self, path: Path) -> None:
+        # Shared by the threads that read (one statement at a time, under the lock).
+        self._connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            version: int = self._connection.execute("PRAGMA data_version").fetchone()[0]
+            return version
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()

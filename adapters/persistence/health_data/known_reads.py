@@ -17,6 +17,13 @@ Nothing is answered from memory unless the listener is listening; an answer is k
 if nothing was forgotten while it was read (a change that committed meanwhile may not be
 in it); `as_of` reads are never kept (they read the versions of then). Entries also age
 out after `max_age`, like the opened days, and the bytes kept are bounded.
+
+SQLite has no channel to hear on, but a cheaper question: `PRAGMA data_version`, on a
+connection of its own that never writes, moves whenever any connection (this process's
+writer, another process's) commits anything to the file (`engine/changes.py`'s
+`DataVersion`). An answer is kept with the reading taken before its query and given
+only while the reading is the same: coarser (any commit of any table forgets every
+answer), but a statement of microseconds in place of the read's query and opening.
 """
 
 from __future__ import annotations
@@ -40,6 +47,16 @@ class _Known:
     days: tuple[StoredDay, ...]
     size: int
     at: float
+    # The data version it was read at (SQLite), or None.
+    version: Hashable
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What `get` hands `keep`: the generation and data version a read began at."""
+
+    generation: int
+    version: Hashable
 
 
 class KnownReads:
@@ -50,11 +67,15 @@ class KnownReads:
         max_bytes: int = 64 * 1024 * 1024,
         max_age: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        version: Callable[[], Hashable] | None = None,
     ) -> None:
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.clock = clock
-        self.listening = False
+        # SQLite: the database's data version, which any commit moves; with it, nothing
+        # needs to be heard (always "listening").
+        self.version = version
+        self.listening = version is not None
         # Reads answered from memory: for the operators' figures and the tests.
         self.hits = 0
         self._lock = threading.Lock()
@@ -63,33 +84,39 @@ class KnownReads:
         self._bytes = 0
         self._generation = 0
 
-    def get(self, key: Hashable) -> tuple[list[StoredDay] | None, int]:
+    def get(self, key: Hashable) -> tuple[list[StoredDay] | None, Reading]:
         """The days kept for `key` (None when there are none or they may be stale), and
-        the generation to hand `keep` with what is read instead."""
+        the reading to hand `keep` with what is read instead."""
+        version = None if self.version is None else self.version()
         with self._lock:
+            reading = Reading(self._generation, version)
             if not self.listening:
-                return None, self._generation
+                return None, reading
             known = self._known.get(key)
             if known is None:
-                return None, self._generation
+                return None, reading
+            if known.version != version:
+                # Something was committed since: every answer kept may be stale.
+                self._forget_all()
+                return None, Reading(self._generation, version)
             if self.clock() - known.at > self.max_age:
                 self._drop(key)
-                return None, self._generation
+                return None, reading
             self._known.move_to_end(key)
             self.hits += 1
-            return list(known.days), self._generation
+            return list(known.days), reading
 
-    def keep(self, key: Hashable, user_id: UUID, days: list[StoredDay], generation: int) -> None:
+    def keep(self, key: Hashable, user_id: UUID, days: list[StoredDay], reading: Reading) -> None:
         """Keep what a read found, unless anything was forgotten since it began."""
         size = sum(len(day.plaintext) for day in days)
         if size > self.max_bytes:
             return
         with self._lock:
-            if not self.listening or generation != self._generation:
+            if not self.listening or reading.generation != self._generation:
                 return
             if key in self._known:
                 self._drop(key)
-            self._known[key] = _Known(user_id, tuple(days), size, self.clock())
+            self._known[key] = _Known(user_id, tuple(days), size, self.clock(), reading.version)
             self._by_user.setdefault(user_id, set()).add(key)
             self._bytes += size
             while self._bytes > self.max_bytes:
@@ -119,10 +146,13 @@ class KnownReads:
 
     def forget_all(self) -> None:
         with self._lock:
-            self._generation += 1
-            self._known.clear()
-            self._by_user.clear()
-            self._bytes = 0
+            self._forget_all()
+
+    def _forget_all(self) -> None:
+        self._generation += 1
+        self._known.clear()
+        self._by_user.clear()
+        self._bytes = 0
 
     def set_listening(self, listening: bool) -> None:
         with self._lock:

@@ -59,7 +59,7 @@ class HealthDataQueries:
         self.rules_at = rules_at
         self.clock = clock
         self.opened = OpenedDays()
-        # PostgreSQL: the answers given, kept until the user's data changes (ADR 0043).
+        # The answers given, kept until the user's data changes (ADR 0043).
         self.known = known
         # The user's state, its wrapped key and the current blocks holding the days asked
         # for, in one query (one round trip): a row per block, or one with no block when
@@ -115,6 +115,12 @@ class HealthDataQueries:
             )
         )
 
+    def forget(self, user_ids: Sequence[UUID]) -> None:
+        """Drop what this process keeps of these users' days (their erasure committed)."""
+        self.opened.forget(user_ids)
+        if self.known is not None:
+            self.known.forget(list(user_ids))
+
     def session_place(
         self, team_id: UUID, session_id: UUID, resource: str
     ) -> tuple[UUID, SessionPlace]:
@@ -154,9 +160,9 @@ class HealthDataQueries:
         # As of an instant: never kept (the versions of then are read).
         known = self.known if as_of is None else None
         asked = (team_id, user_id, resource, start, end, provider)
-        generation = 0
+        reading = None
         if known is not None:
-            answered, generation = known.get(asked)
+            answered, reading = known.get(asked)
             if answered is not None:
                 return answered
         values = {
@@ -195,8 +201,8 @@ class HealthDataQueries:
             self.opened.days(user_id, held, cipher, start, end, as_of),
             key=lambda d: (d.day, d.provider),
         )
-        if known is not None:
-            known.keep(asked, user_id, found, generation)
+        if known is not None and reading is not None:
+            known.keep(asked, user_id, found, reading)
         return found
 
     def sources(
