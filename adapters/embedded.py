@@ -494,6 +494,10 @@ class HealthLedger:
         how many ran."""
         return self.service.jobs.run_due_bulk_operations()
 
+    def run_due_continuous_queries(self) -> int:
+        """Run the teams' continuous aggregate queries whose next run is due; how many."""
+        return self.service.jobs.run_due_continuous_queries()
+
     def revoke_grants(self) -> int:
         """Revoke at the makers the grants of ended connections that are due; how many."""
         return self.service.jobs.revoke_grants()

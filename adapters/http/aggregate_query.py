@@ -35,6 +35,19 @@ JSON_MEDIA_TYPE = "application/json"
 
 
 class AggregationResult(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "table": {
+                        "group_key.0": ["2026-11-28T00:00:00+00:00", "2026-11-29T00:00:00+00:00"],
+                        "mean": [61.4, 63.0],
+                    }
+                }
+            ]
+        }
+    )
+
     table: dict[str, list[Any]] = Field(
         description="The query's result, column-oriented: each selected column's name "
         "(a function's name, group_key.N, timestamp, a column's name) and its values."

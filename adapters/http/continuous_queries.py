@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from healthledger.adapters.http.aggregate_query import AggregationResult, beta_caller
+from healthledger.adapters.http.as_of import TEAM_READ_REFUSES_AS_OF
 from healthledger.adapters.http.auth import TeamCaller
 from healthledger.adapters.http.cursors import CursorCodec, InvalidCursor
 from healthledger.adapters.http.errors import USER_NOT_FOUND, error_responses
@@ -30,7 +31,7 @@ from healthledger.domain.health_queries.continuous import (
     TaskStatus,
 )
 from healthledger.domain.health_queries.query import InvalidQuery
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 BASE = "/aggregate/v1/user/{user_id}/continuous_query"
 ONE = BASE + "/{query_id_or_slug}"
@@ -39,7 +40,37 @@ Caller = Annotated[TeamCaller, Depends(beta_caller)]
 IdOrSlug = Annotated[str, Path(min_length=1, max_length=64)]
 
 
+_QUERY_EXAMPLE: dict[str, Any] = {
+    "id": "6a1f1b8e-3c41-4f0e-9a57-2f4d8c9e1b23",
+    "user_id": "0d4c8f5e-2b7a-4c19-8e3d-5f6a7b8c9d01",
+    "slug": "weekly_heartrate",
+    "query": {
+        "select": [
+            {"group_key": "*"},
+            {"func": "mean", "arg": {"timeseries": "heartrate", "field": "value"}},
+        ],
+        "group_by": [{"date_trunc": {"value": 1, "unit": "day"}, "arg": {"index": "timeseries"}}],
+    },
+    "past": {"value": 7, "unit": "day"},
+    "interval_minutes": 60,
+    "config": None,
+    "created_at": "2026-11-30T01:00:00+00:00",
+    "result_at": "2026-11-30T02:00:04+00:00",
+}
+_TASK_EXAMPLE: dict[str, Any] = {
+    "query_id": "6a1f1b8e-3c41-4f0e-9a57-2f4d8c9e1b23",
+    "user_id": "0d4c8f5e-2b7a-4c19-8e3d-5f6a7b8c9d01",
+    "status": "completed",
+    "scheduled_at": "2026-11-30T02:00:00+00:00",
+    "started_at": "2026-11-30T02:00:02+00:00",
+    "ended_at": "2026-11-30T02:00:04+00:00",
+    "error_details": None,
+}
+
+
 class ContinuousQueryOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [_QUERY_EXAMPLE]})
+
     id: UUID
     user_id: UUID
     slug: str
@@ -52,6 +83,8 @@ class ContinuousQueryOut(BaseModel):
 
 
 class ContinuousQueryList(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"data": [_QUERY_EXAMPLE]}]})
+
     data: list[ContinuousQueryOut]
 
 
@@ -68,6 +101,10 @@ class TaskEntry(BaseModel):
 
 
 class TaskHistory(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"data": [_TASK_EXAMPLE], "next_cursor": None}]}
+    )
+
     data: list[TaskEntry]
     next_cursor: str | None = None
 
@@ -152,6 +189,8 @@ def register_continuous_query(
 @router.get(
     BASE,
     response_model=ContinuousQueryList,
+    # What is kept now: no earlier runs' state is kept to travel to.
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     responses=error_responses(401, 403, 404, 422, described=USER_NOT_FOUND),
 )
 def list_continuous_queries(caller: Caller, queries: Store, user_id: UUID) -> ContinuousQueryList:
@@ -164,6 +203,8 @@ def list_continuous_queries(caller: Caller, queries: Store, user_id: UUID) -> Co
 @router.get(
     ONE,
     response_model=ContinuousQueryOut,
+    # What is kept now: no earlier runs' state is kept to travel to.
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     responses=error_responses(401, 403, 404, 422, described=NOT_FOUND),
 )
 def get_continuous_query(
@@ -191,6 +232,8 @@ def delete_continuous_query(
 @router.get(
     ONE + "/result_table",
     response_model=AggregationResult,
+    # What is kept now: no earlier runs' state is kept to travel to.
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     responses=error_responses(
         401,
         403,
@@ -217,6 +260,8 @@ def get_result_table_for_continuous_query(
 @router.get(
     ONE + "/task_history",
     response_model=TaskHistory,
+    # What is kept now: no earlier runs' state is kept to travel to.
+    dependencies=[TEAM_READ_REFUSES_AS_OF],
     responses=error_responses(400, 401, 403, 404, 422, described=NOT_FOUND),
 )
 def get_task_history_for_continuous_query(

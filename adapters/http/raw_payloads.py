@@ -51,6 +51,48 @@ ProviderFilter = Annotated[
 ]
 
 
+# What the documents show (an Oura pull of two days, as kept).
+_SOURCE_EXAMPLE: dict[str, Any] = {
+    "name": "Oura",
+    "slug": "oura",
+    "logo": "https://storage.googleapis.com/vital-assets/oura.png",
+}
+_RAW_EXAMPLE: dict[str, Any] = {
+    "id": "5b0e6f5a-91f4-4a53-8c1e-1d7a0c9b2e44",
+    "timestamp": "2026-11-28T00:00:00+00:00",
+    "data": {
+        "start_date": "2026-11-28",
+        "end_date": "2026-11-29",
+        "fetched_at": "2026-11-30T06:00:03+00:00",
+        "answers": [
+            {
+                "request": "/v2/usercollection/sleep?start_date=2026-11-28&end_date=2026-11-29",
+                "answer": {
+                    "data": [{"id": "1f4e9a3c-7b2d-4e8f-a6c5-3d2b1a0f9e87", "day": "2026-11-29"}],
+                    "next_token": None,
+                },
+            }
+        ],
+    },
+    "provider_id": "2026-11-28..2026-11-29",
+    "user_id": "0d4c8f5e-2b7a-4c19-8e3d-5f6a7b8c9d01",
+    "source_id": 3,
+    "priority_id": 3,
+    "source": _SOURCE_EXAMPLE,
+    "created_at": "2026-11-30T06:00:03+00:00",
+    "updated_at": "2026-11-30T06:00:03+00:00",
+}
+_WORKOUT_EXAMPLE: dict[str, Any] = {
+    **_RAW_EXAMPLE,
+    "sport_id": 0,
+    "sport": {"id": 0, "name": "Other", "slug": "other"},
+}
+
+
+def _examples(example: dict[str, Any]) -> ConfigDict:
+    return ConfigDict(json_schema_extra={"examples": [example]})
+
+
 class RawSource(BaseModel):
     """The client's ClientFacingProvider."""
 
@@ -94,22 +136,32 @@ class RawWorkoutObject(RawObject):
 
 
 class RawSleep(BaseModel):
+    model_config = _examples({"sleep": [_RAW_EXAMPLE]})
+
     sleep: list[RawObject]
 
 
 class RawActivity(BaseModel):
+    model_config = _examples({"activity": [_RAW_EXAMPLE]})
+
     activity: list[RawObject]
 
 
 class RawWorkouts(BaseModel):
+    model_config = _examples({"workouts": [_WORKOUT_EXAMPLE]})
+
     workouts: list[RawWorkoutObject]
 
 
 class RawBody(BaseModel):
+    model_config = _examples({"body": [_RAW_EXAMPLE]})
+
     body: list[RawObject]
 
 
 class RawProfile(BaseModel):
+    model_config = _examples({"profile": _RAW_EXAMPLE})
+
     profile: RawObject
 
 
@@ -125,6 +177,25 @@ class RawDevice(BaseModel):
 
 
 class RawDevices(BaseModel):
+    model_config = _examples(
+        {
+            "devices": [
+                {
+                    "id": "c3a9d2f0-6a4e-5b1d-9f7e-2a8b4c6d0e12",
+                    "data": {
+                        "device_manufacturer": "Oura",
+                        "device_model": "Oura Ring",
+                        "source_type": "ring",
+                    },
+                    "provider_id": "oura",
+                    "user_id": "0d4c8f5e-2b7a-4c19-8e3d-5f6a7b8c9d01",
+                    "source_id": 3,
+                    "source": _SOURCE_EXAMPLE,
+                }
+            ]
+        }
+    )
+
     devices: list[RawDevice]
 
 

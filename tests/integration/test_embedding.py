@@ -244,6 +244,7 @@ def test_every_scheduler_job_can_be_run_through_the_facade(ledger: HealthLedger)
     assert ledger.revoke_grants() == 0  # a demo device holds no grant at a maker
     assert ledger.run_due_imports() == 0
     assert ledger.run_due_bulk_operations() == 0  # none was started
+    assert ledger.run_due_continuous_queries() == 0  # none is registered
     assert ledger.progress_lab_orders() == 0
 
 

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.schema import stored_events
 from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
 from healthledger.adapters.persistence.eventstore.sealed_facts import SEALED_FACTS_FIELD
@@ -29,7 +30,7 @@ from healthledger.domain.connections.notice_intake import MAKER_ACTOR, NoticeRec
 from healthledger.domain.context import CommandContext
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
 from healthledger.domain.redaction import REMOVED, SEALED
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from tests.conftest import Team
 from tests.integration.test_health_facts_sealed import (
@@ -161,10 +162,9 @@ def test_a_notices_window_is_sealed_and_an_old_ones_is_redacted_then_erased(
         assert (erased.start, erased.end, erased.provider) == (None, None, ERASED_PLACEHOLDER)
 
     # The database as the main before this revision leaves it: at 0034 (0035 changes no
-    # table), the v2 receipts in the log.
-    with service.db.write() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = '0034'"))
+    # table; the later revisions' downgrades take theirs away), the v2 receipts in the log.
     service.close()
+    migrating.downgrade(settings.database_url, "0034")
     with freeze_time(start + timedelta(days=9)):
         started = build_service(settings)
     try:

@@ -157,6 +157,14 @@ def upgrade(url: str, line: MigrationLine = SERVICE) -> Upgrade:
     return Upgrade(line, state.current, stamped, state.pending, after or state.head)
 
 
+def downgrade(url: str, revision: str, line: MigrationLine = SERVICE) -> None:
+    """Take the database at `url` back to `revision` of `line`, each later revision's
+    downgrade newest first: a rollback by hand, and the tests that start a service on a
+    database as an older main left it (the next start applies the rest again)."""
+    with _engine(url) as engine, _locked(engine, line) as conn:
+        _run(line, conn, lambda config: command.downgrade(config, revision))
+
+
 def schema_state(url: str, line: MigrationLine = SERVICE) -> SchemaState:
     """Where the database at `url` stands on `line` (it is not changed)."""
     with _engine(url) as engine:
