@@ -1,5 +1,5 @@
-"""The stored days a read answered, kept per process on PostgreSQL until the database says
-the user's data changed (ADR 0043).
+"""The stored days a read answered, kept per process until the database says the user's
+data changed (PostgreSQL) or anything was committed (SQLite) (ADR 0043).
 
 A day's timeseries read is one query (the user's state, its wrapped key and the blocks
 that hold the days: `HealthDataQueries.stored_days`) and the days opened from them, which

@@ -3,8 +3,9 @@ again (a dashboard polling today's heart rate; the timeseries read figure of iss
 
 Opening a day costs the key's unwrap, the block's decryption, its Parquet row groups and
 the day's canonical JSON made from the columns: several times the read's SQL. A read
-still fetches the block's row (and the user's state and wrapped key) in its one query,
-then looks the opened days up by the row's seal: its nonce is random per seal, so a
+that `known_reads.KnownReads` cannot answer (ADR 0043: asked for the first time, or
+after a change) fetches the block's row (and the user's state and wrapped key) in its
+one query, then looks the opened days up by the row's seal: its nonce is random per seal, so a
 version rewritten in place (days added) or a new version is another entry, and nothing
 is answered that the database does not hold now. An erased user's rows and key are gone,
 so its entries can no longer be reached: the process that erased the user drops them at
