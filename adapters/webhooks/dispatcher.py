@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -93,6 +94,9 @@ MAX_CLAIM = 500
 # Tries to record one attempt against other writers of the same delivery (a redelivery,
 # a sender whose lease ran out) before it is logged as lost.
 RECORD_TRIES = 5
+# The event destinations' deliveries the outbox of this process recorded lately, kept as
+# saved for the publisher's start (`Dispatcher.start`), at most this many.
+KEPT_FOR_PUBLISHER = 5_000
 
 
 # A team environment's event destinations with their routing tables (issue 35).
@@ -160,6 +164,12 @@ class Dispatcher:
             ),
         )
         self._environments: dict[UUID, str] = {}
+        # The event destinations' deliveries this outbox recorded, as saved (oldest
+        # first): the publisher's start records on them instead of reading and decoding
+        # them again (`start`). One another writer changed since fails that save, which
+        # then goes one by one on fresh copies (`record`).
+        self._recorded: dict[UUID, WebhookDelivery] = {}
+        self._recorded_lock = threading.Lock()
         # How long a POST has taken lately (seconds, a moving average of the rounds'
         # posts; None before the first): what bounds a round's claim (`round_size`).
         self.post_seconds: float | None = None
@@ -187,6 +197,8 @@ class Dispatcher:
         ctx = CommandContext.system(SCHEDULER)
         now = self.clock()
         deliveries: list[WebhookDelivery] = []
+        # The event destinations among the round's recipients.
+        destinations: set[UUID] = set()
         # A team environment's endpoints and destinations, each with whether it receives
         # an event type, read once per round (a round is one transaction).
         endpoints: dict[tuple[UUID, str, bool], list[tuple[UUID, Callable[[str], bool]]]] = {}
@@ -223,7 +235,7 @@ class Dispatcher:
                 continue
             key = (found.team_id, environment, found.user_id is None)
             if key not in endpoints:
-                endpoints[key] = self.recipients(*key)
+                endpoints[key] = self.recipients(*key, destinations=destinations)
             for endpoint_id, receives in endpoints[key]:
                 if not receives(found.event_type):
                     continue
@@ -251,23 +263,40 @@ class Dispatcher:
                 self.ledger.save(*deliveries, tracking=Tracking(TRACKING_NAME, upto))
         except IntegrityError:
             return 0  # another dispatcher recorded this stretch of the log first
+        self._keep_recorded(d for d in deliveries if d.endpoint_id in destinations)
         return len(notifications) or 1
 
+    def _keep_recorded(self, deliveries: Iterable[WebhookDelivery]) -> None:
+        kept = self._recorded
+        with self._recorded_lock:
+            for delivery in deliveries:
+                kept[delivery.id] = delivery
+            while len(kept) > KEPT_FOR_PUBLISHER:
+                del kept[next(iter(kept))]
+
     def recipients(
-        self, team_id: UUID, environment: str, endpoints_only: bool = False
+        self,
+        team_id: UUID,
+        environment: str,
+        endpoints_only: bool = False,
+        *,
+        destinations: set[UUID] | None = None,
     ) -> list[tuple[UUID, Callable[[str], bool]]]:
         """The team environment's enabled endpoints and live event destinations, each
         with whether it receives an event type (its filters; a destination's routes).
-        `endpoints_only`: for a team-level type, which no destination is sent."""
+        `endpoints_only`: for a team-level type, which no destination is sent.
+        `destinations`, if given, gets the destinations' ids."""
         found: list[tuple[UUID, Callable[[str], bool]]] = [
             (endpoint_id, partial(subscribed, filter_types))
             for endpoint_id, filter_types in self.queries.enabled_endpoints(team_id, environment)
         ]
         if self.routed_destinations is not None and not endpoints_only:
+            routed = self.routed_destinations(team_id, environment)
             found.extend(
-                (destination_id, partial(_routed, routes))
-                for destination_id, routes in self.routed_destinations(team_id, environment)
+                (destination_id, partial(_routed, routes)) for destination_id, routes in routed
             )
+            if destinations is not None:
+                destinations.update(destination_id for destination_id, _routes in routed)
         return found
 
     def _users_digests(self, user_ids: Collection[UUID]) -> dict[UUID, UsersDigest]:
@@ -541,7 +570,9 @@ class Dispatcher:
         one transaction (one by one if it meets another writer); per delivery whose start
         was recorded, the attempt's number. Only those may be posted. `saved`, if given,
         gets those deliveries as saved: what `record(..., known=saved)` records the
-        outcomes on without reading them again."""
+        outcomes on without reading them again. An event destination's delivery this
+        process's outbox recorded is started on as the outbox saved it (not read again);
+        one changed since by another writer goes one by one on a fresh copy."""
         if not rows:
             return {}
         now = self.clock()
@@ -555,7 +586,10 @@ class Dispatcher:
             recorded[delivery.id] = delivery  # the last copy recorded on is the one saved
             return True
 
-        started = self.record([(row, record) for row in rows])
+        kept = self._recorded
+        with self._recorded_lock:
+            known = {r.delivery_id: kept.pop(r.delivery_id) for r in rows if r.delivery_id in kept}
+        started = self.record([(row, record) for row in rows], known)
         if saved is not None:
             saved.update((delivery_id, recorded[delivery_id]) for delivery_id in started)
         return {delivery_id: numbers[delivery_id] for delivery_id in started}
