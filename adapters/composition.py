@@ -42,6 +42,7 @@ from healthledger.adapters.persistence.eventstore.sealed_facts import StoredKeys
 from healthledger.adapters.persistence.health_data.batches import HealthDataBatches
 from healthledger.adapters.persistence.health_data.conversion import convert_stored_days
 from healthledger.adapters.persistence.health_data.known_reads import USER_DATA, KnownReads
+from healthledger.adapters.persistence.health_data.places import key_stored_places
 from healthledger.adapters.persistence.health_data.sessions import index_stored_sessions
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.integrity.integrity_check import (
@@ -539,6 +540,10 @@ def build_service(
         AccountKeys(digest=account_digests.account, provider_digest=provider_digests.digest),
     )
     health_data = SqlHealthDataStore(db, key_store, clock)
+    # Rows of health data and raw payloads written before revision 0039, their provider
+    # and resource in clear: keyed under their users' keys (ADR 0047; none to do on an
+    # up-to-date database), resumably, before anything reads or converts into them.
+    key_stored_places(db, key_store)
     # Days stored before revision 0021, one sealed text each: written into their blocks
     # (ADR 0033; none to do on an up-to-date database), resumably, before anything reads.
     convert_stored_days(health_data)

@@ -51,6 +51,7 @@ from healthledger.adapters.persistence.eventstore.chain import (
     ChainProblem,
     SignedHead,
 )
+from healthledger.adapters.persistence.health_data.places import Places
 from healthledger.adapters.persistence.keys.key_store import canonical_json
 from healthledger.adapters.persistence.projections.erasure import ErasurePlaces
 from healthledger.adapters.persistence.projections.stream_owners import WEBHOOK_DELIVERY
@@ -758,20 +759,30 @@ def _health_data(
     with service.db.read() as conn:
         rows = {
             (provider, resource): count
-            # The days the current blocks hold (ADR 0033): a row is a month's block.
+            # The days the current blocks hold (ADR 0033): a row is a month's block, its
+            # provider and resource keyed digests under the user's key (ADR 0047).
             for provider, resource, count in conn.execute(
                 select(h.provider, h.resource, func.sum(h.days))
                 .where(h.user_id == user_id, h.replaced_at.is_(None))
                 .group_by(h.provider, h.resource)
             )
         }
+    # No key (erased): no row is left to count, nor a digest to find one by.
+    digest = service.key_store.users_digest(user_id) if rows else None
+    places = None if digest is None else Places(digest)
+
+    def rows_now(provider: Any, resource: Any) -> int:
+        if places is None or not isinstance(provider, str) or not isinstance(resource, str):
+            return 0
+        return rows.get((places.provider(provider), places.resource(resource)), 0)
+
     return [
         {
             "pull_id": str(feed_id),
             "provider": feed["provider"] if named else None,
             "resource": feed["resource"] if named else None,
             "days_with_data_recorded": feed["pulled"] + feed["synced"],
-            "rows_now": rows.get((feed["provider"], feed["resource"]), 0),
+            "rows_now": rows_now(feed["provider"], feed["resource"]),
         }
         for feed_id, feed in feeds.items()
     ]

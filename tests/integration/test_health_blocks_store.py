@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.schema import health_data
+from healthledger.adapters.persistence.health_data.places import provider_digest, resource_digest
 from healthledger.adapters.persistence.health_data.store import KEPT_VERSIONS, open_block
 from healthledger.domain.context import CommandContext
 
@@ -117,8 +118,12 @@ def test_a_block_is_sealed_bytes_bound_to_its_place_and_erased_with_every_versio
         assert b"bpm" not in sealed and b"timestamp" not in sealed and b"HLB1" not in sealed
     cipher = service.key_store.cipher(user)
     assert cipher is not None
-    heart_rate = next(b for b in blocks if b.resource == "heartrate")
-    hrv = next(b for b in blocks if b.resource == "hrv")
+    # The rows name their resources by keyed digests under the user's key (ADR 0047).
+    assert {b.provider for b in blocks} == {provider_digest(cipher.digest, "oura")}
+    heart_rate = next(
+        b for b in blocks if b.resource == resource_digest(cipher.digest, "heartrate")
+    )
+    hrv = next(b for b in blocks if b.resource == resource_digest(cipher.digest, "hrv"))
     # A block put in another's place does not open.
     moved = SimpleNamespace(**{**hrv._asdict(), "sealed": heart_rate.sealed})
     with pytest.raises(InvalidTag):

@@ -401,7 +401,9 @@ resource_feeds = Table(
 # an earlier one is kept, with the time it was replaced, when a sync changed a day it
 # held (reads as of an instant), up to a bound (compaction). `began_at` is when the
 # version became the current one (NULL for a first version written before it was kept).
-# `days` counts the stored days the version holds. Erasure deletes every version in the
+# `days` counts the stored days the version holds. `provider` and `resource` hold keyed
+# digests of the names under the user's key (ADR 0047: what was pulled from whom is a
+# health fact), the block's seal bound to the names. Erasure deletes every version in the
 # transaction that destroys the key.
 health_data = Table(
     "health_data",
@@ -443,13 +445,23 @@ session_index_backfill = Table(
     Column("user_id", Uuid, primary_key=True),
 )
 
+# Users whose `health_data` and `raw_payloads` rows were written before revision 0039,
+# with their provider and resource in clear: listed by the migration (it has no key),
+# their names replaced by keyed digests (ADR 0047) and unlisted at the service's start,
+# one user a transaction (`health_data/places.py`); empty from then on.
+place_digest_backfill = Table(
+    "place_digest_backfill",
+    metadata,
+    Column("user_id", Uuid, primary_key=True),
+)
+
 # The makers' own payloads as received (issue 34, `*.get_raw`; docs/data.md#raw-payloads,
 # ADR 0046): a row per pull of one (user, provider, resource) and window of days, its
 # answers sealed under the user's key as bytes (`payload`) and its window sealed apart
 # (`window`: the store opens only these to find the pulls a new one replaces). `slot` is
 # a keyed digest of the window (the same window replaces its own row, and says nothing
-# without the key); `period` and `last_period`, the months of its first and last day,
-# as health_data's blocks keep theirs. Erasure deletes the rows.
+# without the key); `provider` and `resource` keyed digests, as health_data's, and no
+# month in clear (revision 0039, ADR 0047). Erasure deletes the rows.
 raw_payloads = Table(
     "raw_payloads",
     metadata,
@@ -457,12 +469,10 @@ raw_payloads = Table(
     Column("provider", String(64), primary_key=True),
     Column("resource", String(64), primary_key=True),
     Column("slot", String(64), primary_key=True),
-    Column("period", Date, nullable=False),
-    Column("last_period", Date, nullable=False),
     Column("fetched_at", UTCDateTime, nullable=False),
     Column("window", LargeBinary, nullable=False),
     Column("payload", LargeBinary, nullable=False),
-    Index("ix_raw_payloads_user_resource", "user_id", "resource", "period"),
+    Index("ix_raw_payloads_user_resource", "user_id", "resource"),
 )
 
 # Stored days as revisions before 0020 kept them (one sealed base64 text per day): the

@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
+from itertools import chain
+from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import health_data, users
 from healthledger.adapters.persistence.health_data.blocks import Block
+from healthledger.adapters.persistence.health_data.places import Named, Places
 from healthledger.adapters.persistence.health_data.store import (
     current_blocks,
     open_block,
@@ -51,24 +54,42 @@ class UserHealthData:
         with its provider."""
         if self.cipher is None:
             return  # a user with no key has stored nothing
+        # The rows' provider and resource are keyed digests (ADR 0047).
+        places = Places(self.cipher.digest)
         if self.as_of is not None:
             # The versions of then (`store.versions_of_then`), of each its days stored by
             # then: a debugging read, its rows fetched at once.
-            rows = self.conn.execute(
-                current_blocks(self.user_id, first, last, resources=[resource], as_of=self.as_of)
-            ).all()
+            rows = places.named(
+                self.conn.execute(
+                    current_blocks(
+                        self.user_id, places, first, last, resources=[resource], as_of=self.as_of
+                    )
+                )
+            )
             for row in versions_of_then(rows):
                 opened = open_block(self.cipher, row, keys, (first, last))
                 yield row.provider, opened.stored_by(self.as_of)
             return
         query = (
-            current_blocks(self.user_id, first, last, resources=[resource])
-            .order_by(health_data.c.period, health_data.c.provider)
+            current_blocks(self.user_id, places, first, last, resources=[resource])
+            # By period, then provider: the providers by name, as before their digests.
+            .order_by(health_data.c.period)
             # Streamed (a server-side cursor on PostgreSQL), not fetched whole.
             .execution_options(yield_per=4)
         )
-        for row in self.conn.execute(query):
-            yield row.provider, open_block(self.cipher, row, keys, (first, last))
+        period: Any = None
+        held: list[Named] = []
+        for row in chain(self.conn.execute(query), [None]):
+            if held and (row is None or row.period != period):
+                for named in sorted(held, key=lambda n: n.provider):
+                    yield named.provider, open_block(self.cipher, named, keys, (first, last))
+                held = []
+            if row is None:
+                break
+            period = row.period
+            named_row = places.name(row)
+            if named_row is not None:
+                held.append(named_row)
 
 
 class HealthDataBatches:

@@ -8,7 +8,12 @@ maker for and every answer it read, in order. A pull replaces the rows of the sa
 notice of one of them): what is kept grows with the days covered, never with how often
 they are pulled again. Rows are few per statement: a store writes its pulls with one
 SELECT of the overlapping windows (opened from their small sealed `window`, never the
-payloads), one DELETE and one INSERT, whatever the number of answers or days.
+payloads), one DELETE and one INSERT, whatever the number of answers or days. A row's
+provider and resource are keyed digests under the user's key (`places.py`, ADR 0047);
+its seals stay bound to them by name. Its window is only sealed (no month in clear:
+which days a person had data at a maker is a health fact), so a store opens the windows
+of every kept pull of the provider's resources it writes, and a read those of the
+resource, then fetches only the payloads whose window meets the days asked for.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import raw_payloads, users
-from healthledger.adapters.persistence.health_data.blocks import period_of
+from healthledger.adapters.persistence.health_data.places import Places
 from healthledger.adapters.persistence.keys.key_store import KeyStore, UserCipher, canonical_json
 from healthledger.domain.connections.raw_payloads import RawPull
 from healthledger.domain.errors import UserNotFound, UserScheduledForDeletion
@@ -53,6 +58,7 @@ def write(
     conn: Connection,
     is_sqlite: bool,
     cipher: UserCipher,
+    places: Places,
     user_id: UUID,
     provider: str,
     raw: Mapping[str, RawPull],
@@ -61,26 +67,25 @@ def write(
     (the store's write transaction)."""
     if not raw:
         return
-    first = min(pull.first for pull in raw.values())
-    last = max(pull.last for pull in raw.values())
+    prov = places.provider(provider)
+    resource_of = {places.resource(resource): resource for resource in raw}
     overlapping = select(_r.resource, _r.slot, _r.window).where(
         _r.user_id == user_id,
-        _r.provider == provider,
-        _r.resource.in_(list(raw)),
-        _r.period <= period_of(last),
-        _r.last_period >= period_of(first),
+        _r.provider == prov,
+        _r.resource.in_(resource_of),
     )
     if not is_sqlite:
         overlapping = overlapping.with_for_update()
     replaced: list[dict[str, Any]] = []
     for row in conn.execute(overlapping):
+        resource = resource_of[row.resource]
         window = json.loads(
-            cipher.open_raw(bytes(row.window), _context("window", provider, row.resource, row.slot))
+            cipher.open_raw(bytes(row.window), _context("window", provider, resource, row.slot))
         )
-        pull = raw[row.resource]
+        pull = raw[resource]
         if pull.first.isoformat() <= window["first"] and window["last"] <= pull.last.isoformat():
             replaced.append(
-                {"uid": user_id, "prov": provider, "res": row.resource, "old_slot": row.slot}
+                {"uid": user_id, "prov": prov, "res": row.resource, "old_slot": row.slot}
             )
     rows = []
     for resource, pull in raw.items():
@@ -94,11 +99,9 @@ def write(
         rows.append(
             {
                 "user_id": user_id,
-                "provider": provider,
-                "resource": resource,
+                "provider": prov,
+                "resource": places.resource(resource),
                 "slot": slot,
-                "period": period_of(pull.first),
-                "last_period": period_of(pull.last),
                 "fetched_at": pull.fetched_at,
                 "window": cipher.seal_raw(
                     canonical_json(window), _context("window", provider, resource, slot)
@@ -110,7 +113,7 @@ def write(
         )
         # The same window pulled again: its own row is replaced (found above, or not
         # yet committed by a pull racing this one: the DELETE finds nothing then).
-        same = {"uid": user_id, "prov": provider, "res": resource, "old_slot": slot}
+        same = {"uid": user_id, "prov": prov, "res": places.resource(resource), "old_slot": slot}
         if same not in replaced:
             replaced.append(same)
     conn.execute(_DELETE, replaced)
@@ -137,24 +140,17 @@ class RawPayloadReads:
         self.db = db
         self.key_store = key_store
         keys = key_store.tables.keys
-        # The user's state and wrapped key and the rows overlapping the months asked for,
-        # in one query (one round trip): a row per pull, or one with no pull when none is
-        # kept. Another team's user is no row at all.
-        held = and_(
-            _r.user_id == users.c.user_id,
-            _r.resource == bindparam("resource"),
-            _r.period <= bindparam("last"),
-            _r.last_period >= bindparam("first"),
-        )
+        # The user's state and wrapped key and the windows of its kept pulls of the
+        # resource, in one query: a row per pull, or one with no pull when none is kept.
+        # Another team's user is no row at all.
+        held = and_(_r.user_id == users.c.user_id, _r.resource == bindparam("resource"))
         self.queries = {
             of_one: select(
                 users.c.status,
                 keys.c.wrapped_key,
                 _r.provider,
-                _r.resource,
                 _r.slot,
-                _r.fetched_at,
-                _r.payload,
+                _r.window,
             )
             .select_from(
                 users.outerjoin(keys, keys.c.user_id == users.c.user_id).outerjoin(
@@ -165,6 +161,12 @@ class RawPayloadReads:
             .where(users.c.user_id == bindparam("user_id"), users.c.team_id == bindparam("team_id"))
             for of_one in (False, True)
         }
+        # The payloads of the pulls whose window meets the days asked for.
+        self.payloads = select(_r.provider, _r.slot, _r.fetched_at, _r.payload).where(
+            _r.user_id == bindparam("user_id"),
+            _r.resource == bindparam("resource"),
+            _r.slot.in_(bindparam("slots", expanding=True)),
+        )
 
     def pulls(
         self,
@@ -178,39 +180,63 @@ class RawPayloadReads:
         """The user's kept pulls of `resource` whose window meets first..last (inclusive),
         of every provider or of one, in (first day, provider, fetched) order. UserNotFound
         for an unknown, another team's or an erased user; UserScheduledForDeletion."""
-        values = {
-            "user_id": user_id,
-            "team_id": team_id,
-            "resource": resource,
-            "first": period_of(first),
-            "last": period_of(last),
-        }
-        if provider is not None:
-            values["provider"] = provider
         with self.db.read() as conn:
+            # The key first, in the same transaction: the rows are asked for by the
+            # digests of the names under it (ADR 0047); no key, no row matches "".
+            cipher = self.key_store.cipher_on(conn, user_id)
+            places = None if cipher is None else Places(cipher.digest)
+            values: dict[str, Any] = {
+                "user_id": user_id,
+                "team_id": team_id,
+                "resource": "" if places is None else places.resource(resource),
+            }
+            if provider is not None:
+                values["provider"] = "" if places is None else places.provider(provider)
             rows = conn.execute(self.queries[provider is not None], values).all()
-        if not rows:
-            raise UserNotFound()
-        if rows[0].status == PENDING_ERASURE:
-            raise UserScheduledForDeletion()
-        cipher = self.key_store.cipher_of(user_id, rows[0].wrapped_key)
-        if cipher is None:
-            raise UserNotFound()  # erased (its row goes in the same transaction)
-        found = []
-        for row in rows:
-            if row.slot is None:
-                continue
-            context = _context("payload", row.provider, row.resource, row.slot)
-            opened = json.loads(cipher.open_raw(bytes(row.payload), context))
-            pull = StoredPull(
-                provider=row.provider,
-                resource=row.resource,
-                slot=row.slot,
-                first=date.fromisoformat(opened["first"]),
-                last=date.fromisoformat(opened["last"]),
-                fetched_at=row.fetched_at,
-                answers=opened["answers"],
+            if not rows:
+                raise UserNotFound()
+            if rows[0].status == PENDING_ERASURE:
+                raise UserScheduledForDeletion()
+            if cipher is None or places is None or rows[0].wrapped_key is None:
+                raise UserNotFound()  # erased (its row goes in the same transaction)
+            # The windows that meet first..last, opened (small): their pulls' payloads only.
+            meeting: dict[tuple[str, str], tuple[str, date, date]] = {}
+            for row in rows:
+                if row.slot is None:
+                    continue
+                maker = places.provider_of(row.provider)
+                if maker is None:
+                    continue  # a provider since taken out of the catalog
+                context = _context("window", maker, resource, row.slot)
+                window = json.loads(cipher.open_raw(bytes(row.window), context))
+                pull_first = date.fromisoformat(window["first"])
+                pull_last = date.fromisoformat(window["last"])
+                if pull_first <= last and first <= pull_last:
+                    meeting[(row.provider, row.slot)] = (maker, pull_first, pull_last)
+            held = (
+                conn.execute(
+                    self.payloads, {**values, "slots": sorted({s for _, s in meeting})}
+                ).all()
+                if meeting
+                else []
             )
-            if pull.first <= last and first <= pull.last:
-                found.append(pull)
+        found = []
+        for kept in held:
+            place = meeting.get((kept.provider, kept.slot))
+            if place is None:
+                continue  # another provider's pull of the same window, not asked for
+            maker, pull_first, pull_last = place
+            context = _context("payload", maker, resource, kept.slot)
+            opened = json.loads(cipher.open_raw(bytes(kept.payload), context))
+            found.append(
+                StoredPull(
+                    provider=maker,
+                    resource=resource,
+                    slot=kept.slot,
+                    first=pull_first,
+                    last=pull_last,
+                    fetched_at=kept.fetched_at,
+                    answers=opened["answers"],
+                )
+            )
         return sorted(found, key=lambda p: (p.first, p.provider, p.fetched_at, p.last))

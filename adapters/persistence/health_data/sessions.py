@@ -27,6 +27,7 @@ from healthledger.adapters.persistence.engine.schema import (
     users,
 )
 from healthledger.adapters.persistence.health_data import blocks
+from healthledger.adapters.persistence.health_data.places import Places
 from healthledger.adapters.persistence.keys.key_store import (
     KeyStore,
     UserCipher,
@@ -134,13 +135,17 @@ def index_stored_sessions(db: Database, key_store: KeyStore) -> int:
             ).scalar_one_or_none()
             cipher = key_store.cipher_on(conn, user_id)
             if team_id is not None and cipher is not None:
-                held = conn.execute(
-                    select(h.provider, h.resource, h.period, h.sealed).where(
-                        h.user_id == user_id,
-                        h.replaced_at.is_(None),
-                        h.resource.in_(sorted(INDEXED_RESOURCES)),
+                # By the digests of their names (ADR 0047; the start keys them first).
+                names = Places(cipher.digest)
+                held = names.named(
+                    conn.execute(
+                        select(h.provider, h.resource, h.period, h.version, h.sealed).where(
+                            h.user_id == user_id,
+                            h.replaced_at.is_(None),
+                            h.resource.in_(names.resources(sorted(INDEXED_RESOURCES))),
+                        )
                     )
-                ).all()
+                )
                 places = [
                     place
                     for row in held

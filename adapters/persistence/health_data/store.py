@@ -1,6 +1,7 @@
 """The health data store (the domain's HealthDataStore port) on SQL: a user's data of one
 provider and resource in sealed columnar blocks, one a calendar month (`blocks.py`, ADR
-0033), each version a row of `health_data`."""
+0033), each version a row of `health_data`, its provider and resource held as keyed
+digests under the user's key (`places.py`, ADR 0047)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from healthledger.adapters.persistence.engine.schema import health_data, users
 from healthledger.adapters.persistence.health_data import blocks
 from healthledger.adapters.persistence.health_data import raw as raw_data
 from healthledger.adapters.persistence.health_data.blocks import Block, StoredPayload
+from healthledger.adapters.persistence.health_data.places import Named, Places, is_keyed
 from healthledger.adapters.persistence.health_data.sessions import (
     SessionPlace,
     index_rows,
@@ -96,7 +98,8 @@ def sealed_at(as_of: datetime | Any | None) -> Any:
 
 
 def versions_of_then(rows: Iterable[Any]) -> list[Any]:
-    """Of rows (provider, resource, period, version, sealed) read with `versions_held` and
+    """Of rows (provider, resource, period, version, sealed: by name or by digest, alike)
+    read with `versions_held` and
     `sealed_at` as of an instant, those of the versions current then; InvalidRequest (a
     422 on `as_of`) when compaction dropped the version of then of a block."""
     then: dict[tuple[str, str, date], Any] = {}
@@ -122,14 +125,22 @@ def open_block(
     keys: Collection[str] | None = None,
     days: tuple[date, date] | None = None,
 ) -> Block:
-    """A `health_data` row (provider, resource, period, sealed) opened (of its items'
-    keys, `keys` only, and of its days, those of `days` only, when given)."""
+    """A `health_data` row (provider, resource, period, sealed; its provider and resource
+    by name: `Places.named`) opened (of its items' keys, `keys` only, and of its days,
+    those of `days` only, when given)."""
+    if is_keyed(row.provider):
+        # A row as stored, its names keyed (ADR 0047): named by the user's digests.
+        named = Places(cipher.digest).name(row)
+        if named is None:
+            raise LookupError("a block of no known provider or resource")
+        row = named
     context = block_context(row.provider, row.resource, row.period)
     return blocks.decode(cipher.open_raw(bytes(row.sealed), context), keys, days)
 
 
 def current_blocks(
     user_id: UUID,
+    places: Places,
     first: date,
     last: date,
     *,
@@ -138,7 +149,8 @@ def current_blocks(
     as_of: datetime | None = None,
 ) -> Select[Any]:
     """The user's current blocks holding a day of first..last (as of an instant: the
-    versions `versions_held` then, to be chosen by `versions_of_then`)."""
+    versions `versions_held` then, to be chosen by `versions_of_then`), of the resources
+    and provider named (asked by their digests: `places.named` names the rows)."""
     query = select(_h.provider, _h.resource, _h.period, _h.version, sealed_at(as_of)).where(
         _h.user_id == user_id,
         versions_held(as_of),
@@ -146,9 +158,9 @@ def current_blocks(
         _h.period <= last,
     )
     if resources is not None:
-        query = query.where(_h.resource.in_(list(resources)))
+        query = query.where(_h.resource.in_(places.resources(resources)))
     if provider is not None:
-        query = query.where(_h.provider == provider)
+        query = query.where(_h.provider == places.provider(provider))
     return query
 
 
@@ -216,16 +228,23 @@ class SqlHealthDataStore:
         now = self.clock()
         with self.db.write() as conn:
             team_id, cipher = self._user_and_key(conn, user_id)
+            names = Places(cipher.digest)
+            resource_of = {names.resource(resource): resource for resource, _ in by_block}
             query = select(_h.provider, _h.resource, _h.period, _h.version, _h.sealed).where(
                 _h.user_id == user_id,
-                _h.provider == provider,
+                _h.provider == names.provider(provider),
                 _CURRENT,
-                _h.resource.in_({resource for resource, _ in by_block}),
+                _h.resource.in_(resource_of),
                 _h.period.in_({period for _, period in by_block}),
             )
             if not self.db.is_sqlite:
                 query = query.with_for_update()  # a block is read, merged and written back
-            current = {(row.resource, row.period): row for row in conn.execute(query)}
+            current = {
+                (resource_of[row.resource], row.period): Named.of(
+                    row, provider, resource_of[row.resource]
+                )
+                for row in conn.execute(query)
+            }
             writes = []
             # The sleeps and workouts stored or changed: indexed by their public ids in
             # this transaction (health_data/sessions.py).
@@ -272,11 +291,11 @@ class SqlHealthDataStore:
                         updated,
                     )
                 )
-            self._write(conn, user_id, provider, writes, now)
+            self._write(conn, user_id, names, provider, writes, now)
             write_index(conn, self.db.is_sqlite, index_rows(cipher, user_id, team_id, places))
             # The maker's answers the days were mapped from, in the same transaction (a
             # few statements for every pull of the chunk: health_data/raw.py).
-            raw_data.write(conn, self.db.is_sqlite, cipher, user_id, provider, raw or {})
+            raw_data.write(conn, self.db.is_sqlite, cipher, names, user_id, provider, raw or {})
         return results
 
     def absorb(
@@ -291,10 +310,11 @@ class SqlHealthDataStore:
     ) -> None:
         """`days` (of `period`, with their own times and digests) written into their block
         on `conn`, each checked to open as it was (the conversion of stored days)."""
+        places = Places(cipher.digest)
         query = select(_h.version, _h.sealed).where(
             _h.user_id == user_id,
-            _h.provider == provider,
-            _h.resource == resource,
+            _h.provider == places.provider(provider),
+            _h.resource == places.resource(resource),
             _h.period == period,
             _CURRENT,
         )
@@ -316,14 +336,23 @@ class SqlHealthDataStore:
             None if row is None else row.version,
             False,
         )
-        self._write(conn, user_id, provider, [write], self.clock())
+        self._write(conn, user_id, places, provider, [write], self.clock())
 
     def _write(
-        self, conn: Connection, user_id: UUID, provider: str, writes: list[_Write], now: datetime
+        self,
+        conn: Connection,
+        user_id: UUID,
+        places: Places,
+        provider: str,
+        writes: list[_Write],
+        now: datetime,
     ) -> None:
         inserts, rewrites, replaced, compacted = [], [], [], []
+        # The rows hold the provider and resource as keyed digests (ADR 0047).
+        prov = places.provider(provider)
         for w in writes:
-            place = {"uid": user_id, "prov": provider, "res": w.resource, "per": w.period}
+            res = places.resource(w.resource)
+            place = {"uid": user_id, "prov": prov, "res": res, "per": w.period}
             if w.version is not None and not w.keeps_earlier:
                 # Days added only: the current version holds them (a read as of before
                 # them leaves them out by their stored_at).
@@ -335,8 +364,8 @@ class SqlHealthDataStore:
             inserts.append(
                 {
                     "user_id": user_id,
-                    "provider": provider,
-                    "resource": w.resource,
+                    "provider": prov,
+                    "resource": res,
                     "period": w.period,
                     "version": version,
                     "sealed": w.sealed,
@@ -380,15 +409,16 @@ class SqlHealthDataStore:
         """The user's stored days in start..end (inclusive), across providers (or of
         one), of some resources (or all), in (resource, day, provider) order (as they
         were at `as_of` when given); none for an erased user."""
-        query = current_blocks(
-            user_id, start, end, resources=resources, provider=provider, as_of=as_of
-        )
         with self.db.read() as conn:
             # The key and the rows in one transaction: an erasure is before both or after.
             cipher = self.key_store.cipher_on(conn, user_id)
             if cipher is None:
                 return []
-            rows = conn.execute(query).all()
+            places = Places(cipher.digest)
+            query = current_blocks(
+                user_id, places, start, end, resources=resources, provider=provider, as_of=as_of
+            )
+            rows = places.named(conn.execute(query))
         if as_of is not None:
             rows = versions_of_then(rows)
         return opened_days(rows, cipher, start, end, as_of)

@@ -116,6 +116,9 @@ KEPT = {
     # Users whose sessions of before revision 0030 the start indexes: it empties the
     # table before anything runs (health_data/sessions.py); a user id, nothing else.
     "session_index_backfill": "users to index at the start, emptied there",
+    # Users whose rows of health data and raw payloads the start keys (revision 0039,
+    # ADR 0047): it empties the table before anything runs; a user id, nothing else.
+    "place_digest_backfill": "users whose rows the start keys, emptied there",
 }
 
 if set(DELETED) | {QUEUED_DELIVERIES} != set(ERASURE_REMOVES):

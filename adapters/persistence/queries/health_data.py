@@ -19,6 +19,7 @@ from healthledger.adapters.persistence.engine.schema import health_data, session
 from healthledger.adapters.persistence.health_data.blocks import period_of
 from healthledger.adapters.persistence.health_data.known_reads import KnownReads
 from healthledger.adapters.persistence.health_data.opened import OpenedDays
+from healthledger.adapters.persistence.health_data.places import PlaceDigests, Places
 from healthledger.adapters.persistence.health_data.sessions import SessionPlace, open_place
 from healthledger.adapters.persistence.health_data.store import (
     sealed_at,
@@ -59,6 +60,9 @@ class HealthDataQueries:
         self.rules_at = rules_at
         self.clock = clock
         self.opened = OpenedDays()
+        # The digests of the user's provider and resource names the rows hold (ADR 0047),
+        # needed before the read's one query: kept a while, without the key.
+        self.places = PlaceDigests()
         # The answers given, kept until the user's data changes (ADR 0043).
         self.known = known
         # The user's state, its wrapped key and the current blocks holding the days asked
@@ -118,6 +122,7 @@ class HealthDataQueries:
     def forget(self, user_ids: Sequence[UUID]) -> None:
         """Drop what this process keeps of these users' days (their erasure committed)."""
         self.opened.forget(user_ids)
+        self.places.forget(user_ids)
         if self.known is not None:
             self.known.forget(list(user_ids))
 
@@ -158,6 +163,9 @@ class HealthDataQueries:
         providers or of one, in (day, provider) order; as they were at `as_of` when
         given (a user made after it is unknown then: a 404)."""
         # As of an instant: never kept (the versions of then are read).
+        # The digests the rows hold (ADR 0047), before a known answer's reading begins:
+        # kept with it, so a read that takes a known answer finds them kept too.
+        places = self._places(user_id, resource, provider)
         known = self.known if as_of is None else None
         asked = (team_id, user_id, resource, start, end, provider)
         reading = None
@@ -168,12 +176,13 @@ class HealthDataQueries:
         values = {
             "user_id": user_id,
             "team_id": team_id,
-            "resource": resource,
+            # No key (an unknown or erased user): a digest of nothing, no row matches.
+            "resource": "" if places is None else places.resource(resource),
             "first": period_of(start),
             "last": end,
         }
         if provider is not None:
-            values["provider"] = provider
+            values["provider"] = "" if places is None else places.provider(provider)
         if as_of is not None:
             values["as_of"] = as_of
         with self.db.read() as conn:
@@ -194,7 +203,9 @@ class HealthDataQueries:
             assert opened is not None
             return opened
 
-        held = [row for row in rows if row.period is not None]
+        held: list[Any] = (
+            [] if places is None else places.named(row for row in rows if row.period is not None)
+        )
         if as_of is not None:
             held = versions_of_then(held)
         found = sorted(
@@ -204,6 +215,22 @@ class HealthDataQueries:
         if known is not None and reading is not None:
             known.keep(asked, user_id, found, reading)
         return found
+
+    def _places(self, user_id: UUID, resource: str, provider: str | None) -> Places | None:
+        """The user's digests of these names: kept, or computed under the user's key
+        (read now) and kept without it; None when the user has no key."""
+        places = self.places.get(user_id)
+        if places is not None and places.knows(provider=provider, resource=resource):
+            return places
+        with self.db.read() as conn:
+            cipher = self.key_store.cipher_on(conn, user_id)
+        if cipher is None:
+            return None
+        made = Places(cipher.digest)
+        made.resource(resource)
+        if provider is not None:
+            made.provider(provider)
+        return self.places.keep(user_id, made.frozen())
 
     def sources(
         self, providers: Iterable[str], as_of: datetime | None = None
