@@ -56,6 +56,13 @@ class ReadsManyStreams(Protocol):
     def select_streams(self, originator_ids: Sequence[UUID]) -> Mapping[UUID, Sequence[Any]]: ...
 
 
+@runtime_checkable
+class ReadsFoundingEvents(Protocol):
+    """A recorder that reads many aggregates' first stored events in one query."""
+
+    def select_founding(self, originator_ids: Sequence[UUID]) -> Mapping[UUID, Any]: ...
+
+
 # The attribute an aggregate may define to refuse a snapshot (an erased user: erasure
 # deletes its snapshots, and a snapshot taken after would bring its state back).
 MAY_BE_SNAPSHOTTED = "may_be_snapshotted"
@@ -209,6 +216,23 @@ class Ledger(Application[UUID]):
             if isinstance(aggregate, Aggregate):
                 loaded[aggregate_id] = aggregate
         return loaded
+
+    def founded_many(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, Aggregate]:
+        """Each of these aggregates that exists as its first event made it (what never
+        changes after it: whose it is, its team, its kind), read in one query and one
+        event decoded each, whatever the length of its stream. Recorders that cannot read
+        many first events at once: the latest of each (`find_many`)."""
+        events = self.events.recorder
+        if not isinstance(events, ReadsFoundingEvents):
+            return self.find_many(aggregate_ids)
+        to_domain_event = self.mapper.to_domain_event
+        founded: dict[UUID, Aggregate] = {}
+        for aggregate_id, stored in events.select_founding(aggregate_ids).items():
+            first: Any = to_domain_event(stored)
+            aggregate = first.mutate(None)
+            if isinstance(aggregate, Aggregate):
+                founded[aggregate_id] = aggregate
+        return founded
 
 
 class UsesLedger(Protocol):

@@ -204,8 +204,11 @@ class Dispatcher:
         endpoints: dict[tuple[UUID, str, bool], list[tuple[UUID, Callable[[str], bool]]]] = {}
         events = [attributed(self.ledger.mapper.to_domain_event(n)) for n in notifications]
         # The round's streams, and its users' environments and keys, read at once (a few
-        # queries a round instead of some per event: issue 35's publishing rate).
-        streams = self.ledger.find_many(list(dict.fromkeys(e.originator_id for e in events)))
+        # queries a round instead of some per event: issue 35's publishing rate). Each
+        # stream as its first event made it: what an announcement reads of it (whose it
+        # is, its team, its resource) never changes after, and one event is decoded per
+        # stream instead of its whole history.
+        streams = self.ledger.founded_many(list(dict.fromkeys(e.originator_id for e in events)))
         announced = [
             (notification, event, found)
             for notification, event in zip(notifications, events, strict=True)

@@ -101,7 +101,10 @@ def _never_critical(user_id: UUID, sealed: str) -> bool:
 def announcements(
     event: Any, stream: Any, rules: Rules, is_critical: IsCritical | None = None
 ) -> list[Announcement]:
-    """The public events `event` announces; `stream` is its aggregate (for who it is of)."""
+    """The public events `event` announces; `stream` is its aggregate (for who it is of).
+    Only what a stream's first event sets is read of it (its id, user, team, environment,
+    resource), so the outbox passes each stream as its first event made it
+    (`Ledger.founded_many`)."""
     found: list[Announcement] = []
     lifecycle = LIFECYCLE_EVENT_TYPES.get(type(event))
     team_level = TEAM_EVENT_TYPES.get(type(event))

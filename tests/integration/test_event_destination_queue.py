@@ -171,3 +171,47 @@ def test_the_queue_leaves_out_what_would_overtake_a_users_waiting_message(
         r.delivery_id for r in queued
     ]
     assert {r.status for r in rows(service, destination_id)} == {PENDING}
+
+
+def test_the_outbox_reads_each_stream_as_its_first_event_made_it(
+    service: Service, team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an announcement reads of a stream (whose it is, its team) is set by its first
+    event: the outbox decodes that one event per stream, not the stream's history, and
+    records the same deliveries."""
+    destination_id = destination(service, team)
+    people = churned(service, team, 2)
+    for user_id in people:  # longer histories
+        service.users.delete_user(CTX, team.team_id, user_id)
+        service.users.undo_deletion(CTX, team.team_id, user_id)
+    founded = service.ledger.founded_many([*people, destination_id])
+    latest = service.ledger.find_many([*people, destination_id])
+    assert set(founded) == set(latest) == {*people, destination_id}
+    for stream_id, aggregate in founded.items():
+        assert aggregate.version == 1
+        teams = {getattr(aggregate, "team_id"), getattr(latest[stream_id], "team_id")}  # noqa: B009
+        assert teams == {team.team_id}
+    assert all(latest[user_id].version == 5 for user_id in people)
+    decoded: list[int] = []
+    to_domain_event = service.ledger.mapper.to_domain_event
+
+    def counted(stored: Any) -> Any:
+        decoded.append(stored.originator_version)
+        return to_domain_event(stored)
+
+    monkeypatch.setattr(service.ledger.mapper, "to_domain_event", counted)
+    monkeypatch.setattr(service.ledger, "find_many", None)  # not called by the outbox
+    while service.dispatcher.follow():
+        pass
+    queued = rows(service, destination_id)
+    assert [(r.user_id, r.lifecycle_type) for r in queued] == [
+        (user_id, event_type)
+        for _ in range(2)
+        for user_id in people
+        for event_type in ("user.deleted", "user.deletion_undone")
+    ]
+    assert {r.team_id for r in queued} == {team.team_id}
+    # One event decoded per stream beside the round's own (its users' first events),
+    # not their histories.
+    assert decoded.count(1) == len(people)
+    assert sorted(v for v in decoded if v > 1) == [2, 2, 3, 3, 4, 4, 5, 5]

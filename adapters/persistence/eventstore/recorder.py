@@ -426,6 +426,24 @@ class LedgerRecorder(ProcessRecorder):
         """Many aggregates' stored events in one query (the ledger's `find_many`)."""
         return select_streams(self.db, self.tables.events, originator_ids)
 
+    def select_founding(self, originator_ids: Sequence[UUID]) -> dict[UUID, StoredEvent]:
+        """Many aggregates' first stored events (version 1) in one query (the ledger's
+        `founded_many`)."""
+        found: dict[UUID, StoredEvent] = {}
+        if not originator_ids:
+            return found
+        with self.db.read() as conn:
+            query = founding_query(self.tables.events, conn.dialect.name == "postgresql")
+            rows = conn.execute(query, {"ids": list(originator_ids)}).all()
+        for originator_id, version, topic, state in rows:
+            found[originator_id] = StoredEvent(
+                originator_id=originator_id,
+                originator_version=version,
+                topic=topic,
+                state=bytes(state),
+            )
+        return found
+
     def select_notifications(
         self,
         start: int | None,
@@ -568,6 +586,16 @@ def streams_query(table: Table, postgres: bool) -> Select[Any]:
         select(c.originator_id, c.originator_version, c.topic, c.state)
         .where(among(c.originator_id, "ids", postgres=postgres))
         .order_by(c.originator_id, c.originator_version)
+    )
+
+
+@functools.cache
+def founding_query(table: Table, postgres: bool) -> Select[Any]:
+    """The SELECT of many aggregates' first stored events from `table`, by a list of
+    originator ids; built once per kind of database."""
+    c = table.c
+    return select(c.originator_id, c.originator_version, c.topic, c.state).where(
+        among(c.originator_id, "ids", postgres=postgres), c.originator_version == 1
     )
 
 
