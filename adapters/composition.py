@@ -21,6 +21,7 @@ from healthledger.adapters.answers.continuous_queries import ContinuousQueryRunn
 from healthledger.adapters.answers.health_queries import HealthQueries
 from healthledger.adapters.answers.orders import OrderAnswers
 from healthledger.adapters.brokers.publisher import EventPublisher
+from healthledger.adapters.lab_report_pdfs import PdfReportReader
 from healthledger.adapters.outbound import tls_context
 from healthledger.adapters.persistence.engine import migrating
 from healthledger.adapters.persistence.engine.changes import (
@@ -77,6 +78,7 @@ from healthledger.adapters.persistence.queries.deletion_cascade import deletion_
 from healthledger.adapters.persistence.queries.directory import TeamQueries, UserQueries
 from healthledger.adapters.persistence.queries.event_destinations import EventDestinationQueries
 from healthledger.adapters.persistence.queries.health_data import HealthDataQueries
+from healthledger.adapters.persistence.queries.lab_report_uploads import SqlReportUploads
 from healthledger.adapters.persistence.queries.lab_tests import LabTestQueries
 from healthledger.adapters.persistence.queries.link_tokens import LinkTokenQueries
 from healthledger.adapters.persistence.queries.maker_notices import MakerNoticeQueries
@@ -138,6 +140,7 @@ from healthledger.domain.labs.lab_tests import LabTests
 from healthledger.domain.labs.ordering import LabOrders
 from healthledger.domain.labs.orders import Order
 from healthledger.domain.labs.portal import Portal, PortalLifetimes
+from healthledger.domain.labs.report_parsing import ReportParsing
 from healthledger.domain.labs.result_test_harness import ResultTestHarness
 from healthledger.domain.labs.sandbox import SandboxPolicy
 from healthledger.domain.labs.unmatched_results import UnmatchedResults
@@ -256,6 +259,9 @@ class Service:
     # import jobs that read them (docs/makers/apple_health.md).
     import_files: ImportFolder
     imports: Imports
+    # Lab reports uploaded to the parser (docs/labs.md, the lab report parser): the jobs'
+    # use cases, their sealed uploads and the PDF reader.
+    report_parsing: ReportParsing
     # The makers' webhooks in (issue 28, ADR 0031): each maker's verifier by slug, the
     # intake that records their notices and the worker's use case, and its queue.
     maker_webhooks: Mapping[str, MakerWebhooks]
@@ -727,6 +733,18 @@ def build_service(
         streams=stream_ids,
         policy=ImportPolicy(),
     )
+    report_parsing = ReportParsing(
+        ledger,
+        clock,
+        SqlReportUploads(db, key_store, clock),
+        PdfReportReader(
+            lab_catalog.find_markers(),
+            lab_catalog.labs(),
+            max_bytes=settings.lab_report_max_upload_bytes,
+            max_pages=settings.lab_report_max_pages,
+        ),
+        partial(seal_if_kept, key_store),
+    )
     maker_notice_queries = MakerNoticeQueries(db, account_digests)
     webhook_secrets = MakerWebhookSecrets(db, key_store, clock)
     maker_notices = MakerNotices(
@@ -873,6 +891,7 @@ def build_service(
         progress_lab_orders=partial(progress_lab_orders, lab_orders),
         revoke_grants=GrantRevocations(provider_tokens, adapter_for, clock).revoke_due,
         run_due_imports=partial(run_due_imports, imports),
+        parse_lab_reports=report_parsing.run_due,
         run_due_bulk_operations=lambda: bulk_operations.run_due(team_queries.team_ids()),
         run_due_continuous_queries=ContinuousQueryRunner(
             ContinuousQueryStore(db),
@@ -974,7 +993,14 @@ def build_service(
         data_version=data_version,
         import_files=import_files,
         imports=imports,
+        report_parsing=report_parsing,
     )
+
+
+def seal_if_kept(key_store: KeyStore, user_id: UUID, value: Any) -> str | None:
+    """`value` sealed with the user's data key, never minting one (None without a key)."""
+    cipher = key_store.cipher(user_id)
+    return None if cipher is None else cipher.seal(value)
 
 
 def import_folder(settings: Settings, db: Database) -> Path:

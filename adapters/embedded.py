@@ -498,6 +498,10 @@ class HealthLedger:
         """Run the teams' continuous aggregate queries whose next run is due; how many."""
         return self.service.jobs.run_due_continuous_queries()
 
+    def parse_lab_reports(self) -> int:
+        """Parse the lab reports uploaded to the parser whose job is due; how many ended."""
+        return self.service.jobs.parse_lab_reports()
+
     def revoke_grants(self) -> int:
         """Revoke at the makers the grants of ended connections that are due; how many."""
         return self.service.jobs.revoke_grants()

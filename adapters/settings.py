@@ -221,6 +221,11 @@ class Settings(BaseSettings):
     apple_health_max_xml_bytes: int = Field(default=16 * 1024**3, ge=1024)
     # How often the import worker looks for imports due (an upload wakes it at once).
     import_worker_interval: Duration = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    # The lab report parser (docs/labs.md, the lab report parser): the files of one job
+    # together (its request's body, max_body_bytes aside), how many files and pages.
+    lab_report_max_upload_bytes: int = Field(default=10 * 1024**2, ge=1024, le=100 * 1024**2)
+    lab_report_max_files: int = Field(default=5, ge=1, le=50)
+    lab_report_max_pages: int = Field(default=30, ge=1, le=1_000)
     erasure_sweep_interval: Duration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     # How often the scheduler looks for deprecation cut-overs whose date has passed (it also
     # looks once at start, so a date that passed while the service was down is applied).

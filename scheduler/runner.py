@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from healthledger.domain.connections.revocation import ends_a_grant
 from healthledger.scheduler.imports import makes_an_import_due
 from healthledger.scheduler.lab_orders import makes_an_order_step_due
+from healthledger.scheduler.lab_reports import makes_a_parse_due
 from healthledger.scheduler.pulls import makes_a_pull_due
 from healthledger.scheduler.wakeups import WakeableJob
 
@@ -33,6 +34,7 @@ MASTER_KEY_ROTATION = "master-key-rotation"
 CHAIN_HEAD_SIGNING = "chain-head-signing"
 INTEGRITY_CHECK = "integrity-check"
 IMPORT_WORKER = "import-worker"
+LAB_REPORT_PARSER = "lab-report-parser"
 # How often the rotation job looks whether a rotation is due (or its interval, if less):
 # the interval counts from the latest rotation, not from the process's start.
 ROTATION_CHECK = timedelta(hours=1)
@@ -77,6 +79,9 @@ class Jobs:
     # Continuous queries whose next run is due, run (adapters/answers/continuous_queries.py):
     # the number of runs ended.
     run_due_continuous_queries: Callable[[], int] = lambda: 0
+    # Uploaded lab reports whose parsing job is due, parsed (scheduler/lab_reports.py):
+    # the number of jobs ended.
+    parse_lab_reports: Callable[[], int] = lambda: 0
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,8 @@ class Intervals:
     # How often due runs of continuous queries are looked for: a registration's first run
     # and each next one start at most this late (their tasks say when they were due).
     continuous_queries: timedelta = timedelta(seconds=30)
+    # How often the lab report parser looks for due jobs (an upload also wakes it).
+    lab_report_parser: timedelta = timedelta(seconds=30)
 
 
 class LedgerScheduler(BackgroundScheduler):
@@ -137,6 +144,9 @@ class LedgerScheduler(BackgroundScheduler):
         )
         self.grant_revoker = self.wakeable(
             GRANT_REVOCATION, intervals.grant_revocation, jobs.revoke_grants
+        )
+        self.lab_report_parser = self.wakeable(
+            LAB_REPORT_PARSER, intervals.lab_report_parser, jobs.parse_lab_reports
         )
         for job_id, interval, work in (
             ("erasure-sweep", intervals.erasure_sweep, jobs.sweep_erasures),
@@ -180,6 +190,8 @@ class LedgerScheduler(BackgroundScheduler):
             self.sandbox_lab.wake()
         if any(makes_an_import_due(event) for event in events):
             self.import_worker.wake()
+        if any(makes_a_parse_due(event) for event in events):
+            self.lab_report_parser.wake()
         if any(self.gives_webhooks_work(event) for event in events):
             self.webhook_dispatcher.wake()
         if self.makes_head_signing_due(events):
@@ -219,6 +231,7 @@ class LedgerScheduler(BackgroundScheduler):
             self.chain_signer,
             self.import_worker,
             self.grant_revoker,
+            self.lab_report_parser,
         ):
             job.close()
         super().shutdown(wait)

@@ -101,6 +101,7 @@ LOOKED_AT = {
     "continuous_queries": "the team's continuous queries of the user and their latest "
     "results (sealed)",
     "continuous_query_tasks": "the runs of those queries",
+    "lab_report_uploads": "lab reports uploaded to the parser and not parsed yet (sealed)",
     QUEUED_DELIVERIES: f"webhook deliveries about the user still queued ({USER_ERASED} aside)",
 }
 # Events of the user's streams read per query.
@@ -724,10 +725,10 @@ def _categories(
             "lab test orders (the test ordered with its markers, the patient's details and "
             "address, sealed; orders recorded before the test was sealed were redacted into "
             "that form, the chain kept: ADR 0028) and their results and interpretation "
-            "(sealed)",
+            "(sealed), and lab reports uploaded to the parser",
             orders["orders"],
             orders,
-            ("read_model:orders", "user_data_key"),
+            ("read_model:orders", "lab_report_uploads", "user_data_key"),
             checks,
             counted,
         ),

@@ -45,6 +45,7 @@ from healthledger.domain.labs.orders import (
     OrderNotFound,
     ResultsNotReady,
 )
+from healthledger.domain.labs.report_parsing import ParsingJobNotFound
 from healthledger.domain.labs.result_test_harness import (
     HarnessNotInSandbox,
     ResultTestRunNotFound,
@@ -107,6 +108,7 @@ _STATUS: dict[type[errors.LedgerError], int] = {
     ContinuousQuerySlugTaken: 409,
     TooManyContinuousQueries: 409,
     NoResultYet: 404,
+    ParsingJobNotFound: 404,
 }
 
 

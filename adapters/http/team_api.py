@@ -6,6 +6,7 @@ Its routes are built once per process and shared by every app made from them (se
 from __future__ import annotations
 
 import functools
+import re
 
 from fastapi import APIRouter, FastAPI
 from fastapi_offline import FastAPIOffline
@@ -24,6 +25,7 @@ from healthledger.adapters.http import (
     introspection,
     lab_documents,
     lab_methods,
+    lab_report_parser,
     lab_tests,
     link_api,
     link_codes,
@@ -95,11 +97,18 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(appointments.router)
     routes.include_router(portal.router)
     routes.include_router(imports.router)
+    routes.include_router(lab_report_parser.router)
     routes.include_router(team_settings.router)
     routes.include_router(source_priorities.router)
     routes.include_router(user_devices.router)
     routes.include_router(user_insurance.router)
     return tuple(routes.routes)
+
+
+# The uploads whose routes read their bodies under limits of their own.
+UNLIMITED_UPLOADS = re.compile(
+    f"{imports.UNLIMITED_PATH.pattern}|{lab_report_parser.UNLIMITED_PATH.pattern}"
+)
 
 
 def create_team_api(service: Service) -> FastAPI:
@@ -120,11 +129,12 @@ def create_team_api(service: Service) -> FastAPI:
     # The zip codes are read now, when the app is made, not at the first question.
     service.area_info.warm()
     install_error_handlers(app)
-    # An export upload streams to disk under its own limit (adapters/http/imports.py).
+    # An export upload streams to disk under its own limit (adapters/http/imports.py), a
+    # lab report into memory under its own (adapters/http/lab_report_parser.py).
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=service.settings.max_body_bytes,
-        unlimited=imports.UNLIMITED_PATH,
+        unlimited=UNLIMITED_UPLOADS,
     )
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -62,6 +62,7 @@ ERASURE_REMOVES = [
     "provider_tokens",
     "continuous_queries",
     "continuous_query_tasks",
+    "lab_report_uploads",
     "webhook_deliveries:queued",
 ]
 QUEUED_DELIVERIES = "webhook_deliveries:queued"

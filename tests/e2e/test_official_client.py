@@ -304,6 +304,9 @@ SERVED: list[tuple[str, str, str]] = [
         "GET",
         "/aggregate/v1/user/{user_id}/continuous_query/{query_id_or_slug}/task_history",
     ),
+    # The lab report parser (tests/e2e/test_official_clients_lab_report.py).
+    ("lab_report.parser_create_job", "POST", "/lab_report/v1/parser/job"),
+    ("lab_report.parser_get_job", "GET", "/lab_report/v1/parser/job/{job_id}"),
     # Summaries (tests/e2e/test_official_client_health_data.py drives them).
     ("sleep.get", "GET", "/v2/summary/sleep/{user_id}"),
     ("activity.get", "GET", "/v2/summary/activity/{user_id}"),

@@ -30,6 +30,7 @@ from healthledger.domain.users.user import User
 from sqlalchemy import func, select
 
 from tests.conftest import Team
+from tests.lab_report_pdfs import riverside_report
 
 DEMOGRAPHICS: dict[str, Any] = {
     "first_name": "Ada",
@@ -60,7 +61,7 @@ def make_user_with_personal_data(service: Service, team: Team, ctx: CommandConte
 def make_user_with_everything(service: Service, team: Team, ctx: CommandContext, name: str) -> User:
     """A user with demographics, a birth date, a connection and its pulls (health data,
     resource feeds), two link tokens, a maker's tokens left behind, a continuous query run
-    once and webhook deliveries queued about it."""
+    once, a lab report waiting for the parser and webhook deliveries queued about it."""
     user = make_user_with_personal_data(service, team, ctx) if name == "erase-me" else None
     if user is None:
         user = service.users.create_user(
@@ -87,6 +88,8 @@ def make_user_with_everything(service: Service, team: Team, ctx: CommandContext,
     leave_provider_tokens(service, team, user.id)
     register_a_continuous_query(service, team, user.id)
     place_an_order(service, team, ctx, user.id)
+    # A lab report uploaded to the parser, waiting sealed for its parse.
+    service.report_parsing.create(ctx, user, [riverside_report()], False)
     service.dispatcher.follow()  # deliveries queued, never sent (no sender runs here)
     return user
 

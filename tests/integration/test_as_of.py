@@ -60,6 +60,7 @@ TRAVELS: dict[tuple[str, str], str] = {
         "/v2/user/{user_id}/import/apple_health/{import_id}",
     ): "test_apple_health_import.py",
     ("team", "/v3/orders"): "test_orders.py",
+    ("team", "/lab_report/v1/parser/job/{job_id}"): "test_lab_report_parser.py",
     ("team", "/orders"): "test_orders.py",
     ("team", "/v2/team/{team_id}"): "test_team_settings.py",
     ("team", "/v2/team/users/search"): "test_team_settings.py",

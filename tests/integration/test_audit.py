@@ -63,6 +63,7 @@ from tests.conftest import (
     postgres_database_url,
 )
 from tests.integration.databases import LEGACY, load_dump
+from tests.lab_report_pdfs import riverside_report
 from tests.receivers import Receiver, http_receiver
 from tests.stream_ids import stream_of_connection
 
@@ -543,6 +544,10 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     svc.kit_registrations.register(
         CTX, team, kit.sample_id, patient.patient_details, patient.patient_address
     )
+    # A lab report parsed (issue 34): the report found in it sealed in the job's Completed.
+    user = svc.users.load_live(team, story.user)
+    svc.report_parsing.create(CTX, user, [riverside_report()], False)
+    assert svc.jobs.parse_lab_reports() == 1
     # A password sign-in at LibreView (issue 34) that asks for a second factor, and again
     # on the same link: the maker's challenge sealed with the user's key, twice.
     token = svc.link_tokens.issue(CTX, team, "sandbox", user_id=story.user).plain

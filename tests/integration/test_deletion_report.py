@@ -381,6 +381,7 @@ def test_an_erased_user_shows_its_erasure_the_checks_again_and_the_horizon(
         "snapshots",
         "continuous_queries",
         "continuous_query_tasks",
+        "lab_report_uploads",
         "webhook_deliveries:queued",
     }
     assert all(c["passed"] and c["found"] == 0 for c in checks.values())
@@ -897,6 +898,7 @@ def test_the_report_lists_the_categories_held_and_the_recipients(
     assert "freestyle_libre" not in json.dumps(report) and "glucose" not in json.dumps(report)
     assert held["lab_orders_and_results"]["counted_at_erasure"] == {
         "read_model:orders": 1,
+        "lab_report_uploads": 0,
         "user_data_key": 1,
     }
     # Two connections, deregistered by the deletion, not named now.

@@ -81,6 +81,7 @@ def test_sweep_erases_only_what_is_due_and_everything_it_promises(
             "provider_tokens",
             "continuous_queries",
             "continuous_query_tasks",
+            "lab_report_uploads",
             "webhook_deliveries:queued",
         }
         assert rows(svc, user_data_keys, user_id=user.id) == 0
@@ -276,6 +277,7 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         connections,
         continuous_queries,
         continuous_query_tasks,
+        lab_report_uploads,
         link_tokens,
         orders,
         provider_tokens,
@@ -299,6 +301,7 @@ def places_of(service: Service, user_id: Any) -> dict[str, int]:
         "provider_tokens": rows(service, provider_tokens, user_id=user_id),
         "continuous_queries": rows(service, continuous_queries, user_id=user_id),
         "continuous_query_tasks": rows(service, continuous_query_tasks, user_id=user_id),
+        "lab_report_uploads": rows(service, lab_report_uploads, user_id=user_id),
         "webhook_deliveries:queued": rows(
             service, webhook_deliveries, user_id=user_id, status="pending"
         ),

@@ -103,5 +103,6 @@ def test_erased_says_only_what_it_removed(
         "provider_tokens": 0,
         "continuous_queries": 0,
         "continuous_query_tasks": 0,
+        "lab_report_uploads": 0,
         "webhook_deliveries:queued": 0,
     }

@@ -307,9 +307,15 @@ def as_format_1(report: dict[str, Any]) -> dict[str, Any]:
             hooks["mirror_told"] = hooks.pop("user_erased_acknowledged")
         hooks.pop("user_erased_acknowledged_means", None)
         # The session index (revision 0030), the continuous queries and their runs (0036)
-        # and the raw payloads (0038) are places erasures empty since: looked at again now
-        # (and empty), unknown to format 1.
-        since = ("session_index", "continuous_queries", "continuous_query_tasks", "raw_payloads")
+        # the raw payloads (0038) and the lab report uploads (0040) are places erasures
+        # empty since: looked at again now (and empty), unknown to format 1.
+        since = (
+            "session_index",
+            "continuous_queries",
+            "continuous_query_tasks",
+            "raw_payloads",
+            "lab_report_uploads",
+        )
         erasure["checks_now"] = [c for c in erasure["checks_now"] if c["check"] not in since]
         erasure["horizon"].pop("condition", None)
         erasure["horizon"].pop("meaning", None)

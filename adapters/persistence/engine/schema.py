@@ -781,6 +781,21 @@ continuous_query_tasks = Table(
     Index("ix_continuous_query_tasks_user", "user_id"),
 )
 
+# Lab reports uploaded to the parser (domain/labs/report_parsing.py), kept until their job
+# ends: the job's files sealed together with the user's data key as bytes (bound to the
+# job's id), and the worker's queue (oldest first). Emptied by the user's erasure.
+lab_report_uploads = Table(
+    "lab_report_uploads",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("team_id", Uuid, nullable=False),
+    Column("user_id", Uuid, nullable=False),
+    Column("uploaded_at", UTCDateTime, nullable=False),
+    Column("files", LargeBinary, nullable=False),
+    Index("ix_lab_report_uploads_user", "user_id"),
+    Index("ix_lab_report_uploads_uploaded", "uploaded_at"),
+)
+
 READ_MODEL_TABLES = (
     users,
     pending_erasures,

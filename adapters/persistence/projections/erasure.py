@@ -26,6 +26,7 @@ from healthledger.adapters.persistence.engine.schema import (
     continuous_queries,
     continuous_query_tasks,
     health_data,
+    lab_report_uploads,
     metadata,
     provider_tokens,
     raw_payloads,
@@ -95,6 +96,9 @@ DELETED: dict[str, Column[Any]] = {
     # and their runs (ADR 0044).
     "continuous_queries": continuous_queries.c.user_id,
     "continuous_query_tasks": continuous_query_tasks.c.user_id,
+    # Lab reports uploaded to the parser and not parsed yet, sealed with its key (the
+    # parsed reports are sealed in their jobs' events: the key takes them).
+    "lab_report_uploads": lab_report_uploads.c.user_id,
     "snapshots": snapshots.c.originator_id,
     "user_data_key": user_data_keys.c.user_id,
 }
