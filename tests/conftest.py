@@ -318,6 +318,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`@pytest.mark.sqlite_only(reason)`: the test (or, as `pytestmark`, the module) runs
+    on the SQLite file alone. For e2e tests whose subject is what crosses the wire (an
+    official client parsing our answers, a page drawn in a browser), which the database
+    does not shape: the integration tests prove on both databases that the service gives
+    the same answers from either. Persistence, concurrency, erasure and time travel are
+    never marked so (the reason is required, and read in review)."""
+    marker = metafunc.definition.get_closest_marker("sqlite_only")
+    if marker is None or "database_url" not in metafunc.fixturenames:
+        return
+    if not (marker.args and str(marker.args[0]).strip()):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: sqlite_only needs its reason")
+    # As a parametrize mark, which pytest reads after this hook, in place of the fixture's
+    # own params (a mark on the test beats them).
+    metafunc.definition.add_marker(
+        pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The folder is the scope: `pytest -m unit` runs the domain tests that need no database.
     for item in items:

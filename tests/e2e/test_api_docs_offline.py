@@ -37,11 +37,9 @@ def drawn(browser: Browser, expression: str, timeout: float = 30.0) -> int:
     return 0
 
 
-# The pages and their files come from the package, whatever the database: SQLite only.
-ON_SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.sqlite_only("the pages and their files come from the package")
 
 
-@ON_SQLITE
 def test_the_docs_pages_render_from_the_server_alone(
     settings: Settings,
     tmp_path: Path,
@@ -66,7 +64,6 @@ def test_the_docs_pages_render_from_the_server_alone(
             browser.close()
 
 
-@ON_SQLITE
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 def test_the_docs_pages_name_no_other_host(settings: Settings, page: str) -> None:
     from fastapi.testclient import TestClient

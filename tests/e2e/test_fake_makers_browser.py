@@ -4,7 +4,8 @@ with the team API, and Debian's headless Chromium on the link page clicking "Sig
 Oura: through the fake Oura's authorization and back to the callback, which says the
 connection is made; then the user's Oura data arrives, pulled by the server's own
 scheduler from the fake, and the team API answers its sleep summaries and heart rate
-(the fake's real-shaped documents, mapped). On both databases.
+(the fake's real-shaped documents, mapped). On SQLite: the pulls and their stored days
+are the integration tests' subject on both databases; this one's is the browser's path.
 
 And the refusal: `serve --fake-makers` for a service reached elsewhere than this machine
 does not start; and `healthledger fake-makers` alone, whose printed settings reach them."""
@@ -33,6 +34,8 @@ from tests.e2e.servers import running_server
 # A week of history: enough to see data arrive, quick to pull.
 HISTORY_DAYS = 7
 DATA_TIMEOUT_SECONDS = 90
+
+pytestmark = pytest.mark.sqlite_only("the browser's path through the link page and the fake")
 
 
 @pytest.fixture

@@ -17,6 +17,10 @@ from junction.types import OrderTracking, PostOrderResponse
 from tests.conftest import Team
 from tests.e2e.test_official_client_orders import ADDRESS, PATIENT, WELLNESS
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 
 def test_activation_and_tracking_through_the_junction_client(
     base_url: str, team: Team, service: Service, monkeypatch: pytest.MonkeyPatch

@@ -33,6 +33,10 @@ from vital.types import (
 from tests.conftest import Team
 from tests.e2e.official_client import ADDRESS, client_calls, gaps, shape, upsert_info
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 # -- every endpoint we serve, through the client ----------------------------------------------
 
 

@@ -46,6 +46,10 @@ from vital.types import (
 
 from tests.conftest import Team
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 PATH = "/aggregate/v1/user/{}/query"
 
 

@@ -17,6 +17,10 @@ from healthledger.domain.labs.sandbox import SandboxPolicy
 
 from tests.conftest import Team
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 WELLNESS = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"  # Quest, walk-in
 HEART = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a02"  # Labcorp, at-home phlebotomy
 PATIENT = {

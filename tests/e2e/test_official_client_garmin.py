@@ -29,6 +29,10 @@ from tests.integration.oauth_browser import (
     outcome,
 )
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 LENA = PEOPLE["lena"]  # UTC+09:00
 SLUG = "garmin"
 HISTORY_DAYS = 15

@@ -25,6 +25,10 @@ from vital.core.api_error import ApiError
 from tests.conftest import Team
 from tests.stream_ids import stream_of_connection
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 LENA = ("lena@example.com", "correct horse battery")
 OMAR = ("omar@example.com", "staple 42")  # a second factor by SMS
 OMAR_PHONE = "+15550100"

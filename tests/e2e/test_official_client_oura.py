@@ -28,6 +28,10 @@ from tests.integration.oauth_browser import (
     outcome,
 )
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 BEN = PEOPLE["ben"]  # UTC-5
 
 

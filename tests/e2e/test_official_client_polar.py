@@ -32,6 +32,10 @@ from tests.integration.oauth_browser import (
     outcome,
 )
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 PIA = PEOPLE["pia"]  # Europe/Helsinki
 SLUG = "polar"
 HISTORY_DAYS = 15  # beyond the fake's 14 unsynced days: every record read, each committed

@@ -43,6 +43,10 @@ from tests.conftest import Team
 from tests.e2e.official_client import upsert_info
 from tests.receivers import free_socket, serving
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 CTX = CommandContext.system("test:portal")
 WELLNESS = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"  # a shared demo lab test: Quest, walk-in
 BROWSER_TIMEOUT_SECONDS = 60

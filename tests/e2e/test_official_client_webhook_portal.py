@@ -23,6 +23,10 @@ from tests.e2e.test_official_client_portal import (  # noqa: F401  (the fixtures
 )
 from tests.receivers import Receiver, http_receiver
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 CTX = CommandContext.system("test:webhook-portal")
 
 

@@ -31,6 +31,10 @@ from sqlalchemy import select
 
 from tests.receivers import Receiver, http_receiver
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 # The official client (`pip install vital==2.1.569`): the models the bodies must satisfy.
 vital_types = pytest.importorskip("vital.types", reason="the official client is not installed")
 

@@ -34,6 +34,10 @@ from tests.integration.oauth_browser import (
     outcome,
 )
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 ELI = PEOPLE["eli"]  # America/New_York
 
 

@@ -27,6 +27,10 @@ from vital.core.api_error import ApiError as VitalApiError
 from tests.conftest import Team
 from tests.e2e.test_official_client_orders import ADDRESS, PATIENT, WELLNESS
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 QUEST = 1
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import httpx
 import junction
+import pytest
 import vital
 from healthledger.adapters.composition import Service
 from junction.core.api_error import ApiError as JunctionApiError
@@ -19,6 +20,10 @@ from vital.errors.unprocessable_entity_error import UnprocessableEntityError
 
 from tests.conftest import Team
 from tests.lab_report_pdfs import RIVERSIDE_ROWS, blank_pdf, riverside_report
+
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
 
 
 def test_both_clients_upload_a_lab_report_and_read_its_results(

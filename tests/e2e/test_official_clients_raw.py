@@ -18,6 +18,10 @@ from vital.core.api_error import ApiError
 
 from tests.conftest import Team
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 
 @pytest.fixture
 def clients(api: vital.Vital, base_url: str, team: Team) -> Iterator[list[Any]]:

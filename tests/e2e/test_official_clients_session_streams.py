@@ -23,6 +23,10 @@ from vital.core.api_error import ApiError as VitalApiError
 
 from tests.conftest import Team
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
 

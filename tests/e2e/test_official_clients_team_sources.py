@@ -16,6 +16,10 @@ from vital.core.api_error import ApiError as VitalApiError
 
 from tests.conftest import Team
 
+pytestmark = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
 INSURED = {
     "first_name": "Ada",
     "last_name": "Lane",
