@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from uuid import UUID, uuid4
 
+import pytest
+from healthledger.adapters.persistence.health_data import known_reads
 from healthledger.adapters.persistence.health_data.known_reads import KnownReads
 from healthledger.domain.connections.health_data import StoredDay
 
@@ -48,6 +50,40 @@ def test_a_read_that_raced_a_change_is_not_kept() -> None:
     known.heard(str(user))  # committed while the read ran: it may predate it
     known.keep(asked(user), user, [day()], reading)
     assert known.get(asked(user))[0] is None
+
+
+def test_a_read_that_raced_only_other_users_changes_is_kept() -> None:
+    """On a busy database some user's data changes all the time (and on a test server,
+    another schema's): that must not keep every read from being kept."""
+    known, user = KnownReads(), uuid4()
+    known.set_listening(True)
+    _, reading = known.get(asked(user))
+    for _ in range(3):
+        known.heard(str(uuid4()))
+    known.keep(asked(user), user, [day()], reading)
+    assert known.get(asked(user))[0] == [day()]
+    # A change of everyone's (a TRUNCATE) overtakes any read in flight.
+    _, reading = known.get(asked(user))
+    known.heard("")
+    known.keep(asked(user), user, [day()], reading)
+    assert known.get(asked(user))[0] is None
+
+
+def test_a_forgetting_no_longer_remembered_still_overtakes_the_reads_it_raced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(known_reads, "FORGETTINGS_KEPT", 2)
+    known, user = KnownReads(), uuid4()
+    known.set_listening(True)
+    _, reading = known.get(asked(user))
+    known.heard(str(user))
+    for _ in range(3):  # the user's forgetting is pushed out by later ones
+        known.heard(str(uuid4()))
+    known.keep(asked(user), user, [day()], reading)
+    assert known.get(asked(user))[0] is None
+    # A read that began after them all is kept.
+    read_and_keep(known, user)
+    assert known.get(asked(user))[0] == [day()]
 
 
 def test_a_notification_forgets_its_user_only_and_any_other_payload_every_user() -> None:

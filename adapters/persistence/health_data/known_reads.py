@@ -14,9 +14,11 @@ when, and only if, the transaction commits: to this process's own connection as 
 commit completes, and to every process's listener (`engine/changes.py`).
 
 Nothing is answered from memory unless the listener is listening; an answer is kept only
-if nothing was forgotten while it was read (a change that committed meanwhile may not be
-in it); `as_of` reads are never kept (they read the versions of then). Entries also age
-out after `max_age`, like the opened days, and the bytes kept are bounded.
+if nothing of its user was forgotten while it was read (a change that committed meanwhile
+may not be in it; another user's change says nothing of it, and on a busy database some
+user's data changes all the time); `as_of` reads are never kept (they read the versions
+of then). Entries also age out after `max_age`, like the opened days, and the bytes kept
+are bounded.
 
 SQLite has no channel to hear on, but a cheaper question: `PRAGMA data_version`, on a
 connection of its own that never writes, moves whenever any connection (this process's
@@ -39,6 +41,9 @@ from healthledger.domain.connections.health_data import StoredDay
 
 # The channel the triggers of revision 0037 notify on, with the user's id.
 USER_DATA = "healthledger_user_data"
+# The users whose latest forgetting is remembered one by one; beyond them, an older one's
+# raises a floor under which every read in flight counts as overtaken.
+FORGETTINGS_KEPT = 10_000
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,10 @@ class KnownReads:
         self._by_user: dict[UUID, set[Hashable]] = {}
         self._bytes = 0
         self._generation = 0
+        # The generation of each user's latest forgetting, and the one of everyone's (or of
+        # the users no longer remembered): a read is overtaken by either.
+        self._forgotten: OrderedDict[UUID, int] = OrderedDict()
+        self._floor = 0
 
     def get(self, key: Hashable) -> tuple[list[StoredDay] | None, Reading]:
         """The days kept for `key` (None when there are none or they may be stale), and
@@ -112,7 +121,7 @@ class KnownReads:
         if size > self.max_bytes:
             return
         with self._lock:
-            if not self.listening or reading.generation != self._generation:
+            if not self.listening or self._overtaken(user_id, reading.generation):
                 return
             if key in self._known:
                 self._drop(key)
@@ -141,8 +150,17 @@ class KnownReads:
         with self._lock:
             self._generation += 1
             for user_id in user_ids:
+                self._forgotten[user_id] = self._generation
+                self._forgotten.move_to_end(user_id)
                 for key in self._by_user.pop(user_id, ()):
                     self._drop(key, keep_user=True)
+            while len(self._forgotten) > FORGETTINGS_KEPT:
+                _, generation = self._forgotten.popitem(last=False)
+                self._floor = max(self._floor, generation)
+
+    def _overtaken(self, user_id: UUID, began: int) -> bool:
+        """Whether the user's data (or everyone's) was forgotten since a read began."""
+        return max(self._floor, self._forgotten.get(user_id, 0)) > began
 
     def forget_all(self) -> None:
         with self._lock:
@@ -150,16 +168,15 @@ class KnownReads:
 
     def _forget_all(self) -> None:
         self._generation += 1
+        self._floor = self._generation
+        self._forgotten.clear()
         self._known.clear()
         self._by_user.clear()
         self._bytes = 0
 
     def set_listening(self, listening: bool) -> None:
         with self._lock:
-            self._generation += 1
-            self._known.clear()
-            self._by_user.clear()
-            self._bytes = 0
+            self._forget_all()
             self.listening = listening
 
     def _drop(self, key: Hashable, keep_user: bool = False) -> None:
