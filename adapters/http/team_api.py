@@ -18,6 +18,7 @@ from healthledger.adapters.http import (
     audit_routes,
     bulk_operations,
     cholesterol,
+    compendium,
     connections,
     continuous_queries,
     deletion_reports,
@@ -34,6 +35,7 @@ from healthledger.adapters.http import (
     manual_connections,
     oauth_callback,
     order_tracking,
+    order_transactions,
     orders,
     portal,
     providers,
@@ -90,9 +92,11 @@ def team_routes() -> tuple[BaseRoute, ...]:
     routes.include_router(deletion_reports.router)
     routes.include_router(orders.router)
     routes.include_router(order_tracking.router)
+    routes.include_router(order_transactions.router)
     routes.include_router(testkits.router)
     routes.include_router(lab_documents.router)
     routes.include_router(lab_methods.router)
+    routes.include_router(compendium.router)
     routes.include_router(unmatched_results.router)
     routes.include_router(appointments.router)
     routes.include_router(portal.router)

@@ -65,6 +65,8 @@ TRAVELS: dict[tuple[str, str], str] = {
     ("team", "/v2/team/{team_id}"): "test_team_settings.py",
     ("team", "/v2/team/users/search"): "test_team_settings.py",
     ("team", "/v3/order/{order_id}/result"): "test_orders.py",
+    ("team", "/v3/order_transaction/{transaction_id}"): "test_order_transactions.py",
+    ("team", "/v3/order_transaction/{transaction_id}/result"): "test_order_transactions.py",
     ("team", "/v3/order/{order_id}/tracking"): "test_order_tracking.py",
     ("team", "/v3/unmatched_result/{raw_result_id}"): "test_unmatched_results.py",
     ("team", "/v3/order/{order_id}/psc/appointment"): "test_appointments.py",
