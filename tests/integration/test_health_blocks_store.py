@@ -4,8 +4,10 @@ sealed as bytes bound to its place, and an erasure that takes every version."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, date, datetime, timedelta
 from types import SimpleNamespace
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -13,10 +15,11 @@ import sqlalchemy as sa
 from cryptography.exceptions import InvalidTag
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
-from healthledger.adapters.composition import Service
+from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.engine.schema import health_data
 from healthledger.adapters.persistence.health_data.places import provider_digest, resource_digest
 from healthledger.adapters.persistence.health_data.store import KEPT_VERSIONS, open_block
+from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 
 from tests.conftest import Team, create_user
@@ -133,3 +136,40 @@ def test_a_block_is_sealed_bytes_bound_to_its_place_and_erased_with_every_versio
     with freeze_time(T0 + timedelta(days=8)):
         assert service.users.erase_user(CommandContext.system("test:erase"), user)
     assert rows(service, user) == [] and store.count(user) == 0
+
+
+def test_two_writers_of_a_users_new_month_at_once_both_store_it(
+    service: Service, settings: Settings, client: TestClient, team: Team
+) -> None:
+    """Two processes syncing the same user's days at once (two makers' notices taken
+    together): each month's block is new to both. On PostgreSQL both once found no block
+    and inserted its version 1, and one failed on the primary key (CI saw it); a user's
+    writes now follow one another. The second finds the first's block and the same days
+    in it: nothing changed."""
+    user = UUID(create_user(client, team, "two-writers")["user_id"])
+    other = build_service(settings)
+
+    def write(writer: Service, day: date, start: threading.Barrier, results: list[Any]) -> None:
+        start.wait()
+        try:
+            stored = writer.health_data.store(user, "oura", {"heartrate": {day: samples(60)}})
+            results.append(stored["heartrate"])
+        except Exception as failed:  # the thread's failure, for the assertion below
+            results.append(failed)
+
+    try:
+        for month in range(1, 13):
+            start, results = threading.Barrier(2), []
+            threads = [
+                threading.Thread(target=write, args=(w, date(2025, month, 10), start, results))
+                for w in (service, other)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert not [r for r in results if isinstance(r, Exception)], results
+            assert sorted(len(r.created) for r in results) == [0, 1], (month, results)
+    finally:
+        other.close()
+    assert len(rows(service, user)) == 12

@@ -128,14 +128,25 @@ def test_two_processes_take_a_notice_once(
             thread.start()
         for thread in threads:
             thread.join()
-    # Each notice was handled by one of the two: six outcomes, six Nones.
-    assert sorted(o for o in outcomes if o is not None) == ["synced"] * 6
-    assert outcomes.count(None) == 6
+
+    # Each notice was taken by one of the two: six outcomes, six Nones. A take whose sync
+    # failed for a passing reason (on a loaded machine, the fake's answer too late: CI
+    # saw it once) leaves its notice taken and due again after the lease, not handled:
+    # the next round handles it, and no notice is ever handled twice.
+    def handled(notice_id: uuid.UUID) -> bool:
+        found = svc.ledger.find(notice_id)
+        return isinstance(found, NoticeReceipt) and found.status == HANDLED
+
+    left = {notice.id for notice in notices if not handled(notice.id)}
+    assert sorted(o for o in outcomes if o is not None) == ["synced"] * (6 - len(left))
+    assert outcomes.count(None) == 6 + len(left)
+    clock.advance(svc.maker_notices.lease + timedelta(seconds=1))
+    assert [svc.maker_notices.run(notice_id) for notice_id in left] == ["synced"] * len(left)
     for notice in notices:
-        events = list(svc.ledger.events.get(notice.id))
-        assert [type(e).__name__ for e in events] == ["Received", "Taken", "Handled"]
-        found = svc.ledger.find(notice.id)
-        assert isinstance(found, NoticeReceipt) and found.status == HANDLED
+        events = [type(e).__name__ for e in svc.ledger.events.get(notice.id)]
+        taken = 2 if notice.id in left else 1
+        assert events == ["Received", *["Taken"] * taken, "Handled"]
+        assert handled(notice.id)
     assert svc.maker_notice_queries.pending_count() == 0
 
 

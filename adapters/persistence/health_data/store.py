@@ -437,6 +437,10 @@ class SqlHealthDataStore:
         # On PostgreSQL the row lock orders this write against an erasure deleting the user
         # row (erasure deletes that row before the health data, in one transaction): either
         # these rows are committed first and erased with the rest, or the user is gone here.
+        # It is exclusive (FOR NO KEY UPDATE), so a user's writes also follow one another:
+        # under a shared lock two processes syncing the same days (two makers' notices at
+        # once) both found no block of a new month, both inserted its version 1, and one
+        # failed on the primary key (CI saw it); the blocks that exist are locked below.
         keys = self.key_store.tables.keys
         query = (
             select(users.c.team_id, keys.c.wrapped_key)
@@ -444,7 +448,7 @@ class SqlHealthDataStore:
             .where(users.c.user_id == user_id)
         )
         if not self.db.is_sqlite:
-            query = query.with_for_update(read=True, of=users)
+            query = query.with_for_update(key_share=True, of=users)
         row = conn.execute(query).first()
         cipher = None if row is None else self.key_store.cipher_of(user_id, row.wrapped_key)
         if row is None or cipher is None:
