@@ -159,7 +159,7 @@ def test_two_writers_of_a_users_new_month_at_once_both_store_it(
 
     try:
         for month in range(1, 13):
-            start, results = threading.Barrier(2), []
+            start, results = threading.Barrier(2), list[Any]()
             threads = [
                 threading.Thread(target=write, args=(w, date(2025, month, 10), start, results))
                 for w in (service, other)
