@@ -16,8 +16,7 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-import simple_icd_10_cm as icd
+from types import ModuleType
 
 # A code as a note names it, in parentheses: `(J60)`, `(J69.8)`, `(E08.-)`, `(O24.4-)`,
 # a range `(E08-E13)`.
@@ -28,6 +27,15 @@ MAX_CODE_LENGTH = 10
 SEARCH_LIMIT = 50
 EXCLUDES1 = "excludes1"
 EXCLUDES2 = "excludes2"
+
+
+@functools.cache
+def _icd() -> ModuleType:
+    """The code list, read on first use: importing `simple_icd_10_cm` parses all of it
+    (1.5 to 3 seconds), which every `serve` and CLI start paid before a request needed it."""
+    import simple_icd_10_cm
+
+    return simple_icd_10_cm
 
 
 @dataclass(frozen=True)
@@ -53,11 +61,13 @@ class Validation:
 
 def normalized(code: str) -> str:
     """`e119`, ` E11.9 ` -> `E11.9` (the dotted form the list holds)."""
+    icd = _icd()
     compact = code.strip().upper().replace(".", "")
     return icd.add_dot(compact) if icd.is_valid_item(compact) else compact
 
 
 def validate(codes: Iterable[str]) -> Validation:
+    icd = _icd()
     result = Validation()
     known: list[str] = []
     for sent in codes:
@@ -88,7 +98,7 @@ def _notes(code: str, notes_of: object) -> list[str]:
     applies to every code under it)."""
     assert callable(notes_of)
     found: list[str] = []
-    for holder in (code, *icd.get_ancestors(code)):
+    for holder in (code, *_icd().get_ancestors(code)):
         for note in notes_of(holder):
             found.extend(_NOTED.findall(note))
     return found
@@ -113,6 +123,7 @@ def _noted(code: str, named: list[str]) -> bool:
 def _billable() -> tuple[tuple[str, str, str], ...]:
     """Every billable code with its description, and the description folded for search
     (read once per process: about 74,000 codes)."""
+    icd = _icd()
     return tuple(
         (code, description, description.casefold())
         for code in icd.get_all_codes(True)
