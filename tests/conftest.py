@@ -318,6 +318,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+# The reason of the official clients' e2e modules (`pytestmark = CLIENTS_PARSE_ANSWERS`):
+# what they test is the clients parsing our answers, which the database does not shape.
+CLIENTS_PARSE_ANSWERS = pytest.mark.sqlite_only(
+    "the clients parsing our answers (integration tests hold the answers on both databases)"
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """`@pytest.mark.sqlite_only(reason)`: the test (or, as `pytestmark`, the module) runs

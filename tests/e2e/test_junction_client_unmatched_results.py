@@ -20,12 +20,10 @@ from junction.types import (
     UnmatchedResult,
 )
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.e2e.test_official_client_orders import ADDRESS, PATIENT, WELLNESS
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 
 def test_the_seven_unmatched_result_methods_through_the_junction_client(

@@ -30,12 +30,10 @@ from vital.types import (
     NotFoundErrorBody,
 )
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.e2e.official_client import ADDRESS, client_calls, gaps, shape, upsert_info
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 # -- every endpoint we serve, through the client ----------------------------------------------
 

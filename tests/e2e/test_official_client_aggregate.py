@@ -44,11 +44,9 @@ from vital.types import (
     SourceColumnExprSource,
 )
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 PATH = "/aggregate/v1/user/{}/query"
 

@@ -15,11 +15,9 @@ import vital
 from healthledger.adapters.composition import Service
 from healthledger.domain.labs.sandbox import SandboxPolicy
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 WELLNESS = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"  # Quest, walk-in
 HEART = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a02"  # Labcorp, at-home phlebotomy

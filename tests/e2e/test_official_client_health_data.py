@@ -22,12 +22,10 @@ from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.http.timeseries import PATH_NAMES
 from vital.vitals.client import VitalsClient
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.e2e.official_client import client_calls, gaps
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 # The client's timeseries calls: `vitals.<name>` on /v2/timeseries/{}/<resource>[/grouped].
 _TIMESERIES = re.compile(r"^/v2/timeseries/\{\}/(\w+)(/grouped)?$")

@@ -22,12 +22,10 @@ from healthledger.domain.connections.connection import Connection
 from vital import ConnectionRecipe
 from vital.core.api_error import ApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.stream_ids import stream_of_connection
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 LENA = ("lena@example.com", "correct horse battery")
 OMAR = ("omar@example.com", "staple 42")  # a second factor by SMS

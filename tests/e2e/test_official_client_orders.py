@@ -27,9 +27,9 @@ from vital.types import (
     SimulationFlags,
 )
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+from tests.conftest import CLIENTS_PARSE_ANSWERS
+
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 WELLNESS = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"  # a shared demo test: Quest, walk-in
 PATIENT = PatientDetailsWithValidation(

@@ -20,7 +20,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.makers.fake_polar import PEOPLE, FakePolar, running_fake_polar
 from healthledger.adapters.settings import Settings
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.integration.oauth_browser import (
     API,
     APP,
@@ -32,9 +32,7 @@ from tests.integration.oauth_browser import (
     outcome,
 )
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 PIA = PEOPLE["pia"]  # Europe/Helsinki
 SLUG = "polar"

@@ -39,13 +39,11 @@ from vital.errors import UnprocessableEntityError
 from vital.types import CreateUserPortalUrlResponse
 from vital.user import CreateUserPortalUrlBodyContext
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.e2e.official_client import upsert_info
 from tests.receivers import free_socket, serving
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 CTX = CommandContext.system("test:portal")
 WELLNESS = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01"  # a shared demo lab test: Quest, walk-in

@@ -8,9 +8,9 @@ import vital
 from healthledger.adapters.composition import Service
 from vital.core.api_error import ApiError
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+from tests.conftest import CLIENTS_PARSE_ANSWERS
+
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 
 def test_a_refresh_through_the_official_client(api: vital.Vital, service: Service) -> None:

@@ -9,16 +9,13 @@ from datetime import date
 from pathlib import Path
 
 import httpx
-import pytest
 import vital
 from healthledger.adapters.composition import Service
 from healthledger.adapters.makers.fake_apple_health import ExportShape, write_export
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 SHAPE = ExportShape(first_day=date(2024, 10, 24), days=2, heart_every=5)
 

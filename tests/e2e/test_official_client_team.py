@@ -14,11 +14,9 @@ from healthledger.adapters.composition import Service
 from healthledger.domain.context import CommandContext
 from vital.core.api_error import ApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 
 def test_the_team_through_the_official_client(

@@ -13,7 +13,7 @@ import vital
 from healthledger.adapters.composition import Service
 from healthledger.domain.context import CommandContext
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.e2e.devtools import Browser
 from tests.e2e.test_official_client_portal import (  # noqa: F401  (the fixtures)
     chromium,
@@ -23,9 +23,7 @@ from tests.e2e.test_official_client_portal import (  # noqa: F401  (the fixtures
 )
 from tests.receivers import Receiver, http_receiver
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 CTX = CommandContext.system("test:webhook-portal")
 

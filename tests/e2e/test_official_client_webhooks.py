@@ -29,11 +29,10 @@ from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from sqlalchemy import select
 
+from tests.conftest import CLIENTS_PARSE_ANSWERS
 from tests.receivers import Receiver, http_receiver
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 # The official client (`pip install vital==2.1.569`): the models the bodies must satisfy.
 vital_types = pytest.importorskip("vital.types", reason="the official client is not installed")

@@ -17,7 +17,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.makers.fake_whoop import PEOPLE, FakeWhoop, running_fake_whoop
 from healthledger.adapters.settings import Settings
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.integration.oauth_browser import (
     API,
     APP,
@@ -29,9 +29,7 @@ from tests.integration.oauth_browser import (
     outcome,
 )
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 HANA = PEOPLE["hana"]  # UTC+09:00
 SLUG = "whoop_v2"

@@ -22,7 +22,7 @@ from healthledger.adapters.makers.fake_withings import (
 )
 from healthledger.adapters.settings import Settings
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.integration.oauth_browser import (
     API,
     APP,
@@ -34,9 +34,7 @@ from tests.integration.oauth_browser import (
     outcome,
 )
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 ELI = PEOPLE["eli"]  # America/New_York
 

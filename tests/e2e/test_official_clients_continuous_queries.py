@@ -13,17 +13,14 @@ from datetime import UTC, datetime, time, timedelta
 
 import httpx
 import junction
-import pytest
 import vital
 from healthledger.adapters.composition import Service
 from healthledger.domain.context import CommandContext
 from vital.core.api_error import ApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 
 def test_both_clients_read_a_continuous_querys_result_and_its_task_history(

@@ -21,13 +21,11 @@ from healthledger.domain.context import CommandContext
 from junction.core.api_error import ApiError as JunctionApiError
 from vital.core.api_error import ApiError as VitalApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.e2e.official_client import upsert_info
 from tests.e2e.test_official_client_orders import ADDRESS, PATIENT
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 THYROID_KIT = "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a03"  # ZRT, test kit
 SHIPPING = {

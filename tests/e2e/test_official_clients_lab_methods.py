@@ -24,12 +24,10 @@ from healthledger.domain.labs.sandbox import SandboxPolicy
 from junction.core.api_error import ApiError as JunctionApiError
 from vital.core.api_error import ApiError as VitalApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.e2e.test_official_client_orders import ADDRESS, PATIENT, WELLNESS
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 QUEST = 1
 

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import httpx
 import junction
-import pytest
 import vital
 from healthledger.adapters.composition import Service
 from junction.core.api_error import ApiError as JunctionApiError
 from vital.core.api_error import ApiError
 from vital.errors.unprocessable_entity_error import UnprocessableEntityError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 from tests.lab_report_pdfs import RIVERSIDE_ROWS, blank_pdf, riverside_report
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 
 def test_both_clients_upload_a_lab_report_and_read_its_results(

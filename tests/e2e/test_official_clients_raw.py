@@ -16,11 +16,9 @@ import vital
 from healthledger.adapters.composition import Service
 from vital.core.api_error import ApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 
 @pytest.fixture

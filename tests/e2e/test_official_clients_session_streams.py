@@ -21,11 +21,9 @@ from healthledger.adapters.composition import Service
 from junction.core.api_error import ApiError as JunctionApiError
 from vital.core.api_error import ApiError as VitalApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 

@@ -14,11 +14,9 @@ import vital
 from junction.core.api_error import ApiError as JunctionApiError
 from vital.core.api_error import ApiError as VitalApiError
 
-from tests.conftest import Team
+from tests.conftest import CLIENTS_PARSE_ANSWERS, Team
 
-pytestmark = pytest.mark.sqlite_only(
-    "the clients parsing our answers (integration tests hold the answers on both databases)"
-)
+pytestmark = CLIENTS_PARSE_ANSWERS
 
 INSURED = {
     "first_name": "Ada",
