@@ -200,7 +200,10 @@ def statement_batch(conn: Connection) -> StatementBatch | None:
 
 
 def postgres_engine(url: URL, *, pool_size: int) -> Engine:
-    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2)
+    # A failed statement's error names its SQL, not its values: a log may print it.
+    engine = create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size * 2, hide_parameters=True
+    )
     dialect = engine.dialect
 
     @event.listens_for(engine, "checkin")
@@ -248,16 +251,22 @@ def postgres_engine(url: URL, *, pool_size: int) -> Engine:
             # pipeline: the transaction is aborted, and SQLAlchemy, whose commit failed,
             # sends no ROLLBACK. psycopg's rollback ends it, so that the connection (a
             # unit of work's, which may write again) is usable.
+            # A connection lost meanwhile (the server restarted, the backend was
+            # terminated) has nothing to roll back, and its rollback would raise the
+            # driver's own error in place of SQLAlchemy's, which the API answers as a 503.
             driver = conn.connection.driver_connection
-            if driver is not None:
+            if driver is not None and not driver.broken:
                 driver.rollback()
             raise
 
     @event.listens_for(engine, "rollback")
     def _rollback(conn: Connection) -> None:
         # What waits is dropped unsent; SQLAlchemy's ROLLBACK follows (psycopg sends it
-        # only if the BEGIN went).
-        conn.info.pop(BATCH, None)
+        # only if the BEGIN went). A connection SQLAlchemy invalidated (lost mid-read)
+        # has no batch, and asking for its `info` would raise PendingRollbackError in
+        # place of the error that lost it.
+        if not conn.invalidated:
+            conn.info.pop(BATCH, None)
 
     return engine
 

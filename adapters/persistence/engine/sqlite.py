@@ -69,6 +69,8 @@ def sqlite_engine(url: URL, *, begin: Callable[[], str], **options: Any) -> Engi
     engine = create_engine(
         url,
         connect_args={"isolation_level": None, "check_same_thread": False, "timeout": 30},
+        # A failed statement's error names its SQL, not its values: a log may print it.
+        hide_parameters=True,
         **options,
     )
 

@@ -300,7 +300,9 @@ class CompiledStatement:
                 # In a batched write, the error of any statement sent with this one.
                 fetched = cursor.fetchall()
             except error as exc:
-                raise sa_exc.DBAPIError.instance(compiled.sql, parameters, exc, error) from exc
+                raise sa_exc.DBAPIError.instance(
+                    compiled.sql, parameters, exc, error, hide_parameters=True
+                ) from exc
             finally:
                 cursor.close()
             return compiled.converted(fetched)
@@ -358,7 +360,10 @@ def run_on_driver(conn: Connection, sql: str, params: Any, *, many: bool = False
             cursor.execute(sql, params)
     except conn.dialect.loaded_dbapi.Error as exc:
         cursor.close()
-        raise sa_exc.DBAPIError.instance(sql, params, exc, conn.dialect.loaded_dbapi.Error) from exc
+        # The values stay out of the error's text (`hide_parameters`, as the engines do),
+        # which a log may print.
+        error = conn.dialect.loaded_dbapi.Error
+        raise sa_exc.DBAPIError.instance(sql, params, exc, error, hide_parameters=True) from exc
     return cursor
 
 
