@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 import uvicorn
 from healthledger.adapters.composition import Service, build_service, start_scheduler
-from healthledger.adapters.http.access_log import redact_access_log_queries
+from healthledger.adapters.http.access_log import redact_access_log
 from healthledger.adapters.http.imports import UNLIMITED_PATH
 from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.http.management_api import create_management_api
@@ -115,7 +115,7 @@ def configure_logging(settings: Settings) -> None:
     # (`build_service` raises; the command line says so and exits 1).
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # The link page's and the portal's tokens travel in query strings: not into the log.
-    redact_access_log_queries()
+    redact_access_log()
     # httpx logs every request's URL at INFO: a maker's URLs can carry a token (Oura's
     # revocation takes the access token in its query), so only its warnings show.
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -370,7 +370,11 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 
 
 async def _database_busy(request: Request, exc: OperationalError) -> JSONResponse:
-    log.warning("database unavailable: %s", type(exc.orig).__name__)
+    # The driver's code tells the operator why (SQLITE_BUSY, SQLITE_FULL: the disk is
+    # full; 57P01: the server shut down); never its message, which may quote values.
+    orig = exc.orig
+    code = getattr(orig, "sqlite_errorname", None) or getattr(orig, "sqlstate", None)
+    log.warning("database unavailable: %s%s", type(orig).__name__, f" ({code})" if code else "")
     return JSONResponse(
         status_code=503,
         content={"detail": "The database is busy or unreachable; retry shortly."},

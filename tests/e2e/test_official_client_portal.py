@@ -28,7 +28,7 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.http.access_log import (
     ACCESS_LOGGER,
     REDACTED_QUERY,
-    redact_access_log_queries,
+    redact_access_log,
 )
 from healthledger.adapters.http.link_page import create_link_app
 from healthledger.adapters.printing import HEADLESS_CHROMIUM_FLAGS
@@ -92,7 +92,7 @@ def access_log(link_page: str) -> Iterator[AccessLines]:
     Installed once the server started: uvicorn's logging configuration replaces the
     access logger's handlers (its filters stay)."""
     del link_page
-    redact_access_log_queries()
+    redact_access_log()
     handler = AccessLines()
     logger = logging.getLogger(ACCESS_LOGGER)
     level = logger.level

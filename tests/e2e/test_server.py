@@ -11,6 +11,9 @@ from healthledger.adapters.settings import Settings
 
 from tests.e2e.servers import KEY, MANAGEMENT_KEY, running_server
 
+# A team's identifier of a person (e-mail addresses are refused; a name is not).
+CUID = "grace-hopper-1906"
+
 
 def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
     settings: Settings, tmp_path: Path
@@ -22,14 +25,22 @@ def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
     assert len(keys) == 1 and len(management_keys) == 1
     key = keys[0]
 
-    with running_server(settings, tmp_path) as (base, management, link, output):
+    # At INFO, with uvicorn's access log, as an operator would run it.
+    with running_server(settings, tmp_path, env={"HEALTHLEDGER_LOG_LEVEL": "info"}) as (
+        base,
+        management,
+        link,
+        output,
+    ):
         headers = {"x-service-api-key": key}
-        created = httpx.post(f"{base}/v2/user", json={"client_user_id": "http-1"}, headers=headers)
+        created = httpx.post(f"{base}/v2/user", json={"client_user_id": CUID}, headers=headers)
         assert created.status_code == 200
         user_id = created.json()["user_id"]
         assert httpx.get(f"{base}/v2/user/{user_id}", headers=headers).json()["client_user_id"] == (
-            "http-1"
+            CUID
         )
+        resolved = httpx.get(f"{base}/v2/user/resolve/{CUID}", headers=headers)
+        assert resolved.status_code == 200 and resolved.json()["user_id"] == user_id
         assert (
             httpx.get(f"{base}/v2/user", headers={"x-service-api-key": "nope"}).status_code == 401
         )
@@ -68,5 +79,9 @@ def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
             time.sleep(0.2)
         (oura,) = [entry for entry in provider_catalog() if entry.slug == "oura"]
         assert set(pulled) == set(oura.supported_resources)
-    # A later start prints nothing secret.
-    assert not any("hlk_" in line or "hlm_" in line for line in output)
+    # A later start prints nothing secret, and its access log no person's identifier nor
+    # link token (the resolve path's tail and the query strings redacted).
+    assert not any("hlk_" in line or "hlm_" in line or "hll_" in line for line in output)
+    assert any('"GET /v2/user/resolve/[redacted] HTTP/1.1" 200' in line for line in output)
+    assert any('"GET /?[redacted] HTTP/1.1" 200' in line for line in output)
+    assert not any(CUID in line or "grace-hopper" in line for line in output)

@@ -1,4 +1,7 @@
-"""A PostgreSQL connection lost under the service (the server restarted, a backend
+"""The database unavailable under a running service: a 503 that says to retry, never a
+500, nothing half written, and the service answers again once it is back.
+
+A PostgreSQL connection lost under the service (the server restarted, a backend
 terminated by an operator or a failover) is a 503 that says to retry, never a 500, and
 nothing half written: found by stopping a server under a running `serve`, where the first
 write after the stop answered 500 (the pipelined COMMIT's rollback on the dead connection
@@ -7,7 +10,12 @@ rollback hook asked the invalidated connection for its batch: PendingRollbackErr
 
 Here the backends of the service's own connections are terminated (`pg_terminate_backend`,
 picked out by an `application_name` of the test's own), which the server answers as a
-stop: the other tests' connections on the shared server are left alone."""
+stop: the other tests' connections on the shared server are left alone.
+
+A SQLite file whose disk is full (SQLITE_FULL, here by the writer connection's
+`max_page_count`, as a full disk answers a write): found on a 4 MB tmpfs under `serve`,
+where writes answered 503, and once the disk grew every acknowledged user was there, no
+other, and `verify` passed; the log now says why (the driver's code)."""
 
 from __future__ import annotations
 
@@ -26,7 +34,9 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import POSTGRES_URL, Team
 
-pytestmark = pytest.mark.skipif(POSTGRES_URL is None, reason="needs HEALTHLEDGER_TEST_POSTGRES_URL")
+needs_postgres = pytest.mark.skipif(
+    POSTGRES_URL is None, reason="needs HEALTHLEDGER_TEST_POSTGRES_URL"
+)
 
 # Attempts until the pool has replaced its dead connections (one 503 each at most).
 ATTEMPTS = 20
@@ -81,6 +91,7 @@ def answered(client: TestClient, method: str, path: str, **kwargs: object) -> li
     return statuses
 
 
+@needs_postgres
 def test_a_lost_connection_is_a_503_then_the_service_answers_again(
     lost_service: Service, named: str
 ) -> None:
@@ -111,6 +122,7 @@ def test_a_lost_connection_is_a_503_then_the_service_answers_again(
     assert verified.ok, verified.problem
 
 
+@needs_postgres
 def test_a_failed_statements_error_names_its_sql_not_its_values(
     lost_service: Service, named: str
 ) -> None:
@@ -135,3 +147,45 @@ def test_a_failed_statements_error_names_its_sql_not_its_values(
     text = str(raised.value)
     assert "[SQL parameters hidden due to hide_parameters=True]" in text
     assert str(created.team_id) not in text and created.team_id.hex not in text
+
+
+def test_a_full_disk_is_a_503_the_log_says_so_and_writes_resume_once_there_is_room(
+    service: Service, team: Team, caplog: pytest.LogCaptureFixture
+) -> None:
+    if not service.db.is_sqlite:
+        pytest.skip("SQLite's file (a full PostgreSQL disk is the server's to answer)")
+    client = TestClient(create_team_api(service), raise_server_exceptions=False)
+    before = client.post("/v2/user", json={"client_user_id": "before"}, headers=team.headers)
+    assert before.status_code == 200, before.text
+    writer = service.db.writer_connection
+    assert writer is not None
+
+    # On the driver's connection: a statement through SQLAlchemy would begin a
+    # transaction of its own there. The writer connection is replaced after a failed
+    # write (`Database._sqlite_write`), so each write is made full again.
+    def full() -> None:
+        driver = writer.get().connection.driver_connection
+        assert driver is not None
+        pages = driver.execute("PRAGMA page_count").fetchone()[0]
+        driver.execute(f"PRAGMA max_page_count = {pages}")
+
+    answers = []
+    with caplog.at_level("WARNING", logger="healthledger.http"):
+        for n in range(3):
+            full()
+            answers.append(
+                client.post("/v2/user", json={"client_user_id": f"full-{n}"}, headers=team.headers)
+            )
+    assert [answer.status_code for answer in answers] == [503, 503, 503]
+    assert caplog.messages.count("database unavailable: OperationalError (SQLITE_FULL)") == 3
+    driver = writer.get().connection.driver_connection
+    assert driver is not None
+    driver.execute("PRAGMA max_page_count = 4294967294")  # room again
+    after = client.post("/v2/user", json={"client_user_id": "after"}, headers=team.headers)
+    assert after.status_code == 200, after.text
+    # Every user acknowledged is there, and no other; the log verifies.
+    acknowledged = {"before", "after"}
+    listed = client.get("/v2/user", headers=team.headers, params={"limit": 100}).json()
+    assert {u["client_user_id"] for u in listed["users"]} == acknowledged
+    verified = service.chain.verify()
+    assert verified.ok, verified.problem
