@@ -363,20 +363,19 @@ def test_send(
     team_id: UUID,
     env: Environment,
     destination_id: UUID,
-    body: TestSend,
     caller: ManagementApiCaller,
+    body: TestSend | None = None,
 ) -> Any:
     """Publish one `event_destination.test` message now, with the destination's settings,
     and answer how it went (the broker's acknowledgement, or why not). Nothing about it
-    is recorded in the log."""
+    is recorded in the log. The body is optional (`{}` or none: the first route)."""
     reachable_team(service.team_queries, caller, org_id, team_id)
     service.event_destinations.destination(team_id, env, destination_id, org_id)
     target = service.event_destinations.target(destination_id)
     if target is None:
         raise EventDestinationNotFound()
-    routed = (
-        route_for(target.routes, body.event_type) if body.event_type else target.routes[0].target
-    )
+    event_type = None if body is None else body.event_type
+    routed = route_for(target.routes, event_type) if event_type else target.routes[0].target
     if routed is None:
         raise InvalidRequest("no route of the destination matches event_type.", "event_type")
     message_id = f"msg_test_{int(time.time() * 1000)}"
