@@ -30,6 +30,7 @@ from healthledger.adapters.persistence.engine.changes import (
     hear_own_commits,
 )
 from healthledger.adapters.persistence.engine.database import Database
+from healthledger.adapters.persistence.engine.outages import unavailable
 from healthledger.adapters.persistence.eventstore.chain import Chain, SigningTally, open_chain
 from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
 from healthledger.adapters.persistence.eventstore.old_versions import (
@@ -892,6 +893,7 @@ def build_service(
         revoke_grants=GrantRevocations(provider_tokens, adapter_for, clock).revoke_due,
         run_due_imports=partial(run_due_imports, imports),
         parse_lab_reports=report_parsing.run_due,
+        unavailable=unavailable,
         run_due_bulk_operations=lambda: bulk_operations.run_due(team_queries.team_ids()),
         run_due_continuous_queries=ContinuousQueryRunner(
             ContinuousQueryStore(db),

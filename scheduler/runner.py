@@ -14,9 +14,11 @@ commit listener of the event store: one way, whoever made the commit.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from healthledger.domain.connections.revocation import ends_a_grant
@@ -25,6 +27,9 @@ from healthledger.scheduler.lab_orders import makes_an_order_step_due
 from healthledger.scheduler.lab_reports import makes_a_parse_due
 from healthledger.scheduler.pulls import makes_a_pull_due
 from healthledger.scheduler.wakeups import WakeableJob
+
+log = logging.getLogger("healthledger.scheduler")
+T = TypeVar("T")
 
 PULL_WORKER = "pull-worker"
 GRANT_REVOCATION = "grant-revocation"
@@ -82,6 +87,10 @@ class Jobs:
     # Uploaded lab reports whose parsing job is due, parsed (scheduler/lab_reports.py):
     # the number of jobs ended.
     parse_lab_reports: Callable[[], int] = lambda: 0
+    # Why a run failed for a passing reason, the database unavailable (its driver's code:
+    # `OperationalError (SQLITE_FULL)`), or None for any other failure, which is raised
+    # and logged whole as before. Never, unless told otherwise.
+    unavailable: Callable[[BaseException], str | None] = lambda _exc: None
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,9 @@ class LedgerScheduler(BackgroundScheduler):
             timezone=UTC,
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
+        self.unavailable = jobs.unavailable
+        # The jobs whose last run found the database unavailable (each says so once).
+        self._waiting: set[str] = set()
         self.pull_worker = self.wakeable(PULL_WORKER, intervals.pull_worker, jobs.run_due_pulls)
         self.webhook_dispatcher = self.wakeable(
             WEBHOOK_DISPATCHER, intervals.webhook_dispatcher, jobs.dispatch_webhooks
@@ -210,7 +222,7 @@ class LedgerScheduler(BackgroundScheduler):
         """Run `work` every `interval`, and once at start (unless not `at_start`)."""
         now = datetime.now(UTC)
         self.add_job(
-            work,
+            self._through_outages(job_id, work, None),
             "interval",
             seconds=interval.total_seconds(),
             id=job_id,
@@ -219,9 +231,35 @@ class LedgerScheduler(BackgroundScheduler):
 
     def wakeable(self, job_id: str, interval: timedelta, work: Callable[[], int]) -> WakeableJob:
         """`every`, and woken at once by `WakeableJob.wake`."""
-        job = WakeableJob(job_id, work)
+        job = WakeableJob(job_id, self._through_outages(job_id, work, 0))
         self.every(job_id, interval, job.run)
         return job
+
+    def _through_outages(self, job_id: str, work: Callable[[], T], failed: T) -> Callable[[], T]:
+        """`work`, whose runs while the database is unavailable end with `failed` and one
+        warning when the outage starts and one when it ends, instead of a traceback at
+        every run (a sweep every half second, for as long as the outage lasts). The next
+        run tries again, as it would anyway; any other failure is raised as before."""
+
+        def run() -> T:
+            try:
+                done = work()
+            except Exception as exc:
+                reason = self.unavailable(exc)
+                if reason is None:
+                    raise
+                if job_id not in self._waiting:
+                    self._waiting.add(job_id)
+                    log.warning(
+                        "%s: database unavailable: %s; each run tries again", job_id, reason
+                    )
+                return failed
+            if job_id in self._waiting:
+                self._waiting.discard(job_id)
+                log.warning("%s: the database answers again", job_id)
+            return done
+
+        return run
 
     def shutdown(self, wait: bool = True) -> None:
         for job in (

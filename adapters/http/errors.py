@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
+from healthledger.adapters.persistence.engine.outages import unavailable
 from healthledger.adapters.printing import PdfUnavailable
 from healthledger.domain import errors
 from healthledger.domain.connections.connection import AlreadyConnected, NotConnected
@@ -372,9 +373,7 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 async def _database_busy(request: Request, exc: OperationalError) -> JSONResponse:
     # The driver's code tells the operator why (SQLITE_BUSY, SQLITE_FULL: the disk is
     # full; 57P01: the server shut down); never its message, which may quote values.
-    orig = exc.orig
-    code = getattr(orig, "sqlite_errorname", None) or getattr(orig, "sqlstate", None)
-    log.warning("database unavailable: %s%s", type(orig).__name__, f" ({code})" if code else "")
+    log.warning("database unavailable: %s", unavailable(exc))
     return JSONResponse(
         status_code=503,
         content={"detail": "The database is busy or unreachable; retry shortly."},

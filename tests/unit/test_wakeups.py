@@ -176,3 +176,52 @@ def test_a_commit_wakes_the_dispatcher_and_only_a_pull_due_wakes_the_pull_worker
             job.close()
     assert (pulls.runs, webhooks.runs) == (1, 2)
     assert scheduler.pull_worker.runs_ended == 1
+
+
+class Outage(Exception):
+    """Stands for the database unavailable (the composition root's `unavailable` says
+    which errors are: adapters/persistence/engine/outages.py)."""
+
+
+def test_an_outage_is_logged_when_it_starts_and_when_it_ends_not_at_every_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    down = True
+
+    def pulls() -> int:
+        if down:
+            raise Outage()
+        return 3
+
+    def sweep() -> int:
+        raise ValueError("a bug, not an outage")
+
+    jobs = Jobs(
+        sweep_erasures=sweep,
+        run_due_pulls=pulls,
+        sync_connected_feeds=lambda: 0,
+        dispatch_webhooks=lambda: 0,
+        apply_cut_overs=list,
+        unavailable=lambda exc: (
+            "OperationalError (SQLITE_BUSY)" if isinstance(exc, Outage) else None
+        ),
+    )
+    hour = timedelta(hours=1)
+    scheduler = LedgerScheduler(jobs, Intervals(hour, hour, hour, hour, hour))
+    try:
+        with caplog.at_level("WARNING", logger="healthledger.scheduler"):
+            assert [scheduler.pull_worker.run() for _ in range(3)] == [0, 0, 0]
+            down = False
+            assert [scheduler.pull_worker.run() for _ in range(2)] == [3, 3]
+        assert caplog.messages == [
+            "pull-worker: database unavailable: OperationalError (SQLITE_BUSY); "
+            "each run tries again",
+            "pull-worker: the database answers again",
+        ]
+        # Any other failure is raised to APScheduler, which logs it whole, as before.
+        sweeping = scheduler.get_job("erasure-sweep")
+        assert sweeping is not None
+        with pytest.raises(ValueError, match="a bug"):
+            sweeping.func()
+    finally:
+        scheduler.pull_worker.close()
