@@ -804,7 +804,18 @@ def build_service(
     # Lab test orders (issue 14): their answers, the use cases, and the simulated lab that
     # moves sandbox orders (docs/labs.md#orders).
     lab_tests = LabTestQueries(db, lab_catalog)
-    order_answers = OrderAnswers(lab_catalog, key_store)
+    lab_policy = SandboxPolicy(
+        step_delays=tuple(timedelta(seconds=s) for s in settings.lab_order_step_delays),
+        failure_rate=settings.lab_order_failure_rate,
+        cancellation_rate=settings.lab_order_cancellation_rate,
+    )
+    order_answers = OrderAnswers(
+        lab_catalog,
+        key_store,
+        lab_policy,
+        lag=settings.lab_order_poll_interval,
+        base_url=settings.public_base_url,
+    )
     lab_orders = LabOrders(
         ledger,
         key_store,
@@ -812,11 +823,7 @@ def build_service(
         users,
         lab_catalog,
         lab_tests,
-        SandboxPolicy(
-            step_delays=tuple(timedelta(seconds=s) for s in settings.lab_order_step_delays),
-            failure_rate=settings.lab_order_failure_rate,
-            cancellation_rate=settings.lab_order_cancellation_rate,
-        ),
+        lab_policy,
         due_orders=order_queries.due_orders,
     )
     unmatched_result_queries = UnmatchedResultQueries(db, key_store)
