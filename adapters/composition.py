@@ -828,8 +828,15 @@ def build_service(
     )
     unmatched_result_queries = UnmatchedResultQueries(db, key_store)
     unmatched_results = UnmatchedResults(
-        ledger, key_store, clock, lab_orders, unmatched_result_queries.orders_of_team
+        ledger,
+        key_store,
+        clock,
+        lab_orders,
+        unmatched_result_queries.orders_of_team,
+        unmatched_result_queries.undecided_of_team,
     )
+    # A team's deletion resolves its results still waiting for a decision (ADR 0040).
+    teams.changed_with_deletion = unmatched_results.resolved_by_team_deletion
     dispatcher = Dispatcher(
         ledger,
         recorder,

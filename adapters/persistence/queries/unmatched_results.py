@@ -19,6 +19,7 @@ from healthledger.adapters.persistence.engine.schema import orders, unmatched_re
 from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.domain.labs.orders import OrderedTest
 from healthledger.domain.labs.result_matching import OrderFacts, Patient
+from healthledger.domain.labs.unmatched_results import RESOLVED
 from sqlalchemy import ColumnElement, select
 
 
@@ -48,6 +49,13 @@ class UnmatchedResultQueries:
     def __init__(self, db: Database, key_store: KeyStore) -> None:
         self.db = db
         self.key_store = key_store
+
+    def undecided_of_team(self, team_id: UUID) -> list[UUID]:
+        """The team's results still waiting for a decision (pending or unsure)."""
+        u = unmatched_results.c
+        query = select(u.result_id).where(u.team_id == team_id, u.status != RESOLVED)
+        with self.db.read() as conn:
+            return list(conn.execute(query).scalars())
 
     def orders_of_team(self, team_id: UUID) -> list[OrderFacts]:
         """The team's orders, newest first, each with its patient and test opened with its
