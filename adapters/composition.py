@@ -868,6 +868,7 @@ def build_service(
         teams=teams,
         clock=clock,
         deleted_teams_with_live_users=team_queries.deleted_teams_with_live_users,
+        deleted_teams_with_undecided_results=unmatched_result_queries.deleted_teams_with_undecided,
         gone_users_with_live_connections=connection_queries.gone_users_with_live_connections,
         # Claimed batch by batch: the sweeps of several processes share the due users.
         claim_due_erasures=erasure_claims.claim,

@@ -204,6 +204,14 @@ class TeamDirectory:
         self._save(team, *self.changed_with_deletion(ctx, now, team_id))
         return self.delete_team_users(ctx, team_id)
 
+    def resolve_left_with_deleted_team(self, ctx: CommandContext, team_id: UUID) -> int:
+        """What a deleted team's deletion changes, for what was recorded after it read
+        them (the scheduler's sweep): returns how many were changed."""
+        changed = self.changed_with_deletion(ctx, self.clock(), team_id)
+        if changed:
+            self._save(*changed)
+        return len(changed)
+
     def delete_team_users(self, ctx: CommandContext, team_id: UUID) -> int:
         """Delete (grace period, then erasure) every live user of a deleted team."""
         assert self.users is not None and self.live_user_ids is not None

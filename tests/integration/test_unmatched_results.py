@@ -665,3 +665,30 @@ def test_a_teams_deletion_resolves_its_undecided_results_and_destroys_their_keys
     assert service.key_store.has_key(UUID(kept))
     other = result_of(client, other_team, kept)
     assert other["patient"] is not None and other["status"] == "pending_customer_review"
+
+
+def test_a_result_the_deletion_did_not_read_is_resolved_by_the_next_sweep(
+    client: TestClient, team: Team, service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from healthledger.domain.teams.directory import DEFAULT_ORG_ID
+
+    late = ran(client, team, "no_match", order_source="managed")["raw_result_id"]
+    # As for a result recorded by a request in flight as the deletion committed: the
+    # deletion's own transaction did not resolve it.
+    with monkeypatch.context() as patched:
+        patched.setattr(service.teams, "changed_with_deletion", lambda ctx, now, team_id: ())
+        service.teams.delete_team(CTX, DEFAULT_ORG_ID, team.team_id)
+    assert service.unmatched_results.load(team.team_id, UUID(late)).status == (
+        "pending_customer_review"
+    )
+    assert service.unmatched_result_queries.deleted_teams_with_undecided() == [team.team_id]
+    service.jobs.sweep_erasures()
+    last = list(service.ledger.events.get(UUID(late)))[-1]
+    assert isinstance(last, UnmatchedResult.ResolvedByTeamDeletion)
+    assert not service.key_store.has_key(UUID(late))
+    assert service.unmatched_result_queries.deleted_teams_with_undecided() == []
+    # Nothing left: the next sweep records nothing more.
+    service.jobs.sweep_erasures()
+    assert list(service.ledger.events.get(UUID(late)))[-1].originator_version == (
+        last.originator_version
+    )
