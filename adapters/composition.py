@@ -805,7 +805,18 @@ def build_service(
     # Lab test orders (issue 14): their answers, the use cases, and the simulated lab that
     # moves sandbox orders (docs/labs.md#orders).
     lab_tests = LabTestQueries(db, lab_catalog)
-    order_answers = OrderAnswers(lab_catalog, key_store)
+    lab_policy = SandboxPolicy(
+        step_delays=tuple(timedelta(seconds=s) for s in settings.lab_order_step_delays),
+        failure_rate=settings.lab_order_failure_rate,
+        cancellation_rate=settings.lab_order_cancellation_rate,
+    )
+    order_answers = OrderAnswers(
+        lab_catalog,
+        key_store,
+        lab_policy,
+        lag=settings.lab_order_poll_interval,
+        base_url=settings.public_base_url,
+    )
     lab_orders = LabOrders(
         ledger,
         key_store,
@@ -813,17 +824,20 @@ def build_service(
         users,
         lab_catalog,
         lab_tests,
-        SandboxPolicy(
-            step_delays=tuple(timedelta(seconds=s) for s in settings.lab_order_step_delays),
-            failure_rate=settings.lab_order_failure_rate,
-            cancellation_rate=settings.lab_order_cancellation_rate,
-        ),
+        lab_policy,
         due_orders=order_queries.due_orders,
     )
     unmatched_result_queries = UnmatchedResultQueries(db, key_store)
     unmatched_results = UnmatchedResults(
-        ledger, key_store, clock, lab_orders, unmatched_result_queries.orders_of_team
+        ledger,
+        key_store,
+        clock,
+        lab_orders,
+        unmatched_result_queries.orders_of_team,
+        unmatched_result_queries.undecided_of_team,
     )
+    # A team's deletion resolves its results still waiting for a decision (ADR 0040).
+    teams.changed_with_deletion = unmatched_results.resolved_by_team_deletion
     dispatcher = Dispatcher(
         ledger,
         recorder,
@@ -855,6 +869,7 @@ def build_service(
         teams=teams,
         clock=clock,
         deleted_teams_with_live_users=team_queries.deleted_teams_with_live_users,
+        deleted_teams_with_undecided_results=unmatched_result_queries.deleted_teams_with_undecided,
         gone_users_with_live_connections=connection_queries.gone_users_with_live_connections,
         # Claimed batch by batch: the sweeps of several processes share the due users.
         claim_due_erasures=erasure_claims.claim,

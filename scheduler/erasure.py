@@ -42,6 +42,9 @@ class ErasurePorts:
     clock: Clock
     # Deleted teams that still have live users (a crash cut their deletion short).
     deleted_teams_with_live_users: Callable[[], Iterable[UUID]]
+    # Deleted teams that still have unmatched results waiting for a decision (recorded
+    # after their deletion read them).
+    deleted_teams_with_undecided_results: Callable[[], Iterable[UUID]]
     # Deleted or erased users that a racing connect left with a live connection.
     gone_users_with_live_connections: Callable[[], Iterable[UUID]]
     # Claims (for this sweep) users whose grace period ended by `now` and whom no other
@@ -64,12 +67,17 @@ def sweep_erasures(ports: ErasurePorts) -> int:
     """Erase what is due now; returns how many users this call erased.
 
     It first finishes what a crash or a race cut short: live users of a deleted team are
-    deleted (grace period, then erasure), and live connections of a deleted user are
-    deregistered.
+    deleted (grace period, then erasure), its unmatched results still undecided are
+    resolved, and live connections of a deleted user are deregistered.
     """
     ctx = CommandContext.system(SCHEDULER)
     for team_id in ports.deleted_teams_with_live_users():
         ports.teams.delete_team_users(ctx, team_id)
+    for team_id in ports.deleted_teams_with_undecided_results():
+        try:
+            ports.teams.resolve_left_with_deleted_team(ctx, team_id)
+        except ConcurrentChange:
+            continue  # decided meanwhile: the next sweep looks again
     # A connect that raced a user's deletion can leave a live connection behind.
     for user_id in ports.gone_users_with_live_connections():
         ports.users.deregister_connections_of_gone_user(ctx, user_id)

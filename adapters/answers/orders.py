@@ -3,6 +3,12 @@ time travel), its results (`GET /v3/order/{id}/result`) and a critical result's 
 (`labtest.result.critical`), in the official client's shapes (`ClientFacingOrder`,
 `LabResultsRaw`, `ClientFacingCriticalResult`) with the spec's fields among them.
 
+What the order answers beside its statuses is what the service holds of it: when its
+results are expected (the simulated lab's estimate, ADR 0041: computed from the row's
+status and next step as its tracking computes it), its booked appointment, its billing
+and its requisition's address. Members the service cannot know are null, each saying
+why (`order`).
+
 Every answer is rendered from an `OrderRow`: the `orders` read model's row for the live
 reads, or the aggregate as it was (`OrderRow.of`) for `as_of` and for the webhook of an
 event, which carries the order as that event left it. Sealed values are opened with the
@@ -13,7 +19,7 @@ erased since shows as the erased placeholder).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol
 from uuid import UUID, uuid5
@@ -21,15 +27,21 @@ from uuid import UUID, uuid5
 from healthledger.adapters.persistence.projections.orders import statuses_of
 from healthledger.adapters.reference.labs import slugify
 from healthledger.domain.instants import as_utc
+from healthledger.domain.labs.appointments import ORDER_SCHEDULED, appointment_id_of
+from healthledger.domain.labs.billing import CLIENT_BILL
 from healthledger.domain.labs.catalog import LabCatalog, Marker
+from healthledger.domain.labs.documents import REQUISITION, printable
 from healthledger.domain.labs.orders import (
     COMPLETED,
     CRITICAL,
     Order,
     OrderedTest,
     ResultsNotReady,
+    low_level,
     top_level,
 )
+from healthledger.domain.labs.sandbox import SandboxPolicy
+from healthledger.domain.labs.tracking import results_expected
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, address_answer
 
 # The order's collection details' id (ClientFacingOrderDetails.data.id): fixed per order.
@@ -85,6 +97,8 @@ class OrderRow:
     clear_lab_test: OrderedTest | None = None
     # The day it is to be dispatched to the lab (None: at once; domain/labs/activation.py).
     activate_by: date | None = None
+    # When the simulated lab takes its next step (None: none is due by itself).
+    due_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Any, vault: OpensSealed) -> OrderRow:
@@ -127,6 +141,7 @@ class OrderRow:
             updated_at=order.modified_on,
             clear_lab_test=order.clear_lab_test,
             activate_by=order.activate_by,
+            due_at=order.next_step_at,
         )
 
 
@@ -137,13 +152,28 @@ def _opened(vault: OpensSealed, user_id: UUID, sealed: str | None) -> str | None
 
 
 class OrderAnswers:
-    def __init__(self, catalog: LabCatalog, vault: OpensSealed) -> None:
+    """`policy` and `lag`: the simulated lab's step delays and how late its sweep may take
+    a step (the sweep's interval), which date the results; `base_url`: the service's
+    public address, of the requisition's URL."""
+
+    def __init__(
+        self,
+        catalog: LabCatalog,
+        vault: OpensSealed,
+        policy: SandboxPolicy,
+        *,
+        lag: timedelta,
+        base_url: str,
+    ) -> None:
         self.catalog = catalog
         self.vault = vault
+        self.policy = policy
+        self.lag = lag
+        self.base_url = base_url.rstrip("/")
 
     def with_vault(self, vault: OpensSealed) -> OrderAnswers:
         """The same answers, opening sealed values with another vault (the past's)."""
-        return OrderAnswers(self.catalog, vault)
+        return OrderAnswers(self.catalog, vault, self.policy, lag=self.lag, base_url=self.base_url)
 
     def row_of(self, stored: Any) -> OrderRow:
         """The `orders` read model's row, its sealed interpretation opened."""
@@ -167,6 +197,7 @@ class OrderAnswers:
             {"id": index, "created_at": event["created_at"], "status": event["status"]}
             for index, event in enumerate(row.events, start=1)
         ]
+        expected, worst_case = self._results_by(row)
         return {
             "id": str(row.order_id),
             "user_id": str(row.user_id),
@@ -180,10 +211,13 @@ class OrderAnswers:
                     "id": str(uuid5(_DETAILS_NAMESPACE, str(row.order_id))),
                     "created_at": row.created_at,
                     "updated_at": row.updated_at,
-                    "appointment_id": None,
+                    "appointment_id": _appointment_id(row),
                 },
             },
             "sample_id": row.sample_id,
+            # Nothing gives an order notes: neither the placing request (the official
+            # clients' create_order has none) nor a later one. An appointment's notes are
+            # the appointment's own (its answer).
             "notes": None,
             "created_at": row.created_at,
             "updated_at": row.updated_at,
@@ -194,17 +228,45 @@ class OrderAnswers:
             "detailed_status": row.detailed_status,
             "interpretation": row.interpretation,
             "has_missing_results": False if has_results else None,
+            # No order has insurance: this deployment bills the team only (billing.py),
+            # and a request that attaches insurance is refused.
             "health_insurance_id": None,
-            "requisition_form_url": None,
+            "requisition_form_url": (
+                f"{self.base_url}/v3/order/{row.order_id}/requisition/pdf"
+                if printable(REQUISITION, row.detailed_status)
+                else None
+            ),
+            # The placing request takes no priority (STAT) flag (`OrderCreate` refuses
+            # one): every order here is a routine one, which False says.
             "priority": False,
             "activate_by": None if row.activate_by is None else row.activate_by.isoformat(),
+            # Not known: the placing request takes no passthrough (`OrderCreate` refuses
+            # it), so no order holds one.
             "passthrough": None,
-            "billing_type": None,
+            # Every order is billed to the team: the only bill type placing accepts.
+            "billing_type": CLIENT_BILL,
+            # Not known: the placing request takes no diagnosis codes (`OrderCreate`
+            # refuses them), so no order holds any.
             "icd_codes": None,
             "has_abn": False,
-            "expected_result_by_date": None,
-            "worst_case_result_by_date": None,
+            "expected_result_by_date": expected,
+            "worst_case_result_by_date": worst_case,
         }
+
+    def _results_by(self, row: OrderRow) -> tuple[str | None, str | None]:
+        """The (UTC) days the results are expected by: as the simulated lab's steps come
+        when due, and at the latest, each step to come taken a sweep late (a completed
+        order's: the day they came). Null when no estimate is known: a production order
+        (its lab's times are not told ahead), a cancelled or failed one, or one waiting for
+        an appointment to be booked (ADR 0041)."""
+        at = as_utc(datetime.fromisoformat(row.events[-1]["created_at"]))
+        days = []
+        for lag in (timedelta(0), self.lag):
+            due = results_expected(
+                row.collection_method, row.detailed_status, at, row.due_at, self.policy, lag=lag
+            )
+            days.append(None if due is None else as_utc(due).date().isoformat())
+        return days[0], days[1]
 
     def ordered_test(self, row: OrderRow) -> OrderedTest | None:
         """The test ordered, opened with the user's key (None: erased since)."""
@@ -306,6 +368,18 @@ class OrderAnswers:
 
     def _open(self, row: OrderRow, sealed: str) -> Any:
         return self.vault.open(row.user_id, sealed)
+
+
+def _appointment_id(row: OrderRow) -> str | None:
+    """The order's appointment, once one was booked (a walk-in's or an at-home draw's:
+    one per order, its id derived from the order's, so it stays through a cancellation
+    and a new booking, its own answer saying which). Null before: an at-home draw
+    requested of a network that has not booked its time shows in the order's statuses as
+    the lab's own wait for an appointment (`appointment_pending`), so the order's row
+    cannot tell it apart; the appointment's own route answers it."""
+    if any(low_level(event["status"]) == ORDER_SCHEDULED for event in row.events):
+        return str(appointment_id_of(row.order_id))
+    return None
 
 
 def _stage_time(row: OrderRow, stage: str) -> datetime | None:

@@ -150,7 +150,7 @@ ORDER_EXAMPLE: dict[str, Any] = {
             "id": "9b8a7c6d-5e4f-5a3b-9c2d-1e0f9a8b7c6d",
             "created_at": _AT,
             "updated_at": "2026-03-01T12:01:00Z",
-            "appointment_id": None,
+            "appointment_id": None,  # booked: the appointment's id
         },
     },
     "sample_id": "0123456789",
@@ -175,15 +175,16 @@ ORDER_EXAMPLE: dict[str, Any] = {
     "interpretation": None,
     "has_missing_results": None,
     "health_insurance_id": None,
-    "requisition_form_url": None,
+    "requisition_form_url": "https://api.example.org/v3/order/7d1e9a52-3b4c-4e8f-9a1b-2c3d4e5f6a7b"
+    "/requisition/pdf",
     "priority": False,
     "activate_by": None,
     "passthrough": None,
-    "billing_type": None,
+    "billing_type": "client_bill",
     "icd_codes": None,
     "has_abn": False,
-    "expected_result_by_date": None,
-    "worst_case_result_by_date": None,
+    "expected_result_by_date": "2026-03-04",
+    "worst_case_result_by_date": "2026-03-04",
 }
 
 
@@ -306,16 +307,39 @@ class OrderAnswer(BaseModel):
     detailed_status: str
     interpretation: Interpretation | ErasedValue | None = Field(default=None, description=_ERASED)
     has_missing_results: bool | None = None
-    health_insurance_id: str | None = None
-    requisition_form_url: str | None = None
-    priority: bool | None = None
+    health_insurance_id: str | None = Field(
+        default=None, description="Always null: this deployment bills no insurance."
+    )
+    requisition_form_url: str | None = Field(
+        default=None,
+        description="The requisition's PDF (read with the team's key); null once the order "
+        "is cancelled or failed.",
+    )
+    priority: bool | None = Field(
+        default=None, description="False: placing takes no priority flag."
+    )
     activate_by: str | None = None
-    passthrough: str | None = None
-    billing_type: str | None = None
-    icd_codes: list[str] | None = None
+    passthrough: str | None = Field(
+        default=None, description="Always null: placing takes no passthrough."
+    )
+    billing_type: str | None = Field(
+        default=None, description="client_bill: the only bill type placing accepts."
+    )
+    icd_codes: list[str] | None = Field(
+        default=None, description="Always null: placing takes no diagnosis codes."
+    )
     has_abn: bool
-    expected_result_by_date: str | None = None
-    worst_case_result_by_date: str | None = None
+    expected_result_by_date: str | None = Field(
+        default=None,
+        description="The UTC day (YYYY-MM-DD) the results are expected by, as the order's "
+        "tracking estimates it now; null where it has no estimate (a production order "
+        "before its results, a cancelled or failed one, one waiting for an appointment).",
+    )
+    worst_case_result_by_date: str | None = Field(
+        default=None,
+        description="The latest UTC day: each step to come taken a sweep of the simulated "
+        "lab late.",
+    )
 
 
 class OrderChanged(OrderAnswer):

@@ -45,13 +45,17 @@ def requisition_number(order_id: UUID) -> str:
     return sample_id_of(order_id)
 
 
-def require_printable(document: str, status: str) -> None:
-    """DocumentNotAvailable unless an order in `status` has `document`: the collection
-    papers (requisition, labels, ABN, instructions) while the order is not void, the
-    result report once it is completed."""
+def printable(document: str, status: str) -> bool:
+    """Whether an order in `status` has `document`: the collection papers (requisition,
+    labels, ABN, instructions) while the order is not void, the result report once it is
+    completed."""
     top = top_level(status)
     if document == RESULT_REPORT:
-        if top != COMPLETED:
-            raise DocumentNotAvailable(document, status)
-    elif top in _VOID:
+        return top == COMPLETED
+    return top not in _VOID
+
+
+def require_printable(document: str, status: str) -> None:
+    """DocumentNotAvailable unless an order in `status` has `document` (`printable`)."""
+    if not printable(document, status):
         raise DocumentNotAvailable(document, status)

@@ -170,12 +170,20 @@ def next_move(
 
 
 def results_due(
-    method: str, status: str, next_step_at: datetime | None, policy: SandboxPolicy
+    method: str,
+    status: str,
+    next_step_at: datetime | None,
+    policy: SandboxPolicy,
+    *,
+    lag: timedelta = timedelta(0),
 ) -> datetime | None:
     """When the simulated lab reports the results of an order in `status` whose next step
     is due at `next_step_at`, if every step to them comes as usual (no lab failure or
     cancellation: those are not known ahead). None when no step is due (a final status,
-    a production order, an order waiting for an appointment to be booked)."""
+    a production order, an order waiting for an appointment to be booked). `lag`: how
+    late the lab may take each step after it is due (its sweep's interval); each step's
+    delay runs from when the one before was taken, so the lags of the steps to come add
+    up (the latest time, where none is the usual one)."""
     if next_step_at is None or method not in STEPS:
         return None
     steps = steps_of(method)
@@ -188,7 +196,8 @@ def results_due(
         return None
     # The next step comes at `next_step_at`; each after it, its own delay later.
     following = range(steps.index(status) + 2, len(steps))
-    return next_step_at + sum((policy.delay(step) for step in following), timedelta(0))
+    late = lag * (len(following) + 1)
+    return next_step_at + late + sum((policy.delay(step) for step in following), timedelta(0))
 
 
 # An at-home draw booked (domain/labs/booking.py) is drawn at its time, before the sample

@@ -12,7 +12,7 @@ times we are not told ahead: no estimate, until its results come.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from healthledger.domain.labs.appointments import ORDER_CANCELLED, ORDER_SCHEDULED
 from healthledger.domain.labs.orders import (
@@ -60,14 +60,31 @@ class Estimate:
 
 
 def estimate_after(order: Order, change: OrderChange, policy: SandboxPolicy) -> datetime | None:
-    """The results' time as the order stood after `change`: when they came for its
-    completion, none once it is cancelled or failed, else the sandbox's estimate."""
-    top = top_level(change.status)
+    """The results' time as the order stood after `change`."""
+    return results_expected(
+        order.collection_method, change.status, change.at, change.next_step_at, policy
+    )
+
+
+def results_expected(
+    method: str,
+    status: str,
+    at: datetime,
+    next_step_at: datetime | None,
+    policy: SandboxPolicy,
+    *,
+    lag: timedelta = timedelta(0),
+) -> datetime | None:
+    """The results' time of an order of `method` in `status` (taken at `at`) whose
+    simulated lab's next step is due at `next_step_at`: when they came for its completion,
+    none once it is cancelled or failed, else the sandbox's estimate (`lag`: each step to
+    come that late, `sandbox.results_due`)."""
+    top = top_level(status)
     if top == COMPLETED:
-        return change.at
+        return at
     if top in (CANCELLED, FAILED):
         return None
-    return results_due(order.collection_method, change.status, change.next_step_at, policy)
+    return results_due(method, status, next_step_at, policy, lag=lag)
 
 
 def results_estimate(order: Order, policy: SandboxPolicy) -> Estimate:

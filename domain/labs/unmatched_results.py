@@ -10,7 +10,9 @@ note. Accepting re-seals the values into the order with its user's key and destr
 result's key; rejecting destroys it (both declare `SHREDS_KEY`: the key is destroyed in
 the transaction that records them). In clear stay the ids, times, the decision code, the
 lab, the result's status, the candidates (ids, statuses and codes) and the review's
-state (ADR 0040).
+state (ADR 0040). A team's deletion resolves its results still waiting for a decision,
+in its own transaction, and destroys their keys (`ResolvedByTeamDeletion`), as a user's
+deletion cancels the user's open orders.
 """
 
 from __future__ import annotations
@@ -148,6 +150,17 @@ class UnmatchedResult(Audited, created_event_name="Received"):
         def apply(self, result: UnmatchedResult) -> None:
             result.resolve(REJECT, self.timestamp, self.sealed_note)
 
+    class ResolvedByTeamDeletion(Event):
+        """Its team was deleted before deciding: resolved with no decision (the team is
+        gone, so nobody will make one), and its key destroyed (its data unreadable), in
+        the transaction that records `Team.Deleted`."""
+
+        TOPIC = "healthledger:UnmatchedResult.ResolvedByTeamDeletion.v1"
+        SHREDS_KEY = True
+
+        def apply(self, result: UnmatchedResult) -> None:
+            result.resolve(None, self.timestamp, None)
+
     class Escalated(Event):
         """The team is unsure: our operations review it (`pending_ops_review`)."""
 
@@ -194,8 +207,9 @@ class UnmatchedResult(Audited, created_event_name="Received"):
         self.reviewed_at: datetime | None = None
         self.sealed_note: str | None = None
 
-    def resolve(self, action: str, at: datetime, sealed_note: str | None) -> None:
-        """State only (an event's `apply`): resolved by `action`."""
+    def resolve(self, action: str | None, at: datetime, sealed_note: str | None) -> None:
+        """State only (an event's `apply`): resolved by `action` (None: by the team's
+        deletion, no decision made)."""
         self.status = RESOLVED
         self.resolution_action = action
         self.reviewed_at = at
@@ -212,6 +226,8 @@ class UnmatchedResult(Audited, created_event_name="Received"):
 
 # The team's orders, opened (newest first): what a result is matched against.
 OrdersOfTeam = Callable[[UUID], Sequence[OrderFacts]]
+# The ids of the team's results still waiting for a decision (pending or unsure).
+UndecidedOfTeam = Callable[[UUID], Sequence[UUID]]
 
 
 class UnmatchedResults:
@@ -224,6 +240,7 @@ class UnmatchedResults:
         clock: Clock,
         lab_orders: LabOrders,
         orders_of_team: OrdersOfTeam,
+        undecided_of_team: UndecidedOfTeam,
     ) -> None:
         self.ledger = ledger
         self.vault = vault
@@ -231,6 +248,7 @@ class UnmatchedResults:
         self.clock = clock
         self.lab_orders = lab_orders
         self.orders_of_team = orders_of_team
+        self.undecided_of_team = undecided_of_team
 
     # -- reading ------------------------------------------------------------------------
 
@@ -374,6 +392,19 @@ class UnmatchedResults:
         result.record(ctx, self.clock(), event, sealed_note=self._sealed_note(result, note))
         self._save(result)
         return result
+
+    def resolved_by_team_deletion(
+        self, ctx: CommandContext, now: datetime, team_id: UUID
+    ) -> list[UnmatchedResult]:
+        """The team's results still waiting for a decision, resolved by its deletion (not
+        saved: the deletion saves them with `Team.Deleted`, in one transaction)."""
+        found = self.ledger.find_many(list(self.undecided_of_team(team_id)))
+        resolved = []
+        for result in found.values():
+            if isinstance(result, UnmatchedResult) and result.status != RESOLVED:
+                result.record(ctx, now, UnmatchedResult.ResolvedByTeamDeletion)
+                resolved.append(result)
+        return resolved
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -40,6 +40,9 @@ from healthledger.domain.users.lifecycle import UserLifecycle
 # The first run's organization has a fixed id: two processes starting on an empty
 # database both try to create it, and the event store lets exactly one succeed.
 DEFAULT_ORG_ID = UUID("0f6c2d1e-8b0a-5e59-9d53-3c1f4a7b2e10")
+# The aggregates a team's deletion changes beside the team (ctx, now, team_id), recorded
+# on and not saved: the deletion saves them with the team.
+ChangedWithDeletion = Callable[[CommandContext, datetime, UUID], Sequence[Aggregate]]
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,10 @@ class TeamDirectory:
         self.users = users
         self.live_user_ids = live_user_ids
         self.provider_slugs = frozenset(provider_slugs)
+        # What else a team's deletion changes, saved with its Team.Deleted in one
+        # transaction: its unmatched lab results still waiting for a decision, resolved
+        # (domain/labs/unmatched_results.py; set once the labs are built).
+        self.changed_with_deletion: ChangedWithDeletion = lambda ctx, now, team_id: ()
 
     # -- first run ----------------------------------------------------------------------
 
@@ -192,9 +199,18 @@ class TeamDirectory:
         # The team goes first: its keys stop working at once, so no user can be added
         # while its users are being deleted. Users a crash leaves live in a deleted team
         # are deleted by the scheduler's sweep (`delete_team_users`), so none is missed.
-        team.delete(ctx, self.clock(), len(self.live_user_ids(team_id)))
-        self._save(team)
+        now = self.clock()
+        team.delete(ctx, now, len(self.live_user_ids(team_id)))
+        self._save(team, *self.changed_with_deletion(ctx, now, team_id))
         return self.delete_team_users(ctx, team_id)
+
+    def resolve_left_with_deleted_team(self, ctx: CommandContext, team_id: UUID) -> int:
+        """What a deleted team's deletion changes, for what was recorded after it read
+        them (the scheduler's sweep): returns how many were changed."""
+        changed = self.changed_with_deletion(ctx, self.clock(), team_id)
+        if changed:
+            self._save(*changed)
+        return len(changed)
 
     def delete_team_users(self, ctx: CommandContext, team_id: UUID) -> int:
         """Delete (grace period, then erasure) every live user of a deleted team."""

@@ -604,24 +604,91 @@ def test_another_teams_results_are_not_found_and_bad_input_is_refused(
     assert str(DEMOGRAPHICS["last_name"]) not in json.dumps(no_patient.json())
 
 
-def test_a_teams_deletion_destroys_its_pending_results_keys(
+def test_a_teams_deletion_resolves_its_undecided_results_and_destroys_their_keys(
     client: TestClient, team: Team, other_team: Team, service: Service
 ) -> None:
+    from healthledger.adapters.persistence.queries.unmatched_results import UnmatchedFilters
     from healthledger.domain.teams.directory import DEFAULT_ORG_ID
+    from healthledger.domain.teams.teams import Team as TeamAggregate
 
     pending = ran(client, team, "no_match", order_source="managed")["raw_result_id"]
     unsure = ran(client, team, "no_match", order_source="managed")["raw_result_id"]
     client.post(
         f"/v3/unmatched_result/{unsure}/resolve", json={"action": "unsure"}, headers=team.headers
     )
+    rejected = ran(client, team, "no_match", order_source="managed")["raw_result_id"]
+    client.post(
+        f"/v3/unmatched_result/{rejected}/resolve", json={"action": "reject"}, headers=team.headers
+    )
     kept = ran(client, other_team, "no_match", order_source="managed")["raw_result_id"]
     (received,) = list(service.ledger.events.get(UUID(pending)))
     assert isinstance(received, UnmatchedResult.Received)
+    rejected_before = len(list(service.ledger.events.get(UUID(rejected))))
     service.teams.delete_team(CTX, DEFAULT_ORG_ID, team.team_id)
     # In the transaction that records the deletion: every key of the team's results.
     assert not service.key_store.has_key(UUID(pending))
     assert not service.key_store.has_key(UUID(unsure))
     assert service.key_store.open(UUID(pending), received.sealed_result) is None
+    # And they are resolved, by the deletion (no decision): in their streams, recorded
+    # with Team.Deleted (its instant and request), and in the listing's rows.
+    deleted = list(service.ledger.events.get(team.team_id))[-1]
+    assert isinstance(deleted, TeamAggregate.Deleted)
+    for result_id in (pending, unsure):
+        last = list(service.ledger.events.get(UUID(result_id)))[-1]
+        assert isinstance(last, UnmatchedResult.ResolvedByTeamDeletion)
+        assert last.timestamp == deleted.timestamp and last.request_id == deleted.request_id
+        result = service.unmatched_results.load(team.team_id, UUID(result_id))
+        assert result.status == "resolved" and result.resolution_action is None
+        assert result.allowed_actions == () and result.reviewed_at == deleted.timestamp
+    # A result decided before is left as it was decided.
+    assert len(list(service.ledger.events.get(UUID(rejected)))) == rejected_before
+    assert service.unmatched_results.load(team.team_id, UUID(rejected)).resolution_action == (
+        "reject"
+    )
+    with service.db.read() as conn:
+        rows = conn.execute(
+            select(
+                unmatched_results.c.result_id,
+                unmatched_results.c.status,
+                unmatched_results.c.sealed_result,
+            ).where(unmatched_results.c.team_id == team.team_id)
+        ).all()
+    assert {(str(r.result_id), r.status, r.sealed_result) for r in rows} == {
+        (result_id, "resolved", None) for result_id in (pending, unsure, rejected)
+    }
+    for state in ("pending_customer_review", "pending_ops_review"):
+        page = service.unmatched_result_queries.page(
+            team.team_id, UnmatchedFilters(status=state), None, 50
+        )
+        assert page.total == 0, state
     # Another team's are its own.
     assert service.key_store.has_key(UUID(kept))
-    assert result_of(client, other_team, kept)["patient"] is not None
+    other = result_of(client, other_team, kept)
+    assert other["patient"] is not None and other["status"] == "pending_customer_review"
+
+
+def test_a_result_the_deletion_did_not_read_is_resolved_by_the_next_sweep(
+    client: TestClient, team: Team, service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from healthledger.domain.teams.directory import DEFAULT_ORG_ID
+
+    late = ran(client, team, "no_match", order_source="managed")["raw_result_id"]
+    # As for a result recorded by a request in flight as the deletion committed: the
+    # deletion's own transaction did not resolve it.
+    with monkeypatch.context() as patched:
+        patched.setattr(service.teams, "changed_with_deletion", lambda ctx, now, team_id: ())
+        service.teams.delete_team(CTX, DEFAULT_ORG_ID, team.team_id)
+    assert service.unmatched_results.load(team.team_id, UUID(late)).status == (
+        "pending_customer_review"
+    )
+    assert service.unmatched_result_queries.deleted_teams_with_undecided() == [team.team_id]
+    service.jobs.sweep_erasures()
+    last = list(service.ledger.events.get(UUID(late)))[-1]
+    assert isinstance(last, UnmatchedResult.ResolvedByTeamDeletion)
+    assert not service.key_store.has_key(UUID(late))
+    assert service.unmatched_result_queries.deleted_teams_with_undecided() == []
+    # Nothing left: the next sweep records nothing more.
+    service.jobs.sweep_erasures()
+    assert list(service.ledger.events.get(UUID(late)))[-1].originator_version == (
+        last.originator_version
+    )

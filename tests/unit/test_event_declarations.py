@@ -73,9 +73,18 @@ def test_the_adapters_tables_are_derived_from_the_declarations() -> None:
     }
     assert FOUNDING[User.Created] == "user"
     assert dict.fromkeys([ClientUserIdClaim.Claimed], "user_id") == HANDING
-    # An unmatched result's own key goes with its acceptance or rejection (ADR 0040).
+    # An unmatched result's own key goes with its acceptance or rejection, or with its
+    # team's deletion before either (ADR 0040).
     assert (
-        frozenset([User.Erased, Team.Deleted, UnmatchedResult.Accepted, UnmatchedResult.Rejected])
+        frozenset(
+            [
+                User.Erased,
+                Team.Deleted,
+                UnmatchedResult.Accepted,
+                UnmatchedResult.Rejected,
+                UnmatchedResult.ResolvedByTeamDeletion,
+            ]
+        )
         == ERASING
     )
     read_models = [place for place in DELETED if place.startswith("read_model:")]

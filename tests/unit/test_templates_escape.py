@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
@@ -27,6 +27,7 @@ from healthledger.adapters.persistence.queries.portal import PortalHolder
 from healthledger.adapters.reference import ProviderEntry
 from healthledger.domain.labs.catalog import Lab, LabTestView, Marker
 from healthledger.domain.labs.documents import requisition_number
+from healthledger.domain.labs.sandbox import SandboxPolicy
 from jinja2 import Environment
 from starlette.responses import Response
 
@@ -654,7 +655,13 @@ def hostile_documents() -> tuple[LabDocuments, list[str]]:
 
     documents = LabDocuments(
         HostileCatalog(),  # type: ignore[arg-type]
-        OrderAnswers(HostileCatalog(), vault),  # type: ignore[arg-type]
+        OrderAnswers(
+            HostileCatalog(),  # type: ignore[arg-type]
+            vault,
+            SandboxPolicy(),
+            lag=timedelta(seconds=5),
+            base_url="https://healthledger.example",
+        ),
         lambda team_id: f"Team {EVIL}",
         lambda: WHEN,
         printer=keep,

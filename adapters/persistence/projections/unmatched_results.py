@@ -1,7 +1,8 @@
 """The labs context's read model of unmatched results (`unmatched_results`): one row per
 result that arrived without an order, for the team's listing and its filters. Its
 contents stay sealed with the result's own key; a decision that destroys the key
-(accept, reject) clears them from the row, as they no longer open (ADR 0040)."""
+(accept, reject), or the team's deletion, clears them from the row, as they no longer
+open (ADR 0040)."""
 
 from __future__ import annotations
 
@@ -61,9 +62,14 @@ def received(conn: Connection, e: UnmatchedResult.Received) -> None:
     )
 
 
-@handles(UnmatchedResult.Accepted, UnmatchedResult.Rejected)
+@handles(
+    UnmatchedResult.Accepted,
+    UnmatchedResult.Rejected,
+    UnmatchedResult.ResolvedByTeamDeletion,
+)
 def resolved(conn: Connection, e: Any) -> None:
-    """Resolved: its key is destroyed in this transaction, so its contents go too."""
+    """Resolved (decided, or its team deleted): its key is destroyed in this transaction,
+    so its contents go too."""
     UPDATE_RESULT.execute(
         conn,
         e.originator_id,

@@ -15,10 +15,11 @@ from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
-from healthledger.adapters.persistence.engine.schema import orders, unmatched_results
+from healthledger.adapters.persistence.engine.schema import orders, teams, unmatched_results
 from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.domain.labs.orders import OrderedTest
 from healthledger.domain.labs.result_matching import OrderFacts, Patient
+from healthledger.domain.labs.unmatched_results import RESOLVED
 from sqlalchemy import ColumnElement, select
 
 
@@ -48,6 +49,29 @@ class UnmatchedResultQueries:
     def __init__(self, db: Database, key_store: KeyStore) -> None:
         self.db = db
         self.key_store = key_store
+
+    def undecided_of_team(self, team_id: UUID) -> list[UUID]:
+        """The team's results still waiting for a decision (pending or unsure)."""
+        u = unmatched_results.c
+        query = select(u.result_id).where(u.team_id == team_id, u.status != RESOLVED)
+        with self.db.read() as conn:
+            return list(conn.execute(query).scalars())
+
+    def deleted_teams_with_undecided(self) -> list[UUID]:
+        """Deleted teams that still have results waiting for a decision: recorded after
+        the deletion read them (a request in flight as it committed)."""
+        u = unmatched_results.c
+        query = (
+            select(teams.c.team_id)
+            .where(teams.c.deleted_at.is_not(None))
+            .where(
+                select(u.result_id)
+                .where(u.team_id == teams.c.team_id, u.status != RESOLVED)
+                .exists()
+            )
+        )
+        with self.db.read() as conn:
+            return list(conn.execute(query).scalars())
 
     def orders_of_team(self, team_id: UUID) -> list[OrderFacts]:
         """The team's orders, newest first, each with its patient and test opened with its
