@@ -108,8 +108,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from sqlalchemy.exc import OperationalError
+
     try:
         return _main(argv)
+    except OperationalError as exc:
+        # The database cannot be opened or answered (no such directory, a server down or
+        # refusing, a full disk): said in a line, with the driver's code and the first
+        # line of its message (a path, a host and port; never a statement's values).
+        from healthledger.adapters.persistence.engine.outages import unavailable
+
+        said = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
+        print(
+            f"healthledger: the database cannot be used: {unavailable(exc)}: {said}",
+            file=sys.stderr,
+        )
+        return 1
     except BrokenPipeError:
         # The reader went away (`healthledger audit --json | head`): stop quietly, as
         # Python's documentation advises (signal.SIGPIPE notes), with stdout pointed at

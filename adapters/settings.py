@@ -51,6 +51,23 @@ def _destinations(value: list[str]) -> list[str]:
     return value
 
 
+def _database_url(value: str) -> str:
+    """A SQLite or PostgreSQL URL (never echoed: it may hold a password)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(value).get_backend_name()
+    except ArgumentError:
+        backend = None
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError(
+            "must be a SQLite or PostgreSQL URL: sqlite:///path/to/file.db or "
+            "postgresql+psycopg://user@host:5432/database"
+        )
+    return value
+
+
 def _interval_or_off(value: Any) -> Any:
     # "off" turns a periodic job off (so does 0, in any form: `_zero_is_off`).
     if isinstance(value, str) and value.strip().lower() == "off":
@@ -83,7 +100,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEALTHLEDGER_", extra="ignore")
 
     # One SQLAlchemy URL for everything; a SQLite file in the current directory by default.
-    database_url: str = "sqlite:///healthledger.db"
+    database_url: Annotated[str, AfterValidator(_database_url)] = "sqlite:///healthledger.db"
     # What `serve`, the CLI and `build_service` do with pending schema migrations at start:
     # `apply` them, or `refuse` to start (then `healthledger migrate` applies them).
     migrate_on_start: Literal["apply", "refuse"] = "apply"

@@ -1033,7 +1033,8 @@ class Replayed:
 
 
 class ReplayRefused(ValueError):
-    """The target cannot be written: it exists (without `force`), or it is the source."""
+    """The target cannot be written: it exists (without `force`), it is the source, or its
+    directory does not exist."""
 
 
 def replay_until(
@@ -1059,6 +1060,8 @@ def replay_until(
     source = service.db.url
     if service.db.is_sqlite and source.database and Path(source.database).resolve() == target:
         raise ReplayRefused(f"{target} is the service's own database")
+    if not target.parent.is_dir():
+        raise ReplayRefused(f"{target.parent} is not a directory: make it first")
     companions = [target, *(target.with_name(target.name + s) for s in _SQLITE_FILES)]
     if any(path.exists() for path in companions):
         if not force:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -186,6 +187,40 @@ def test_bad_settings_are_reported_not_raised(
     monkeypatch.setenv("HEALTHLEDGER_GRACE_PERIOD", "soon")
     assert main(["erase-due"]) == 2
     assert "HEALTHLEDGER_GRACE_PERIOD" in capsys.readouterr().err
+
+
+def test_a_database_that_cannot_be_used_is_said_in_a_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A SQLite file in a directory that does not exist (a typo in the path).
+    monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", f"sqlite:///{tmp_path}/missing/ledger.db")
+    assert main(["verify"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "healthledger: the database cannot be used: OperationalError (SQLITE_CANTOPEN): "
+        "unable to open database file"
+    ]
+
+
+def test_a_database_url_of_another_kind_is_a_setting_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for url in ("not a url", "mysql://healthledger:s3cret-pw@db.example/ledger"):
+        monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", url)
+        assert main(["verify"]) == 2
+        err = capsys.readouterr().err
+        assert "setting HEALTHLEDGER_DATABASE_URL: " in err and "SQLite or PostgreSQL URL" in err
+        assert "s3cret-pw" not in err  # never echoed: a URL may hold a password
+
+
+def test_a_replay_into_a_directory_that_does_not_exist_is_refused(
+    team: Team, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "missing" / "replay.db"
+    assert main(["replay", "--until", "2026-03-01T12:00:00Z", "--into", str(target)]) == 1
+    assert f"healthledger: {target.parent} is not a directory: make it first" in (
+        capsys.readouterr().err
+    )
+    assert not target.parent.exists()
 
 
 def test_unknown_settings_are_warned_of_naming_the_closest(
