@@ -44,7 +44,10 @@ from healthledger.adapters.persistence.health_data.batches import HealthDataBatc
 from healthledger.adapters.persistence.health_data.conversion import convert_stored_days
 from healthledger.adapters.persistence.health_data.known_reads import USER_DATA, KnownReads
 from healthledger.adapters.persistence.health_data.places import key_stored_places
-from healthledger.adapters.persistence.health_data.sessions import index_stored_sessions
+from healthledger.adapters.persistence.health_data.sessions import (
+    index_stored_sessions,
+    leave_no_erased_sessions,
+)
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.integrity.integrity_check import (
     LatestCheck,
@@ -865,6 +868,7 @@ def build_service(
             db, recorder, ledger.mapper, settings.erasure_claim_lease
         ).overdue,
         forget_in_memory=health_data_queries.forget,
+        rewrite_erased_ids=partial(leave_no_erased_sessions, db),
     )
 
     def client_of(team_id: UUID, provider: str) -> str | None:
