@@ -551,7 +551,8 @@ def build_service(
     health_data = SqlHealthDataStore(db, key_store, clock)
     # Rows of health data and raw payloads written before revision 0039, their provider
     # and resource in clear: keyed under their users' keys (ADR 0047; none to do on an
-    # up-to-date database), resumably, before anything reads or converts into them.
+    # up-to-date database), resumably, before anything reads or converts into them; then
+    # both tables rewritten, so that no dead row keeps the names (PostgreSQL).
     key_stored_places(db, key_store)
     # Days stored before revision 0021, one sealed text each: written into their blocks
     # (ADR 0033; none to do on an up-to-date database), resumably, before anything reads.

@@ -35,7 +35,9 @@ def _logged(done: int, total: int) -> None:
 
 def convert_stored_days(store: SqlHealthDataStore, progress: Progress = _logged) -> int:
     """Every stored day of the old format written into its block; the days converted
-    (none on an up-to-date database: one query)."""
+    (none on an up-to-date database: one query). Then the old table rewritten: on
+    PostgreSQL its deleted rows, provider and resource in clear, stay in its files as
+    dead versions until then (`Database.rewrite`)."""
     db: Database = store.db
     with db.read() as conn:
         total = conn.execute(select(func.count()).select_from(health_data_days)).scalar_one()
@@ -54,6 +56,8 @@ def convert_stored_days(store: SqlHealthDataStore, progress: Progress = _logged)
         for period in by_period:
             done += _convert_period(store, user_id, provider, resource, period)
             progress(done, total)
+    if done:
+        db.rewrite(health_data_days.name)
     return done
 
 

@@ -234,8 +234,10 @@ def key_stored_places(db: Database, key_store: KeyStore) -> int:
     """Every user the migration listed (rows written before revision 0039, their
     provider and resource in clear) keyed and unlisted, one user a transaction (a start
     that stops halfway goes on at the next): its rows of `health_data` and
-    `raw_payloads` renamed to the digests of their names. The rows keyed; logs counts
-    only."""
+    `raw_payloads` renamed to the digests of their names. Then, if any row was renamed
+    (or an erased user's deleted), both tables rewritten: on PostgreSQL the rows of
+    before stay in the tables' files as dead versions, names and all, until then
+    (`Database.rewrite`). The rows keyed or deleted; logs counts only."""
     with db.read() as conn:
         pending = list(conn.execute(select(place_digest_backfill.c.user_id)).scalars())
     if not pending:
@@ -249,7 +251,7 @@ def key_stored_places(db: Database, key_store: KeyStore) -> int:
                 mine = c.user_id == user_id
                 if cipher is None:
                     # Erased (its rows went with its key): none a key opens is kept.
-                    conn.execute(delete(table).where(mine))
+                    keyed += conn.execute(delete(table).where(mine)).rowcount
                     continue
                 places = Places(cipher.digest)
                 named = conn.execute(select(c.provider, c.resource).where(mine).distinct()).all()
@@ -268,4 +270,6 @@ def key_stored_places(db: Database, key_store: KeyStore) -> int:
                 delete(place_digest_backfill).where(place_digest_backfill.c.user_id == user_id)
             )
         log.info("health data places: %d of %d users keyed", number, len(pending))
+    if keyed:
+        db.rewrite(health_data.name, raw_payloads.name)
     return keyed
