@@ -157,20 +157,11 @@ def test_rows_hold_digests_reads_name_them_and_the_erasure_leaves_no_word(
     assert in_clear(service) == []
 
 
-def test_rows_written_in_clear_before_are_keyed_at_the_start(
-    service: Service, team: Team, user_with_data: tuple[TestClient, UUID, datetime]
-) -> None:
-    client, user, start = user_with_data
+def put_back_in_clear(service: Service, user: UUID) -> None:
+    """The user's rows as a database of before revision 0039 holds them: every name in
+    clear, the user listed by the migration."""
     cipher = service.key_store.cipher(user)
     assert cipher is not None
-    days = {"start_date": (start - timedelta(days=7)).date().isoformat()}
-    with freeze_time(start + timedelta(minutes=2)):
-        before = [
-            client.get(f"/v2/timeseries/{user}/glucose", params=days, headers=team.headers).json(),
-            client.get(f"/v2/summary/sleep/{user}/raw", params=days, headers=team.headers).json(),
-        ]
-    # As a database of before revision 0039 holds them: every name in clear, the user
-    # listed by the migration.
     names = {provider_digest(cipher.digest, n): n for n in known_providers()}
     names |= {resource_digest(cipher.digest, n): n for n in known_resources()}
     with service.db.write() as conn:
@@ -188,6 +179,24 @@ def test_rows_written_in_clear_before_are_keyed_at_the_start(
         ("health_data", "freestyle_libre", "glucose"),
         ("raw_payloads", "oura", "sleep"),
     }
+
+
+def listed(service: Service) -> int:
+    with service.db.read() as conn:
+        return conn.execute(select(func.count()).select_from(place_digest_backfill)).scalar_one()
+
+
+def test_rows_written_in_clear_before_are_keyed_at_the_start(
+    service: Service, team: Team, user_with_data: tuple[TestClient, UUID, datetime]
+) -> None:
+    client, user, start = user_with_data
+    days = {"start_date": (start - timedelta(days=7)).date().isoformat()}
+    with freeze_time(start + timedelta(minutes=2)):
+        before = [
+            client.get(f"/v2/timeseries/{user}/glucose", params=days, headers=team.headers).json(),
+            client.get(f"/v2/summary/sleep/{user}/raw", params=days, headers=team.headers).json(),
+        ]
+    put_back_in_clear(service, user)
     # The next start keys them, unlists the user, and reads answer as before.
     with freeze_time(start + timedelta(minutes=2)):
         started = build_service(service.settings)
@@ -198,10 +207,7 @@ def test_rows_written_in_clear_before_are_keyed_at_the_start(
         # went with the tables' rewrite (dead rows included, pageinspect).
         for word in WORDS:
             assert holding(storage(started), word) == [], word
-        with started.db.read() as conn:
-            assert (
-                conn.execute(select(func.count()).select_from(place_digest_backfill)).scalar() == 0
-            )
+        assert listed(started) == 0
         with (
             freeze_time(start + timedelta(minutes=2)),
             TestClient(create_team_api(started)) as again,
@@ -217,6 +223,37 @@ def test_rows_written_in_clear_before_are_keyed_at_the_start(
         assert after == before and before[0] and before[1]["sleep"]
         # Nothing more to do at the next start.
         assert key_stored_places(started.db, started.key_store) == 0
+    finally:
+        started.close()
+
+
+def test_a_start_stopped_before_the_rewrite_rewrites_at_the_next(
+    service: Service,
+    user_with_data: tuple[TestClient, UUID, datetime],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, user, start = user_with_data
+    put_back_in_clear(service, user)
+
+    def stopped(*tables: str) -> None:
+        raise KeyboardInterrupt  # the process stopped after renaming, before the rewrite
+
+    monkeypatch.setattr(service.db, "rewrite", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        key_stored_places(service.db, service.key_store)
+    monkeypatch.undo()
+    # Renamed, but the names are still on disk (PostgreSQL's dead rows, SQLite's WAL)
+    # and the user still listed...
+    assert in_clear(service) == []
+    assert holding(storage(service), b"freestyle_libre")
+    assert listed(service) == 1
+    # ... so the next start, with nothing left to rename, still rewrites, then unlists.
+    with freeze_time(start + timedelta(minutes=2)):
+        started = build_service(service.settings)
+    try:
+        for word in WORDS:
+            assert holding(storage(started), word) == [], word
+        assert listed(started) == 0
     finally:
         started.close()
 
