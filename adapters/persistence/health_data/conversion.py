@@ -21,12 +21,15 @@ from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import health_data_days
 from healthledger.adapters.persistence.health_data.blocks import StoredPayload, period_of
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 
 log = logging.getLogger("healthledger.health_data")
 _d = health_data_days.c
 
 Progress = Callable[[int, int], None]
+
+# PostgreSQL: the old table's size on disk (0 once rewritten empty, or never written).
+_PAGES = text(f"SELECT pg_relation_size('{health_data_days.name}')")
 
 
 def _logged(done: int, total: int) -> None:
@@ -37,11 +40,14 @@ def convert_stored_days(store: SqlHealthDataStore, progress: Progress = _logged)
     """Every stored day of the old format written into its block; the days converted
     (none on an up-to-date database: one query). Then the old table rewritten: on
     PostgreSQL its deleted rows, provider and resource in clear, stay in its files as
-    dead versions until then (`Database.rewrite`)."""
+    dead versions until then (`Database.rewrite`); an empty table that still has pages
+    (a start stopped before the rewrite) is rewritten too."""
     db: Database = store.db
     with db.read() as conn:
         total = conn.execute(select(func.count()).select_from(health_data_days)).scalar_one()
         if not total:
+            if not db.is_sqlite and conn.execute(_PAGES).scalar_one():
+                db.rewrite(health_data_days.name)
             return 0
         streams = conn.execute(select(_d.user_id, _d.provider, _d.resource).distinct()).all()
     done = 0
