@@ -45,7 +45,10 @@ from healthledger.adapters.persistence.health_data.batches import HealthDataBatc
 from healthledger.adapters.persistence.health_data.conversion import convert_stored_days
 from healthledger.adapters.persistence.health_data.known_reads import USER_DATA, KnownReads
 from healthledger.adapters.persistence.health_data.places import key_stored_places
-from healthledger.adapters.persistence.health_data.sessions import index_stored_sessions
+from healthledger.adapters.persistence.health_data.sessions import (
+    index_stored_sessions,
+    leave_no_erased_sessions,
+)
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.integrity.integrity_check import (
     LatestCheck,
@@ -549,7 +552,8 @@ def build_service(
     health_data = SqlHealthDataStore(db, key_store, clock)
     # Rows of health data and raw payloads written before revision 0039, their provider
     # and resource in clear: keyed under their users' keys (ADR 0047; none to do on an
-    # up-to-date database), resumably, before anything reads or converts into them.
+    # up-to-date database), resumably, before anything reads or converts into them; then
+    # both tables rewritten, so that no dead row keeps the names (PostgreSQL).
     key_stored_places(db, key_store)
     # Days stored before revision 0021, one sealed text each: written into their blocks
     # (ADR 0033; none to do on an up-to-date database), resumably, before anything reads.
@@ -881,6 +885,7 @@ def build_service(
             db, recorder, ledger.mapper, settings.erasure_claim_lease
         ).overdue,
         forget_in_memory=health_data_queries.forget,
+        rewrite_erased_ids=partial(leave_no_erased_sessions, db),
     )
 
     def client_of(team_id: UUID, provider: str) -> str | None:

@@ -61,6 +61,9 @@ class ErasurePorts:
     # Drops what this process keeps in memory of these users' data (their health data
     # opened a moment ago for a read), once their erasure committed.
     forget_in_memory: Callable[[Sequence[UUID]], object] = lambda _user_ids: None
+    # Leaves no old version of the rows the erasures deleted that hold a guessable id (the
+    # session index's sleep and workout ids) where the database can reach; once a sweep.
+    rewrite_erased_ids: Callable[[], object] = lambda: None
 
 
 def sweep_erasures(ports: ErasurePorts) -> int:
@@ -105,6 +108,7 @@ def sweep_erasures(ports: ErasurePorts) -> int:
             break
     erased += _erase_overdue_by_the_log(ports, ctx, started)
     if erased:
+        ports.rewrite_erased_ids()
         log.info("erased %d user(s) whose grace period ended (sweep %s)", erased, ctx.request_id)
     return erased
 

@@ -31,7 +31,7 @@ from healthledger.adapters.persistence.engine.sqlite import (
 )
 from healthledger.adapters.persistence.engine.statements import WITH_FIRST_READ, CompiledStatement
 from healthledger.adapters.persistence.engine.unit_of_work import UnitOfWork
-from sqlalchemy import Connection, MetaData, select
+from sqlalchemy import Connection, MetaData, select, text
 from sqlalchemy.engine import make_url
 
 log = logging.getLogger("healthledger.database")
@@ -41,6 +41,19 @@ log = logging.getLogger("healthledger.database")
 CHECKPOINT_ATTEMPTS = 3
 CHECKPOINT_BUSY_SECONDS = 1.0
 CHECKPOINT_PAUSE_SECONDS = 0.1
+
+# PostgreSQL: how long a table's rewrite (`Database.rewrite`) waits for transactions older
+# than the change it rewrites away.
+OLDER_SNAPSHOTS_WAIT = 30.0
+# Other sessions whose snapshot or transaction is older than the transaction `xid`: of
+# any database of the server (VACUUM's horizon may count sessions of other databases too,
+# and a test's server holds several).
+CURRENT_XID = text("SELECT CAST(xid(pg_current_xact_id()) AS text)")
+OLDER_SNAPSHOTS = text(
+    "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+    " AND ((backend_xmin IS NOT NULL AND age(backend_xmin) >= age(CAST(:xid AS xid)))"
+    " OR (backend_xid IS NOT NULL AND age(backend_xid) >= age(CAST(:xid AS xid))))"
+)
 
 
 @dataclass(frozen=True)
@@ -330,6 +343,40 @@ class Database:
         if not self.is_sqlite or self.url.database is None:
             return None
         return Path(self.url.database)
+
+    def rewrite(self, *tables: str) -> None:
+        """After changing or deleting rows whose old values must not stay on disk (clear
+        values replaced, an erased user's ids): no page of `tables` that this database
+        reaches keeps them. SQLite: secure_delete overwrote them in the file; the WAL's
+        older page images go with a checkpoint. PostgreSQL: an UPDATE, a DELETE or a
+        DROP COLUMN leaves the old row versions in the table's file and its indexes until
+        overwritten, whatever a plain VACUUM frees: `VACUUM FULL` writes each table and
+        its indexes into new files (an ACCESS EXCLUSIVE lock for the while). Its WAL,
+        replicas and backups are out of reach."""
+        if self.is_sqlite:
+            self.vacuum_key_store()  # a WAL checkpoint (TRUNCATE), whatever the table
+            return
+        with self.writer.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            # VACUUM FULL copies an old row version that a transaction begun before the
+            # change may still see (an autovacuum's ANALYZE, another process's read): wait
+            # for those to end first, up to a bound.
+            changed_by = conn.execute(CURRENT_XID).scalar()
+            waited = 0.0
+            while (
+                waited < OLDER_SNAPSHOTS_WAIT
+                and conn.execute(OLDER_SNAPSHOTS, {"xid": changed_by}).scalar()
+            ):
+                time.sleep(0.1)
+                waited += 0.1
+            if waited >= OLDER_SNAPSHOTS_WAIT:
+                log.warning(
+                    "transactions older than the change outlasted %.0f s: their row versions "
+                    "may stay in the table's file until the next VACUUM FULL",
+                    OLDER_SNAPSHOTS_WAIT,
+                )
+            for table in tables:
+                # A table name of ours (a Table's), never input.
+                conn.exec_driver_sql(f"VACUUM FULL {table}")
 
     def vacuum_key_store(self, table: str = "user_data_keys") -> bool:
         """After destroying (or rewrapping) keys in `table` (the service's key store, or

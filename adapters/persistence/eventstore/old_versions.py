@@ -23,7 +23,6 @@ stream's owner is given).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +58,7 @@ from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import REMOVED, SEALED
 from healthledger.domain.webhooks.deliveries import WebhookDelivery, lifecycle_type_of
-from sqlalchemy import Connection, Table, delete, select, text, update
+from sqlalchemy import Connection, Table, delete, select, update
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +68,6 @@ ACTOR = "system:redaction"
 BATCH = 200
 # Attempts at a batch that another process's redaction raced.
 ATTEMPTS = 5
-# PostgreSQL: how long the rewrite waits for transactions older than the redactions.
-OLDER_SNAPSHOTS_WAIT = 30.0
-# Other sessions whose snapshot or transaction is older than the transaction `xid`: of
-# any database of the server (VACUUM's horizon may count sessions of other databases too,
-# and a test's server holds several).
-OLDER_SNAPSHOTS = text(
-    "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-    " AND ((backend_xmin IS NOT NULL AND age(backend_xmin) >= age(CAST(:xid AS xid)))"
-    " OR (backend_xid IS NOT NULL AND age(backend_xid) >= age(CAST(:xid AS xid))))"
-)
-
 # A user's sealer: seals a JSON value with the user's data key; None when the user has
 # no key (erased). Never makes a key.
 Sealer = Callable[[UUID], Callable[[Any], str] | None]
@@ -326,31 +314,8 @@ def _owners(conn: Connection, stream_ids: list[UUID]) -> dict[UUID, UUID]:
 
 def leave_no_redacted_values(db: Database) -> None:
     """After redacting: no page this database reaches keeps the replaced payloads (nor
-    the orders', connections', feeds' and deliveries' rows' dropped clear columns). SQLite:
-    secure_delete overwrote them in the file; the WAL's older page images go with a
-    checkpoint. PostgreSQL: an UPDATE (and DROP COLUMN) leaves the old row versions in
-    the table's file: `VACUUM FULL` writes each table into a new file. Its WAL, replicas
-    and backups are out of reach."""
-    if db.is_sqlite:
-        db.vacuum_key_store()  # a WAL checkpoint (TRUNCATE), whatever the table
-        return
-    with db.writer.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        # VACUUM FULL copies a replaced row version that a transaction begun before the
-        # redaction may still see (an autovacuum's ANALYZE, another process's read): wait
-        # for those to end first, up to a bound.
-        redacted_by = conn.execute(text("SELECT CAST(xid(pg_current_xact_id()) AS text)")).scalar()
-        waited = 0.0
-        while (
-            waited < OLDER_SNAPSHOTS_WAIT
-            and conn.execute(OLDER_SNAPSHOTS, {"xid": redacted_by}).scalar()
-        ):
-            time.sleep(0.1)
-            waited += 0.1
-        if waited >= OLDER_SNAPSHOTS_WAIT:
-            log.warning(
-                "transactions older than the redaction outlasted %.0f s: their row versions "
-                "may stay in the table's file until the next VACUUM",
-                OLDER_SNAPSHOTS_WAIT,
-            )
-        for table in (stored_events, orders, connections, resource_feeds, webhook_deliveries):
-            conn.exec_driver_sql(f"VACUUM FULL {table.name}")
+    the orders', connections', feeds' and deliveries' rows' dropped clear columns):
+    `Database.rewrite` of their tables."""
+    db.rewrite(
+        *(t.name for t in (stored_events, orders, connections, resource_feeds, webhook_deliveries))
+    )

@@ -21,12 +21,15 @@ from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import health_data_days
 from healthledger.adapters.persistence.health_data.blocks import StoredPayload, period_of
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 
 log = logging.getLogger("healthledger.health_data")
 _d = health_data_days.c
 
 Progress = Callable[[int, int], None]
+
+# PostgreSQL: the old table's size on disk (0 once rewritten empty, or never written).
+_PAGES = text(f"SELECT pg_relation_size('{health_data_days.name}')")
 
 
 def _logged(done: int, total: int) -> None:
@@ -35,13 +38,19 @@ def _logged(done: int, total: int) -> None:
 
 def convert_stored_days(store: SqlHealthDataStore, progress: Progress = _logged) -> int:
     """Every stored day of the old format written into its block; the days converted
-    (none on an up-to-date database: one query)."""
+    (none on an up-to-date database: one read). Then the old table rewritten: on
+    PostgreSQL its deleted rows, provider and resource in clear, stay in its files as
+    dead versions until then (`Database.rewrite`); an empty table that still has pages
+    (a start stopped before the rewrite) is rewritten too."""
     db: Database = store.db
     with db.read() as conn:
         total = conn.execute(select(func.count()).select_from(health_data_days)).scalar_one()
-        if not total:
-            return 0
         streams = conn.execute(select(_d.user_id, _d.provider, _d.resource).distinct()).all()
+        left_on_disk = not total and not db.is_sqlite and conn.execute(_PAGES).scalar_one()
+    if not total:
+        if left_on_disk:
+            db.rewrite(health_data_days.name)
+        return 0
     done = 0
     for user_id, provider, resource in streams:
         with db.read() as conn:
@@ -54,6 +63,8 @@ def convert_stored_days(store: SqlHealthDataStore, progress: Progress = _logged)
         for period in by_period:
             done += _convert_period(store, user_id, provider, resource, period)
             progress(done, total)
+    if done:
+        db.rewrite(health_data_days.name)
     return done
 
 

@@ -230,12 +230,19 @@ class PlaceDigests:
                 self._kept.pop(user_id, None)
 
 
+# Users unlisted a statement (well within SQLite's 32,766 bound values).
+UNLISTED_AT_ONCE = 1_000
+
+
 def key_stored_places(db: Database, key_store: KeyStore) -> int:
     """Every user the migration listed (rows written before revision 0039, their
-    provider and resource in clear) keyed and unlisted, one user a transaction (a start
-    that stops halfway goes on at the next): its rows of `health_data` and
-    `raw_payloads` renamed to the digests of their names. The rows keyed; logs counts
-    only."""
+    provider and resource in clear) keyed, one user a transaction (a start that stops
+    halfway goes on at the next): its rows of `health_data` and `raw_payloads` renamed to
+    the digests of their names (an erased user's deleted). Then both tables rewritten: on
+    PostgreSQL the rows of before stay in the tables' files as dead versions, names and
+    all, until then (`Database.rewrite`). Only then are the users unlisted, so that a
+    start that stopped before the rewrite rewrites at the next (its rows keyed already).
+    The rows keyed or deleted; logs counts only."""
     with db.read() as conn:
         pending = list(conn.execute(select(place_digest_backfill.c.user_id)).scalars())
     if not pending:
@@ -249,7 +256,7 @@ def key_stored_places(db: Database, key_store: KeyStore) -> int:
                 mine = c.user_id == user_id
                 if cipher is None:
                     # Erased (its rows went with its key): none a key opens is kept.
-                    conn.execute(delete(table).where(mine))
+                    keyed += conn.execute(delete(table).where(mine)).rowcount
                     continue
                 places = Places(cipher.digest)
                 named = conn.execute(select(c.provider, c.resource).where(mine).distinct()).all()
@@ -264,8 +271,14 @@ def key_stored_places(db: Database, key_store: KeyStore) -> int:
                             resource=places.resource(resource),
                         )
                     ).rowcount
-            conn.execute(
-                delete(place_digest_backfill).where(place_digest_backfill.c.user_id == user_id)
-            )
         log.info("health data places: %d of %d users keyed", number, len(pending))
+    db.rewrite(health_data.name, raw_payloads.name)
+    listed = place_digest_backfill.c.user_id
+    for start in range(0, len(pending), UNLISTED_AT_ONCE):
+        with db.write() as conn:
+            conn.execute(
+                delete(place_digest_backfill).where(
+                    listed.in_(pending[start : start + UNLISTED_AT_ONCE])
+                )
+            )
     return keyed

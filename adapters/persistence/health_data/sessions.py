@@ -118,6 +118,18 @@ def write_index(conn: Connection, is_sqlite: bool, rows: list[dict[str, Any]]) -
         conn.execute(insert_new(is_sqlite), rows)
 
 
+def leave_no_erased_sessions(db: Database) -> None:
+    """After a sweep's erasures: no page of the index keeps an erased user's rows. Their
+    ids are uuid5s of the user, maker, resource and day, so one holding the user's id
+    (in clear after the erasure) tries the catalog's slugs against them and learns which
+    makers the person had (ADR 0049). SQLite: secure_delete overwrote the rows, and the
+    sweep's checkpoint after each batch took the WAL's pages (`vacuum_key_store`). On
+    PostgreSQL a deleted row stays in the table's and its primary key's pages until
+    overwritten (a plain VACUUM frees the space, it does not clear it): rewritten."""
+    if not db.is_sqlite:
+        db.rewrite(session_index.name)
+
+
 def index_stored_sessions(db: Database, key_store: KeyStore) -> int:
     """Every user the migration listed (sessions stored before revision 0030) indexed and
     unlisted, one user a transaction (a start that stops halfway goes on at the next);

@@ -357,12 +357,6 @@ def seal_client_user_ids(
 
 def leave_no_dropped_values(db: Database) -> None:
     """After converting the rows of revision 0015: no page of the users table that this
-    database reaches keeps the clear values it dropped. PostgreSQL: DROP COLUMN left them
-    in the old row versions; `VACUUM FULL` writes the table (and its indexes) into new
-    files. SQLite: the migration overwrote them (secure_delete); the WAL's older page
-    images go with a checkpoint."""
-    if db.is_sqlite:
-        db.vacuum_key_store()  # a WAL checkpoint (TRUNCATE), whatever the table
-        return
-    with db.writer.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql("VACUUM FULL users")
+    database reaches keeps the clear values it dropped (DROP COLUMN left them in the old
+    row versions on PostgreSQL): `Database.rewrite`."""
+    db.rewrite(users.name)

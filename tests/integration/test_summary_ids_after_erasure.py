@@ -1,0 +1,173 @@
+"""Summary and device ids are uuid5s of the user's id and the maker's slug (issue 29 §1):
+after the erasure, does any stored byte let one holding the user's id test a guess?
+
+A summary's id is `uuid5(user, provider, resource, day or session)` (`summary_id`), a
+device's `uuid5(user, provider)` (`device_id`): while the user lives anyone with the id
+tries the catalog's few dozen slugs against them. They are an oracle after the erasure
+only if one is still stored then. This test, on SQLite and PostgreSQL, erases a user with
+summaries of three makers (sleep, its cycles, activity, workouts, glucose...) and their
+devices, every webhook delivered, and finds none of the guesses, for each maker and each
+resource the catalog knows, over every day the pulls reached (and every session key the
+API answered), in any stored byte: SQLite's file and WAL; on PostgreSQL every page of
+every table of the schema (log, chain, redactions, read models, their indexes and TOAST
+tables, dead rows included) and each table's file. Before the erasure the same search
+finds the session index's ids. It found them after the erasure too on PostgreSQL until
+the sweep rewrote the index (ADR 0049)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, date, datetime, timedelta
+from uuid import UUID
+
+from fastapi.testclient import TestClient
+from freezegun import freeze_time
+from healthledger.adapters.composition import Service
+from healthledger.adapters.http.summaries import LISTS
+from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.http.user_devices import device_id
+from healthledger.adapters.persistence.engine.schema import metadata
+from healthledger.domain.connections.summaries import summary_id
+from healthledger.domain.context import CommandContext
+
+from tests.conftest import Team
+from tests.integration.test_client_user_id_at_rest import sqlite_bytes
+from tests.integration.test_health_facts_sealed import postgres_files, postgres_pages
+from tests.integration.test_stream_ids_keyed import spellings
+from tests.receivers import http_receiver
+
+# Demo makers whose summaries cover the kinds a demo makes (sleep and its cycles,
+# activity, workouts, meals, body, blood pressure, ECGs), and a glucose monitor (the
+# maker whose slug says the most).
+MAKERS = ("fitbit", "withings", "freestyle_libre")
+# The ids' own resources beside the catalog's: a workout's stream (its webhook's
+# `workout_id`).
+ID_RESOURCES = ("workout_stream",)
+
+
+def guesses(
+    service: Service, user_id: UUID, days: Iterable[date], sessions: Iterable[str]
+) -> dict[UUID, str]:
+    """Every summary and device id one holding the user's id derives by trying the
+    catalog: each maker's device, and each of its resources' summaries of each day (or
+    session key) tried."""
+    keys = [d.isoformat() for d in days] + list(sessions)
+    tried: dict[UUID, str] = {}
+    for slug, entry in service.catalog.items():
+        tried[device_id(user_id, slug)] = f"device {slug}"
+        for resource in (*entry.supported_resources, *ID_RESOURCES):
+            for key in keys:
+                tried[summary_id(user_id, slug, resource, key)] = f"{slug}/{resource}/{key}"
+    return tried
+
+
+def every_stored_byte(service: Service) -> dict[str, bytes]:
+    """SQLite: the file and its WAL. PostgreSQL: every page of every table of the schema
+    and of its indexes and TOAST tables (dead rows too), and each table's file."""
+    if service.db.is_sqlite:
+        return {"the database file and its -wal": sqlite_bytes(service)}
+    tables = tuple(metadata.tables)
+    places: dict[str, bytes] = {}
+    for found in (postgres_pages(service, tables), postgres_files(service, tables)):
+        places.update(found or {})
+    assert places, "neither pageinspect nor the server's files are reachable"
+    return places
+
+
+def held(places: Mapping[str, bytes], tried: Mapping[UUID, str]) -> list[tuple[str, str]]:
+    """(guess, place) of each guess held in a place in any of its spellings (`spellings`:
+    hex, dashed, 16 bytes). Tens of thousands of guesses: each place is scanned once for
+    the spellings' common first 8 bytes (the hex ones share theirs), not once a guess."""
+    by_head: dict[bytes, list[tuple[bytes, str]]] = {}
+    for guess, name in tried.items():
+        for spelling in spellings(guess):
+            by_head.setdefault(spelling[:8], []).append((spelling, name))
+    found = []
+    for place, content in places.items():
+        for at in range(len(content) - 7):
+            for spelling, name in by_head.get(content[at : at + 8], ()):
+                if content.startswith(spelling, at):
+                    found.append((name, place))
+    return found
+
+
+def answered_ids(items: Iterable[Mapping[str, object]]) -> Iterator[tuple[str, str]]:
+    """(id, session key or "") of each summary an answer holds, and the sleep each cycle
+    points at."""
+    for item in items:
+        yield str(item["id"]), str(item.get("provider_id") or "")
+        if item.get("sleep_id"):
+            yield str(item["sleep_id"]), ""
+
+
+def test_no_summary_or_device_id_is_stored_after_the_erasure(
+    service: Service, team: Team, ctx: CommandContext
+) -> None:
+    headers = team.headers
+    start = datetime.now(UTC) + timedelta(hours=1)
+    with (
+        http_receiver() as receiver,
+        freeze_time(start) as frozen,
+        TestClient(create_team_api(service)) as client,
+    ):
+        made = client.post("/v2/user", json={"client_user_id": "ids-1"}, headers=headers)
+        user = UUID(made.json()["user_id"])
+        environment = service.dispatcher.environment_of(user)
+        assert environment is not None
+        service.webhooks.create(ctx, team.team_id, environment, url=receiver.url("ok"))
+        for provider in MAKERS:
+            connected = client.post(
+                "/v2/link/connect/demo",
+                json={"user_id": str(user), "provider": provider},
+                headers=headers,
+            )
+            assert connected.status_code == 200, connected.text
+        frozen.tick(60)
+        assert service.jobs.run_due_pulls() >= len(MAKERS)
+        # The summaries' webhooks name their ids: delivered, as a team hears them.
+        while service.jobs.dispatch_webhooks():
+            pass
+        sent = [json.loads(r.body) for r in receiver.on("ok")]
+        assert any(s["event_type"] == "historical.data.sleep.created" for s in sent)
+        # Every id the API answers: each summary resource's, the devices'.
+        window = {
+            "start_date": (start - timedelta(days=60)).date().isoformat(),
+            "end_date": (start + timedelta(days=1)).date().isoformat(),
+        }
+        ids: dict[str, str] = {}
+        for resource, (key, _) in LISTS.items():
+            answer = client.get(f"/v2/summary/{resource}/{user}", params=window, headers=headers)
+            assert answer.status_code == 200, answer.text
+            ids.update(answered_ids(answer.json()[key]))
+        profile = client.get(f"/v2/summary/profile/{user}", headers=headers)
+        assert profile.status_code == 200, profile.text
+        ids.update(answered_ids([profile.json()]))
+        devices = client.get(f"/v2/user/{user}/device", headers=headers).json()
+        assert sorted(d["provider"] for d in devices) == sorted(MAKERS)
+        ids.update((d["id"], "") for d in devices)
+        # The guesses: each day the pulls reached (the demo's history, and today), and
+        # each session key the API answered (a maker's own id, the worst case: one who
+        # saw an old answer).
+        first = start.date() - timedelta(days=45)
+        days = [first + timedelta(days=n) for n in range((start.date() - first).days + 2)]
+        tried = guesses(service, user, days, {key for key in ids.values() if key})
+        assert len(tried) > 50_000
+        # The guesses reach every id the service answered: a guess is what it derives.
+        missed = {i for i in ids if UUID(i) not in tried}
+        assert missed == set(), missed
+        assert len(ids) > 100
+        # While the user lives, the session index holds its sleeps' and workouts' ids in
+        # clear (revision 0030): the search finds them.
+        living = held(every_stored_byte(service), tried)
+        assert any("/sleep/" in name for name, _ in living), living[:5]
+
+        frozen.tick(60)
+        assert client.delete(f"/v2/user/{user}", headers=headers).status_code == 200
+        frozen.tick(service.settings.grace_period.total_seconds() + 60)
+        assert service.jobs.sweep_erasures() == 1
+        while service.jobs.dispatch_webhooks():
+            pass
+    # No stored byte holds any guess, in any spelling, live or dead row.
+    assert held(every_stored_byte(service), tried) == []
+    assert service.chain.verify().ok
