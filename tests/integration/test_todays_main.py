@@ -241,11 +241,11 @@ def with_order_members_since(body: Any, answered: Any) -> Any:
     their `events` (junction-api-sdk's ClientFacingOrder requires it), and the members
     `FILLED_SINCE` as answered now, once their shape is checked."""
     if isinstance(body, list):
-        now = answered if isinstance(answered, list) and len(answered) == len(body) else body
-        return [with_order_members_since(item, new) for item, new in zip(body, now, strict=True)]
+        items = answered if isinstance(answered, list) and len(answered) == len(body) else body
+        return [with_order_members_since(item, new) for item, new in zip(body, items, strict=True)]
     if not isinstance(body, dict):
         return body
-    now = answered if isinstance(answered, dict) else {}
+    now: dict[str, Any] = answered if isinstance(answered, dict) else {}
     found = {name: with_order_members_since(value, now.get(name)) for name, value in body.items()}
     events = found.get("events")
     if "lab_test" in found and isinstance(events, list) and events:
