@@ -99,6 +99,11 @@ class OrderRow:
     activate_by: date | None = None
     # When the simulated lab takes its next step (None: none is due by itself).
     due_at: datetime | None = None
+    # As placed: a priority (STAT) order, its diagnoses and the team's string (both sealed;
+    # None: none sent).
+    priority: bool = False
+    sealed_icd_codes: str | None = None
+    sealed_passthrough: str | None = None
 
     @classmethod
     def from_row(cls, row: Any, vault: OpensSealed) -> OrderRow:
@@ -142,6 +147,9 @@ class OrderRow:
             clear_lab_test=order.clear_lab_test,
             activate_by=order.activate_by,
             due_at=order.next_step_at,
+            priority=order.priority,
+            sealed_icd_codes=order.sealed_icd_codes,
+            sealed_passthrough=order.sealed_passthrough,
         )
 
 
@@ -236,18 +244,12 @@ class OrderAnswers:
                 if printable(REQUISITION, row.detailed_status)
                 else None
             ),
-            # The placing request takes no priority (STAT) flag (`OrderCreate` refuses
-            # one): every order here is a routine one, which False says.
-            "priority": False,
+            "priority": row.priority,
             "activate_by": None if row.activate_by is None else row.activate_by.isoformat(),
-            # Not known: the placing request takes no passthrough (`OrderCreate` refuses
-            # it), so no order holds one.
-            "passthrough": None,
+            "passthrough": self._opened_or_none(row, row.sealed_passthrough),
             # Every order is billed to the team: the only bill type placing accepts.
             "billing_type": CLIENT_BILL,
-            # Not known: the placing request takes no diagnosis codes (`OrderCreate`
-            # refuses them), so no order holds any.
-            "icd_codes": None,
+            "icd_codes": self.icd_codes(row),
             "has_abn": False,
             "expected_result_by_date": expected,
             "worst_case_result_by_date": worst_case,
@@ -366,8 +368,20 @@ class OrderAnswers:
             "updated_at": row.updated_at,
         }
 
+    def icd_codes(self, row: OrderRow) -> list[str] | None:
+        """The diagnoses the order was placed with (None: none). Erased since (a past
+        answer): one member, the placeholder, so that the answer keeps the client's type
+        (a list of strings)."""
+        codes = self._opened_or_none(row, row.sealed_icd_codes)
+        if codes is None or isinstance(codes, list):
+            return codes
+        return [str(codes)]
+
     def _open(self, row: OrderRow, sealed: str) -> Any:
         return self.vault.open(row.user_id, sealed)
+
+    def _opened_or_none(self, row: OrderRow, sealed: str | None) -> Any:
+        return None if sealed is None else self._open(row, sealed)
 
 
 def _appointment_id(row: OrderRow) -> str | None:

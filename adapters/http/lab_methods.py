@@ -56,10 +56,9 @@ router = APIRouter(tags=["lab testing"], route_class=LedgerRoute)
 
 _ORDER_NOT_FOUND = {404: "Unknown order, another team's, or an order of a user erased since."}
 _NOT_BILLED = {400: "This deployment does not bill insurance (the detail says so)."}
-# Lab tests per cursor page, and codes per validation.
+# Lab tests per cursor page.
 DEFAULT_LAB_TEST_LIMIT = 50
 MAX_LAB_TEST_LIMIT = 100
-MAX_ICD_CODES = 50
 _LAB_TEST_PAGES = "lab-tests-v1"
 
 
@@ -477,7 +476,7 @@ def marker_by_provider_id(
 class IcdCodes(BaseModel):
     model_config = ConfigDict(extra="forbid")
     codes: list[Annotated[str, Field(min_length=1, max_length=icd10.MAX_CODE_LENGTH)]] = Field(
-        min_length=1, max_length=MAX_ICD_CODES
+        min_length=1, max_length=icd10.MAX_CODES
     )
 
 

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from healthledger.adapters.operations.schemas import ErasedValue
+from healthledger.adapters.reference import icd10
 from healthledger.adapters.reference.labs.areas import ZIP_CODE, zip_centroids
+from healthledger.domain.free_text import NO_CONTROL_CHARACTERS
 from healthledger.domain.labs.patients import PatientAddress, PatientDetails
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 CollectionMethod = Literal["testkit", "walk_in_test", "at_home_phlebotomy", "on_site_collection"]
 Interpretation = Literal["normal", "abnormal", "critical"]
+# The longest passthrough an order keeps (the team's own string, sealed on the order).
+MAX_PASSTHROUGH_LENGTH = 4096
 
 
 class OrderPatientAddress(PatientAddress):
@@ -63,6 +67,40 @@ class OrderCreate(BaseModel):
         description="The day (YYYY-MM-DD, UTC; today or within a year) to dispatch the order "
         "to the lab: it waits in `ordered` until then. Null or left out: at once.",
     )
+    # JSON true or false only: a "yes" or a 1 is refused rather than guessed at.
+    priority: StrictBool | None = Field(
+        default=None, description="A priority (STAT) order. Null or left out: false."
+    )
+    icd_codes: (
+        list[Annotated[str, Field(min_length=1, max_length=icd10.MAX_CODE_LENGTH)]] | None
+    ) = Field(
+        default=None,
+        max_length=icd10.MAX_CODES,
+        description="The diagnoses, ICD-10-CM codes (at most 50): each billable and no two "
+        "in an Excludes1 conflict, as POST /v3/insurance/validate_icd_codes checks them. "
+        "Kept in their dotted form (e119 -> E11.9), each once; sealed with the user's key.",
+    )
+    # Free text (no control characters); the length before the check, so that a refusal
+    # says "characters" as for any string.
+    passthrough: (
+        Annotated[str, Field(max_length=MAX_PASSTHROUGH_LENGTH), NO_CONTROL_CHARACTERS] | None
+    ) = Field(
+        default=None,
+        description="Your own string, echoed back in the order's answers (at most 4096 "
+        "characters, no control characters); sealed with the user's key.",
+    )
+
+    @field_validator("icd_codes")
+    @classmethod
+    def _codable_together(cls, value: list[str] | None) -> list[str] | None:
+        """The codes as `validate_icd_codes` judges them; the refusal names codes only."""
+        if not value:
+            return None
+        found = icd10.validate(value)
+        refusal = found.refusal()
+        if refusal is not None:
+            raise ValueError(refusal)
+        return found.codes
 
 
 class OrderActivation(BaseModel):
@@ -179,9 +217,9 @@ ORDER_EXAMPLE: dict[str, Any] = {
     "/requisition/pdf",
     "priority": False,
     "activate_by": None,
-    "passthrough": None,
+    "passthrough": "crm-visit-4711",
     "billing_type": "client_bill",
-    "icd_codes": None,
+    "icd_codes": ["E11.9"],
     "has_abn": False,
     "expected_result_by_date": "2026-03-04",
     "worst_case_result_by_date": "2026-03-04",
@@ -316,17 +354,22 @@ class OrderAnswer(BaseModel):
         "is cancelled or failed.",
     )
     priority: bool | None = Field(
-        default=None, description="False: placing takes no priority flag."
+        default=None, description="A priority (STAT) order, as placed (false: routine)."
     )
     activate_by: str | None = None
     passthrough: str | None = Field(
-        default=None, description="Always null: placing takes no passthrough."
+        default=None,
+        description="The string the order was placed with (null: none). A past answer "
+        "(`as_of`) shows it as `<personal data: erased>` once the user is erased.",
     )
     billing_type: str | None = Field(
         default=None, description="client_bill: the only bill type placing accepts."
     )
     icd_codes: list[str] | None = Field(
-        default=None, description="Always null: placing takes no diagnosis codes."
+        default=None,
+        description="The diagnoses the order was placed with, ICD-10-CM codes in their dotted "
+        "form (null: none). A past answer (`as_of`) shows them, once the user is erased, as "
+        "one member `<personal data: erased>`.",
     )
     has_abn: bool
     expected_result_by_date: str | None = Field(

@@ -160,8 +160,10 @@ router = APIRouter(tags=["lab orders"], route_class=LedgerRoute)
             409: "The idempotency key was used for another body; or the lab test is "
             "inactive (its team took it out of use).",
             400: "Billed otherwise than to the team (client_bill): no insurance billed here.",
-            422: "Invalid body; or the user has no demographics to default the patient's "
-            "details and address from (the detail names what is missing).",
+            422: "Invalid body (an ICD-10-CM code not billable, or two in an Excludes1 "
+            "conflict: the detail names the codes); or the user has no demographics to "
+            "default the patient's details and address from (the detail names what is "
+            "missing).",
         },
     ),
 )
@@ -180,6 +182,9 @@ def place_order(
         patient_details=body.patient_details,
         patient_address=body.patient_address,
         activate_by=body.activate_by,
+        priority=bool(body.priority),
+        icd_codes=tuple(body.icd_codes or ()),
+        passthrough=body.passthrough,
     )
     order = service.lab_orders.place(caller.ctx, caller.team_id, request, idempotency_key)
     return changed_answer(service, order, "Order created.")

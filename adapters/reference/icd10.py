@@ -23,6 +23,8 @@ from types import ModuleType
 _NOTED = re.compile(r"\(([A-Z][0-9][0-9A-Z](?:\.[0-9A-Z]{0,4})?-?(?:-[A-Z][0-9][0-9A-Z])?)\)")
 # What a request may send as one code: letters, digits and a dot (more is not a code).
 MAX_CODE_LENGTH = 10
+# Codes per request: a validation's, an order's diagnoses.
+MAX_CODES = 50
 # Search answers at most this many codes, best first.
 SEARCH_LIMIT = 50
 EXCLUDES1 = "excludes1"
@@ -48,15 +50,31 @@ class Conflict:
 @dataclass(frozen=True)
 class Validation:
     """The codes' problems: `errors` (not codes, or not billable), `violations`
-    (Excludes1 pairs) and `warnings` (Excludes2 pairs)."""
+    (Excludes1 pairs) and `warnings` (Excludes2 pairs); `codes`, the billable ones in
+    their dotted form, each once, in the order sent."""
 
     errors: list[str] = field(default_factory=list)
     violations: list[Conflict] = field(default_factory=list)
     warnings: list[Conflict] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
         return not self.errors and not self.violations
+
+    def refusal(self) -> str | None:
+        """Why a request carrying these codes is refused (the first error, else the first
+        Excludes1 pair), naming codes only; None: they may be coded together (an
+        Excludes2 pair may: both conditions can be present)."""
+        if self.errors:
+            return self.errors[0]
+        if self.violations:
+            found = self.violations[0]
+            return (
+                f"{found.code} and {found.other} cannot be coded together: an Excludes1 note "
+                f"of {found.code} excludes {found.other}."
+            )
+        return None
 
 
 def normalized(code: str) -> str:
@@ -82,6 +100,7 @@ def validate(codes: Iterable[str]) -> Validation:
             )
         elif code not in known:
             known.append(code)
+    result.codes.extend(known)
     for code in known:
         for other in known:
             if other == code:

@@ -97,12 +97,20 @@ class OrderRequest:
     patient_address: PatientAddress | None = None
     # The day to dispatch the order to the lab (None: at once).
     activate_by: date | None = None
+    # A priority (STAT) order.
+    priority: bool = False
+    # The diagnoses, ICD-10-CM codes as the caller checked them (billable, no Excludes1
+    # pair: adapters/reference/icd10.py) in their dotted form; () for none.
+    icd_codes: tuple[str, ...] = ()
+    # The team's own string, echoed back in the order's answers.
+    passthrough: str | None = None
 
     def fingerprint(self) -> str:
         """The SHA-256 of the request in a canonical form: what an idempotency key's
         replay must match (a field sent as null and one left out are the same).
-        `activate_by` is in it only when given, so that the fingerprints of requests
-        stored before it existed stay what they were."""
+        `activate_by`, `priority`, `icd_codes` and `passthrough` are in it only when
+        given, so that the fingerprints of requests stored before they existed stay what
+        they were."""
         canonical: dict[str, Any] = {
             "user_id": str(self.user_id),
             "lab_test_id": str(self.lab_test_id),
@@ -116,6 +124,12 @@ class OrderRequest:
         }
         if self.activate_by is not None:
             canonical["activate_by"] = self.activate_by.isoformat()
+        if self.priority:
+            canonical["priority"] = True
+        if self.icd_codes:
+            canonical["icd_codes"] = list(self.icd_codes)
+        if self.passthrough is not None:
+            canonical["passthrough"] = self.passthrough
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -215,6 +229,15 @@ class LabOrders:
                 else None
             ),
             activate_by=request.activate_by,
+            priority=request.priority,
+            sealed_icd_codes=(
+                self.vault.seal(user.id, list(request.icd_codes)) if request.icd_codes else None
+            ),
+            sealed_passthrough=(
+                None
+                if request.passthrough is None
+                else self.vault.seal(user.id, request.passthrough)
+            ),
         )
         try:
             self.ledger.save(order)

@@ -13,8 +13,10 @@ failed are final.
 Personal data is sealed with the user's key (`PERSONAL_FIELDS`): the patient's details
 and address (the requisition data), the request's fingerprint for idempotency, the lab
 test ordered (its id, name and markers: a "Sexual Health" panel says something about the
-person, issue 29), the results and their interpretation. Statuses, times, the lab and
-the collection method, and ids of the process stay in clear, so the audit keeps that an
+person, issue 29), the diagnosis codes it was placed with (ICD-10-CM) and the team's
+passthrough string, the results and their interpretation. Statuses, times, the lab, the
+collection method, whether it is a priority (STAT) order, and ids of the process stay in
+clear, so the audit keeps that an
 order was placed, moved, cancelled or completed after the user's erasure destroyed what
 it was about. Orders placed before the lab test was sealed were recorded as
 `Order.CreatedV1` (its test in clear); the service's start redacts them into `Created`
@@ -220,7 +222,12 @@ class Order(Audited, created_event_name="Created"):
         SHA-256 of the request as sent, sealed: a replay of the key with another body is
         told apart without the body in clear anywhere. Version 2 adds `activate_by`, the
         day the order is to be dispatched to the lab (None: at once); version 1 events,
-        stored before, were all placed for immediate processing."""
+        stored before, were all placed for immediate processing. Version 3 adds what the
+        placing request may carry beside: `priority` (a STAT order; in clear, it says
+        nothing of health), `sealed_icd_codes` (the diagnoses, a list of ICD-10-CM codes,
+        sealed) and `sealed_passthrough` (the team's own string, sealed: it may hold
+        anything), each None when not sent; events stored before were placed without
+        them (routine, none, none)."""
 
         TOPIC = "healthledger:Order.Created.v2"
         ANNOUNCES = ("labtest.order.created",)
@@ -229,6 +236,8 @@ class Order(Audited, created_event_name="Created"):
             "sealed_patient_details",
             "sealed_patient_address",
             "sealed_request_digest",
+            "sealed_icd_codes",
+            "sealed_passthrough",
         )
         user_id: UUID
         team_id: UUID
@@ -244,11 +253,20 @@ class Order(Audited, created_event_name="Created"):
         # When the simulated lab takes the next step (None: it never does by itself).
         next_step_at: datetime | None
         activate_by: date | None
-        class_version = 2
+        priority: bool
+        sealed_icd_codes: str | None
+        sealed_passthrough: str | None
+        class_version = 3
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             state["activate_by"] = None
+
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state["priority"] = False
+            state["sealed_icd_codes"] = None
+            state["sealed_passthrough"] = None
 
     class StatusChanged(Event):
         """One step forward (not to a final status). The requisition step assigns the
@@ -366,10 +384,13 @@ class Order(Audited, created_event_name="Created"):
         next_step_at: datetime | None,
         sealed_lab_test: str | None = None,
         activate_by: date | None = None,
+        priority: bool = False,
+        sealed_icd_codes: str | None = None,
+        sealed_passthrough: str | None = None,
     ) -> None:
         """From the Created event's fields, at `place` and on every replay. A CreatedV1
         has no `sealed_lab_test`: it gives its test in clear (`CreatedV1.apply`), nor an
-        `activate_by`."""
+        `activate_by`, a `priority` or the sealed codes and passthrough."""
         self.user_id: UUID = user_id
         self.team_id: UUID = team_id
         self.environment: str = environment
@@ -393,6 +414,11 @@ class Order(Audited, created_event_name="Created"):
         # placed with one: only such an order's date can be moved (the client's rule).
         self.activate_by: date | None = activate_by
         self.placed_with_activation: bool = activate_by is not None
+        # A priority (STAT) order, its diagnoses (a sealed list of ICD-10-CM codes) and the
+        # team's passthrough string (sealed), as placed; None: not sent.
+        self.priority: bool = priority
+        self.sealed_icd_codes: str | None = sealed_icd_codes
+        self.sealed_passthrough: str | None = sealed_passthrough
         # Every status the order had, with when: the `events` of the order's answer.
         self.history: list[tuple[str, datetime]] = []
         # Every status and activation change, as its tracking reads them.
@@ -424,6 +450,9 @@ class Order(Audited, created_event_name="Created"):
         status: str,
         next_step_at: datetime | None,
         activate_by: date | None = None,
+        priority: bool = False,
+        sealed_icd_codes: str | None = None,
+        sealed_passthrough: str | None = None,
     ) -> Order:
         return cls.new(
             ctx,
@@ -441,6 +470,9 @@ class Order(Audited, created_event_name="Created"):
             status=status,
             next_step_at=next_step_at,
             activate_by=activate_by,
+            priority=priority,
+            sealed_icd_codes=sealed_icd_codes,
+            sealed_passthrough=sealed_passthrough,
         )
 
     # -- state ------------------------------------------------------------------------

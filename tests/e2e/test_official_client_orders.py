@@ -1,8 +1,9 @@
 """Lab test orders through the official Python client `vital==2.1.569` (issue 14,
 docs/compatibility.md): the real team API under uvicorn, each call's answer parsed by the
 client's models (`PostOrderResponse`, `ClientFacingOrder`, `GetOrdersResponse`,
-`LabResultsRaw`), its values checked, and its errors raised as the client's error types.
-On both databases."""
+`LabResultsRaw`), its values checked (a priority order with diagnoses and a passthrough
+string among them), and its errors raised as the client's error types. On both
+databases."""
 
 from __future__ import annotations
 
@@ -102,11 +103,31 @@ def test_orders_through_the_official_client(
     interpretations = [r.interpretation for r in results.results]
     assert interpretations.count("critical") == 1
 
+    # A priority order with diagnoses and the team's own string: each answered as placed
+    # (the codes in their dotted form, each once), by create, get and the listing.
     second = api.lab_tests.create_order(
-        user_id=user_id, lab_test_id=WELLNESS, patient_details=PATIENT, patient_address=ADDRESS
+        user_id=user_id,
+        lab_test_id=WELLNESS,
+        patient_details=PATIENT,
+        patient_address=ADDRESS,
+        priority=True,
+        icd_codes=["e119", "Z13.1", "E11.9"],
+        passthrough='{"crm": "visit-4711"}',
     )
+    assert second.order.priority is True
+    assert second.order.icd_codes == ["E11.9", "Z13.1"]
+    assert second.order.passthrough == '{"crm": "visit-4711"}'
+    read = api.lab_tests.get_order(second.order.id)
+    assert (read.priority, read.icd_codes, read.passthrough) == (
+        True,
+        ["E11.9", "Z13.1"],
+        '{"crm": "visit-4711"}',
+    )
+    # The first order was placed without them.
+    assert (current.priority, current.icd_codes, current.passthrough) == (False, None, None)
     cancelled = api.lab_tests.cancel_order(second.order.id)
     assert cancelled.order.status is not None and cancelled.order.status.value == "cancelled"
+    assert cancelled.order.icd_codes == ["E11.9", "Z13.1"]
 
     page = api.lab_tests.get_orders(user_id=user_id, page=1, size=10)
     assert isinstance(page, GetOrdersResponse)
@@ -151,3 +172,25 @@ def test_order_errors_parse_as_the_clients_error_types(
     assert reused.value.status_code == 409
     with pytest.raises(UnprocessableEntityError):
         api.lab_tests.get_orders(size=101)
+    # Diagnoses that cannot be placed: a category, an Excludes1 pair; the refusal names
+    # the codes, never the passthrough sent with them. And a control character in it.
+    for codes, named in ((["E11"], "E11 is a category"), (["E10.9", "E11.9"], "E10.9 and E11.9")):
+        with pytest.raises(UnprocessableEntityError) as refused:
+            api.lab_tests.create_order(
+                user_id=user_id,
+                lab_test_id=WELLNESS,
+                patient_details=PATIENT,
+                patient_address=ADDRESS,
+                icd_codes=codes,
+                passthrough="note-for-crm-only",
+            )
+        assert named in str(refused.value.body)
+        assert "note-for-crm-only" not in str(refused.value.body)
+    with pytest.raises(UnprocessableEntityError):
+        api.lab_tests.create_order(
+            user_id=user_id,
+            lab_test_id=WELLNESS,
+            patient_details=PATIENT,
+            patient_address=ADDRESS,
+            passthrough="bell\x07",
+        )

@@ -509,11 +509,17 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     svc.connections.connect_demo(CTX, team, story.user, "oura", ["sleep"])
     story.clock.tick()
     svc.users.update_user(CTX, team, story.user, {"client_user_id": "audited-again"})
-    # A lab test order (issue 14), placed with an idempotency key, taken to its results.
+    # A lab test order (issue 14), placed with an idempotency key, diagnoses and a
+    # passthrough string (both sealed), taken to its results.
     monkeypatch.setattr(
         svc.lab_orders, "policy", SandboxPolicy(failure_rate=0, cancellation_rate=0)
     )
-    order = svc.lab_orders.place(CTX, team, order_request(story.user), "audited-order")
+    order = svc.lab_orders.place(
+        CTX,
+        team,
+        replace(order_request(story.user), icd_codes=("E11.9",), passthrough="crm-audited"),
+        "audited-order",
+    )
     while svc.lab_orders.advance(CTX, team, order.id).is_open:
         story.clock.tick()
     # Its appointments (issue 33): one at a center booked with notes, rescheduled and

@@ -3,7 +3,7 @@ databases through the HTTP API: the days its results are expected by (the simula
 lab's estimate, as the order's tracking gives it, and at the latest with each step to
 come a sweep late), its booked appointment, its bill type and its requisition's URL; null
 where the service does not know (a production order's results, a cancelled order's, an
-appointment not booked, what placing does not take). `as_of` answers each as it was, and
+appointment not booked, what the order was placed without). `as_of` answers each as it was, and
 every answer parses with both official clients."""
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ BASE_URL = "https://ledger.example.org"
 # is noon; the steps take 3 h 11 min in all).
 SWEEP = timedelta(hours=3)
 ALL_STEPS = timedelta(seconds=sum(DELAYS))
-# What placing does not take, so that no order holds it: null (and priority false).
+# What these orders are placed without (diagnoses, a passthrough string: see
+# test_order_diagnoses.py) or what nothing gives an order (notes, insurance): null (and
+# priority false).
 UNKNOWN = {"icd_codes": None, "passthrough": None, "notes": None, "health_insurance_id": None}
 
 

@@ -13,7 +13,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -415,3 +415,49 @@ def test_the_service_still_writes_on_it(written: Written, service: Service) -> N
         # The new events are chained onto 1809f39's, and a head signed over them.
         service.chain.sign_head()
         verified(service, SIGNED_HEADS + 1)
+
+        # An order 1809f39 placed answers as placed without a priority, diagnoses or a
+        # passthrough (its row migrated by revision 0041); one placed now with them keeps
+        # them (Order.Created version 3), now and as of then.
+        old_order = client.get(f"/v3/order/{written.user('order')}", headers=headers).json()
+        assert (old_order["priority"], old_order["icd_codes"], old_order["passthrough"]) == (
+            False,
+            None,
+            None,
+        )
+        placed = client.post(
+            "/v3/order",
+            json={
+                "user_id": user_id,
+                "lab_test_id": "0b7e5a52-3c1d-4f6e-8a9b-1c2d3e4f5a01",  # a shared demo test
+                "patient_details": {
+                    "first_name": "Grace",
+                    "last_name": "Hopper",
+                    "email": "grace.hopper@example.org",
+                    "phone_number": "+1 555 010 1906",
+                    "gender": "female",
+                    "dob": "1956-12-09",
+                },
+                "patient_address": {
+                    "first_line": "1 Navy Yard",
+                    "city": "Washington",
+                    "state": "DC",
+                    "zip_code": "20374",
+                },
+                "priority": True,
+                "icd_codes": ["Z13.1"],
+                "passthrough": "after-1809f39",
+            },
+            headers=headers,
+        )
+        assert placed.status_code == 200, placed.text
+        placed_at = datetime.now(UTC).isoformat()
+        for params in ({}, {"as_of": placed_at}):
+            read = client.get(
+                f"/v3/order/{placed.json()['id']}", params=params, headers=headers
+            ).json()
+            assert (read["priority"], read["icd_codes"], read["passthrough"]) == (
+                True,
+                ["Z13.1"],
+                "after-1809f39",
+            ), params

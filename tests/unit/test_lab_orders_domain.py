@@ -239,6 +239,8 @@ def test_the_created_event_names_user_and_team_and_seals_the_patient() -> None:
         "sealed_patient_details",
         "sealed_patient_address",
         "sealed_request_digest",
+        "sealed_icd_codes",
+        "sealed_passthrough",
     }
     assert set(Order.Completed.PERSONAL_FIELDS) == {"sealed_results", "sealed_interpretation"}
 

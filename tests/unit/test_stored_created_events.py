@@ -891,7 +891,8 @@ GOLDEN = {
             '"sealed_patient_address":"v1.sealed-address",'
             '"sealed_request_digest":"v1.sealed-digest","status":"received.walk_in_test.ordered",'
             '"next_step_at":{"_type_":"datetime_iso",'
-            '"_data_":"2026-03-01T12:01:00.123456+00:00"},"activate_by":null,"class_version":2}'
+            '"_data_":"2026-03-01T12:01:00.123456+00:00"},"activate_by":null,"priority":false,'
+            '"sealed_icd_codes":null,"sealed_passthrough":null,"class_version":3}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -907,7 +908,8 @@ GOLDEN = {
             '"sealed_request_digest":"v1.sealed-digest","sample_id":null,"sealed_results":null,'
             '"sealed_interpretation":null,"results_at":null,"cancel_reason":null,'
             '"failure_reason":null,"registered_at":null,'
-            '"activate_by":null,"placed_with_activation":false,'
+            '"activate_by":null,"placed_with_activation":false,"priority":false,'
+            '"sealed_icd_codes":null,"sealed_passthrough":null,'
             '"history":[["received.walk_in_test.ordered",'
             '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}]],'
             '"changes":[[{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
@@ -1407,3 +1409,26 @@ def test_a_makers_notice_is_stored_with_the_maker_and_resources_sealed() -> None
     assert state["actor"] == "maker"
     assert b"dexcom" not in record.state.replace(b"sealed:", b"").split(b'"sealed_facts"')[0]
     assert loaded(SEALING_MAPPER, record).mutate(None) == receipt
+
+
+def test_an_orders_created_event_of_class_version_2_loads_placed_without_the_new_fields() -> None:
+    """Order.Created as class version 2 stored it (before priority, icd_codes and
+    passthrough): today's class reads it as a routine order with neither, and its
+    aggregate as the same order placed now without them."""
+    golden = GOLDEN["Order"]
+    version_2 = golden.state.replace(
+        ',"priority":false,"sealed_icd_codes":null,"sealed_passthrough":null,"class_version":3}',
+        ',"class_version":2}',
+    )
+    assert version_2 != golden.state
+    record = StoredEvent(UUID(golden.id), 1, golden.topic, version_2.encode())
+    created = MAPPER.to_domain_event(record)
+    assert isinstance(created, Order.Created)
+    assert (created.priority, created.sealed_icd_codes, created.sealed_passthrough) == (
+        False,
+        None,
+        None,
+    )
+    aggregate = FOUND["Order"]()
+    aggregate.collect_events()
+    assert loaded(MAPPER, record).mutate(None) == aggregate

@@ -24,6 +24,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     Uuid,
+    false,
 )
 
 
@@ -573,6 +574,11 @@ orders = Table(
     Column("due_at", UTCDateTime),
     # The day the order is to be dispatched to the lab (NULL: at once; revision 0033).
     Column("activate_by", Date),
+    # As placed (revision 0041): a priority (STAT) order, in clear; its diagnoses (a list
+    # of ICD-10-CM codes) and the team's passthrough string, sealed (NULL: none sent).
+    Column("priority", Boolean, nullable=False, server_default=false()),
+    Column("sealed_icd_codes", Text),
+    Column("sealed_passthrough", Text),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("version", Integer, nullable=False),

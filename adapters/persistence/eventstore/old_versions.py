@@ -114,6 +114,9 @@ def order_successor(
         status=old.status,
         next_step_at=old.next_step_at,
         activate_by=None,
+        priority=False,
+        sealed_icd_codes=None,
+        sealed_passthrough=None,
     )
     stored = mapper.to_stored_event(new)
 

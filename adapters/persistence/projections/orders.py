@@ -5,10 +5,11 @@ each appended by SQL, so a step is one UPDATE and no read), what its answers ren
 `due_at`, when the simulated lab takes a sandbox order's next step. Sealed values are kept
 sealed (the test ordered too: an order recorded before it was sealed, `Order.CreatedV1`,
 is redacted into `Order.Created` at the start, which fills its row's `sealed_lab_test`).
-The results' interpretation is kept sealed too, and as the service's keyed digest of
-(team, value), which listings filter on: the projection opens it with the user's key
-only to digest it (a rebuild that meets a destroyed key leaves the digest null; the row
-goes with the user's erasure anyway). Issue 29, keys/order_interpretations.py.
+So are the diagnosis codes and the team's passthrough string it was placed with (its
+priority is in clear). The results' interpretation is kept sealed too, and as the
+service's keyed digest of (team, value), which listings filter on: the projection opens
+it with the user's key only to digest it (a rebuild that meets a destroyed key leaves the
+digest null; the row goes with the user's erasure anyway). Issue 29, keys/order_interpretations.py.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ INSERT_ORDER = CompiledStatement(
             "events",
             "due_at",
             "activate_by",
+            "priority",
+            "sealed_icd_codes",
+            "sealed_passthrough",
             "created_at",
             "updated_at",
             "version",
@@ -101,6 +105,9 @@ def order_created(conn: Connection, e: Order.Created) -> None:
             "events": status_line(e.status, e.timestamp),
             "due_at": e.next_step_at,
             "activate_by": e.activate_by,
+            "priority": e.priority,
+            "sealed_icd_codes": e.sealed_icd_codes,
+            "sealed_passthrough": e.sealed_passthrough,
             "created_at": e.timestamp,
             "updated_at": e.timestamp,
             "version": e.originator_version,
