@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,8 +182,19 @@ def on_disk(service: Service) -> dict[str, bytes]:
     return places
 
 
+# A value sealed by the key store, as stored: its prefix, then base64
+# (adapters/persistence/keys/key_store.py).
+SEALED_VALUE = re.compile(rb"v1\.[A-Za-z0-9+/]+={0,2}")
+
+
 def holding(places: dict[str, bytes], needle: bytes) -> list[str]:
-    return [place for place, content in places.items() if needle in content]
+    """The places whose bytes hold `needle` outside the sealed values. A sealed value is
+    base64 text, in which a short word turns up by chance: b"oura" once in about 16.7 M
+    characters, and an erased user's sealed events (kept, their key destroyed) are
+    hundreds of KB of it, so about one run in 40 found one (CI failed on it). A clear
+    value stored right after a sealed one with no padding would be read as its tail and
+    missed; the live rows' SQL checks cover those."""
+    return [place for place, content in places.items() if needle in SEALED_VALUE.sub(b"", content)]
 
 
 def printed_about(

@@ -284,9 +284,11 @@ def test_5xx_and_timeouts_go_retrying(
     oura.slow(2.5, times=1)
     svc.jobs.run_due_pulls()
     found = statuses(svc, other)
-    assert "retrying" in found.values()
-    [late] = [r for r, s in found.items() if s == "retrying"]
-    assert last_error(svc, other, late) == "transport_failure"
+    # The slowed answer's resource, and any other the loaded machine's fake answered past
+    # the second (CI saw two): each retried as a transport failure.
+    late = [r for r, s in found.items() if s == "retrying"]
+    assert late, found
+    assert {last_error(svc, other, r) for r in late} == {"transport_failure"}
 
 
 def test_an_expired_access_token_is_refreshed_once(
