@@ -26,6 +26,12 @@ Interpretation = Literal["normal", "abnormal", "critical"]
 MAX_PASSTHROUGH_LENGTH = 4096
 
 
+# The team's own string on an order (`POST /v3/order`, `POST /v3/order/testkit`): free text
+# (no control characters); the length before the check, so that a refusal says
+# "characters" as for any string.
+Passthrough = Annotated[str, Field(max_length=MAX_PASSTHROUGH_LENGTH), NO_CONTROL_CHARACTERS]
+
+
 class OrderPatientAddress(PatientAddress):
     """The patient's address of an order: the labs are US labs, so its zip code is checked
     as area info checks one (`/v3/order/area/info`): five digits or ZIP+4, and an active
@@ -80,11 +86,7 @@ class OrderCreate(BaseModel):
         "in an Excludes1 conflict, as POST /v3/insurance/validate_icd_codes checks them. "
         "Kept in their dotted form (e119 -> E11.9), each once; sealed with the user's key.",
     )
-    # Free text (no control characters); the length before the check, so that a refusal
-    # says "characters" as for any string.
-    passthrough: (
-        Annotated[str, Field(max_length=MAX_PASSTHROUGH_LENGTH), NO_CONTROL_CHARACTERS] | None
-    ) = Field(
+    passthrough: Passthrough | None = Field(
         default=None,
         description="Your own string, echoed back in the order's answers (at most 4096 "
         "characters, no control characters); sealed with the user's key.",

@@ -12,7 +12,11 @@ from uuid import UUID
 from fastapi import APIRouter
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
-from healthledger.adapters.http.order_schemas import OrderChanged, OrderPatientAddress
+from healthledger.adapters.http.order_schemas import (
+    OrderChanged,
+    OrderPatientAddress,
+    Passthrough,
+)
 from healthledger.adapters.http.orders import changed_answer
 from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
@@ -31,6 +35,11 @@ class TestkitOrderCreate(BaseModel):
     user_id: UUID = Field(description="The user the kit is for.")
     lab_test_id: UUID = Field(description="A lab test of a lab that sends test kits.")
     shipping_details: OrderPatientAddress = Field(description="Where the kit is sent.")
+    passthrough: Passthrough | None = Field(
+        default=None,
+        description="Your own string, echoed back in the order's answers (at most 4096 "
+        "characters, no control characters); sealed with the user's key.",
+    )
 
 
 class TestkitRegistration(BaseModel):
@@ -82,6 +91,7 @@ def order_testkit(service: CurrentService, body: TestkitOrderCreate, caller: Tea
         lab_test_id=body.lab_test_id,
         collection_method=TESTKIT,
         patient_address=body.shipping_details,
+        passthrough=body.passthrough,
     )
     order = service.lab_orders.place(caller.ctx, caller.team_id, request)
     return changed_answer(service, order, "Test kit ordered.")

@@ -93,11 +93,12 @@ def test_a_test_kit_ordered_and_registered_through_the_client(client: Any) -> No
     user = client.user.create(client_user_id=f"kit-{type(client).__name__}").user_id
     upsert_info(client, user)
     ordered = client.testkit.create_order(
-        user_id=user, lab_test_id=THYROID_KIT, shipping_details=SHIPPING
+        user_id=user, lab_test_id=THYROID_KIT, shipping_details=SHIPPING, passthrough="crm-kit-1"
     )
     assert isinstance(ordered, types.PostOrderResponse)
     kit = ordered.order
     assert kit.status.value == "received" and kit.details.type == "testkit"
+    assert kit.passthrough == "crm-kit-1"
     assert (
         kit.patient_address is not None and kit.patient_address.first_line == SHIPPING["first_line"]
     )

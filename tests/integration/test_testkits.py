@@ -93,6 +93,22 @@ def test_a_kit_is_a_testkit_order_shipped_to_the_address_given(
     assert body["patient_address"]["receiver_name"] == "Ada Lovelace"
     # Until the kit is registered, the patient is the user (their demographics).
     assert body["patient_details"]["last_name"] == "Lovelace"
+    assert body["passthrough"] is None
+
+
+def test_a_kits_passthrough_is_kept_and_answered_and_bad_ones_are_refused(
+    client: TestClient, team: Team, user: str
+) -> None:
+    ordered = order_kit(client, team, user, passthrough="crm-kit-4711")
+    assert ordered.status_code == 200, ordered.text
+    assert ordered.json()["passthrough"] == "crm-kit-4711"
+    read = client.get(f"/v3/order/{ordered.json()['id']}", headers=team.headers)
+    assert read.json()["passthrough"] == "crm-kit-4711"
+    for bad in ("crm\x00kit", "x" * 4097, 42):
+        refused = order_kit(client, team, user, passthrough=bad)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"][0]["loc"] == ["body", "passthrough"]
+        assert refused.json()["detail"][0]["input"] == "[redacted]"
 
 
 def test_a_kit_registered_by_its_sample_id_seals_its_patient(
