@@ -51,6 +51,9 @@ OLDER_SNAPSHOTS_WAIT = 30.0
 CURRENT_XID = text("SELECT CAST(xid(pg_current_xact_id()) AS text)")
 OLDER_SNAPSHOTS = text(
     "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+    # This database's transactions only: another database's snapshots hold back no row
+    # version of ours, and an erasure sweep need not wait for them.
+    " AND datname = current_database()"
     " AND ((backend_xmin IS NOT NULL AND age(backend_xmin) >= age(CAST(:xid AS xid)))"
     " OR (backend_xid IS NOT NULL AND age(backend_xid) >= age(CAST(:xid AS xid))))"
 )
