@@ -941,9 +941,12 @@ def test_pulls_run_once_across_processes_and_a_kill(
             time.sleep(0.02)
         two.kill()
         killed_at = datetime.now(UTC)
+        # Read at once: once a lease's time has passed the survivor takes it over (the row
+        # then names the survivor), and making the connections can outlast that on a
+        # loaded machine (a CI run found no dead lease and three messages posted again).
+        leases = dead_leases(observing, two.pid)
         making.join()
         assert len(second) == len(first)
-        leases = dead_leases(observing, two.pid)
         wait_settled(observing, [one], timeout=240)
 
         events = feed_events(observing, second)
@@ -973,10 +976,14 @@ def test_pulls_run_once_across_processes_and_a_kill(
         assert {feed: len(ids) for feed, ids in messages.items()} == dict.fromkeys(
             [*first, *second], 1
         )
-        rows = {str(r.delivery_id): r.message_id for r in delivery_rows(observing)}
+        deliveries = delivery_rows(observing)
+        rows = {str(r.delivery_id): r.message_id for r in deliveries}
         held_messages = {rows[delivery_id] for delivery_id in leases}
+        # A post the receiver got but answered after the sender's timeout is recorded as a
+        # failed attempt and posted again: at-least-once, like a crash's (ADR 0019).
+        retried = {r.message_id for r in deliveries if r.attempts > 1}
         posted_again = {m for ids in messages.values() for m, n in ids.items() if n > 1}
-        assert posted_again <= held_messages, posted_again - held_messages
+        assert posted_again <= held_messages | retried, posted_again - held_messages - retried
         print(
             f"\n{any_database.split(':')[0]}: {len(first)} pulls with both processes "
             f"(started once each; {dict(by_process.most_common())} by process), "
