@@ -23,6 +23,7 @@ from barcode.writer import SVGWriter
 from healthledger.adapters.answers.orders import OrderAnswers, OrderRow, marker_price
 from healthledger.adapters.persistence.queries.lab_tests import LabTestRow
 from healthledger.adapters.printing import render_pdf
+from healthledger.adapters.reference import icd10
 from healthledger.domain.instants import as_utc
 from healthledger.domain.labs.catalog import Lab, LabCatalog, Marker
 from healthledger.domain.labs.documents import (
@@ -166,6 +167,13 @@ class LabDocuments:
             "markers": markers,
             "total": f"{sum((marker_price(m) for m in markers), Decimal(0)):.2f}",
             "sample_type": self._sample_type(row.lab_id, row.collection_method),
+            # As placed: a STAT order is marked so on its documents, and its diagnoses
+            # (opened now; the lab bills and reads the order by them) printed with their
+            # descriptions.
+            "priority": row.priority,
+            "diagnoses": [
+                (code, icd10.description(code)) for code in self.answers.icd_codes(row) or ()
+            ],
         }
 
     def _heading(self, lab_id: int, team_id: Any) -> Heading:

@@ -84,6 +84,14 @@ def normalized(code: str) -> str:
     return icd.add_dot(compact) if icd.is_valid_item(compact) else compact
 
 
+def description(code: str) -> str:
+    """The list's description of a code ("" for one it does not hold: an order keeps the
+    codes it was validated with, and the list may change under a later release)."""
+    icd = _icd()
+    code = normalized(code)
+    return icd.get_description(code) if icd.is_valid_item(code) else ""
+
+
 def validate(codes: Iterable[str]) -> Validation:
     icd = _icd()
     result = Validation()

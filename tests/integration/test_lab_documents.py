@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters import printing
 from healthledger.adapters.composition import Service
+from healthledger.adapters.reference import icd10
 from healthledger.domain.labs.documents import requisition_number
 
 from tests.conftest import Team
@@ -131,6 +132,41 @@ def test_every_document_of_a_completed_order_prints_its_values(
                 result["name"] in line and (" H " in line or " L " in line or "CRITICAL" in line)
                 for line in report.splitlines()
             ), result["name"]
+
+
+def test_the_requisition_marks_a_stat_order_and_prints_its_diagnoses(
+    client: TestClient,
+    team: Team,
+    user: str,
+    tools: pdf_tools.Tools,
+    tmp_path: Path,
+) -> None:
+    """As placed: a STAT order's requisition says so, and lists the order's diagnoses (sent
+    in any case, kept dotted) with the ICD-10-CM list's descriptions; a routine order's
+    says routine and has no diagnoses section."""
+    with freeze_time(T0):
+        stat = placed(client, team, user, priority=True, icd_codes=["e6601", "Z68.41"])
+        routine = placed(client, team, user)
+    texts = {
+        name: flat(
+            text_of(
+                document(client, team, f"/v3/order/{order['id']}/requisition/pdf").content,
+                tools,
+                tmp_path,
+                name,
+            )
+        )
+        for name, order in (("stat", stat), ("routine", routine))
+    }
+    assert "Laboratory requisition STAT" in texts["stat"]
+    assert "STAT: process and report at once" in texts["stat"]
+    assert "Diagnoses (ICD-10-CM)" in texts["stat"]
+    for code in ("E66.01", "Z68.41"):
+        described = flat(icd10.description(code))
+        assert described, code
+        assert f"{code} {described}" in texts["stat"], code
+    assert "Priority Routine" in texts["routine"]
+    assert "STAT" not in texts["routine"] and "Diagnoses" not in texts["routine"]
 
 
 def test_the_team_name_and_each_methods_instructions(
