@@ -16,7 +16,9 @@ from uuid import UUID
 from healthledger.adapters.operations.schemas import ErasedValue
 from healthledger.adapters.reference import icd10
 from healthledger.adapters.reference.labs.areas import ZIP_CODE, zip_centroids
-from healthledger.domain.free_text import NO_CONTROL_CHARACTERS
+from healthledger.domain.free_text import (
+    NO_CONTROL_CHARACTERS_BUT_LINE_BREAKS,
+)
 from healthledger.domain.labs.patients import PatientAddress, PatientDetails
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
@@ -27,9 +29,12 @@ MAX_PASSTHROUGH_LENGTH = 4096
 
 
 # The team's own string on an order (`POST /v3/order`, `POST /v3/order/testkit`): free text
-# (no control characters); the length before the check, so that a refusal says
-# "characters" as for any string.
-Passthrough = Annotated[str, Field(max_length=MAX_PASSTHROUGH_LENGTH), NO_CONTROL_CHARACTERS]
+# that may span lines (teams keep pretty-printed JSON in it; it is sealed, never logged nor
+# printed), no other control characters; the length before the check, so that a refusal
+# says "characters" as for any string.
+Passthrough = Annotated[
+    str, Field(max_length=MAX_PASSTHROUGH_LENGTH), NO_CONTROL_CHARACTERS_BUT_LINE_BREAKS
+]
 
 
 class OrderPatientAddress(PatientAddress):

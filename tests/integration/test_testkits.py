@@ -104,7 +104,13 @@ def test_a_kits_passthrough_is_kept_and_answered_and_bad_ones_are_refused(
     assert ordered.json()["passthrough"] == "crm-kit-4711"
     read = client.get(f"/v3/order/{ordered.json()['id']}", headers=team.headers)
     assert read.json()["passthrough"] == "crm-kit-4711"
-    for bad in ("crm\x00kit", "x" * 4097, 42):
+    # Pretty-printed JSON (line breaks, tabs) is kept as sent; other controls are not.
+    pretty = '{\n  "crm": "kit-4711",\n\t"visit": 4\r\n}'
+    ordered = order_kit(client, team, user, passthrough=pretty)
+    assert ordered.status_code == 200, ordered.text
+    read = client.get(f"/v3/order/{ordered.json()['id']}", headers=team.headers)
+    assert ordered.json()["passthrough"] == read.json()["passthrough"] == pretty
+    for bad in ("crm\x00kit", "crm\x1b[31mkit", "crm\u202ekit", "x" * 4097, 42):
         refused = order_kit(client, team, user, passthrough=bad)
         assert refused.status_code == 422, refused.text
         assert refused.json()["detail"][0]["loc"] == ["body", "passthrough"]
