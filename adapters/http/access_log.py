@@ -7,17 +7,47 @@
   its path (the spec puts it there; teams often use an e-mail address), and a log line
   would keep it after the person's erasure, which the log cannot redact: the rest of
   that path goes too.
+- A path that names a health fact, a maker (`/v2/user/{user_id}/freestyle_libre`: a
+  glucose monitor says the person is diabetic) or a kind of health data
+  (`/v2/summary/menstrual_cycle/{user_id}`, `/v2/timeseries/{user_id}/insulin_injection`),
+  names no one: every segment that is not a word of our paths (lower-case letters), a
+  maker's slug or a kind goes: the user's id, a sleep's or a workout's id derived from
+  it, an e-mail address sent in their place. The line still says which endpoint answered
+  what, not whose fact it was (issue 29: the maker and the kinds of a person's data are
+  health facts, sealed in the log and gone with the erasure; a log line would keep them
+  beside the id).
 
-Other paths stay: they hold ids, slugs and kinds only."""
+Other paths stay: they hold ids, and words of our paths."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 
 ACCESS_LOGGER = "uvicorn.access"
 REDACTED_QUERY = "[redacted]"
 # Paths whose remainder, after the prefix, names a person.
 PERSONAL_PATH_PREFIXES = ("/v2/user/resolve/",)
+
+
+@functools.cache
+def health_words() -> frozenset[str]:
+    """The path segments that name a health fact: the makers' slugs, and the kinds of
+    health data the summary and timeseries paths take (the official clients' aliases
+    too)."""
+    # Imported on first use: the catalogs and the routes load with the service anyway.
+    from healthledger.adapters.http.timeseries import PATH_NAMES
+    from healthledger.adapters.reference import provider_slugs
+    from healthledger.domain.connections.providers import SUMMARY_RESOURCES
+
+    return provider_slugs() | SUMMARY_RESOURCES | frozenset(PATH_NAMES)
+
+
+# A word of our paths (`v2`, `summary`, `grouped`, `ldl`): lower-case letters, at most one
+# digit at the end. An id is not one (a UUID holds hyphens or many digits), nor an e-mail
+# address, nor a value with capitals or punctuation.
+PATH_WORD = re.compile(r"[a-z][a-z_]*[0-9]?")
 
 
 def redacted_path(target: str) -> str:
@@ -26,6 +56,15 @@ def redacted_path(target: str) -> str:
     for prefix in PERSONAL_PATH_PREFIXES:
         if path.startswith(prefix) and len(path) > len(prefix):
             path = prefix + REDACTED_QUERY
+    segments = path.split("/")
+    health = health_words()
+    if any(segment in health for segment in segments):
+        path = "/".join(
+            segment
+            if not segment or segment in health or PATH_WORD.fullmatch(segment)
+            else REDACTED_QUERY
+            for segment in segments
+        )
     return f"{path}?{REDACTED_QUERY}" if found else path
 
 

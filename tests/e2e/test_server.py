@@ -79,9 +79,20 @@ def test_first_run_prints_the_key_once_and_the_api_serves_over_http(
             time.sleep(0.2)
         (oura,) = [entry for entry in provider_catalog() if entry.slug == "oura"]
         assert set(pulled) == set(oura.supported_resources)
+        sleep = httpx.get(
+            f"{base}/v2/summary/sleep/{user_id}",
+            params={"start_date": "2026-01-01"},
+            headers=headers,
+        )
+        assert sleep.status_code == 200
     # A later start prints nothing secret, and its access log no person's identifier nor
     # link token (the resolve path's tail and the query strings redacted).
     assert not any("hlk_" in line or "hlm_" in line or "hll_" in line for line in output)
     assert any('"GET /v2/user/resolve/[redacted] HTTP/1.1" 200' in line for line in output)
+    # A path that names a kind of health data names no one (the user's id beside "sleep").
+    assert any(
+        '"GET /v2/summary/sleep/[redacted]?[redacted] HTTP/1.1" 200' in line for line in output
+    )
+    assert not any(f"/sleep/{user_id}" in line for line in output)
     assert any('"GET /?[redacted] HTTP/1.1" 200' in line for line in output)
     assert not any(CUID in line or "grace-hopper" in line for line in output)
