@@ -17,6 +17,7 @@ the sweep rewrote the index (ADR 0049)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, date, datetime, timedelta
 from uuid import UUID
@@ -75,21 +76,40 @@ def every_stored_byte(service: Service) -> dict[str, bytes]:
     return places
 
 
+# Every run of the text spellings (`spellings`), at every position (a lookahead: runs may
+# overlap): lower-case hex, and the dashed form.
+HEX = re.compile(rb"(?=([0-9a-f]{32}))")
+DASHED = re.compile(rb"(?=([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}))")
+
+
 def held(places: Mapping[str, bytes], tried: Mapping[UUID, str]) -> list[tuple[str, str]]:
     """(guess, place) of each guess held in a place in any of its spellings (`spellings`:
-    hex, dashed, 16 bytes). Tens of thousands of guesses: each place is scanned once for
-    the spellings' common first 8 bytes (the hex ones share theirs), not once a guess."""
-    by_head: dict[bytes, list[tuple[bytes, str]]] = {}
+    hex, dashed, 16 bytes). Tens of thousands of guesses over megabytes of pages: the text
+    spellings are every hex and dashed run found by a regular expression, looked up; the
+    16 bytes by their 8-byte pieces: wherever they sit, their first 8 bytes hold a piece
+    that starts at a multiple of 8 in the place, so only those pieces of a place are taken
+    (a set, intersected with the guesses' pieces), and each hit is checked whole."""
+    names: dict[bytes, str] = {}
+    pieces: dict[bytes, list[tuple[bytes, int]]] = {}
     for guess, name in tried.items():
         for spelling in spellings(guess):
-            by_head.setdefault(spelling[:8], []).append((spelling, name))
-    found = []
+            names[spelling] = name
+        raw = guess.bytes
+        for offset in range(8):
+            pieces.setdefault(raw[offset : offset + 8], []).append((raw, offset))
+    found: set[tuple[str, str]] = set()
     for place, content in places.items():
-        for at in range(len(content) - 7):
-            for spelling, name in by_head.get(content[at : at + 8], ()):
-                if content.startswith(spelling, at):
-                    found.append((name, place))
-    return found
+        runs = {m.group(1) for pattern in (HEX, DASHED) for m in pattern.finditer(content)}
+        found.update((names[run], place) for run in runs if run in names)
+        aligned = {content[at : at + 8] for at in range(0, len(content) - 7, 8)}
+        for piece in aligned & pieces.keys():
+            at = content.find(piece)
+            while at != -1:
+                for raw, offset in pieces[piece]:
+                    if at >= offset and content.startswith(raw, at - offset):
+                        found.add((names[raw], place))
+                at = content.find(piece, at + 1)
+    return sorted(found)
 
 
 def answered_ids(items: Iterable[Mapping[str, object]]) -> Iterator[tuple[str, str]]:
