@@ -93,7 +93,16 @@ class LabDocuments:
 
     def requisition(self, row: OrderRow) -> bytes:
         require_printable(REQUISITION, row.detailed_status)
-        return self._print("labs/requisition.html", self._order_context(row))
+        context = self._order_context(row)
+        # As placed: a STAT order is marked so, and its diagnoses (opened now; the lab
+        # bills and reads the order by them) printed with their descriptions. The
+        # requisition's alone: the other papers would open the codes, and the first would
+        # read the code list, for nothing.
+        context["priority"] = row.priority
+        context["diagnoses"] = [
+            (code, icd10.description(code)) for code in self.answers.icd_codes(row) or ()
+        ]
+        return self._print("labs/requisition.html", context)
 
     def labels(self, row: OrderRow, collection_date: datetime, count: int) -> bytes:
         require_printable(LABELS, row.detailed_status)
@@ -167,13 +176,6 @@ class LabDocuments:
             "markers": markers,
             "total": f"{sum((marker_price(m) for m in markers), Decimal(0)):.2f}",
             "sample_type": self._sample_type(row.lab_id, row.collection_method),
-            # As placed: a STAT order is marked so on its documents, and its diagnoses
-            # (opened now; the lab bills and reads the order by them) printed with their
-            # descriptions.
-            "priority": row.priority,
-            "diagnoses": [
-                (code, icd10.description(code)) for code in self.answers.icd_codes(row) or ()
-            ],
         }
 
     def _heading(self, lab_id: int, team_id: Any) -> Heading:

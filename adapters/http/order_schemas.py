@@ -16,9 +16,7 @@ from uuid import UUID
 from healthledger.adapters.operations.schemas import ErasedValue
 from healthledger.adapters.reference import icd10
 from healthledger.adapters.reference.labs.areas import ZIP_CODE, zip_centroids
-from healthledger.domain.free_text import (
-    NO_CONTROL_CHARACTERS_BUT_LINE_BREAKS,
-)
+from healthledger.domain.free_text import NO_CONTROL_CHARACTERS_BUT_LINE_BREAKS
 from healthledger.domain.labs.patients import PatientAddress, PatientDetails
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
@@ -35,6 +33,10 @@ MAX_PASSTHROUGH_LENGTH = 4096
 Passthrough = Annotated[
     str, Field(max_length=MAX_PASSTHROUGH_LENGTH), NO_CONTROL_CHARACTERS_BUT_LINE_BREAKS
 ]
+PASSTHROUGH_DESCRIPTION = (
+    "Your own string, echoed back in the order's answers (at most 4096 characters; line "
+    "breaks and tabs allowed, no other control characters); sealed with the user's key."
+)
 
 
 class OrderPatientAddress(PatientAddress):
@@ -91,11 +93,7 @@ class OrderCreate(BaseModel):
         "in an Excludes1 conflict, as POST /v3/insurance/validate_icd_codes checks them. "
         "Kept in their dotted form (e119 -> E11.9), each once; sealed with the user's key.",
     )
-    passthrough: Passthrough | None = Field(
-        default=None,
-        description="Your own string, echoed back in the order's answers (at most 4096 "
-        "characters, no control characters); sealed with the user's key.",
-    )
+    passthrough: Passthrough | None = Field(default=None, description=PASSTHROUGH_DESCRIPTION)
 
     @field_validator("icd_codes")
     @classmethod

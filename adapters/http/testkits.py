@@ -13,6 +13,7 @@ from fastapi import APIRouter
 from healthledger.adapters.http.auth import TeamApiCaller
 from healthledger.adapters.http.errors import error_responses
 from healthledger.adapters.http.order_schemas import (
+    PASSTHROUGH_DESCRIPTION,
     OrderChanged,
     OrderPatientAddress,
     Passthrough,
@@ -35,11 +36,7 @@ class TestkitOrderCreate(BaseModel):
     user_id: UUID = Field(description="The user the kit is for.")
     lab_test_id: UUID = Field(description="A lab test of a lab that sends test kits.")
     shipping_details: OrderPatientAddress = Field(description="Where the kit is sent.")
-    passthrough: Passthrough | None = Field(
-        default=None,
-        description="Your own string, echoed back in the order's answers (at most 4096 "
-        "characters, no control characters); sealed with the user's key.",
-    )
+    passthrough: Passthrough | None = Field(default=None, description=PASSTHROUGH_DESCRIPTION)
 
 
 class TestkitRegistration(BaseModel):
