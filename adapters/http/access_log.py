@@ -10,12 +10,12 @@
 - A path that names a health fact, a maker (`/v2/user/{user_id}/freestyle_libre`: a
   glucose monitor says the person is diabetic) or a kind of health data
   (`/v2/summary/menstrual_cycle/{user_id}`, `/v2/timeseries/{user_id}/insulin_injection`),
-  names no one: every segment that is not a word of our paths (lower-case letters), a
-  maker's slug or a kind goes: the user's id, a sleep's or a workout's id derived from
-  it, an e-mail address sent in their place. The line still says which endpoint answered
-  what, not whose fact it was (issue 29: the maker and the kinds of a person's data are
-  health facts, sealed in the log and gone with the erasure; a log line would keep them
-  beside the id).
+  names no one: every segment that is not a word of our routes' paths, a maker's slug or
+  a kind goes: the user's id, a sleep's or a workout's id derived from it, whatever was
+  sent in their place (an e-mail address, a team's own identifier, a name). The line
+  still says which endpoint answered what, not whose fact it was (issue 29: the maker and
+  the kinds of a person's data are health facts, sealed in the log and gone with the
+  erasure; a log line would keep them beside the id).
 
 Other paths stay: they hold ids, and words of our paths."""
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 
 ACCESS_LOGGER = "uvicorn.access"
 REDACTED_QUERY = "[redacted]"
@@ -44,10 +43,22 @@ def health_words() -> frozenset[str]:
     return provider_slugs() | SUMMARY_RESOURCES | frozenset(PATH_NAMES)
 
 
-# A word of our paths (`v2`, `summary`, `grouped`, `ldl`): lower-case letters, at most one
-# digit at the end. An id is not one (a UUID holds hyphens or many digits), nor an e-mail
-# address, nor a value with capitals or punctuation.
-PATH_WORD = re.compile(r"[a-z][a-z_]*[0-9]?")
+@functools.cache
+def path_words() -> frozenset[str]:
+    """The literal segments of both APIs' route paths (`v2`, `summary`, `grouped`, `ldl`):
+    what a path segment is when it is not a parameter. A parameter's value is kept only if
+    it is a health word (a maker's slug, a kind): anything sent in an id's place goes,
+    however much it looks like a word (`/v2/summary/sleep/ada`)."""
+    from healthledger.adapters.http.management_api import MANAGEMENT_ROUTERS
+    from healthledger.adapters.http.team_api import TEAM_ROUTERS
+
+    return frozenset(
+        segment
+        for router in (*TEAM_ROUTERS, *MANAGEMENT_ROUTERS)
+        for route in router.routes
+        for segment in getattr(route, "path", "").split("/")
+        if segment and not segment.startswith("{")
+    )
 
 
 def redacted_path(target: str) -> str:
@@ -59,10 +70,9 @@ def redacted_path(target: str) -> str:
     segments = path.split("/")
     health = health_words()
     if any(segment in health for segment in segments):
+        words = path_words()
         path = "/".join(
-            segment
-            if not segment or segment in health or PATH_WORD.fullmatch(segment)
-            else REDACTED_QUERY
+            segment if not segment or segment in health or segment in words else REDACTED_QUERY
             for segment in segments
         )
     return f"{path}?{REDACTED_QUERY}" if found else path

@@ -16,14 +16,19 @@ from healthledger.adapters.http.requests import (
 )
 from starlette.routing import BaseRoute
 
+MANAGEMENT_ROUTERS: tuple[APIRouter, ...] = (
+    management.router,
+    webhook_endpoints.router,
+    event_destinations.router,
+)
+
 
 @functools.cache
 def management_routes() -> tuple[BaseRoute, ...]:
     """Every route of the management API, built once per process (as `team_routes`)."""
     routes = APIRouter()
-    routes.include_router(management.router)
-    routes.include_router(webhook_endpoints.router)
-    routes.include_router(event_destinations.router)
+    for router in MANAGEMENT_ROUTERS:
+        routes.include_router(router)
     return tuple(routes.routes)
 
 

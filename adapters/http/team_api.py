@@ -55,57 +55,63 @@ from healthledger.adapters.http.errors import install_error_handlers
 from healthledger.adapters.http.requests import BodyLimitMiddleware, RequestIdMiddleware
 from starlette.routing import BaseRoute
 
+# Every router of the team API (the access log reads their paths' words too).
+TEAM_ROUTERS: tuple[APIRouter, ...] = (
+    # The data reads first: a request is matched against the routes in this order, one by
+    # one, and these are the ones users wait on (their paths share no prefix with the
+    # rest's, so the order changes no match).
+    timeseries.router,
+    # After the timeseries: `.../cholesterol/grouped` stays the generic grouped route.
+    cholesterol.router,
+    summaries.router,
+    # The makers' payloads as received (`*.get_raw`, docs/data.md#raw-payloads).
+    raw_payloads.router,
+    session_streams.router,
+    aggregate_query.router,
+    continuous_queries.router,
+    users.router,
+    connections.router,
+    link_tokens.router,
+    # A team's own link widget, with the link token alone (ADR 0038).
+    link_api.router,
+    link_codes.router,
+    manual_connections.router,
+    bulk_operations.router,
+    # A page for browsers the makers send back (the custom credentials' redirect_uri).
+    oauth_callback.router,
+    # The makers call us here (no team key: each maker's own signature).
+    maker_webhooks.router,
+    providers.router,
+    lab_tests.router,
+    area_info.router,
+    introspection.router,
+    audit_routes.router,
+    deletion_reports.router,
+    orders.router,
+    order_tracking.router,
+    order_transactions.router,
+    testkits.router,
+    lab_documents.router,
+    lab_methods.router,
+    compendium.router,
+    unmatched_results.router,
+    appointments.router,
+    portal.router,
+    imports.router,
+    lab_report_parser.router,
+    team_settings.router,
+    source_priorities.router,
+    user_devices.router,
+    user_insurance.router,
+)
+
 
 @functools.cache
 def team_routes() -> tuple[BaseRoute, ...]:
     """Every route of the team API, built once per process."""
     routes = APIRouter()
-    # The data reads first: a request is matched against the routes in this order, one by
-    # one, and these are the ones users wait on (their paths share no prefix with the
-    # rest's, so the order changes no match).
-    routes.include_router(timeseries.router)
-    # After the timeseries: `.../cholesterol/grouped` stays the generic grouped route.
-    routes.include_router(cholesterol.router)
-    routes.include_router(summaries.router)
-    # The makers' payloads as received (`*.get_raw`, docs/data.md#raw-payloads).
-    routes.include_router(raw_payloads.router)
-    routes.include_router(session_streams.router)
-    routes.include_router(aggregate_query.router)
-    routes.include_router(continuous_queries.router)
-    routes.include_router(users.router)
-    routes.include_router(connections.router)
-    routes.include_router(link_tokens.router)
-    # A team's own link widget, with the link token alone (ADR 0038).
-    routes.include_router(link_api.router)
-    routes.include_router(link_codes.router)
-    routes.include_router(manual_connections.router)
-    routes.include_router(bulk_operations.router)
-    # A page for browsers the makers send back (the custom credentials' redirect_uri).
-    routes.include_router(oauth_callback.router)
-    # The makers call us here (no team key: each maker's own signature).
-    routes.include_router(maker_webhooks.router)
-    routes.include_router(providers.router)
-    routes.include_router(lab_tests.router)
-    routes.include_router(area_info.router)
-    routes.include_router(introspection.router)
-    routes.include_router(audit_routes.router)
-    routes.include_router(deletion_reports.router)
-    routes.include_router(orders.router)
-    routes.include_router(order_tracking.router)
-    routes.include_router(order_transactions.router)
-    routes.include_router(testkits.router)
-    routes.include_router(lab_documents.router)
-    routes.include_router(lab_methods.router)
-    routes.include_router(compendium.router)
-    routes.include_router(unmatched_results.router)
-    routes.include_router(appointments.router)
-    routes.include_router(portal.router)
-    routes.include_router(imports.router)
-    routes.include_router(lab_report_parser.router)
-    routes.include_router(team_settings.router)
-    routes.include_router(source_priorities.router)
-    routes.include_router(user_devices.router)
-    routes.include_router(user_insurance.router)
+    for router in TEAM_ROUTERS:
+        routes.include_router(router)
     return tuple(routes.routes)
 
 

@@ -12,6 +12,7 @@ from healthledger.adapters.http.access_log import (
     ACCESS_LOGGER,
     AccessLogRedaction,
     health_words,
+    path_words,
     redacted_path,
 )
 
@@ -39,6 +40,10 @@ USER_HEX = "ab62592fcc4e53618b731ba0462f2294"
         # Whatever was sent in the id's place (an e-mail address, a team's own identifier).
         ("/v2/summary/sleep/ada.lovelace@example.org", "/v2/summary/sleep/[redacted]"),
         ("/v2/summary/glucose/Patient-42", "/v2/summary/glucose/[redacted]"),
+        # A word is no exception: a name, a lower-case identifier.
+        ("/v2/summary/sleep/alice", "/v2/summary/sleep/[redacted]"),
+        ("/v2/user/jsmith42/freestyle_libre", "/v2/user/[redacted]/freestyle_libre"),
+        (f"/v2/summary/sleep/{USER}/rawish", "/v2/summary/sleep/[redacted]/[redacted]"),
         # The query string goes as before.
         (
             f"/v2/summary/sleep/{USER}?start_date=2026-01-01",
@@ -65,6 +70,16 @@ def test_the_words_are_the_catalogs() -> None:
     assert {"sleep", "menstrual_cycle", "glucose", "insulin_injection", "body_weight"} <= words
     # Words of our paths that say nothing of a body are not among them.
     assert not {"v2", "user", "order", "result", "device", "stream", "grouped"} & words
+
+
+def test_the_paths_words_are_the_routes() -> None:
+    words = path_words()
+    # Each API's literal words, the makers' webhook path's and the cholesterol kinds'.
+    assert {"v2", "v3", "summary", "timeseries", "grouped", "raw", "stream", "ldl"} <= words
+    assert {"org", "team", "webhook", "makers", "resolve"} <= words
+    # Never a parameter.
+    assert not any(word.startswith("{") or "}" in word for word in words)
+    assert not {"user_id", "alice"} & words
 
 
 def test_the_filter_rewrites_uvicorns_record() -> None:
