@@ -194,8 +194,8 @@ def test_snapshots_are_taken_for_long_lived_users(
             svc.users.update_user(ctx, team.team_id, user.id, {"fallback_time_zone": zone})
         assert svc.ledger.snapshots is not None
         assert list(svc.ledger.snapshots.get(user.id))
-        latest = svc.users.load(team.team_id, user.id).fallback_time_zone
-        assert latest is not None and latest[0] == "Asia/Tokyo"
+        latest = svc.users.load(team.team_id, user.id).sealed_fallback_time_zone
+        assert latest is not None and svc.key_store.open(user.id, latest[0]) == "Asia/Tokyo"
     finally:
         svc.close()
 
