@@ -40,6 +40,7 @@ from healthledger.adapters.persistence.health_data.store import open_block
 from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import Redaction
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.user import User
@@ -220,12 +221,24 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         events = [service.ledger.mapper.to_domain_event(n) for n in notifications]
         assert isinstance(events[-4], Team.ClientUserIdSecretCreated)
         assert all(isinstance(event, Redaction.Created) for event in events[-3:])
-        created = {
-            event.client_user_id: event.originator_id
-            for event in events
-            if isinstance(event, User.Created) and event.client_user_id is not None
-        }
-        assert sorted(created) == [f"legacy-{i}" for i in range(6)]
+        # Their Created held the client_user_id in clear (before ADR 0017); the start's
+        # redaction sealed it with the user's key, and removed it for the user erased
+        # before (legacy-4): none is left in clear (ADR 0052). Made in order, legacy-0 first.
+        users_created = [event for event in events if isinstance(event, User.Created)]
+        assert [event.client_user_id for event in users_created] == [None] * 6
+        vault = service.lab_orders.vault
+        opened = [
+            event.sealed_client_user_id
+            if event.sealed_client_user_id == ERASED_PLACEHOLDER
+            else vault.open(event.originator_id, str(event.sealed_client_user_id))
+            for event in users_created
+        ]
+        assert opened == [f"legacy-{i}" if i != 4 else ERASED_PLACEHOLDER for i in range(6)]
+        created = {f"legacy-{i}": event.originator_id for i, event in enumerate(users_created)}
+        stored = db.execute(
+            "SELECT state FROM stored_events WHERE topic = 'healthledger:User.Created.v1'"
+        )
+        assert len(stored) == 6 and not any(b"legacy-" in bytes(row[0]) for row in stored)
 
         # Every key unwraps under the master key that came with the database, and the
         # health data sealed under them opens: each stored day converted into its block

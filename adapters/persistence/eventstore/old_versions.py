@@ -234,23 +234,37 @@ def _time_zone_row(user_id: UUID, sealed: str | None) -> Callable[[Connection], 
 def user_created_sealed(
     mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
 ) -> Successor | None:
-    """A user's Created of before version 4 holding its time zone in clear, as version 4:
-    the zone sealed with the user's key, or the placeholder for a user erased already
-    (None: nothing in clear, already redacted or never set). The rest as it was, the
-    client_user_id too (ADR 0017 keeps the old events' values: see ADR 0052)."""
+    """A user's Created of before version 4 holding personal values in clear, as version
+    4: its time zone, and (before version 3) its client_user_id, sealed with the user's
+    key, or the placeholder for a user erased already (None: nothing in clear, already
+    redacted or never set). The claim of its time, derived from the clear client_user_id
+    when read (`upcast_v2_v3`), is kept as the record's `claim_id`. A record is redacted
+    once: both values go in the same redaction (ADR 0052)."""
     old = mapper.to_domain_event(record)
     assert isinstance(old, User.Created)
-    if old.fallback_time_zone is None:
+    zone, client_user_id = old.fallback_time_zone, old.client_user_id
+    if zone is None and client_user_id is None:
         return None
     seal = sealer(old.originator_id)
-    sealed = ERASED_PLACEHOLDER if seal is None else seal(old.fallback_time_zone)
-    state = {**vars(old), "fallback_time_zone": None, "sealed_fallback_time_zone": sealed}
+
+    def sealed(value: str) -> str:
+        return ERASED_PLACEHOLDER if seal is None else seal(value)
+
+    state = dict(vars(old))
+    if zone is not None:
+        state.update(fallback_time_zone=None, sealed_fallback_time_zone=sealed(zone))
+    if client_user_id is not None:
+        # The users row keeps the sealed value the start gave it (revision 0015's
+        # conversion, or a later change's): only the log's copy is sealed here.
+        state.update(client_user_id=None, sealed_client_user_id=sealed(client_user_id))
     stored = mapper.to_stored_event(User.Created(**state))
     return Successor(
         Replacement(position, record.topic, record.state, stored.topic, stored.state),
         REMOVED if seal is None else SEALED,
-        # The user erased: its row is gone, nothing to give.
-        None if seal is None else _time_zone_row(old.originator_id, sealed),
+        # The user erased: its row is gone, nothing to give. No zone: the row has none.
+        None
+        if seal is None or zone is None
+        else _time_zone_row(old.originator_id, state["sealed_fallback_time_zone"]),
     )
 
 
