@@ -326,7 +326,7 @@ def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callab
             team_id=team_id,
             sealed_client_user_id=UserCipher(user_id, data_key).seal(client_user_id),
             claim_id=ClientUserIdClaim.id_for_digest(digest),
-            fallback_time_zone=None,
+            sealed_fallback_time_zone=None,
             sealed_birth_date=None,
             ingestion_start=None,
             ingestion_end=None,

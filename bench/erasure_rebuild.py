@@ -151,7 +151,7 @@ def create_users(service: Service, team_id: uuid.UUID, count: int, prefix: str) 
                 team_id=team_id,
                 sealed_client_user_id=sealed,
                 claim_id=located.claim_id,
-                fallback_time_zone=None,
+                sealed_fallback_time_zone=None,
                 sealed_birth_date=None,
                 ingestion_start=None,
                 ingestion_end=None,
@@ -172,7 +172,8 @@ def change_and_delete(service: Service, users: Sequence[User], delete_every: int
         batch: list[Any] = []
         for n, user in enumerate(users[start : start + SETUP_BATCH], start):
             now = clock()
-            user.change_settings(CTX, now, {"fallback_time_zone": "Europe/Paris"})
+            zone = service.key_store.seal(user.id, "Europe/Paris")
+            user.change_settings(CTX, now, {"sealed_fallback_time_zone": zone})
             batch.append(user)
             if n % delete_every == 0:
                 claim = service.ledger.find(user.claim_id)

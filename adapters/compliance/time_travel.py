@@ -261,7 +261,7 @@ def state_as_of(service: Service, aggregate_id: UUID, instant: datetime) -> dict
         "modified_on": aggregate.modified_on,
     }
     if isinstance(aggregate, User):
-        return {**state, **_user_state(aggregate, key_exists)}
+        return {**state, **_user_state(aggregate, key_exists, service.key_store.open)}
     for name, value in vars(aggregate).items():
         if name.startswith("_"):
             continue  # eventsourcing's own (id, version and times are given above)
@@ -271,11 +271,20 @@ def state_as_of(service: Service, aggregate_id: UUID, instant: datetime) -> dict
     return state
 
 
-def _user_state(user: User, key_exists: bool) -> dict[str, Any]:
+def _user_state(
+    user: User, key_exists: bool, open_: Callable[[UUID, str], Any | None]
+) -> dict[str, Any]:
     def sealed(value: Any) -> str | None:
         return None if value is None else placeholder(key_exists)
 
-    time_zone = user.fallback_time_zone
+    # The time zone by value, as the audit has always shown it: opened with the user's
+    # key, or the erased placeholder once the key is gone. In clear only if it was
+    # recorded in clear and not redacted yet.
+    time_zone: Any = user.fallback_time_zone
+    if user.sealed_fallback_time_zone is not None:
+        zone, source, updated_at = user.sealed_fallback_time_zone
+        opened = open_(user.id, zone) if key_exists else None
+        time_zone = (ERASED_PLACEHOLDER if opened is None else opened, source, updated_at)
     birth_date = user.sealed_birth_date
     return {
         "user_id": user.id,
@@ -337,7 +346,7 @@ class UserRow:
     client_user_id: str
     status: str
     created_on: datetime
-    fallback_time_zone: str | None
+    sealed_fallback_time_zone: str | None
     fallback_time_zone_source: str | None
     fallback_time_zone_updated_at: datetime | None
     sealed_birth_date: str | None
@@ -349,8 +358,10 @@ class UserRow:
     @classmethod
     def of(cls, user: User, vault: PersonalDataVault) -> UserRow:
         """The row of `user`; its client_user_id as recorded (in clear before it was
-        sealed), else opened with `vault`, as the projection opens it."""
-        zone, birth = user.fallback_time_zone, user.sealed_birth_date
+        sealed), else opened with `vault`, as the projection opens it. The time zone as
+        the read model holds it: sealed (the start redacted every record that held it in
+        clear, before anything reads)."""
+        zone, birth = user.sealed_fallback_time_zone, user.sealed_birth_date
         client_user_id = user.client_user_id
         if client_user_id is None:
             assert user.sealed_client_user_id is not None, "held in clear or sealed"
@@ -361,7 +372,7 @@ class UserRow:
             client_user_id=client_user_id,
             status=user.status,
             created_on=user.created_on,
-            fallback_time_zone=None if zone is None else zone[0],
+            sealed_fallback_time_zone=None if zone is None else zone[0],
             fallback_time_zone_source=None if zone is None else zone[1],
             fallback_time_zone_updated_at=None if zone is None else zone[2],
             sealed_birth_date=None if birth is None else birth[0],

@@ -161,6 +161,10 @@ class UserLifecycle:
             if fallback_birth_date is None
             else self.vault.seal(user_id, fallback_birth_date.isoformat())
         )
+        # The zone says where the person lives: sealed like the birth date (checked above).
+        sealed_time_zone = (
+            None if fallback_time_zone is None else self.vault.seal(user_id, fallback_time_zone)
+        )
         try:
             return self._register(
                 ctx,
@@ -168,7 +172,7 @@ class UserLifecycle:
                 user_id,
                 client_user_id,
                 sealed_client_user_id,
-                fallback_time_zone,
+                sealed_time_zone,
                 sealed_birth_date,
                 ingestion_start,
                 ingestion_end,
@@ -185,7 +189,7 @@ class UserLifecycle:
         user_id: UUID,
         client_user_id: str,
         sealed_client_user_id: str,
-        fallback_time_zone: str | None,
+        sealed_fallback_time_zone: str | None,
         sealed_birth_date: str | None,
         ingestion_start: date | None,
         ingestion_end: date | None,
@@ -203,7 +207,7 @@ class UserLifecycle:
                 team_id=team_id,
                 sealed_client_user_id=sealed_client_user_id,
                 claim_id=located.claim_id,
-                fallback_time_zone=fallback_time_zone,
+                sealed_fallback_time_zone=sealed_fallback_time_zone,
                 sealed_birth_date=sealed_birth_date,
                 ingestion_start=ingestion_start,
                 ingestion_end=ingestion_end,
@@ -241,9 +245,14 @@ class UserLifecycle:
             changes.get("fallback_time_zone"), changes.get("fallback_birth_date"), start, end
         )
         settings: dict[str, Any] = {}
-        for key in ("fallback_time_zone", "ingestion_start", "ingestion_end"):
+        for key in ("ingestion_start", "ingestion_end"):
             if key in changes:
                 settings[key] = changes[key]
+        if "fallback_time_zone" in changes:
+            zone = changes["fallback_time_zone"]
+            settings["sealed_fallback_time_zone"] = (
+                None if zone is None else self.vault.seal(user.id, zone)
+            )
         if "fallback_birth_date" in changes:
             birth_date = changes["fallback_birth_date"]
             settings["sealed_birth_date"] = (

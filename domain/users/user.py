@@ -116,7 +116,12 @@ class User(Audited):
         pass
 
     class Created(Event, Aggregate.Created):
-        """Version 3 seals the client_user_id with the user's own key
+        """Version 4 seals the fallback time zone with the user's own key
+        (`sealed_fallback_time_zone`; `fallback_time_zone` is None): which zone a person
+        lives in is personal, and goes with the erasure. Events stored before hold it in
+        clear and load with no sealed value; the service's start redacts them into this
+        version (ADR 0028: `old_versions.SEALED_IN_PLACE`).
+        Version 3 seals the client_user_id with the user's own key
         (`sealed_client_user_id`; `client_user_id` is None) and names the claim the user
         holds (`claim_id`, derived from the team's digest of the value): the value is in
         clear nowhere in the log. Events stored before keep the value in clear; they
@@ -127,10 +132,15 @@ class User(Audited):
 
         TOPIC = "healthledger:User.Created.v1"
         ANNOUNCES = ()
-        PERSONAL_FIELDS = ("sealed_birth_date", "sealed_client_user_id")
-        class_version = 3
+        PERSONAL_FIELDS = (
+            "sealed_birth_date",
+            "sealed_client_user_id",
+            "sealed_fallback_time_zone",
+        )
+        class_version = 4
         team_id: UUID
         client_user_id: str | None
+        # None from version 4; in clear in events stored before (until redacted).
         fallback_time_zone: str | None
         sealed_birth_date: str | None
         ingestion_start: date | None
@@ -138,6 +148,7 @@ class User(Audited):
         environment: str | None
         sealed_client_user_id: str | None
         claim_id: UUID
+        sealed_fallback_time_zone: str | None
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -148,20 +159,35 @@ class User(Audited):
             state["sealed_client_user_id"] = None
             state["claim_id"] = ClientUserIdClaim.id_for(state["team_id"], state["client_user_id"])
 
+        @staticmethod
+        def upcast_v3_v4(state: dict[str, Any]) -> None:
+            state["sealed_fallback_time_zone"] = None
+
     class SettingsChanged(Event):
-        """Fallbacks or ingestion bounds changed; `changes` holds only the changed keys."""
+        """Fallbacks or ingestion bounds changed; `changes` holds only the changed keys.
+        The time zone is `sealed_fallback_time_zone`, sealed with the user's key (None:
+        removed). Events stored before held it in clear as `fallback_time_zone`; the
+        service's start redacts them into the sealed key (ADR 0028), and they load as
+        they are until then."""
 
         TOPIC = "healthledger:User.SettingsChanged.v1"
         ANNOUNCES = ()
-        PERSONAL_FIELDS = ("sealed_birth_date",)
+        PERSONAL_FIELDS = ("sealed_birth_date", "sealed_fallback_time_zone")
         changes: dict[str, Any]
 
         def apply(self, user: User) -> None:
             for key, value in self.changes.items():
-                if key == "fallback_time_zone":
+                if key == "sealed_fallback_time_zone":
+                    user.sealed_fallback_time_zone = (
+                        None if value is None else (value, MANUAL_SOURCE, self.timestamp)
+                    )
+                    user.fallback_time_zone = None
+                elif key == "fallback_time_zone":
+                    # Recorded in clear, before the zone was sealed (not redacted yet).
                     user.fallback_time_zone = (
                         None if value is None else (value, MANUAL_SOURCE, self.timestamp)
                     )
+                    user.sealed_fallback_time_zone = None
                 elif key == "sealed_birth_date":
                     user.sealed_birth_date = (
                         None if value is None else (value, MANUAL_SOURCE, self.timestamp)
@@ -283,6 +309,8 @@ class User(Audited):
             user.erased_at = self.timestamp
             user.sealed_birth_date = None
             user.sealed_demographics = None
+            user.sealed_fallback_time_zone = None
+            user.fallback_time_zone = None
 
     def __init__(
         self,
@@ -300,6 +328,7 @@ class User(Audited):
         environment: str | None,
         sealed_client_user_id: str | None,
         claim_id: UUID,
+        sealed_fallback_time_zone: str | None,
     ) -> None:
         """The state of a new user, from its Created event's fields: eventsourcing calls
         this with them at `register` and again on every replay of that event (the id,
@@ -308,7 +337,9 @@ class User(Audited):
         added since at the end (see `upcast_v1_v2`). The environment is the users read
         model's to keep (the webhook dispatcher reads it there), not the aggregate's.
         The client_user_id is held in clear only if it was recorded so (before version
-        3 of Created), else sealed; `claim_id` names the claim the user holds."""
+        3 of Created), else sealed; `claim_id` names the claim the user holds. So is the
+        fallback time zone (in clear only from an event of before version 4 that the
+        start has not redacted yet; `fallback_time_zone` is None once sealed)."""
         del environment
         self.team_id: UUID = team_id
         self.client_user_id: str | None = client_user_id
@@ -328,16 +359,26 @@ class User(Audited):
         self.erased_at: datetime | None = None
         self.sealed_client_user_id: str | None = sealed_client_user_id
         self.claim_id: UUID = claim_id
+        self.sealed_fallback_time_zone: Sourced | None = (
+            None
+            if sealed_fallback_time_zone is None
+            else (sealed_fallback_time_zone, MANUAL_SOURCE, timestamp)
+        )
 
     # Version 2 of the attribute dict (what a snapshot stores) adds the sealed
     # client_user_id and the claim id; a snapshot taken before loads with the claim of
-    # its clear value.
-    class_version = 2
+    # its clear value. Version 3 adds the sealed time zone (revision 0042 deleted the
+    # users' snapshots taken before, which held the zone in clear).
+    class_version = 3
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         state["sealed_client_user_id"] = None
         state["claim_id"] = ClientUserIdClaim.id_for(state["team_id"], state["client_user_id"])
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        state["sealed_fallback_time_zone"] = None
 
     @classmethod
     def register(
@@ -349,26 +390,27 @@ class User(Audited):
         team_id: UUID,
         sealed_client_user_id: str,
         claim_id: UUID,
-        fallback_time_zone: str | None,
+        sealed_fallback_time_zone: str | None,
         sealed_birth_date: str | None,
         ingestion_start: date | None,
         ingestion_end: date | None,
     ) -> User:
-        """A new user: its client_user_id sealed with its own key, and the id of the
-        claim it takes (see domain/users/client_user_ids.py)."""
+        """A new user: its client_user_id (and its fallbacks) sealed with its own key,
+        and the id of the claim it takes (see domain/users/client_user_ids.py)."""
         return cls.new(
             ctx,
             now,
             id=user_id,
             team_id=team_id,
             client_user_id=None,
-            fallback_time_zone=fallback_time_zone,
+            fallback_time_zone=None,
             sealed_birth_date=sealed_birth_date,
             ingestion_start=ingestion_start,
             ingestion_end=ingestion_end,
             environment=ctx.environment or DEFAULT_ENVIRONMENT,
             sealed_client_user_id=sealed_client_user_id,
             claim_id=claim_id,
+            sealed_fallback_time_zone=sealed_fallback_time_zone,
         )
 
     @property

@@ -233,7 +233,7 @@ def test_a_save_that_fails_leaves_nothing_of_itself_kept(
             team_id=team.team_id,
             sealed_client_user_id="v1.sealed-taken",
             claim_id=claim_id,
-            fallback_time_zone=None,
+            sealed_fallback_time_zone=None,
             sealed_birth_date=None,
             ingestion_start=None,
             ingestion_end=None,

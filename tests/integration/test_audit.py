@@ -159,12 +159,21 @@ def story(svc: Service, clock: Clock, receiver: Receiver) -> Iterator[Story]:
     endpoint = svc.webhooks.create(CTX, team.team_id, "sandbox", url=receiver.url("ok"))
     clock.tick()
     user = svc.users.create_user(
-        CTX, team.team_id, client_user_id="audited", fallback_birth_date=date(1970, 1, 2)
+        CTX,
+        team.team_id,
+        client_user_id="audited",
+        fallback_birth_date=date(1970, 1, 2),
+        fallback_time_zone="Europe/Rome",
     ).id
     clock.tick()
     bystander = svc.users.create_user(CTX, team.team_id, client_user_id="bystander").id
     clock.tick()
-    svc.users.update_user(CTX, team.team_id, user, {"fallback_birth_date": date(1971, 2, 3)})
+    svc.users.update_user(
+        CTX,
+        team.team_id,
+        user,
+        {"fallback_birth_date": date(1971, 2, 3), "fallback_time_zone": "Asia/Tokyo"},
+    )
     clock.tick()
     svc.users.record_demographics(CTX, team.team_id, user, DEMOGRAPHICS)
     clock.tick()

@@ -6,8 +6,10 @@ SQLite: the database file and its -wal are searched byte for byte. PostgreSQL: e
 of the users table and of its indexes, read through pageinspect (the pages as the server
 holds them, written or not), and the relation files too when this process can read the
 server's data directory. On both: no column of any read-model row holds the value. A
-control value the users row does hold in clear (a time zone) is found by the same
-searches, so they do look where the value would be."""
+control value the users row does hold as text (its sealed client_user_id) is found by
+the same searches, so they do look where the value would be. The user's fallback time
+zone is searched for the same way: sealed since revision 0042, it is nowhere in clear
+either."""
 
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ from tests.conftest import Team
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NEEDLE = "hl-needle-client-7f3a9c"
-# In clear in the users row by design (not personal): what shows that a search sees rows.
-CONTROL = "America/Argentina/Ushuaia"
+# The user's fallback time zone: sealed like the client_user_id (revision 0042).
+ZONE = "America/Argentina/Ushuaia"
 
 
 def read_model_values(service: Service) -> list[tuple[str, str, Any]]:
@@ -139,7 +141,7 @@ def test_an_erased_users_client_user_id_is_nowhere_in_clear(
 ) -> None:
     with freeze_time(T0):
         user = service.users.create_user(
-            ctx, team.team_id, client_user_id=NEEDLE, fallback_time_zone=CONTROL
+            ctx, team.team_id, client_user_id=NEEDLE, fallback_time_zone=ZONE
         )
         kept = service.users.create_user(ctx, team.team_id, client_user_id="kept-user")
     # Answered in clear to its team, found by the value...
@@ -151,10 +153,20 @@ def test_an_erased_users_client_user_id_is_nowhere_in_clear(
     digest = service.client_user_id_digest(team.team_id, NEEDLE)
     assert in_read_models(service, NEEDLE) == []
     assert ("users", "client_user_id_digest") in in_read_models(service, digest)
-    assert ("users", "fallback_time_zone") in in_read_models(service, CONTROL)
+    assert (
+        service.user_queries.resolved_user(team.team_id, user.id)["fallback_time_zone"]["id"]
+        == ZONE
+    )
+    assert in_read_models(service, ZONE) == []
+    # The row's sealed value, as stored: what shows that a search sees the user's row.
+    control = next(
+        str(v)
+        for t, c, v in read_model_values(service)
+        if (t, c) == ("users", "sealed_client_user_id") and v is not None
+    )
     for content in on_disk(service):
-        assert NEEDLE.encode() not in content
-        assert CONTROL.encode() in content  # the search sees the user's row
+        assert NEEDLE.encode() not in content and ZONE.encode() not in content
+        assert control.encode() in content  # the search sees the user's row
 
     with freeze_time(T0 + timedelta(minutes=1)):
         service.users.delete_user(ctx, team.team_id, user.id)
@@ -164,7 +176,8 @@ def test_an_erased_users_client_user_id_is_nowhere_in_clear(
 
     assert in_read_models(service, NEEDLE) == []
     assert in_read_models(service, digest) == []
+    assert in_read_models(service, ZONE) == []
     for content in on_disk(service):
-        assert NEEDLE.encode() not in content
+        assert NEEDLE.encode() not in content and ZONE.encode() not in content
     # The other user answers as before.
     assert service.user_queries.resolve(team.team_id, "kept-user")["user_id"] == kept.id

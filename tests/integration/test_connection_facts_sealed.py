@@ -52,6 +52,7 @@ from sqlalchemy import func, select
 from tests.conftest import Team
 from tests.integration.test_health_facts_sealed import (
     CONTROL,
+    ZONES_REDACTED,
     holding,
     postgres_files,
     postgres_pages,
@@ -176,6 +177,8 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
         + topics[ResourceFeed.Created.TOPIC]
         + deliveries
         + windows
+        # The users' time zones (revision 0042).
+        + ZONES_REDACTED
     )
     main_4 = UUID(written.user("main-4"))
     # The pulls' windows, their spans and the syncs' days: sealed with the owner's key

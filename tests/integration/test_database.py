@@ -146,7 +146,7 @@ def test_a_compiled_statement_stores_the_row_sqlalchemy_stores(service: Service)
     # and through a statement compiled once: the same stored row, byte for byte.
     columns: tuple[str, ...] = ("user_id", "team_id", "sealed_client_user_id", "status")
     columns += ("created_on",)
-    columns += ("fallback_time_zone", "ingestion_start", "ingestion_end", "version")
+    columns += ("sealed_fallback_time_zone", "ingestion_start", "ingestion_end", "version")
     compiled = CompiledStatement(insert_of(users, columns))
     rng = random.Random(11)
     team_id = uuid.uuid4()
@@ -161,7 +161,7 @@ def test_a_compiled_statement_stores_the_row_sqlalchemy_stores(service: Service)
                 "status": "active",
                 "created_on": datetime(2000, 1, 1, tzinfo=zone)
                 + timedelta(microseconds=rng.randrange(10**16)),
-                "fallback_time_zone": rng.choice([None, "Europe/Berlin"]),
+                "sealed_fallback_time_zone": rng.choice([None, "v1.sealed-zone"]),
                 "ingestion_start": rng.choice([None, date(2026, 1, 2)]),
                 "ingestion_end": rng.choice([None, date(1999, 3, 4)]),
                 "version": rng.randrange(1, 9),

@@ -40,6 +40,7 @@ from healthledger.adapters.persistence.health_data.store import open_block
 from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import Redaction
 from healthledger.domain.teams.teams import Team
 from healthledger.domain.users.user import User
@@ -159,7 +160,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0041")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0042")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -198,6 +199,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0039",
         "0040",
         "0041",
+        "0042",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -212,19 +214,31 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         # digest its users' values in the users rows (revision 0015 dropped them in clear),
         # and redacted its connections' and feeds' Created v1 (their facts in clear), and
         # its feeds' pulls and syncs v1 (their windows and days, revision 0034), into
-        # their sealed versions: two redaction records, one per batch of
+        # their sealed versions, with its users' Created and SettingsChanged that hold a
+        # time zone in clear (revision 0042): three redaction records, one per batch of
         # old_versions.BATCH records (ADR 0032).
-        assert len(notifications) == events_before + 3
+        assert len(notifications) == events_before + 4
         events = [service.ledger.mapper.to_domain_event(n) for n in notifications]
-        assert isinstance(events[-3], Team.ClientUserIdSecretCreated)
-        assert isinstance(events[-2], Redaction.Created)
-        assert isinstance(events[-1], Redaction.Created)
-        created = {
-            event.client_user_id: event.originator_id
-            for event in events
-            if isinstance(event, User.Created) and event.client_user_id is not None
-        }
-        assert sorted(created) == [f"legacy-{i}" for i in range(6)]
+        assert isinstance(events[-4], Team.ClientUserIdSecretCreated)
+        assert all(isinstance(event, Redaction.Created) for event in events[-3:])
+        # Their Created held the client_user_id in clear (before ADR 0017); the start's
+        # redaction sealed it with the user's key, and removed it for the user erased
+        # before (legacy-4): none is left in clear (ADR 0052). Made in order, legacy-0 first.
+        users_created = [event for event in events if isinstance(event, User.Created)]
+        assert [event.client_user_id for event in users_created] == [None] * 6
+        vault = service.lab_orders.vault
+        opened = [
+            event.sealed_client_user_id
+            if event.sealed_client_user_id == ERASED_PLACEHOLDER
+            else vault.open(event.originator_id, str(event.sealed_client_user_id))
+            for event in users_created
+        ]
+        assert opened == [f"legacy-{i}" if i != 4 else ERASED_PLACEHOLDER for i in range(6)]
+        created = {f"legacy-{i}": event.originator_id for i, event in enumerate(users_created)}
+        stored = db.execute(
+            "SELECT state FROM stored_events WHERE topic = 'healthledger:User.Created.v1'"
+        )
+        assert len(stored) == 6 and not any(b"legacy-" in bytes(row[0]) for row in stored)
 
         # Every key unwraps under the master key that came with the database, and the
         # health data sealed under them opens: each stored day converted into its block
@@ -352,13 +366,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0041" in status
+    assert "written before migrations" in status and "head      0042" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0041" in capsys.readouterr().out
+    assert "nothing to apply: already at 0042" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -410,6 +424,7 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0039",
         "0040",
         "0041",
+        "0042",
     ]
 
     done = upgrade(empty_database.url)
@@ -437,8 +452,9 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
             "0039",
             "0040",
             "0041",
+            "0042",
         ],
-        "0041",
+        "0042",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -479,7 +495,7 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     pending = (
         "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017, 0018,"
         " 0019, 0020, 0021, 0022, 0023, 0024, 0025, 0026, 0027, 0028, 0029, 0030, 0031,"
-        " 0032, 0033, 0034, 0035, 0036, 0037, 0038, 0039, 0040, 0041"
+        " 0032, 0033, 0034, 0035, 0036, 0037, 0038, 0039, 0040, 0041, 0042"
     )
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused

@@ -95,9 +95,10 @@ ERASED_PROVIDER = dict.fromkeys(("logo", "name", "slug"), ERASED_PLACEHOLDER)
 def erased(user_id: str) -> Callable[[dict[str, Answer]], dict[str, Answer]]:
     """The recorded answers with the personal values an erasure destroyed as the
     placeholder (docs: the client_user_id, which its events hold sealed, the birth date's
-    value, each connection's external_user_id, and its provider and resources, which its
-    events hold sealed since ADR 0032: the providers as the placeholder, the maps keyed by
-    provider without the user's connections, a filter by provider finding none)."""
+    value, the time zone's id (sealed since revision 0042), each connection's
+    external_user_id, and its provider and resources, which its events hold sealed since
+    ADR 0032: the providers as the placeholder, the maps keyed by provider without the
+    user's connections, a filter by provider finding none)."""
 
     def unnamed(body: Any, by_provider: bool) -> Any:
         data = [
@@ -128,6 +129,11 @@ def erased(user_id: str) -> Callable[[dict[str, Answer]], dict[str, Answer]]:
             body = {
                 **body,
                 "fallback_birth_date": {**body["fallback_birth_date"], "value": ERASED_PLACEHOLDER},
+            }
+        if name == "user" and body["fallback_time_zone"] is not None:
+            body = {
+                **body,
+                "fallback_time_zone": {**body["fallback_time_zone"], "id": ERASED_PLACEHOLDER},
             }
         if name == "providers":
             body = {
@@ -387,8 +393,9 @@ def test_a_long_lived_user_loads_as_of_an_instant_from_the_snapshot_below_it(
     replayed = project_aggregate(None, service.ledger.events.get(user.id, lte=version))
     assert isinstance(replayed, User)
     assert vars(found) == vars(replayed)
-    assert found.fallback_time_zone is not None
-    assert found.fallback_time_zone[0] == zones[(version - 2) % 3]
+    assert found.sealed_fallback_time_zone is not None and found.fallback_time_zone is None
+    opened = service.key_store.open(user.id, found.sealed_fallback_time_zone[0])
+    assert opened == zones[(version - 2) % 3]
     state = state_as_of(service, user.id, instant)
     assert state is not None and state["fallback_time_zone"] == zones[(version - 2) % 3]
 

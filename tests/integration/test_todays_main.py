@@ -265,10 +265,27 @@ NAME_THEIR_USER = {
 }
 
 
+def time_zone_sealed(entry: dict[str, Any], placeholder: str) -> dict[str, Any]:
+    """An audit entry of 1809f39's with the user's time zone as its sealed form shows it
+    (revision 0042): `sealed_fallback_time_zone`, in a Created event (version 4: the clear
+    field None) and in a change of settings (in place of the clear key)."""
+    changes = dict(entry["changes"])
+    if entry["event"] == "User.Created":
+        zone = changes["fallback_time_zone"]
+        changes["fallback_time_zone"] = None
+    elif entry["event"] == "User.SettingsChanged" and "fallback_time_zone" in changes:
+        zone = changes.pop("fallback_time_zone")
+    else:
+        return entry
+    changes["sealed_fallback_time_zone"] = None if zone is None else placeholder
+    return {**entry, "changes": changes}
+
+
 def facts_sealed(service: Service, audit: dict[str, Any]) -> dict[str, Any]:
     """An audit of 1809f39 with the facts its connections', feeds' and webhook
     deliveries' events held in clear as the placeholder their sealed versions show (and
-    a delivery's type in clear where it is a user's lifecycle: ADR 0028)."""
+    a delivery's type in clear where it is a user's lifecycle: ADR 0028), and the users'
+    time zones sealed."""
     sealed = {
         f"{aggregate.__name__}.{event.__name__}": tuple(event.SEALED_FACTS)
         for aggregate in (Connection, ResourceFeed, WebhookDelivery)
@@ -303,7 +320,7 @@ def facts_sealed(service: Service, audit: dict[str, Any]) -> dict[str, Any]:
             if entry["event"] == "ResourceFeed.DailySynced":
                 days_created = len(said["created_days"])
                 entry["changes"] = {**entry["changes"], "days_created": days_created}
-        entries.append(entry)
+        entries.append(time_zone_sealed(entry, placeholder))
     return {**audit, "data": entries}
 
 

@@ -126,7 +126,7 @@ class World:
             team_id=TEAM,
             sealed_client_user_id="sealed:client-1",
             claim_id=claim.id,
-            fallback_time_zone=None,
+            sealed_fallback_time_zone=None,
             sealed_birth_date=None,
             ingestion_start=None,
             ingestion_end=None,

@@ -76,7 +76,7 @@ def test_a_change_of_client_user_id_is_sealed_and_names_the_new_claim() -> None:
         team_id=TEAM,
         sealed_client_user_id="v1.sealed-1",
         claim_id=uuid.uuid4(),
-        fallback_time_zone=None,
+        sealed_fallback_time_zone=None,
         sealed_birth_date=None,
         ingestion_start=None,
         ingestion_end=None,

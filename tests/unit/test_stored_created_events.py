@@ -102,7 +102,7 @@ def user(**fields: object) -> User:
         "team_id": TEAM,
         "sealed_client_user_id": "v1.sealed-client",
         "claim_id": CLAIM,
-        "fallback_time_zone": "Europe/Berlin",
+        "sealed_fallback_time_zone": "v1.sealed-zone",
         "sealed_birth_date": "v1.sealed-birth",
         "ingestion_start": date(2025, 1, 2),
         "ingestion_end": None,
@@ -117,7 +117,7 @@ def user(**fields: object) -> User:
 FOUND: dict[str, Callable[[], Aggregate]] = {
     "User": user,
     "User.bare": lambda: user(
-        fallback_time_zone=None,
+        sealed_fallback_time_zone=None,
         sealed_birth_date=None,
         ingestion_start=None,
         ingestion_end=date(2027, 1, 2),
@@ -334,11 +334,12 @@ GOLDEN = {
             '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
             '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
-            '"fallback_time_zone":"Europe/Berlin","sealed_birth_date":"v1.sealed-birth",'
+            '"fallback_time_zone":null,"sealed_birth_date":"v1.sealed-birth",'
             '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},'
             '"ingestion_end":null,"environment":"sandbox",'
             '"sealed_client_user_id":"v1.sealed-client","claim_id":{"_type_":"uuid_hex",'
-            '"_data_":"b9930469aabd573b8e789f15acaf417e"},"class_version":3}'
+            '"_data_":"b9930469aabd573b8e789f15acaf417e"},'
+            '"sealed_fallback_time_zone":"v1.sealed-zone","class_version":4}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -346,15 +347,16 @@ GOLDEN = {
             '"_modified_on":{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"},"team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"client_user_id":null,'
-            '"status":"active","fallback_time_zone":["Europe/Berlin","manual",'
-            '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}],'
+            '"status":"active","fallback_time_zone":null,'
             '"sealed_birth_date":["v1.sealed-birth","manual",{"_type_":"datetime_iso",'
             '"_data_":"2026-03-01T12:00:00.123456+00:00"}],'
             '"ingestion_start":{"_type_":"date_iso","_data_":"2025-01-02"},"ingestion_end":null,'
             '"sealed_demographics":null,"demographics_updated_at":null,"deleted_at":null,'
             '"erasure_due_at":null,"erased_at":null,"sealed_client_user_id":"v1.sealed-client",'
             '"claim_id":{"_type_":"uuid_hex","_data_":"b9930469aabd573b8e789f15acaf417e"},'
-            '"class_version":2}'
+            '"sealed_fallback_time_zone":["v1.sealed-zone","manual",'
+            '{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"}],'
+            '"class_version":3}'
         ),
     ),
     "User.bare": Golden(
@@ -370,7 +372,7 @@ GOLDEN = {
             '"ingestion_end":{"_type_":"date_iso","_data_":"2027-01-02"},'
             '"environment":"sandbox","sealed_client_user_id":"v1.sealed-client",'
             '"claim_id":{"_type_":"uuid_hex","_data_":"b9930469aabd573b8e789f15acaf417e"},'
-            '"class_version":3}'
+            '"sealed_fallback_time_zone":null,"class_version":4}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -383,7 +385,7 @@ GOLDEN = {
             '"sealed_demographics":null,"demographics_updated_at":null,"deleted_at":null,'
             '"erasure_due_at":null,"erased_at":null,"sealed_client_user_id":"v1.sealed-client",'
             '"claim_id":{"_type_":"uuid_hex","_data_":"b9930469aabd573b8e789f15acaf417e"},'
-            '"class_version":2}'
+            '"sealed_fallback_time_zone":null,"class_version":3}'
         ),
     ),
     "ClientUserIdClaim": Golden(
@@ -1174,6 +1176,7 @@ def legacy_user() -> User:
         environment=None,
         sealed_client_user_id=None,
         claim_id=LEGACY_CLAIM,
+        sealed_fallback_time_zone=None,
     )
     user.collect_events()  # as replayed: nothing pending
     return user
@@ -1218,7 +1221,8 @@ def test_a_user_snapshot_taken_before_loads_with_its_old_claim() -> None:
         stock_transcoder().encode(Snapshot.take(restored).state)
         == (
             USER_STATE_V1[:-1] + ',"sealed_client_user_id":null,"claim_id":{"_type_":"uuid_hex",'
-            '"_data_":"5c4d57762bd95b26a71f754219d9de17"},"class_version":2}'
+            '"_data_":"5c4d57762bd95b26a71f754219d9de17"},"sealed_fallback_time_zone":null,'
+            '"class_version":3}'
         ).encode()
     )
 
@@ -1258,7 +1262,7 @@ def test_a_user_belongs_to_the_environment_of_the_key_that_created_it() -> None:
         team_id=TEAM,
         sealed_client_user_id="v1.sealed-c",
         claim_id=CLAIM,
-        fallback_time_zone=None,
+        sealed_fallback_time_zone=None,
         sealed_birth_date=None,
         ingestion_start=None,
         ingestion_end=None,

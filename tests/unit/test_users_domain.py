@@ -40,7 +40,7 @@ def new_user(**overrides: object) -> User:
         "team_id": uuid.uuid4(),
         "sealed_client_user_id": "v1.sealed-client-1",
         "claim_id": uuid.uuid4(),
-        "fallback_time_zone": "Europe/Berlin",
+        "sealed_fallback_time_zone": "v1.sealed-zone",
         "sealed_birth_date": None,
         "ingestion_start": None,
         "ingestion_end": None,
@@ -52,7 +52,8 @@ def new_user(**overrides: object) -> User:
 def test_created_user_is_active_and_records_actor_and_request() -> None:
     user = new_user()
     assert user.status == ACTIVE
-    assert user.fallback_time_zone == ("Europe/Berlin", "manual", T0)
+    assert user.sealed_fallback_time_zone == ("v1.sealed-zone", "manual", T0)
+    assert user.fallback_time_zone is None
     (event,) = user.collect_events()
     assert isinstance(event, User.Created)
     assert (event.actor, event.request_id) == ("team_api_key:k", "req-1")
@@ -107,7 +108,7 @@ def test_replay_from_the_stored_events_rebuilds_the_same_state() -> None:
     user.change_settings(
         CTX,
         T0 + timedelta(hours=1),
-        {"ingestion_start": date(2024, 1, 1), "fallback_time_zone": None},
+        {"ingestion_start": date(2024, 1, 1), "sealed_fallback_time_zone": None},
     )
     new_claim = uuid.uuid4()
     user.change_client_user_id(CTX, T0, "v1.sealed-client-2", new_claim)
@@ -127,7 +128,7 @@ def test_replay_from_the_stored_events_rebuilds_the_same_state() -> None:
         "Deleted",
         "Erased",
     ]
-    assert user.client_user_id is None and user.fallback_time_zone is None
+    assert user.client_user_id is None and user.sealed_fallback_time_zone is None
     assert (user.sealed_client_user_id, user.claim_id) == ("v1.sealed-client-2", new_claim)
     assert user.ingestion_start == date(2024, 1, 1)
     assert user.erased_at == T0 + timedelta(days=2) + GRACE

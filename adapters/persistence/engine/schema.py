@@ -177,7 +177,9 @@ users = Table(
     # before (and the digest of a user of a deleted team, whose secret is gone).
     Column("sealed_client_user_id", Text),
     Column("client_user_id_digest", String(64)),
-    Column("fallback_time_zone", String(64)),
+    # The fallback time zone, sealed with the user's data key as its events hold it
+    # (revision 0042; in clear before): where the person lives goes with the key.
+    Column("sealed_fallback_time_zone", Text),
     Column("fallback_time_zone_source", String(64)),
     Column("fallback_time_zone_updated_at", UTCDateTime),
     Column("sealed_birth_date", Text),

@@ -18,6 +18,12 @@ revision 0035); `WebhookDelivery.CreatedV1` (the event type in clear: revision
 0028); `ResourceFeed.PullScheduledV1`, `PullSucceededV1` and `DailySyncedV1` (a pull's
 window, its oldest and newest day, a sync's days: revision 0034; they name no user, the
 stream's owner is given).
+
+Sealed in place (`SEALED_IN_PLACE`: the same topic, an older class version or an older
+shape of its payload): `User.Created` before version 4 and `User.SettingsChanged` whose
+changes name `fallback_time_zone`, the user's fallback time zone in clear (revision 0042),
+redacted into the sealed `sealed_fallback_time_zone`; the users row gets the log's sealed
+value in the same transaction, in the log's order (the last change is the row's).
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from healthledger.adapters.persistence.engine.schema import (
     orders,
     pending_redactions,
     resource_feeds,
+    snapshots,
     stored_events,
     stream_owners,
+    users,
     webhook_deliveries,
 )
 from healthledger.adapters.persistence.eventstore.redaction import (
@@ -57,6 +65,7 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import REMOVED, SEALED
+from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deliveries import WebhookDelivery, lifecycle_type_of
 from sqlalchemy import Connection, Table, delete, select, update
 
@@ -210,6 +219,84 @@ ADDED_FIELDS: dict[type, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+def _time_zone_row(user_id: UUID, sealed: str | None) -> Callable[[Connection], None]:
+    """In the redaction's transaction: the users row's time zone, the log's own sealed
+    value (a rebuild makes the same row)."""
+
+    def row(conn: Connection) -> None:
+        conn.execute(
+            update(users).where(users.c.user_id == user_id).values(sealed_fallback_time_zone=sealed)
+        )
+
+    return row
+
+
+def user_created_sealed(
+    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
+) -> Successor | None:
+    """A user's Created of before version 4 holding personal values in clear, as version
+    4: its time zone, and (before version 3) its client_user_id, sealed with the user's
+    key, or the placeholder for a user erased already (None: nothing in clear, already
+    redacted or never set). The claim of its time, derived from the clear client_user_id
+    when read (`upcast_v2_v3`), is kept as the record's `claim_id`. A record is redacted
+    once: both values go in the same redaction (ADR 0052)."""
+    old = mapper.to_domain_event(record)
+    assert isinstance(old, User.Created)
+    zone, client_user_id = old.fallback_time_zone, old.client_user_id
+    if zone is None and client_user_id is None:
+        return None
+    seal = sealer(old.originator_id)
+
+    def sealed(value: str) -> str:
+        return ERASED_PLACEHOLDER if seal is None else seal(value)
+
+    state = dict(vars(old))
+    if zone is not None:
+        state.update(fallback_time_zone=None, sealed_fallback_time_zone=sealed(zone))
+    if client_user_id is not None:
+        # The users row keeps the sealed value the start gave it (revision 0015's
+        # conversion, or a later change's): only the log's copy is sealed here.
+        state.update(client_user_id=None, sealed_client_user_id=sealed(client_user_id))
+    stored = mapper.to_stored_event(User.Created(**state))
+    return Successor(
+        Replacement(position, record.topic, record.state, stored.topic, stored.state),
+        REMOVED if seal is None else SEALED,
+        # The user erased: its row is gone, nothing to give. No zone: the row has none.
+        None
+        if seal is None or zone is None
+        else _time_zone_row(old.originator_id, state["sealed_fallback_time_zone"]),
+    )
+
+
+def user_settings_sealed(
+    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
+) -> Successor | None:
+    """A user's change of settings naming `fallback_time_zone` (in clear, or None: the
+    zone removed), its changes naming `sealed_fallback_time_zone` instead; None for one
+    that names no zone in clear. A removal is rewritten too, so that the users row takes
+    every change of the zone in the log's order."""
+    old = mapper.to_domain_event(record)
+    assert isinstance(old, User.SettingsChanged)
+    if "fallback_time_zone" not in old.changes:
+        return None
+    seal = sealer(old.originator_id)
+    changes = {
+        ("sealed_fallback_time_zone" if key == "fallback_time_zone" else key): value
+        for key, value in old.changes.items()
+    }
+    zone = old.changes["fallback_time_zone"]
+    sealed = None
+    if zone is not None:
+        sealed = ERASED_PLACEHOLDER if seal is None else seal(zone)
+    changes["sealed_fallback_time_zone"] = sealed
+    stored = mapper.to_stored_event(User.SettingsChanged(**{**vars(old), "changes": changes}))
+    return Successor(
+        Replacement(position, record.topic, record.state, stored.topic, stored.state),
+        REMOVED if seal is None else SEALED,
+        None if seal is None else _time_zone_row(old.originator_id, sealed),
+    )
+
+
 # Per old version's topic (each declares `SUPERSEDED_BY`): what builds its successor.
 SUCCESSORS = {
     Order.CreatedV1.TOPIC: order_successor,
@@ -222,6 +309,15 @@ SUCCESSORS = {
     NoticeReceipt.ReceivedV1.TOPIC: sealed_facts_successor,
     NoticeReceipt.ReceivedV2.TOPIC: sealed_facts_successor,
     WebhookDelivery.CreatedV1.TOPIC: sealed_facts_successor,
+}
+
+# Per topic whose current class seals what its older payloads held in clear (the same
+# topic: a later class version, or a new key of a mapping): what builds the sealed form,
+# or None for a record that holds nothing in clear (one already redacted, by another
+# process meanwhile too).
+SEALED_IN_PLACE: dict[str, Callable[..., Successor | None]] = {
+    User.Created.TOPIC: user_created_sealed,
+    User.SettingsChanged.TOPIC: user_settings_sealed,
 }
 
 
@@ -254,12 +350,14 @@ def redact_old_versions(
         successors: list[Successor] = []
         # In the log's order: a later reconnection's availability is the row's.
         for position, originator_id, version, topic, state in sorted(rows, key=lambda r: r[0]):
-            build = SUCCESSORS.get(topic)
+            build = SUCCESSORS.get(topic) or SEALED_IN_PLACE.get(topic)
             if build is None:
                 continue  # redacted meanwhile by another process (or not an old version)
             record = StoredEvent(originator_id, version, topic, bytes(state))
             owner = owners.get(originator_id)
-            successors.append(build(mapper, record, int(position), sealer, owner))
+            successor = build(mapper, record, int(position), sealer, owner)
+            if successor is not None:
+                successors.append(successor)
         try:
             for reason in (SEALED, REMOVED):
                 chosen = [s for s in successors if s.reason == reason]
@@ -317,8 +415,8 @@ def _owners(conn: Connection, stream_ids: list[UUID]) -> dict[UUID, UUID]:
 
 def leave_no_redacted_values(db: Database) -> None:
     """After redacting: no page this database reaches keeps the replaced payloads (nor
-    the orders', connections', feeds' and deliveries' rows' dropped clear columns):
-    `Database.rewrite` of their tables."""
-    db.rewrite(
-        *(t.name for t in (stored_events, orders, connections, resource_feeds, webhook_deliveries))
-    )
+    the orders', connections', feeds', deliveries' and users' rows' dropped clear
+    columns, nor the users' snapshots that revision 0042 deleted): `Database.rewrite` of
+    their tables."""
+    tables = (stored_events, orders, connections, resource_feeds, webhook_deliveries, users)
+    db.rewrite(*(t.name for t in (*tables, snapshots)))

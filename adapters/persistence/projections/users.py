@@ -38,7 +38,7 @@ USER_COLUMNS = (
     "client_user_id_digest",
     "status",
     "created_on",
-    "fallback_time_zone",
+    "sealed_fallback_time_zone",
     "fallback_time_zone_source",
     "fallback_time_zone_updated_at",
     "sealed_birth_date",
@@ -133,7 +133,10 @@ def client_user_id_columns(
 def user_created(
     conn: Connection, e: User.Created, keys: ClientUserIdKeys = ClientUserIdKeys()
 ) -> None:
-    timezone, sealed = e.fallback_time_zone, e.sealed_birth_date
+    timezone = sealed_time_zone(conn, e.originator_id, e.fallback_time_zone, keys.seal)
+    if timezone is None:
+        timezone = e.sealed_fallback_time_zone
+    sealed = e.sealed_birth_date
     client_user_id = client_user_id_columns(
         conn, e.originator_id, e.team_id, e.client_user_id, e.sealed_client_user_id, keys
     )
@@ -145,7 +148,7 @@ def user_created(
             **client_user_id,
             "status": ACTIVE,
             "created_on": e.timestamp,
-            "fallback_time_zone": timezone,
+            "sealed_fallback_time_zone": timezone,
             "fallback_time_zone_source": timezone and MANUAL_SOURCE,
             "fallback_time_zone_updated_at": timezone and e.timestamp,
             "sealed_birth_date": sealed,
@@ -172,12 +175,25 @@ def created_by_key_environment(conn: Connection, actor: str) -> str:
     return found or DEFAULT_ENVIRONMENT
 
 
+def sealed_time_zone(
+    conn: Connection, user_id: UUID, clear: str | None, seal: SealOn
+) -> str | None:
+    """A time zone an event recorded in clear (before revision 0042; the start redacts
+    those events before anything projects them), sealed with the user's key: the row
+    never holds it in clear (None without a key to seal with)."""
+    return None if clear is None else seal(conn, user_id, clear)
+
+
 @handles(User.SettingsChanged)
-def user_settings_changed(conn: Connection, e: User.SettingsChanged) -> None:
+def user_settings_changed(
+    conn: Connection, e: User.SettingsChanged, keys: ClientUserIdKeys = ClientUserIdKeys()
+) -> None:
     values: dict[str, Any] = {"version": e.originator_version}
     for key, value in e.changes.items():
-        if key == "fallback_time_zone":
-            values["fallback_time_zone"] = value
+        if key in ("sealed_fallback_time_zone", "fallback_time_zone"):
+            if key == "fallback_time_zone":
+                value = sealed_time_zone(conn, e.originator_id, value, keys.seal)
+            values["sealed_fallback_time_zone"] = value
             values["fallback_time_zone_source"] = value and MANUAL_SOURCE
             values["fallback_time_zone_updated_at"] = value and e.timestamp
         elif key == "sealed_birth_date":
@@ -268,17 +284,20 @@ def user_erased(conn: Connection, e: User.Erased) -> None:
 
 
 def opening_handlers(keys: ClientUserIdKeys) -> Handlers:
-    """The handlers of the events that hold a client_user_id, bound to the key store's
-    opener and sealer and the teams' digests (`ReadModels` puts them over the declared
-    ones)."""
+    """The handlers of the events that hold a client_user_id (or a time zone recorded in
+    clear), bound to the key store's opener and sealer and the teams' digests
+    (`ReadModels` puts them over the declared ones)."""
     return {
         User.Created: partial(user_created, keys=keys),
         User.ClientUserIdChanged: partial(user_client_user_id_changed, keys=keys),
+        User.SettingsChanged: partial(user_settings_changed, keys=keys),
     }
 
 
 # The events whose handlers open a sealed value: a rebuild reads their users' keys at once.
-OPENING = frozenset(opening_handlers(ClientUserIdKeys()))
+# A change of settings only seals, and only a time zone recorded before revision 0042,
+# which the start redacts before anything projects: no key is read for it ahead.
+OPENING = frozenset((User.Created, User.ClientUserIdChanged))
 
 
 # -- rows written before revision 0015 -------------------------------------------------

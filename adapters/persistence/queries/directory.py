@@ -271,14 +271,16 @@ class UserQueries:
         """Spec 2.3, the resolved user, of a users row (the read model's, its
         `client_user_id` opened by the caller; or a user as of an instant, which holds it:
         `adapters/compliance/time_travel.py`). `open_` opens its birth date (the vault's
-        by default)."""
+        by default), and its time zone."""
         time_zone = None
-        if row.fallback_time_zone is not None:
-            time_zone = {
-                "id": row.fallback_time_zone,
-                "source_slug": row.fallback_time_zone_source,
-                "updated_at": row.fallback_time_zone_updated_at,
-            }
+        if row.sealed_fallback_time_zone is not None:
+            zone = (open_ or self.vault.open)(row.user_id, row.sealed_fallback_time_zone)
+            if zone is not None:
+                time_zone = {
+                    "id": zone,
+                    "source_slug": row.fallback_time_zone_source,
+                    "updated_at": row.fallback_time_zone_updated_at,
+                }
         birth_date = None
         if row.sealed_birth_date is not None:
             value = (open_ or self.vault.open)(row.user_id, row.sealed_birth_date)
