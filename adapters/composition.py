@@ -963,7 +963,7 @@ def build_service(
             {slug: entry.supported_resources for slug, entry in catalog.items()},
             credential_makers.__getitem__,
         ),
-        link_token_queries=LinkTokenQueries(db),
+        link_token_queries=LinkTokenQueries(db, key_store.opener_on),
         health_data=health_data,
         health_data_queries=health_data_queries,
         pulls=pulls,

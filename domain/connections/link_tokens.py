@@ -77,11 +77,35 @@ class LinkToken(Audited, created_event_name="Issued"):
     class Event(Audited.Event):
         pass
 
-    class Issued(Event, Aggregate.Created):
-        """A token for one user of one team; the options of spec 2.5 as given."""
+    class IssuedV1(Event, Aggregate.Created):
+        """A token as recorded before its redirect_url was sealed: the URL in clear (a
+        team's own URL, which may name the person: `?user=ada@example.org`). Recorded no
+        more; the service's start redacts those stored into `Issued` (ADR 0028, ADR
+        0032)."""
 
         TOPIC = "healthledger:LinkToken.Issued.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:LinkToken.Issued.v2"
+        team_id: UUID
+        user_id: UUID
+        environment: str
+        token_hash: str
+        provider: str | None
+        redirect_url: str | None
+        filter_on_providers: list[str] | None
+        on_error: str | None
+        on_close: str | None
+
+    class Issued(Event, Aggregate.Created):
+        """A token for one user of one team; the options of spec 2.5 as given. The
+        redirect_url is stored sealed with the user's key (SEALED_FACTS, ADR 0032): teams
+        put their own identifiers of the person in it. Once the key is gone it reads None
+        (no redirect: the token of an erased user is dead anyway)."""
+
+        TOPIC = "healthledger:LinkToken.Issued.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"redirect_url": None}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
         team_id: UUID
         user_id: UUID
         environment: str

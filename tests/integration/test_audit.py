@@ -763,10 +763,10 @@ def test_migration_0005_backfills_what_the_projection_writes(story: Story, clock
     svc.users.create_user(CTX, team, client_user_id="shared")
     erase(story)
     url = svc.settings.database_url
-    # Connections, feeds and webhook deliveries are founded by versions newer than
-    # revision 0005 (ADR 0032, ADR 0028), which no log of its time holds: its backfill
-    # does not know their topics.
-    newer = {"connection", "pull", "webhook_delivery"}
+    # Connections, feeds, webhook deliveries and link tokens are founded by versions newer
+    # than revision 0005 (ADR 0032, ADR 0028; a link token's since revision 0043), which no
+    # log of its time holds: its backfill does not know their topics.
+    newer = {"connection", "pull", "webhook_delivery", "link_token"}
     projected = [row for row in owner_rows(url) if row[3] not in newer]
     assert len({row[0] for row in projected if row[1] in claims_of(svc)}) > len(claims_of(svc))
     # Migration 0005's backfill, run again on the same log into an empty table.

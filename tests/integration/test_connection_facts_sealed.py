@@ -171,14 +171,16 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
     deliveries = topics[WebhookDelivery.Created.TOPIC]
     windows = sum(topics.get(topic, 0) for topic in SEALED_WINDOWS)
     assert topics[ResourceFeed.PullScheduled.TOPIC] and topics[ResourceFeed.DailySynced.TOPIC]
+    # ... and the two link tokens' Issued (revision 0043: test_link_redirects_sealed.py).
     assert redacted == (
         2
         + topics[Connection.Created.TOPIC]
         + topics[ResourceFeed.Created.TOPIC]
         + deliveries
         + windows
-        # The users' time zones (revision 0042).
+        # The users' time zones (revision 0042), the link tokens' Issued (revision 0043).
         + ZONES_REDACTED
+        + 2
     )
     main_4 = UUID(written.user("main-4"))
     # The pulls' windows, their spans and the syncs' days: sealed with the owner's key
@@ -330,15 +332,21 @@ def test_the_audit_of_a_live_user_shows_its_connection_sealed(
 # The device's words: the slug, its catalog name, the resource (and, on its own, the
 # logo's path names the slug too).
 DEVICE = (b"freestyle_libre", b"FreeStyle Libre", b"glucose")
+# Where the user's link flow ended, naming the person as teams do (issue 29 §1): the
+# redirect_url is sealed like the device (revision 0043). Its needle is in no other value.
+REDIRECT_URL = "https://app.example.com/done?user=libre.r4z8@example.org"
+REDIRECT_NEEDLE = b"libre.r4z8"
+LINK_TOKENS = ("link_tokens",)
 # The stored form of a feed's founding event: in the log and its pages in clear (the
 # searches do read the rows).
 FEED_TOPIC = ResourceFeed.Created.TOPIC.encode()
 
 
-def fresh_pages(service: Service) -> dict[str, bytes]:
+def fresh_pages(service: Service, also: tuple[str, ...] = ()) -> dict[str, bytes]:
     """SQLite: the file and its -wal. PostgreSQL: the pages and files of the log and of
     the connections', feeds' and webhook deliveries' read models (health_data's key holds
-    the provider and resource in clear: not these tables', ADR 0032 says so)."""
+    the provider and resource in clear: not these tables', ADR 0032 says so), and of the
+    tables `also` names."""
     if service.db.is_sqlite:
         path = service.db.sqlite_file
         assert path is not None
@@ -347,7 +355,7 @@ def fresh_pages(service: Service) -> dict[str, bytes]:
             for suffix in ("", "-wal")
             if path.with_name(path.name + suffix).exists()
         }
-    tables = ("stored_events", "connections", "resource_feeds", "webhook_deliveries")
+    tables = ("stored_events", "connections", "resource_feeds", "webhook_deliveries", *also)
     found: dict[str, bytes] = {}
     for place in (postgres_pages(service, tables), postgres_files(service, tables)):
         found.update(place or {})
@@ -373,6 +381,16 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
     ):
         user = client.post("/v2/user", json={"client_user_id": "libre-1"}, headers=headers)
         user_id = user.json()["user_id"]
+        # A link token whose redirect_url names the person, opened for the link API.
+        issued = client.post(
+            "/v2/link/token",
+            json={"user_id": user_id, "redirect_url": REDIRECT_URL},
+            headers=headers,
+        )
+        assert issued.status_code == 200, issued.text
+        link_token = {"x-vital-link-token": issued.json()["link_token"]}
+        shown_link = client.get("/v2/link/state", headers=link_token).json()
+        assert shown_link["redirect_url"] == REDIRECT_URL
         # An endpoint of the user's environment hears of its device (its deliveries'
         # types name it: `historical.data.glucose.created`).
         environment = service.dispatcher.environment_of(UUID(user_id))
@@ -424,6 +442,10 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
         if not service.db.is_sqlite:
             for word in (*DEVICE, *window):
                 assert holding(places, word) == [], word
+        # The redirect_url: in no page of the log nor of the link tokens' rows either (a
+        # table searched for it alone: the reused test schema's pages keep earlier tests'
+        # deleted tokens, whose providers are in clear).
+        assert holding(fresh_pages(service, also=LINK_TOKENS), REDIRECT_NEEDLE) == []
 
         frozen.tick(60)
         assert client.delete(f"/v2/user/{user_id}", headers=headers).status_code == 200
@@ -453,13 +475,14 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
     )
     assert "Connection.Created" in printed[0] and "ResourceFeed.Created" in printed[0]
     for answer in [a.text for a in answers] + printed:
-        for word in (*DEVICE, *window):
+        for word in (*DEVICE, *window, REDIRECT_NEEDLE):
             assert word.decode() not in answer, (word, answer[:300])
     assert service.chain.verify().ok
     places = fresh_pages(service)
     assert holding(places, FEED_TOPIC)
     for word in (*DEVICE, *window):
         assert holding(places, word) == [], word
+    assert holding(fresh_pages(service, also=LINK_TOKENS), REDIRECT_NEEDLE) == []
 
 
 def window_words(start_of_window: datetime, oldest_day: date) -> tuple[bytes, ...]:

@@ -47,6 +47,7 @@ from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
 from healthledger.adapters.persistence.eventstore.old_versions import BATCH, SUCCESSORS
 from healthledger.domain.audited import audited_events, topic_of
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.notice_intake import NoticeReceipt
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.labs.orders import Order, OrderedTest
@@ -75,8 +76,8 @@ CONTROL = "Metabolic"
 # Records the start redacts on the fixture: 2 orders' Created, 4 connections' Created and
 # their 54 feeds' Created (ADR 0032), every webhook delivery's Created (ADR 0028: 96
 # on SQLite, 99 on PostgreSQL, whose fixture's run announced a little more), and every
-# feed's pulls and syncs (revision 0034).
-REDACTED = 2 + 4 + 54
+# feed's pulls and syncs (revision 0034), and its 2 link tokens' Issued (revision 0043).
+REDACTED = 2 + 4 + 54 + 2
 # The users' records that held a time zone in clear (revision 0042): the Created of each
 # of the fixture's 10 users (every one made with a zone) and main-1's change of zone.
 ZONES_REDACTED = 10 + 1
@@ -246,6 +247,7 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
             ResourceFeed.PullScheduledV1.TOPIC,
             ResourceFeed.PullSucceededV1.TOPIC,
             ResourceFeed.DailySyncedV1.TOPIC,
+            LinkToken.IssuedV1.TOPIC,
         }
     )
     assert superseded[Order.CreatedV1.TOPIC] == Order.Created.TOPIC
@@ -258,6 +260,7 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
     assert superseded[ResourceFeed.PullScheduledV1.TOPIC] == ResourceFeed.PullScheduled.TOPIC
     assert superseded[ResourceFeed.PullSucceededV1.TOPIC] == ResourceFeed.PullSucceeded.TOPIC
     assert superseded[ResourceFeed.DailySyncedV1.TOPIC] == ResourceFeed.DailySynced.TOPIC
+    assert superseded[LinkToken.IssuedV1.TOPIC] == LinkToken.Issued.TOPIC
 
 
 def test_the_fixture_holds_the_test_in_clear(written: Written) -> None:  # noqa: F811

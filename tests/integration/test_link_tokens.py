@@ -35,7 +35,7 @@ with warnings.catch_warnings():
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 APP = "https://app.example.com/linked?session=abc"
-ISSUED_TOPIC = "healthledger:LinkToken.Issued.v1"
+ISSUED_TOPIC = "healthledger:LinkToken.Issued.v2"
 CONSUMED_TOPIC = "healthledger:LinkToken.Consumed.v1"
 
 
@@ -242,6 +242,10 @@ def test_the_token_is_stored_only_as_a_hash_and_events_say_who(
         rows = conn.execute(select(link_tokens)).all()
     assert [r.token_hash for r in rows] == [hash_key(token)]
     assert not any(token in str(value) for row in rows for value in row)
+    # The redirect_url (teams make it name the person) only sealed with the user's key
+    # (ADR 0032): in no record's bytes, in no column of the row.
+    assert not any(APP.encode() in n.state for n in notifications)
+    assert not any(APP in str(value) for row in rows for value in row)
 
     token_id = link_token_id(token)
     assert token_id is not None

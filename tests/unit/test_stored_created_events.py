@@ -468,7 +468,7 @@ GOLDEN = {
     ),
     "LinkToken": Golden(
         id="11111111-2222-4333-8444-00000000000e",
-        topic="healthledger:LinkToken.Issued.v1",
+        topic="healthledger:LinkToken.Issued.v2",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:LinkToken",'
@@ -477,8 +477,9 @@ GOLDEN = {
             '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000002"},"environment":"sandbox",'
             '"token_hash":"f288fc0829d942de70ba6685b22864cbd258e15cf2b73fbb3e5eae3a2d3a17a2",'
-            '"provider":null,"redirect_url":"https://example.com/back",'
-            '"filter_on_providers":["oura","whoop"],"on_error":"redirect","on_close":null}'
+            '"provider":null,"filter_on_providers":["oura","whoop"],"on_error":"redirect",'
+            '"on_close":null,'
+            '"sealed_facts":"sealed:{\\"redirect_url\\":\\"https://example.com/back\\"}"}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -997,6 +998,20 @@ DELIVERY_CREATED_V1 = (
     '"_data_":"2026-02-28"},"log_position":42}'
 )
 
+# A link token's Issued event as version 1 stored it (its redirect_url in clear), until
+# the service's start redacts it into version 2 (ADR 0032).
+LINK_TOKEN_ISSUED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:LinkToken",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},"environment":"sandbox",'
+    '"token_hash":"f288fc0829d942de70ba6685b22864cbd258e15cf2b73fbb3e5eae3a2d3a17a2",'
+    '"provider":null,"redirect_url":"https://example.com/back",'
+    '"filter_on_providers":["oura","whoop"],"on_error":"redirect","on_close":null}'
+)
+
 
 @pytest.mark.parametrize(
     ("name", "topic", "state"),
@@ -1004,6 +1019,7 @@ DELIVERY_CREATED_V1 = (
         ("Connection", "healthledger:Connection.Created.v1", CONNECTION_CREATED_V1),
         ("ResourceFeed", "healthledger:ResourceFeed.Created.v1", FEED_CREATED_V1),
         ("WebhookDelivery", "healthledger:WebhookDelivery.Created.v1", DELIVERY_CREATED_V1),
+        ("LinkToken", "healthledger:LinkToken.Issued.v1", LINK_TOKEN_ISSUED_V1),
     ],
 )
 def test_an_event_stored_before_its_facts_were_sealed_loads_with_them_in_clear(

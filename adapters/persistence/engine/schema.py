@@ -350,7 +350,10 @@ link_tokens = Table(
     Column("environment", String(16), nullable=False),
     Column("token_hash", String(64), nullable=False),
     Column("provider", String(64)),
-    Column("redirect_url", Text),
+    # The redirect_url, which teams make name the person (`?user=ada@example.org`): held
+    # only as the log holds it, sealed with the user's key (the Issued event's
+    # `sealed_facts`, ADR 0032; revision 0043).
+    Column("sealed_facts", Text),
     Column("filter_on_providers", JSON),
     Column("on_error", String(16)),
     Column("on_close", String(16)),

@@ -17,7 +17,8 @@ its actor: revision 0023), `NoticeReceipt.ReceivedV2` (a notice's window in clea
 revision 0035); `WebhookDelivery.CreatedV1` (the event type in clear: revision
 0028); `ResourceFeed.PullScheduledV1`, `PullSucceededV1` and `DailySyncedV1` (a pull's
 window, its oldest and newest day, a sync's days: revision 0034; they name no user, the
-stream's owner is given).
+stream's owner is given); `LinkToken.IssuedV1` (its redirect_url in clear, which may name
+the person: revision 0043).
 
 Sealed in place (`SEALED_IN_PLACE`: the same topic, an older class version or an older
 shape of its payload): `User.Created` before version 4 and `User.SettingsChanged` whose
@@ -39,6 +40,7 @@ from eventsourcing.utils import resolve_topic
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
     connections,
+    link_tokens,
     orders,
     pending_redactions,
     resource_feeds,
@@ -59,6 +61,7 @@ from healthledger.adapters.persistence.eventstore.sealed_facts import (
 )
 from healthledger.domain.audited import Audited
 from healthledger.domain.connections.connection import Connection as ProviderConnection
+from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.notice_intake import MAKER_ACTOR, NoticeReceipt
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
@@ -205,6 +208,7 @@ FACTS_ROW: dict[type, tuple[Table, str, str]] = {
     # In the log's order: the last pull's window is the row's.
     ResourceFeed.PullScheduled: (resource_feeds, "feed_id", "sealed_window"),
     WebhookDelivery.Created: (webhook_deliveries, "delivery_id", "sealed_facts"),
+    LinkToken.Issued: (link_tokens, "token_id", "sealed_facts"),
 }
 
 # The fields a successor adds, from the old version's: a delivery's type in clear when
@@ -309,6 +313,7 @@ SUCCESSORS = {
     NoticeReceipt.ReceivedV1.TOPIC: sealed_facts_successor,
     NoticeReceipt.ReceivedV2.TOPIC: sealed_facts_successor,
     WebhookDelivery.CreatedV1.TOPIC: sealed_facts_successor,
+    LinkToken.IssuedV1.TOPIC: sealed_facts_successor,
 }
 
 # Per topic whose current class seals what its older payloads held in clear (the same
@@ -415,8 +420,8 @@ def _owners(conn: Connection, stream_ids: list[UUID]) -> dict[UUID, UUID]:
 
 def leave_no_redacted_values(db: Database) -> None:
     """After redacting: no page this database reaches keeps the replaced payloads (nor
-    the orders', connections', feeds', deliveries' and users' rows' dropped clear
-    columns, nor the users' snapshots that revision 0042 deleted): `Database.rewrite` of
-    their tables."""
+    the orders', connections', feeds', deliveries', users' and link tokens' rows' dropped
+    clear columns, nor the users' snapshots that revision 0042 deleted): `Database.rewrite`
+    of their tables."""
     tables = (stored_events, orders, connections, resource_feeds, webhook_deliveries, users)
-    db.rewrite(*(t.name for t in (*tables, snapshots)))
+    db.rewrite(*(t.name for t in (*tables, link_tokens, snapshots)))

@@ -1,4 +1,9 @@
-"""The read side of link tokens: what the link page and `isValid` know about a token."""
+"""The read side of link tokens: what the link page and `isValid` know about a token.
+
+The row holds the token's redirect_url only as the log does, sealed with the user's key
+(ADR 0032: teams put their own identifiers of the person in it); a read of a genuine
+token opens it with that key, read on the read's own connection (the key store's
+`opener_on`)."""
 
 from __future__ import annotations
 
@@ -9,14 +14,17 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import link_tokens, teams, users
+from healthledger.adapters.persistence.eventstore.sealed_facts import opened_facts
+from healthledger.adapters.persistence.queries.connection_facts import OpenerOn
 from healthledger.domain.connections.link_tokens import (
     INVALID_TOKEN,
     link_token_expiry,
     link_token_problem,
 )
 from healthledger.domain.keys import key_matches, link_token_id
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.users.user import ACTIVE
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,9 @@ class LinkTokenView:
 
 
 class LinkTokenQueries:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, opener_on: OpenerOn) -> None:
         self.db = db
+        self.opener_on = opener_on
 
     def genuine(self, plain: str) -> LinkTokenView | None:
         """The token whose text this is; None for a forged, unknown or malformed text."""
@@ -75,16 +84,17 @@ class LinkTokenQueries:
         )
         with self.db.read() as conn:
             rows = conn.execute(query).all()
-        if not rows or not key_matches(plain, rows[0].token_hash):
-            return None
-        row = rows[0]
+            if not rows or not key_matches(plain, rows[0].token_hash):
+                return None
+            row = rows[0]
+            redirect_url = self._redirect_url(conn, row)
         return LinkTokenView(
             token_id=row.token_id,
             team_id=row.team_id,
             user_id=row.user_id,
             environment=row.environment,
             provider=row.provider,
-            redirect_url=row.redirect_url,
+            redirect_url=redirect_url,
             filter_on_providers=row.filter_on_providers,
             on_error=row.on_error,
             on_close=row.on_close,
@@ -94,3 +104,15 @@ class LinkTokenQueries:
             team_name=row.team_name or "",
             team_settings=(row.team_settings or {}).get(row.environment) or {},
         )
+
+    def _redirect_url(self, conn: Connection, row: Any) -> str | None:
+        """The row's redirect_url opened with its user's key; None when the token has
+        none, or once the key is gone (a row is deleted with its user: only a read that
+        races the erasure meets one)."""
+        sealed = row.sealed_facts
+        if sealed is None or sealed == ERASED_PLACEHOLDER:
+            return None
+        opener = self.opener_on(conn, {row.user_id})
+        # As the log's mapper opens them.
+        facts = opened_facts(opener(conn, row.user_id, sealed))
+        return None if facts is None else facts["redirect_url"]
