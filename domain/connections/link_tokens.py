@@ -20,6 +20,7 @@ from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
 from healthledger.domain.keys import LINK_TOKEN, hash_key, key_matches, new_key
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
 LINK_TOKEN_LIFETIME = timedelta(minutes=60)
 
@@ -85,7 +86,29 @@ class LinkToken(Audited, created_event_name="Issued"):
 
         TOPIC = "healthledger:LinkToken.Issued.v1"
         ANNOUNCES = ()
-        SUPERSEDED_BY = "healthledger:LinkToken.Issued.v2"
+        # Straight to the newest: a v1 record redacted now seals its maker too.
+        SUPERSEDED_BY = "healthledger:LinkToken.Issued.v3"
+        team_id: UUID
+        user_id: UUID
+        environment: str
+        token_hash: str
+        provider: str | None
+        redirect_url: str | None
+        filter_on_providers: list[str] | None
+        on_error: str | None
+        on_close: str | None
+
+    class IssuedV2(Event, Aggregate.Created):
+        """A token as recorded before its maker was sealed: the redirect_url sealed, the
+        `provider` and `filter_on_providers` (makers: a glucose monitor says the person
+        is diabetic) in clear. Recorded no more; the service's start redacts those stored
+        into `Issued` (revision 0044, ADR 0028, ADR 0032)."""
+
+        TOPIC = "healthledger:LinkToken.Issued.v2"
+        ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:LinkToken.Issued.v3"
+        SEALED_FACTS = {"redirect_url": None}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
         team_id: UUID
         user_id: UUID
         environment: str
@@ -97,14 +120,16 @@ class LinkToken(Audited, created_event_name="Issued"):
         on_close: str | None
 
     class Issued(Event, Aggregate.Created):
-        """A token for one user of one team; the options of spec 2.5 as given. The
-        redirect_url is stored sealed with the user's key (SEALED_FACTS, ADR 0032): teams
-        put their own identifiers of the person in it. Once the key is gone it reads None
-        (no redirect: the token of an erased user is dead anyway)."""
+        """A token for one user of one team; the options of spec 2.5 as given. Stored
+        sealed with the user's key (SEALED_FACTS, ADR 0032): the redirect_url (teams put
+        their own identifiers of the person in it), and the maker the user is linking,
+        `provider` and `filter_on_providers` (a health fact: a glucose monitor says the
+        person is diabetic). Once the key is gone they read None (no redirect, no maker:
+        the token of an erased user is dead anyway)."""
 
-        TOPIC = "healthledger:LinkToken.Issued.v2"
+        TOPIC = "healthledger:LinkToken.Issued.v3"
         ANNOUNCES = ()
-        SEALED_FACTS = {"redirect_url": None}
+        SEALED_FACTS = {"redirect_url": None, "provider": None, "filter_on_providers": None}
         PERSONAL_FIELDS = tuple(SEALED_FACTS)
         team_id: UUID
         user_id: UUID
@@ -122,11 +147,30 @@ class LinkToken(Audited, created_event_name="Issued"):
     # it too (and `created_event_name` says which of the two names founds a token).
     Created = Issued
 
-    class Consumed(Event):
-        """Used up by the connection to `provider`, recorded in the same transaction."""
+    class ConsumedV1(Event):
+        """Used up, as recorded before the maker connected was sealed: `provider` in
+        clear, and no user named. Recorded no more; the service's start redacts those
+        stored into `Consumed`, the stream's owner given (revision 0044, ADR 0032)."""
 
         TOPIC = "healthledger:LinkToken.Consumed.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:LinkToken.Consumed.v2"
+        provider: str
+
+        def apply(self, token: LinkToken) -> None:
+            token.consumed_at = self.timestamp
+            token.consumed_provider = self.provider
+
+    class Consumed(Event):
+        """Used up by the connection to `provider`, recorded in the same transaction. The
+        maker is stored sealed with the user's key (SEALED_FACTS, ADR 0032), which is why
+        the event names the user; once the key is gone it reads as the placeholder."""
+
+        TOPIC = "healthledger:LinkToken.Consumed.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"provider": ERASED_PLACEHOLDER}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
+        user_id: UUID
         provider: str
 
         def apply(self, token: LinkToken) -> None:
@@ -215,4 +259,4 @@ class LinkToken(Audited, created_event_name="Issued"):
 
     def consume(self, ctx: CommandContext, now: datetime, provider: str) -> None:
         self.require_usable(now)
-        self.record(ctx, now, self.Consumed, provider=provider)
+        self.record(ctx, now, self.Consumed, user_id=self.user_id, provider=provider)

@@ -602,7 +602,10 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     # resources and window sealed in the user's audit (ADR 0032).
     # An unmatched lab result's fields (ADR 0040) are sealed with its own key, not a
     # user's or the team's: test_an_unmatched_results_audit_shows_it_sealed_until_decided.
+    # A link token's consumption (the story connects without one): the maker it connected
+    # is shown sealed in the user's audit by test_link_redirects_sealed.py (revision 0044).
     elsewhere = {
+        ("LinkToken.Consumed", "provider"),
         ("NoticeReceipt.Delivered", "sealed_delivery"),
         ("NoticeReceipt.Received", "provider"),
         ("NoticeReceipt.Received", "resources"),

@@ -171,16 +171,19 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
     deliveries = topics[WebhookDelivery.Created.TOPIC]
     windows = sum(topics.get(topic, 0) for topic in SEALED_WINDOWS)
     assert topics[ResourceFeed.PullScheduled.TOPIC] and topics[ResourceFeed.DailySynced.TOPIC]
-    # ... and the two link tokens' Issued (revision 0043: test_link_redirects_sealed.py).
+    # ... and the two link tokens' Issued (revision 0043) and the one Consumed (revision
+    # 0044: test_link_redirects_sealed.py).
     assert redacted == (
         2
         + topics[Connection.Created.TOPIC]
         + topics[ResourceFeed.Created.TOPIC]
         + deliveries
         + windows
-        # The users' time zones (revision 0042), the link tokens' Issued (revision 0043).
+        # The users' time zones (revision 0042), the link tokens' Issued (revision 0043)
+        # and Consumed (revision 0044).
         + ZONES_REDACTED
         + 2
+        + 1
     )
     main_4 = UUID(written.user("main-4"))
     # The pulls' windows, their spans and the syncs' days: sealed with the owner's key
@@ -381,16 +384,18 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
     ):
         user = client.post("/v2/user", json={"client_user_id": "libre-1"}, headers=headers)
         user_id = user.json()["user_id"]
-        # A link token whose redirect_url names the person, opened for the link API.
+        # A link token for the device whose redirect_url names the person, opened for the
+        # link API (the maker sealed like the URL: revision 0044).
         issued = client.post(
             "/v2/link/token",
-            json={"user_id": user_id, "redirect_url": REDIRECT_URL},
+            json={"user_id": user_id, "redirect_url": REDIRECT_URL, "provider": "freestyle_libre"},
             headers=headers,
         )
         assert issued.status_code == 200, issued.text
         link_token = {"x-vital-link-token": issued.json()["link_token"]}
         shown_link = client.get("/v2/link/state", headers=link_token).json()
         assert shown_link["redirect_url"] == REDIRECT_URL
+        assert shown_link["provider"] == "freestyle_libre"
         # An endpoint of the user's environment hears of its device (its deliveries'
         # types name it: `historical.data.glucose.created`).
         environment = service.dispatcher.environment_of(UUID(user_id))
@@ -442,10 +447,14 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
         if not service.db.is_sqlite:
             for word in (*DEVICE, *window):
                 assert holding(places, word) == [], word
-        # The redirect_url: in no page of the log nor of the link tokens' rows either (a
-        # table searched for it alone: the reused test schema's pages keep earlier tests'
-        # deleted tokens, whose providers are in clear).
-        assert holding(fresh_pages(service, also=LINK_TOKENS), REDIRECT_NEEDLE) == []
+        # The redirect_url and the device: in no page of the log nor of the link tokens'
+        # rows either (since revision 0044 no token's row holds its maker in clear, so the
+        # reused test schema's pages of earlier tests' deleted tokens hold none either).
+        with_tokens = fresh_pages(service, also=LINK_TOKENS)
+        assert holding(with_tokens, REDIRECT_NEEDLE) == []
+        if not service.db.is_sqlite:
+            for word in DEVICE:
+                assert holding(with_tokens, word) == [], word
 
         frozen.tick(60)
         assert client.delete(f"/v2/user/{user_id}", headers=headers).status_code == 200
@@ -482,7 +491,9 @@ def test_a_connection_is_never_in_clear_and_its_erasure_leaves_no_word_of_it(
     assert holding(places, FEED_TOPIC)
     for word in (*DEVICE, *window):
         assert holding(places, word) == [], word
-    assert holding(fresh_pages(service, also=LINK_TOKENS), REDIRECT_NEEDLE) == []
+    with_tokens = fresh_pages(service, also=LINK_TOKENS)
+    for word in (*DEVICE, REDIRECT_NEEDLE):
+        assert holding(with_tokens, word) == [], word
 
 
 def window_words(start_of_window: datetime, oldest_day: date) -> tuple[bytes, ...]:

@@ -76,8 +76,9 @@ CONTROL = "Metabolic"
 # Records the start redacts on the fixture: 2 orders' Created, 4 connections' Created and
 # their 54 feeds' Created (ADR 0032), every webhook delivery's Created (ADR 0028: 96
 # on SQLite, 99 on PostgreSQL, whose fixture's run announced a little more), and every
-# feed's pulls and syncs (revision 0034), and its 2 link tokens' Issued (revision 0043).
-REDACTED = 2 + 4 + 54 + 2
+# feed's pulls and syncs (revision 0034), its 2 link tokens' Issued (revision 0043) and
+# the one Consumed (its maker in clear: revision 0044).
+REDACTED = 2 + 4 + 54 + 2 + 1
 # The users' records that held a time zone in clear (revision 0042): the Created of each
 # of the fixture's 10 users (every one made with a zone) and main-1's change of zone.
 ZONES_REDACTED = 10 + 1
@@ -248,6 +249,8 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
             ResourceFeed.PullSucceededV1.TOPIC,
             ResourceFeed.DailySyncedV1.TOPIC,
             LinkToken.IssuedV1.TOPIC,
+            LinkToken.IssuedV2.TOPIC,
+            LinkToken.ConsumedV1.TOPIC,
         }
     )
     assert superseded[Order.CreatedV1.TOPIC] == Order.Created.TOPIC
@@ -261,6 +264,8 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
     assert superseded[ResourceFeed.PullSucceededV1.TOPIC] == ResourceFeed.PullSucceeded.TOPIC
     assert superseded[ResourceFeed.DailySyncedV1.TOPIC] == ResourceFeed.DailySynced.TOPIC
     assert superseded[LinkToken.IssuedV1.TOPIC] == LinkToken.Issued.TOPIC
+    assert superseded[LinkToken.IssuedV2.TOPIC] == LinkToken.Issued.TOPIC
+    assert superseded[LinkToken.ConsumedV1.TOPIC] == LinkToken.Consumed.TOPIC
 
 
 def test_the_fixture_holds_the_test_in_clear(written: Written) -> None:  # noqa: F811

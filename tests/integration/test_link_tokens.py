@@ -35,8 +35,8 @@ with warnings.catch_warnings():
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 APP = "https://app.example.com/linked?session=abc"
-ISSUED_TOPIC = "healthledger:LinkToken.Issued.v2"
-CONSUMED_TOPIC = "healthledger:LinkToken.Consumed.v1"
+ISSUED_TOPIC = "healthledger:LinkToken.Issued.v3"
+CONSUMED_TOPIC = "healthledger:LinkToken.Consumed.v2"
 
 
 @pytest.fixture

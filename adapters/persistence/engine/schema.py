@@ -349,17 +349,19 @@ link_tokens = Table(
     Column("user_id", Uuid, nullable=False, index=True),
     Column("environment", String(16), nullable=False),
     Column("token_hash", String(64), nullable=False),
-    Column("provider", String(64)),
-    # The redirect_url, which teams make name the person (`?user=ada@example.org`): held
-    # only as the log holds it, sealed with the user's key (the Issued event's
-    # `sealed_facts`, ADR 0032; revision 0043).
+    # The redirect_url, which teams make name the person (`?user=ada@example.org`), and
+    # the maker the user is linking (`provider`, `filter_on_providers`: a glucose monitor
+    # says the person is diabetic): held only as the log holds them, sealed with the
+    # user's key (the Issued event's `sealed_facts`, ADR 0032; revisions 0043, 0044). No
+    # read selects tokens by their maker: the row is found by its id, then opened.
     Column("sealed_facts", Text),
-    Column("filter_on_providers", JSON),
     Column("on_error", String(16)),
     Column("on_close", String(16)),
     Column("issued_at", UTCDateTime, nullable=False),
     Column("consumed_at", UTCDateTime),
-    Column("consumed_provider", String(64)),
+    # The maker the token connected, as the Consumed event's `sealed_facts` hold it
+    # (revision 0044).
+    Column("sealed_consumption", Text),
 )
 
 # One row per (connection, resource): the state of its latest historical pull, the span of

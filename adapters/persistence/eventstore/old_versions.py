@@ -18,7 +18,9 @@ revision 0035); `WebhookDelivery.CreatedV1` (the event type in clear: revision
 0028); `ResourceFeed.PullScheduledV1`, `PullSucceededV1` and `DailySyncedV1` (a pull's
 window, its oldest and newest day, a sync's days: revision 0034; they name no user, the
 stream's owner is given); `LinkToken.IssuedV1` (its redirect_url in clear, which may name
-the person: revision 0043).
+the person: revision 0043), `LinkToken.IssuedV2` and `ConsumedV1` (the maker the user was
+linking, or connected, in clear: revision 0044; a consumption names no user, the stream's
+owner is given).
 
 Sealed in place (`SEALED_IN_PLACE`: the same topic, an older class version or an older
 shape of its payload): `User.Created` before version 4 and `User.SettingsChanged` whose
@@ -209,6 +211,7 @@ FACTS_ROW: dict[type, tuple[Table, str, str]] = {
     ResourceFeed.PullScheduled: (resource_feeds, "feed_id", "sealed_window"),
     WebhookDelivery.Created: (webhook_deliveries, "delivery_id", "sealed_facts"),
     LinkToken.Issued: (link_tokens, "token_id", "sealed_facts"),
+    LinkToken.Consumed: (link_tokens, "token_id", "sealed_consumption"),
 }
 
 # The fields a successor adds, from the old version's: a delivery's type in clear when
@@ -314,6 +317,8 @@ SUCCESSORS = {
     NoticeReceipt.ReceivedV2.TOPIC: sealed_facts_successor,
     WebhookDelivery.CreatedV1.TOPIC: sealed_facts_successor,
     LinkToken.IssuedV1.TOPIC: sealed_facts_successor,
+    LinkToken.IssuedV2.TOPIC: sealed_facts_successor,
+    LinkToken.ConsumedV1.TOPIC: sealed_facts_successor,
 }
 
 # Per topic whose current class seals what its older payloads held in clear (the same

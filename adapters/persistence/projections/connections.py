@@ -108,9 +108,7 @@ INSERT_LINK_TOKEN = CompiledStatement(
             "user_id",
             "environment",
             "token_hash",
-            "provider",
             "sealed_facts",
-            "filter_on_providers",
             "on_error",
             "on_close",
             "issued_at",
@@ -390,11 +388,13 @@ def daily_synced(
 # -- link tokens ----------------------------------------------------------------------
 
 
-@handles(LinkToken.Issued, LinkToken.IssuedV1)
-def link_token_issued(conn: Connection, e: LinkToken.Issued | LinkToken.IssuedV1) -> None:
-    # The redirect_url only as the log holds it: sealed with the user's key (ADR 0032). A
-    # version 1 met by a rebuild before the start's redaction leaves it empty; the
-    # redaction gives it.
+@handles(LinkToken.Issued, LinkToken.IssuedV2, LinkToken.IssuedV1)
+def link_token_issued(
+    conn: Connection, e: LinkToken.Issued | LinkToken.IssuedV2 | LinkToken.IssuedV1
+) -> None:
+    # The redirect_url and the maker only as the log holds them: sealed with the user's
+    # key (ADR 0032). An old version met by a rebuild before the start's redaction leaves
+    # them empty (version 1) or gives only the URL (version 2); the redaction gives them.
     INSERT_LINK_TOKEN.execute(
         conn,
         {
@@ -403,9 +403,7 @@ def link_token_issued(conn: Connection, e: LinkToken.Issued | LinkToken.IssuedV1
             "user_id": e.user_id,
             "environment": e.environment,
             "token_hash": e.token_hash,
-            "provider": e.provider,
             "sealed_facts": sealed_facts_of(e),
-            "filter_on_providers": e.filter_on_providers,
             "on_error": e.on_error,
             "on_close": e.on_close,
             "issued_at": e.timestamp,
@@ -413,10 +411,14 @@ def link_token_issued(conn: Connection, e: LinkToken.Issued | LinkToken.IssuedV1
     )
 
 
-@handles(LinkToken.Consumed)
-def link_token_consumed(conn: Connection, e: LinkToken.Consumed) -> None:
+@handles(LinkToken.Consumed, LinkToken.ConsumedV1)
+def link_token_consumed(conn: Connection, e: LinkToken.Consumed | LinkToken.ConsumedV1) -> None:
+    # The maker connected, as the log holds it: sealed (None for a version 1 until the
+    # start's redaction gives it).
     UPDATE_LINK_TOKEN.execute(
-        conn, e.originator_id, {"consumed_at": e.timestamp, "consumed_provider": e.provider}
+        conn,
+        e.originator_id,
+        {"consumed_at": e.timestamp, "sealed_consumption": sealed_facts_of(e)},
     )
 
 

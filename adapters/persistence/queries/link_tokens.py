@@ -1,9 +1,11 @@
 """The read side of link tokens: what the link page and `isValid` know about a token.
 
-The row holds the token's redirect_url only as the log does, sealed with the user's key
-(ADR 0032: teams put their own identifiers of the person in it); a read of a genuine
-token opens it with that key, read on the read's own connection (the key store's
-`opener_on`)."""
+The row holds the token's redirect_url and its maker (`provider`, `filter_on_providers`)
+only as the log does, sealed with the user's key (ADR 0032: teams put their own
+identifiers of the person in the URL, and a maker is a health fact, a glucose monitor
+says the person is diabetic); a read of a genuine token, found by its id, opens them with
+that key, read on the read's own connection (the key store's `opener_on`). No read selects
+tokens by their maker, so no keyed digest of it is kept."""
 
 from __future__ import annotations
 
@@ -87,15 +89,15 @@ class LinkTokenQueries:
             if not rows or not key_matches(plain, rows[0].token_hash):
                 return None
             row = rows[0]
-            redirect_url = self._redirect_url(conn, row)
+            facts = self._facts(conn, row)
         return LinkTokenView(
             token_id=row.token_id,
             team_id=row.team_id,
             user_id=row.user_id,
             environment=row.environment,
-            provider=row.provider,
-            redirect_url=redirect_url,
-            filter_on_providers=row.filter_on_providers,
+            provider=facts.get("provider"),
+            redirect_url=facts.get("redirect_url"),
+            filter_on_providers=facts.get("filter_on_providers"),
             on_error=row.on_error,
             on_close=row.on_close,
             issued_at=row.issued_at,
@@ -105,14 +107,14 @@ class LinkTokenQueries:
             team_settings=(row.team_settings or {}).get(row.environment) or {},
         )
 
-    def _redirect_url(self, conn: Connection, row: Any) -> str | None:
-        """The row's redirect_url opened with its user's key; None when the token has
-        none, or once the key is gone (a row is deleted with its user: only a read that
-        races the erasure meets one)."""
+    def _facts(self, conn: Connection, row: Any) -> dict[str, Any]:
+        """The row's sealed facts opened with its user's key: its redirect_url, provider
+        and filter_on_providers. Empty (each reads None) once the key is gone (a row is
+        deleted with its user: only a read that races the erasure meets one), or for a
+        row a rebuild made from an old version before the start's redaction."""
         sealed = row.sealed_facts
         if sealed is None or sealed == ERASED_PLACEHOLDER:
-            return None
+            return {}
         opener = self.opener_on(conn, {row.user_id})
         # As the log's mapper opens them.
-        facts = opened_facts(opener(conn, row.user_id, sealed))
-        return None if facts is None else facts["redirect_url"]
+        return opened_facts(opener(conn, row.user_id, sealed)) or {}
