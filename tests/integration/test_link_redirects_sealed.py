@@ -36,7 +36,7 @@ from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.link_page import create_link_app, outcome_url
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.persistence.engine import migrating
-from healthledger.adapters.persistence.engine.schema import link_tokens, stored_events
+from healthledger.adapters.persistence.engine.schema import link_tokens
 from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
 from healthledger.adapters.persistence.eventstore.sealed_facts import SEALED_FACTS_FIELD
 from healthledger.adapters.settings import Settings
@@ -55,6 +55,7 @@ from tests.integration.test_health_facts_sealed import (
     printed_about,
     records_of,
 )
+from tests.integration.test_notice_windows_sealed import states
 from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     DATA,
     SIGNED_HEADS,
@@ -109,16 +110,6 @@ def as_v1(token: LinkToken) -> LinkToken.IssuedV1:
     """The same token as the main before revision 0043 recorded it: the URL in clear."""
     (event,) = token.collect_events()
     return LinkToken.IssuedV1(**vars(event))
-
-
-def states(service: Service, topic: str) -> list[bytes]:
-    with service.db.read() as conn:
-        return [
-            bytes(state)
-            for (state,) in conn.execute(
-                select(stored_events.c.state).where(stored_events.c.topic == topic)
-            )
-        ]
 
 
 def test_an_old_tokens_redirect_url_is_redacted_and_goes_with_its_user(
