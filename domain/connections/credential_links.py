@@ -12,6 +12,11 @@ When the maker asks for a code (its MFA, or the e-mail code) the sign-in is pend
 provider of one link token, and the code completes it once, within CHALLENGE_LIFETIME and
 the token's own life. A second sign-in on the same link and provider replaces the
 challenge. The link token is consumed only by the connection, as everywhere.
+
+The maker is a health fact (`abbott_libreview`, a glucose monitor's: the person is
+diabetic): the sign-in's events hold it sealed with the user's key (ADR 0032), and its
+stream's id is keyed by that key (`StreamIds.sign_in_id`, ADR 0045), not derivable from
+the link token's id and the provider by whoever holds the log (revision 0045).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
-from uuid import NAMESPACE_URL, UUID, uuid5
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from healthledger.domain.audited import Audited, UserStream
@@ -30,7 +35,7 @@ from healthledger.domain.connections.provider_tokens import GrantToKeep, Provide
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import InvalidRequest, LedgerError
 from healthledger.domain.ledger import Clock, Ledger
-from healthledger.domain.personal_data import PersonalDataVault
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER, PersonalDataVault
 from healthledger.domain.users.user import User
 
 # Makers' one-time codes live minutes; ours no longer.
@@ -108,11 +113,6 @@ class CredentialMaker(Protocol):
     def complete(self, challenge: str, code: str) -> MakerGrant: ...
 
 
-def sign_in_id(token_id: UUID, provider: str) -> UUID:
-    """One pending sign-in per link token and provider: a later one replaces it."""
-    return uuid5(NAMESPACE_URL, f"healthledger:credential-sign-in:{token_id}:{provider}")
-
-
 class CredentialSignIn(Audited, created_event_name="Challenged"):
     TOPIC = "healthledger:CredentialSignIn"
     USER_STREAM = UserStream("credential_sign_in")
@@ -120,11 +120,31 @@ class CredentialSignIn(Audited, created_event_name="Challenged"):
     class Event(Audited.Event):
         pass
 
-    class Challenged(Event, Aggregate.Created):
-        """The maker asked for a code; its challenge is sealed with the user's key."""
+    class ChallengedV1(Event, Aggregate.Created):
+        """A sign-in as recorded before its maker was sealed: `provider` in clear (a
+        health fact). Recorded no more; the service's start redacts those stored into
+        `Challenged` (revision 0045, ADR 0028, ADR 0032)."""
 
         TOPIC = "healthledger:CredentialSignIn.Challenged.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:CredentialSignIn.Challenged.v2"
+        link_token_id: UUID
+        team_id: UUID
+        user_id: UUID
+        provider: str
+        auth_type: str
+        method: str
+        sealed_challenge: str
+
+    class Challenged(Event, Aggregate.Created):
+        """The maker asked for a code; its challenge is sealed with the user's key, and so
+        is the maker (SEALED_FACTS, ADR 0032: the domain reads it in clear; once the key
+        is gone it reads as the placeholder)."""
+
+        TOPIC = "healthledger:CredentialSignIn.Challenged.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"provider": ERASED_PLACEHOLDER}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
         link_token_id: UUID
         team_id: UUID
         user_id: UUID
@@ -192,13 +212,15 @@ class CredentialSignIn(Audited, created_event_name="Challenged"):
         ctx: CommandContext,
         now: datetime,
         found: CredentialSignIn | None,
+        sign_in_id: UUID,
         token: LinkToken,
         provider: str,
         auth_type: str,
         method: str,
         sealed_challenge: str,
     ) -> CredentialSignIn:
-        """The pending sign-in of (token, provider): `found`, challenged again, or new."""
+        """The pending sign-in of (token, provider): `found`, challenged again, or new
+        under `sign_in_id` (`StreamIds.sign_in_id`: keyed by the user's key)."""
         if found is not None:
             found.record(
                 ctx,
@@ -212,7 +234,7 @@ class CredentialSignIn(Audited, created_event_name="Challenged"):
         return cls.new(
             ctx,
             now,
-            id=sign_in_id(token.id, provider),
+            id=sign_in_id,
             link_token_id=token.id,
             team_id=token.team_id,
             user_id=token.user_id,
@@ -296,7 +318,7 @@ class CredentialLinks:
         LinkTokenRejected, InvalidRequest, NoPendingSignIn, SignInRefused or
         AlreadyConnected."""
         token, ctx, user = self.link_tokens.usable_for(plain, provider, request_id)
-        found = self.ledger.find(sign_in_id(token.id, provider))
+        found = self.ledger.find(self._sign_in_id(token, provider))
         if not isinstance(found, CredentialSignIn):
             raise NoPendingSignIn()
         now = self.clock()
@@ -328,6 +350,12 @@ class CredentialLinks:
             raise InvalidRequest(f"This provider does not sign in by {sign_in}.", "provider")
         return maker
 
+    def _sign_in_id(self, token: LinkToken, provider: str) -> UUID:
+        """The stream of the pending sign-in of (token, provider): keyed by the user's key
+        (one made before revision 0045 is found under its old id)."""
+        streams = self.link_tokens.connections.pulls.streams
+        return streams.sign_in_id(token.user_id, token.id, provider)
+
     def _challenged(
         self,
         ctx: CommandContext,
@@ -336,11 +364,13 @@ class CredentialLinks:
         auth_type: str,
         challenge: MakerChallenge,
     ) -> Pending:
-        found = self.ledger.find(sign_in_id(token.id, provider))
+        sign_in_id = self._sign_in_id(token, provider)
+        found = self.ledger.find(sign_in_id)
         sign_in = CredentialSignIn.challenge(
             ctx,
             self.clock(),
             found if isinstance(found, CredentialSignIn) else None,
+            sign_in_id,
             token,
             provider,
             auth_type,

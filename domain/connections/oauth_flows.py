@@ -30,6 +30,7 @@ from healthledger.domain.audited import Audited, UserStream
 from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.context import CommandContext
 from healthledger.domain.errors import LedgerError
+from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 
 # Long enough to sign in at a maker (a forgotten password included), short enough that a
 # state and its cookie do not linger; makers' codes themselves live about ten minutes.
@@ -108,11 +109,30 @@ class OAuthFlow(Audited, created_event_name="Started"):
     class Event(Audited.Event):
         pass
 
-    class Started(Event, Aggregate.Created):
-        """The link page sent the browser to the maker's authorization URL."""
+    class StartedV1(Event, Aggregate.Created):
+        """A flow as recorded before its maker was sealed: `provider` in clear (a health
+        fact: a glucose monitor says the person is diabetic). Recorded no more; the
+        service's start redacts those stored into `Started` (revision 0045, ADR 0028,
+        ADR 0032)."""
 
         TOPIC = "healthledger:OAuthFlow.Started.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:OAuthFlow.Started.v2"
+        link_token_id: UUID
+        team_id: UUID
+        user_id: UUID
+        provider: str
+        binding_digest: str
+
+    class Started(Event, Aggregate.Created):
+        """The link page sent the browser to the maker's authorization URL. The maker is
+        stored sealed with the user's key (SEALED_FACTS, ADR 0032): the domain reads it in
+        clear; once the key is gone it reads as the placeholder (no state matches it)."""
+
+        TOPIC = "healthledger:OAuthFlow.Started.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"provider": ERASED_PLACEHOLDER}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
         link_token_id: UUID
         team_id: UUID
         user_id: UUID

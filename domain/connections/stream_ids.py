@@ -1,4 +1,5 @@
-"""The stream ids of a user's connections and resource feeds (issue 29 §1, ADR 0045).
+"""The stream ids of a user's connections, resource feeds and credential sign-ins (issue
+29 §1, ADR 0045).
 
 A connection was the stream `uuid5(user_id, provider)` and a feed `uuid5(connection_id,
 resource)`. The user's id stays in clear after the erasure (the proof of it), so whoever
@@ -11,6 +12,11 @@ ids do (ADR 0028): 128 bits of HMAC-SHA256 under the user's digest key over the 
 any random one. The key never changes while the user exists (a master key rotation
 rewraps the same key), so the id is stable for the lookups by (user, provider); once the
 key is destroyed no one, the service included, can recompute or test it.
+
+A credential sign-in (one pending per link token and provider) was the stream
+`uuid5(NAMESPACE_URL, "healthledger:credential-sign-in:<token id>:<provider>")`: the
+token's id is in clear in the log, so the same few dozen tries named the maker of the
+sign-in. Since revision 0045 it is keyed likewise, over the token's id and the provider.
 
 Streams made before keep their uuid5 ids (they are record keys, covered by the chain,
 ADR 0045 says why they stay): a lookup finds the keyed stream, else the old one, else
@@ -54,6 +60,12 @@ def legacy_feed_id(connection_id: UUID, resource: str) -> UUID:
     return uuid.uuid5(_FEED_NAMESPACE, f"{connection_id}\x1f{resource}")
 
 
+def legacy_sign_in_id(token_id: UUID, provider: str) -> UUID:
+    """The unkeyed id of a credential sign-in made before revision 0045 (guessable:
+    found, never made)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"healthledger:credential-sign-in:{token_id}:{provider}")
+
+
 def _keyed(digest: UsersDigest, label: bytes) -> UUID:
     # Version 4 bits: a keyed id is not told apart from a random one.
     return uuid.UUID(hex=digest(label)[:32], version=4)
@@ -69,10 +81,16 @@ def keyed_feed_id(digest: UsersDigest, connection_id: UUID, resource: str) -> UU
     return _keyed(digest, b"feed-id\x1f" + connection_id.bytes + resource.encode())
 
 
+def keyed_sign_in_id(digest: UsersDigest, token_id: UUID, provider: str) -> UUID:
+    """The id of the credential sign-in of a link token and a provider, keyed by the
+    token's user's data key."""
+    return _keyed(digest, b"sign-in-id\x1f" + token_id.bytes + provider.encode())
+
+
 class StreamIds:
-    """Where a user's connection of a provider, or a connection's feed of a resource, is:
-    the keyed stream if it exists, else the old unkeyed one if that exists, else the
-    keyed id a new stream takes."""
+    """Where a user's connection of a provider, a connection's feed of a resource, or the
+    sign-in of a link token at a provider is: the keyed stream if it exists, else the old
+    unkeyed one if that exists, else the keyed id a new stream takes."""
 
     def __init__(self, ledger: Ledger, digests: UsersDigests) -> None:
         self.ledger = ledger
@@ -91,6 +109,15 @@ class StreamIds:
         if digest is None:
             return self._keyless(legacy)
         return self._pick(keyed_feed_id(digest, connection_id, resource), legacy)
+
+    def sign_in_id(self, user_id: UUID, token_id: UUID, provider: str) -> UUID:
+        """The credential sign-in of the link token `token_id` (of `user_id`) at
+        `provider`: one pending per token and provider, a later one replaces it."""
+        legacy = legacy_sign_in_id(token_id, provider)
+        digest = self.digests.users_digest(user_id)
+        if digest is None:
+            return self._keyless(legacy)
+        return self._pick(keyed_sign_in_id(digest, token_id, provider), legacy)
 
     def _keyless(self, legacy: UUID) -> UUID:
         # No key (an erased user): no keyed id can be derived, so no keyed stream is

@@ -604,8 +604,11 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     # user's or the team's: test_an_unmatched_results_audit_shows_it_sealed_until_decided.
     # A link token's consumption (the story connects without one): the maker it connected
     # is shown sealed in the user's audit by test_link_redirects_sealed.py (revision 0044).
+    # An OAuth flow's maker (the story signs in with a password, not through a maker's
+    # OAuth page): test_oauth_makers_sealed.py (revision 0045).
     elsewhere = {
         ("LinkToken.Consumed", "provider"),
+        ("OAuthFlow.Started", "provider"),
         ("NoticeReceipt.Delivered", "sealed_delivery"),
         ("NoticeReceipt.Received", "provider"),
         ("NoticeReceipt.Received", "resources"),

@@ -47,8 +47,10 @@ from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
 from healthledger.adapters.persistence.eventstore.old_versions import BATCH, SUCCESSORS
 from healthledger.domain.audited import audited_events, topic_of
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.credential_links import CredentialSignIn
 from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.notice_intake import NoticeReceipt
+from healthledger.domain.connections.oauth_flows import OAuthFlow
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
@@ -77,8 +79,9 @@ CONTROL = "Metabolic"
 # their 54 feeds' Created (ADR 0032), every webhook delivery's Created (ADR 0028: 96
 # on SQLite, 99 on PostgreSQL, whose fixture's run announced a little more), and every
 # feed's pulls and syncs (revision 0034), its 2 link tokens' Issued (revision 0043) and
-# the one Consumed (its maker in clear: revision 0044).
-REDACTED = 2 + 4 + 54 + 2 + 1
+# the one Consumed (its maker in clear: revision 0044), and main-6's one OAuth flow's
+# Started (its maker in clear: revision 0045).
+REDACTED = 2 + 4 + 54 + 2 + 1 + 1
 # The users' records that held a time zone in clear (revision 0042): the Created of each
 # of the fixture's 10 users (every one made with a zone) and main-1's change of zone.
 ZONES_REDACTED = 10 + 1
@@ -251,6 +254,8 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
             LinkToken.IssuedV1.TOPIC,
             LinkToken.IssuedV2.TOPIC,
             LinkToken.ConsumedV1.TOPIC,
+            OAuthFlow.StartedV1.TOPIC,
+            CredentialSignIn.ChallengedV1.TOPIC,
         }
     )
     assert superseded[Order.CreatedV1.TOPIC] == Order.Created.TOPIC
@@ -266,6 +271,8 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
     assert superseded[LinkToken.IssuedV1.TOPIC] == LinkToken.Issued.TOPIC
     assert superseded[LinkToken.IssuedV2.TOPIC] == LinkToken.Issued.TOPIC
     assert superseded[LinkToken.ConsumedV1.TOPIC] == LinkToken.Consumed.TOPIC
+    assert superseded[OAuthFlow.StartedV1.TOPIC] == OAuthFlow.Started.TOPIC
+    assert superseded[CredentialSignIn.ChallengedV1.TOPIC] == CredentialSignIn.Challenged.TOPIC
 
 
 def test_the_fixture_holds_the_test_in_clear(written: Written) -> None:  # noqa: F811

@@ -157,11 +157,12 @@ FOUND: dict[str, Callable[[], Aggregate]] = {
         on_error="redirect",
         on_close=None,
     ),
-    # Its id is derived from the link token's and the provider.
+    # Its id is keyed by the user's key (StreamIds.sign_in_id, ADR 0045): given here.
     "CredentialSignIn": lambda: CredentialSignIn.challenge(
         CTX,
         T,
         None,
+        fixed_id(22),
         cast(LinkToken, FOUND["LinkToken"]()),
         "freestyle_libre",
         "password",
@@ -495,8 +496,8 @@ GOLDEN = {
         ),
     ),
     "CredentialSignIn": Golden(
-        id="0313c9ff-0b2a-5e3b-b9a1-776ff90d56c0",
-        topic="healthledger:CredentialSignIn.Challenged.v1",
+        id="11111111-2222-4333-8444-000000000016",
+        topic="healthledger:CredentialSignIn.Challenged.v2",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:CredentialSignIn",'
@@ -504,8 +505,9 @@ GOLDEN = {
             '"request_id":"req-golden","link_token_id":{"_type_":"uuid_hex",'
             '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000002"},"provider":"freestyle_libre",'
-            '"auth_type":"password","method":"sms","sealed_challenge":"v1.sealed-challenge"}'
+            '"_data_":"11111111222243338444000000000002"},'
+            '"auth_type":"password","method":"sms","sealed_challenge":"v1.sealed-challenge",'
+            '"sealed_facts":"sealed:{\\"provider\\":\\"freestyle_libre\\"}"}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -583,7 +585,7 @@ GOLDEN = {
     ),
     "OAuthFlow": Golden(
         id="11111111-2222-4333-8444-00000000000f",
-        topic="healthledger:OAuthFlow.Started.v1",
+        topic="healthledger:OAuthFlow.Started.v2",
         state=(
             '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
             '"originator_topic":"healthledger:OAuthFlow",'
@@ -591,8 +593,9 @@ GOLDEN = {
             '"request_id":"req-golden","link_token_id":{"_type_":"uuid_hex",'
             '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
             '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
-            '"_data_":"11111111222243338444000000000002"},"provider":"oura",'
-            f'"binding_digest":"{BINDING_DIGEST}"}}'
+            '"_data_":"11111111222243338444000000000002"},'
+            f'"binding_digest":"{BINDING_DIGEST}",'
+            '"sealed_facts":"sealed:{\\"provider\\":\\"oura\\"}"}'
         ),
         aggregate_state=(
             '{"_created_on":{"_type_":"datetime_iso",'
@@ -1029,6 +1032,31 @@ LINK_TOKEN_ISSUED_V2 = (
 )
 
 
+# An OAuth flow's Started and a credential sign-in's Challenged as version 1 stored them
+# (the maker in clear; the sign-in under its legacy uuid5 id), until the start redacts
+# them into version 2 (revision 0045).
+OAUTH_FLOW_STARTED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:OAuthFlow",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","link_token_id":{"_type_":"uuid_hex",'
+    '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},"provider":"oura",'
+    f'"binding_digest":"{BINDING_DIGEST}"}}'
+)
+CREDENTIAL_SIGN_IN_CHALLENGED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"originator_topic":"healthledger:CredentialSignIn",'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa",'
+    '"request_id":"req-golden","link_token_id":{"_type_":"uuid_hex",'
+    '"_data_":"1111111122224333844400000000000e"},"team_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000001"},"user_id":{"_type_":"uuid_hex",'
+    '"_data_":"11111111222243338444000000000002"},"provider":"freestyle_libre",'
+    '"auth_type":"password","method":"sms","sealed_challenge":"v1.sealed-challenge"}'
+)
+
+
 @pytest.mark.parametrize(
     ("name", "topic", "state"),
     [
@@ -1037,6 +1065,12 @@ LINK_TOKEN_ISSUED_V2 = (
         ("WebhookDelivery", "healthledger:WebhookDelivery.Created.v1", DELIVERY_CREATED_V1),
         ("LinkToken", "healthledger:LinkToken.Issued.v1", LINK_TOKEN_ISSUED_V1),
         ("LinkToken", "healthledger:LinkToken.Issued.v2", LINK_TOKEN_ISSUED_V2),
+        ("OAuthFlow", "healthledger:OAuthFlow.Started.v1", OAUTH_FLOW_STARTED_V1),
+        (
+            "CredentialSignIn",
+            "healthledger:CredentialSignIn.Challenged.v1",
+            CREDENTIAL_SIGN_IN_CHALLENGED_V1,
+        ),
     ],
 )
 def test_an_event_stored_before_its_facts_were_sealed_loads_with_them_in_clear(

@@ -20,7 +20,9 @@ window, its oldest and newest day, a sync's days: revision 0034; they name no us
 stream's owner is given); `LinkToken.IssuedV1` (its redirect_url in clear, which may name
 the person: revision 0043), `LinkToken.IssuedV2` and `ConsumedV1` (the maker the user was
 linking, or connected, in clear: revision 0044; a consumption names no user, the stream's
-owner is given).
+owner is given); `OAuthFlow.StartedV1` and `CredentialSignIn.ChallengedV1` (the maker an
+OAuth flow was started for, or a password maker's sign-in asked a code of, in clear:
+revision 0045; no read model holds either).
 
 Sealed in place (`SEALED_IN_PLACE`: the same topic, an older class version or an older
 shape of its payload): `User.Created` before version 4 and `User.SettingsChanged` whose
@@ -63,8 +65,10 @@ from healthledger.adapters.persistence.eventstore.sealed_facts import (
 )
 from healthledger.domain.audited import Audited
 from healthledger.domain.connections.connection import Connection as ProviderConnection
+from healthledger.domain.connections.credential_links import CredentialSignIn
 from healthledger.domain.connections.link_tokens import LinkToken
 from healthledger.domain.connections.notice_intake import MAKER_ACTOR, NoticeReceipt
+from healthledger.domain.connections.oauth_flows import OAuthFlow
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.orders import Order, OrderedTest
@@ -319,6 +323,8 @@ SUCCESSORS = {
     LinkToken.IssuedV1.TOPIC: sealed_facts_successor,
     LinkToken.IssuedV2.TOPIC: sealed_facts_successor,
     LinkToken.ConsumedV1.TOPIC: sealed_facts_successor,
+    OAuthFlow.StartedV1.TOPIC: sealed_facts_successor,
+    CredentialSignIn.ChallengedV1.TOPIC: sealed_facts_successor,
 }
 
 # Per topic whose current class seals what its older payloads held in clear (the same
