@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,6 +189,16 @@ class Database:
                 ):
                     conn.invalidate()
                 raise
+
+    def writers_turn(self) -> AbstractContextManager[object]:
+        """SQLite: the process's write lock, held across a write and what must follow its
+        commit before another thread's write begins (re-entrant: the write inside takes
+        it again). A recorder's knowledge of the chain's head, which the next write links
+        onto, is such a thing: set after the lock of `write()` was let go, another
+        thread's write could begin meanwhile and link onto the head before it (ADR 0020).
+        PostgreSQL: nothing (no process lock: the recorder's table lock serialises
+        writers, and a head this process guessed is checked under it)."""
+        return self.units.lock if self.writer_connection is not None else nullcontext()
 
     def read(self) -> AbstractContextManager[Connection]:
         """A connection for reads, whose transaction ends when the block does. In a unit

@@ -136,7 +136,8 @@ class LedgerRecorder(ProcessRecorder):
         # The columns each event row binds, in order.
         self.columns = EVENT_COLUMNS + CHAIN_COLUMNS if chained else EVENT_COLUMNS
         # The chain's head after this recorder's last commit, with the writer's change
-        # mark then (SQLite; None on PostgreSQL, where it is a guess: `head_guess`).
+        # mark then (SQLite, where it is set in the writers' turn: `insert_events`; None
+        # on PostgreSQL, where it is a guess: `head_guess`).
         self.known_head: tuple[Hashable | None, tuple[int, bytes]] | None = None
         self.head_lock = threading.Lock()
         self.unguessed = 0
@@ -195,26 +196,33 @@ class LedgerRecorder(ProcessRecorder):
         if effect is not None and (self.chain is None or not stored_events):
             raise ValueError("an effect goes with chained events")
         guess = self.head_guess() if stored_events else None
-        try:
+        # SQLite: the head this write leaves is known before the next write of this
+        # process begins, and never replaced by an older one. The next write trusts it
+        # while the writer's change mark is the same, which no commit of this writer
+        # moves: set after the write's lock was let go, another thread's write could link
+        # onto the head before it, whose positions are taken (a UNIQUE failure on
+        # chain_position, seen with threads writing outside units of work).
+        with self.db.writers_turn():
             try:
-                inserted = self.write(stored_events, aggregate_events, tracking, guess, effect)
-            except (sa_exc.IntegrityError, HeadMoved):
-                if guess is None:
-                    raise
-                # Another process linked rows onto the chain meanwhile (or a version
-                # conflict, which the write with the head read raises again): once more,
-                # the head read first, and no guess for a while (ADR 0020).
-                with self.head_lock:
-                    self.unguessed = GUESS_BACKOFF
-                inserted = self.write(stored_events, aggregate_events, tracking, None, effect)
-        except sa_exc.IntegrityError as exc:
-            self.known_head = None
-            raise IntegrityError(str(exc.orig)) from exc
-        except BaseException:
-            self.known_head = None
-            raise
-        if inserted.head is not None:
-            self.known_head = inserted.head
+                try:
+                    inserted = self.write(stored_events, aggregate_events, tracking, guess, effect)
+                except (sa_exc.IntegrityError, HeadMoved):
+                    if guess is None:
+                        raise
+                    # Another process linked rows onto the chain meanwhile (or a version
+                    # conflict, which the write with the head read raises again): once
+                    # more, the head read first, and no guess for a while (ADR 0020).
+                    with self.head_lock:
+                        self.unguessed = GUESS_BACKOFF
+                    inserted = self.write(stored_events, aggregate_events, tracking, None, effect)
+            except sa_exc.IntegrityError as exc:
+                self.known_head = None
+                raise IntegrityError(str(exc.orig)) from exc
+            except BaseException:
+                self.known_head = None
+                raise
+            if inserted.head is not None:
+                self.known_head = inserted.head
         if inserted.linked is not None and not self.db.is_sqlite:
             # What this process knows of the chain's head (the aggregates it saved are
             # current as long as nothing else is linked on: ADR 0020).
