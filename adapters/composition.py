@@ -34,6 +34,7 @@ from healthledger.adapters.persistence.engine.outages import unavailable
 from healthledger.adapters.persistence.eventstore.chain import Chain, SigningTally, open_chain
 from healthledger.adapters.persistence.eventstore.infrastructure import LedgerInfrastructure
 from healthledger.adapters.persistence.eventstore.old_versions import (
+    RedactionKeys,
     leave_no_redacted_values,
     redact_old_versions,
 )
@@ -364,6 +365,14 @@ def shipped_places() -> AppointmentPlaces:
     return AppointmentPlaces(shipped_labs()[0].reference)
 
 
+def _team_of(ledger: Ledger, user_id: UUID) -> UUID:
+    """A user's team, from its Created event (read from the log alone: an erased user's
+    too, and no user kept in memory with the records about to be redacted)."""
+    (created,) = ledger.events.get(user_id, limit=1)
+    assert isinstance(created, User.Created), f"{user_id} is not a user"
+    return created.team_id
+
+
 def _sealer(key_store: KeyStore, user_id: UUID) -> Callable[[Any], str] | None:
     """What seals a value with the user's key, or None when the user has none (erased):
     never a new key for someone who is gone."""
@@ -527,9 +536,16 @@ def build_service(
     )
     # Records of old event versions whose successors seal their health facts, listed by
     # revision 0016: redacted into them, the chain kept (ADR 0028; none on an up-to-date
-    # database), before anything reads.
+    # database), before anything reads. The client_user_id's old claims (revision 0046)
+    # are named by the team's digest: a team created before digests gets its secret here
+    # if the users rows above did not give it one.
+    redaction_keys = RedactionKeys(
+        sealer=partial(_sealer, key_store),
+        digest=partial(_digest_or_none, users),
+        team_of=partial(_team_of, ledger),
+    )
     if redact_old_versions(
-        db, Redactor(db, recorder, ledger.mapper, clock), ledger.mapper, partial(_sealer, key_store)
+        db, Redactor(db, recorder, ledger.mapper, clock), ledger.mapper, redaction_keys
     ):
         leave_no_redacted_values(db)
     # Orders rows written before revision 0019, which dropped their interpretation in

@@ -15,7 +15,8 @@ for a team created before digests existed, on first need. The teams context keep
 (domain/teams/client_user_id_secrets.py); this context asks for it through the
 `TeamSecrets` port, so users never load a team. Claims made before digests are
 found by their old id (a uuid5 of the team and the clear value) as long as they exist, so
-a team's old users keep their uniqueness guarantees.
+a team's old users keep their uniqueness guarantees; their Created records, which held the
+value in clear, name it by the digest since the start redacted them (ADR 0054).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Protocol
 from uuid import UUID
 
 from healthledger.domain.context import CommandContext
+from healthledger.domain.errors import TeamNotFound
 from healthledger.domain.ledger import Ledger
 from healthledger.domain.users.user import ClientUserIdClaim, User
 
@@ -82,13 +84,15 @@ class ClientUserIds:
 
     def digest_of_user(self, ctx: CommandContext, user: User) -> str:
         """The digest of the client_user_id a user holds (or last held), from its claim,
-        erased users' too: a claim made before digests holds the value in clear, and its
-        digest is computed (TeamNotFound if the team was deleted: its secret is gone)."""
+        erased users' too: a claim made before digests and not redacted yet holds the
+        value in clear, and its digest is computed (TeamNotFound if the team was deleted:
+        its secret is gone). One redacted in a deleted team holds neither (ADR 0054)."""
         claim = self.ledger.find(user.claim_id)
         assert isinstance(claim, ClientUserIdClaim), "every user holds or held its claim"
         if claim.digest is not None:
             return claim.digest
-        assert claim.client_user_id is not None
+        if claim.client_user_id is None:
+            raise TeamNotFound()
         return self.digest(ctx, claim.team_id, claim.client_user_id)
 
     def locate(

@@ -199,7 +199,9 @@ class User(Audited):
         """Version 2 seals the new value with the user's key and names the claim the user
         moved to (`new_claim_id`); both clear values are None. Version 1 events, stored
         before, hold both values in clear and load with no sealed value and no claim id:
-        the claim of their time is the one named by the team and the clear value."""
+        the claim of their time is the one named by the team and the clear value. The
+        service's start redacts them into version 2, that claim named (ADR 0054:
+        `old_versions.SEALED_IN_PLACE`)."""
 
         TOPIC = "healthledger:User.ClientUserIdChanged.v1"
         ANNOUNCES = ()
@@ -540,7 +542,8 @@ class ClientUserIdClaim(Audited):
     class Created(Event, Aggregate.Created):
         """Version 2 names the value by the team's keyed digest (`digest`), never in
         clear (`client_user_id` is None). Version 1 events, stored before, hold the value
-        in clear and load with no digest."""
+        in clear and load with no digest; the service's start redacts them into version 2
+        (ADR 0054), their stream id (derived from the team and the clear value) kept."""
 
         TOPIC = "healthledger:ClientUserIdClaim.Created.v1"
         ANNOUNCES = ()

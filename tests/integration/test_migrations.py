@@ -43,7 +43,7 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import Redaction
 from healthledger.domain.teams.teams import Team
-from healthledger.domain.users.user import User
+from healthledger.domain.users.user import ClientUserIdClaim, User
 
 from tests.conftest import (
     BACKENDS,
@@ -53,6 +53,8 @@ from tests.conftest import (
     postgres_schema,
 )
 from tests.integration.databases import LEGACY, load_dump, schema_differences
+from tests.integration.test_health_facts_sealed import holding
+from tests.integration.test_old_client_user_ids_redacted import places
 
 SECRET = "whsec_" + "A" * 32
 
@@ -160,7 +162,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0045")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0046")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -203,6 +205,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0043",
         "0044",
         "0045",
+        "0046",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -242,6 +245,27 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
             "SELECT state FROM stored_events WHERE topic = 'healthledger:User.Created.v1'"
         )
         assert len(stored) == 6 and not any(b"legacy-" in bytes(row[0]) for row in stored)
+        # Their claims' Created held it in clear too: the start named it by the team's
+        # digest, the erased user's (legacy-4) too, the claim keeping its id, derived from
+        # the clear value (ADR 0054).
+        team_id = users_created[0].team_id
+        claims = [event for event in events if isinstance(event, ClientUserIdClaim.Created)]
+        assert [(c.originator_id, c.client_user_id, c.digest) for c in claims] == [
+            (
+                ClientUserIdClaim.id_for(team_id, f"legacy-{i}"),
+                None,
+                service.client_user_id_digest(team_id, f"legacy-{i}"),
+            )
+            for i in range(6)
+        ]
+        stored = db.execute(
+            "SELECT state FROM stored_events"
+            " WHERE topic = 'healthledger:ClientUserIdClaim.Created.v1'"
+        )
+        assert len(stored) == 6 and not any(b"legacy-" in bytes(row[0]) for row in stored)
+        # Nor does any page of the database (the log, the users rows, the snapshots: the
+        # start rewrote what it redacted and what revision 0015 dropped), where reachable.
+        assert holding(places(service, required=False), b"legacy-") == []
 
         # Every key unwraps under the master key that came with the database, and the
         # health data sealed under them opens: each stored day converted into its block
@@ -279,6 +303,12 @@ def check_users_through_the_team_api(service: Service, created: dict[str, UUID])
             # Found by the team's digest of the value, which the start computed.
             resolved = client.get(f"/v2/user/resolve/{client_user_id}", headers=headers)
             assert resolved.json()["user_id"] == str(created[client_user_id])
+            # Its claim, made before digests, still holds the value: no one else takes it.
+            taken = client.post(
+                "/v2/user", json={"client_user_id": client_user_id}, headers=headers
+            )
+            assert taken.status_code == 400, taken.text
+            assert taken.json()["detail"]["user_id"] == str(created[client_user_id])
         assert (
             client.get(f"/v2/user/{created['legacy-1']}", headers=headers)
             .json()["ingestion_start"]
@@ -369,13 +399,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0045" in status
+    assert "written before migrations" in status and "head      0046" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0045" in capsys.readouterr().out
+    assert "nothing to apply: already at 0046" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -431,6 +461,7 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0043",
         "0044",
         "0045",
+        "0046",
     ]
 
     done = upgrade(empty_database.url)
@@ -462,8 +493,9 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
             "0043",
             "0044",
             "0045",
+            "0046",
         ],
-        "0045",
+        "0046",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -504,7 +536,7 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
     pending = (
         "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017, 0018,"
         " 0019, 0020, 0021, 0022, 0023, 0024, 0025, 0026, 0027, 0028, 0029, 0030, 0031,"
-        " 0032, 0033, 0034, 0035, 0036, 0037, 0038, 0039, 0040, 0041, 0042, 0043, 0044, 0045"
+        " 0032, 0033, 0034, 0035, 0036, 0037, 0038, 0039, 0040, 0041, 0042, 0043, 0044, 0045, 0046"
     )
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused

@@ -29,6 +29,10 @@ shape of its payload): `User.Created` before version 4 and `User.SettingsChanged
 changes name `fallback_time_zone`, the user's fallback time zone in clear (revision 0042),
 redacted into the sealed `sealed_fallback_time_zone`; the users row gets the log's sealed
 value in the same transaction, in the log's order (the last change is the row's).
+`User.ClientUserIdChanged` v1 (both values in clear) and `ClientUserIdClaim.Created` v1 (the
+value in clear), listed by revision 0046, redacted into their version 2: the new value
+sealed with the user's key and the claim of its time named, the claim's value named by the
+team's keyed digest (ADR 0054).
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ from healthledger.domain.context import CommandContext
 from healthledger.domain.labs.orders import Order, OrderedTest
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
 from healthledger.domain.redaction import REMOVED, SEALED
-from healthledger.domain.users.user import User
+from healthledger.domain.users.user import ClientUserIdClaim, User
 from healthledger.domain.webhooks.deliveries import WebhookDelivery, lifecycle_type_of
 from sqlalchemy import Connection, Table, delete, select, update
 
@@ -89,6 +93,19 @@ ATTEMPTS = 5
 # A user's sealer: seals a JSON value with the user's data key; None when the user has
 # no key (erased). Never makes a key.
 Sealer = Callable[[UUID], Callable[[Any], str] | None]
+# A team's keyed digest of a client_user_id (ADR 0017, hex), recording the secret of a
+# team created before digests; None for a deleted team (its secret went with its key).
+Digest = Callable[[UUID, str], str | None]
+
+
+@dataclass(frozen=True)
+class RedactionKeys:
+    """What the builders seal and digest with."""
+
+    sealer: Sealer
+    digest: Digest
+    # A user's team, as its Created record names it (an erased user's too).
+    team_of: Callable[[UUID], UUID]
 
 
 @dataclass(frozen=True)
@@ -102,12 +119,16 @@ class Successor:
 
 
 def order_successor(
-    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
+    mapper: Mapper[UUID],
+    record: StoredEvent,
+    position: int,
+    keys: RedactionKeys,
+    owner: UUID | None,
 ) -> Successor:
     """An order's Created v1 as its v2: the test sealed (or the placeholder)."""
     old = mapper.to_domain_event(record)
     assert isinstance(old, Order.CreatedV1)
-    seal = sealer(old.user_id)
+    seal = keys.sealer(old.user_id)
     test = OrderedTest(old.lab_test_id, old.lab_test_name, tuple(old.marker_ids))
     sealed = ERASED_PLACEHOLDER if seal is None else seal(test.sealable())
     # eventsourcing's events are dataclasses its metaclass makes: their fields, which the
@@ -155,7 +176,11 @@ def order_successor(
 
 
 def sealed_facts_successor(
-    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
+    mapper: Mapper[UUID],
+    record: StoredEvent,
+    position: int,
+    keys: RedactionKeys,
+    owner: UUID | None,
 ) -> Successor:
     """An old version as the version that replaced it, its fields otherwise the same and
     the facts that version declares sealed with the owner's key by the mapper (ADR 0032),
@@ -200,7 +225,7 @@ def sealed_facts_successor(
 
     return Successor(
         Replacement(position, record.topic, record.state, stored.topic, stored.state),
-        REMOVED if user_id is not None and sealer(user_id) is None else SEALED,
+        REMOVED if user_id is not None and keys.sealer(user_id) is None else SEALED,
         facts_row,
     )
 
@@ -243,7 +268,11 @@ def _time_zone_row(user_id: UUID, sealed: str | None) -> Callable[[Connection], 
 
 
 def user_created_sealed(
-    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
+    mapper: Mapper[UUID],
+    record: StoredEvent,
+    position: int,
+    keys: RedactionKeys,
+    owner: UUID | None,
 ) -> Successor | None:
     """A user's Created of before version 4 holding personal values in clear, as version
     4: its time zone, and (before version 3) its client_user_id, sealed with the user's
@@ -256,7 +285,7 @@ def user_created_sealed(
     zone, client_user_id = old.fallback_time_zone, old.client_user_id
     if zone is None and client_user_id is None:
         return None
-    seal = sealer(old.originator_id)
+    seal = keys.sealer(old.originator_id)
 
     def sealed(value: str) -> str:
         return ERASED_PLACEHOLDER if seal is None else seal(value)
@@ -280,7 +309,11 @@ def user_created_sealed(
 
 
 def user_settings_sealed(
-    mapper: Mapper[UUID], record: StoredEvent, position: int, sealer: Sealer, owner: UUID | None
+    mapper: Mapper[UUID],
+    record: StoredEvent,
+    position: int,
+    keys: RedactionKeys,
+    owner: UUID | None,
 ) -> Successor | None:
     """A user's change of settings naming `fallback_time_zone` (in clear, or None: the
     zone removed), its changes naming `sealed_fallback_time_zone` instead; None for one
@@ -290,7 +323,7 @@ def user_settings_sealed(
     assert isinstance(old, User.SettingsChanged)
     if "fallback_time_zone" not in old.changes:
         return None
-    seal = sealer(old.originator_id)
+    seal = keys.sealer(old.originator_id)
     changes = {
         ("sealed_fallback_time_zone" if key == "fallback_time_zone" else key): value
         for key, value in old.changes.items()
@@ -305,6 +338,68 @@ def user_settings_sealed(
         Replacement(position, record.topic, record.state, stored.topic, stored.state),
         REMOVED if seal is None else SEALED,
         None if seal is None else _time_zone_row(old.originator_id, sealed),
+    )
+
+
+def client_user_id_change_sealed(
+    mapper: Mapper[UUID],
+    record: StoredEvent,
+    position: int,
+    keys: RedactionKeys,
+    owner: UUID | None,
+) -> Successor | None:
+    """A user's change of client_user_id of version 1 (its old and new values in clear),
+    as version 2: the new value sealed with the user's key, or the placeholder for a user
+    erased already, the old one gone (a version 2 change holds none: the user's earlier
+    record holds it), and the claim of its time (derived from the team and the clear value
+    when read) kept as `new_claim_id`. None for a version 2 change (nothing in clear). The
+    users row keeps the sealed value the projection or the start gave it, as for a
+    Created (ADR 0054)."""
+    old = mapper.to_domain_event(record)
+    assert isinstance(old, User.ClientUserIdChanged)
+    value = old.new_client_user_id
+    if value is None and old.old_client_user_id is None:
+        return None
+    assert value is not None, "a version 1 change holds its new value in clear"
+    seal = keys.sealer(old.originator_id)
+    state = {
+        **vars(old),
+        "old_client_user_id": None,
+        "new_client_user_id": None,
+        "sealed_new_client_user_id": ERASED_PLACEHOLDER if seal is None else seal(value),
+        "new_claim_id": ClientUserIdClaim.id_for(keys.team_of(old.originator_id), value),
+    }
+    stored = mapper.to_stored_event(User.ClientUserIdChanged(**state))
+    return Successor(
+        Replacement(position, record.topic, record.state, stored.topic, stored.state),
+        REMOVED if seal is None else SEALED,
+    )
+
+
+def claim_created_digested(
+    mapper: Mapper[UUID],
+    record: StoredEvent,
+    position: int,
+    keys: RedactionKeys,
+    owner: UUID | None,
+) -> Successor | None:
+    """A claim's Created of version 1 (the client_user_id in clear), as version 2: the value
+    named by the team's keyed digest, as a claim made since names it (its holder, erased or
+    not, keeps it: ADR 0017), or by nothing in a deleted team, whose secret is gone (reason
+    `removed`). None for a version 2 claim. Its stream id, derived from the team and the
+    clear value, cannot change (a record's key): the claim is still found by it
+    (`ClientUserIds.locate`), and a guess of the value can be checked against it (ADR
+    0054)."""
+    old = mapper.to_domain_event(record)
+    assert isinstance(old, ClientUserIdClaim.Created)
+    if old.client_user_id is None:
+        return None
+    digest = keys.digest(old.team_id, old.client_user_id)
+    state = {**vars(old), "client_user_id": None, "digest": digest}
+    stored = mapper.to_stored_event(ClientUserIdClaim.Created(**state))
+    return Successor(
+        Replacement(position, record.topic, record.state, stored.topic, stored.state),
+        REMOVED if digest is None else SEALED,
     )
 
 
@@ -334,11 +429,13 @@ SUCCESSORS = {
 SEALED_IN_PLACE: dict[str, Callable[..., Successor | None]] = {
     User.Created.TOPIC: user_created_sealed,
     User.SettingsChanged.TOPIC: user_settings_sealed,
+    User.ClientUserIdChanged.TOPIC: client_user_id_change_sealed,
+    ClientUserIdClaim.Created.TOPIC: claim_created_digested,
 }
 
 
 def redact_old_versions(
-    db: Database, redactor: Redactor, mapper: Mapper[UUID], sealer: Sealer, batch: int = BATCH
+    db: Database, redactor: Redactor, mapper: Mapper[UUID], keys: RedactionKeys, batch: int = BATCH
 ) -> int:
     """Redact every record `pending_redactions` lists; the number redacted. On an
     up-to-date database, one query that finds none."""
@@ -371,7 +468,7 @@ def redact_old_versions(
                 continue  # redacted meanwhile by another process (or not an old version)
             record = StoredEvent(originator_id, version, topic, bytes(state))
             owner = owners.get(originator_id)
-            successor = build(mapper, record, int(position), sealer, owner)
+            successor = build(mapper, record, int(position), keys, owner)
             if successor is not None:
                 successors.append(successor)
         try:
@@ -418,8 +515,8 @@ def _done(chosen: list[Successor]) -> Callable[[Connection], None]:
 
 def _owners(conn: Connection, stream_ids: list[UUID]) -> dict[UUID, UUID]:
     """The user owning each of these streams (stream_owners keeps them after the
-    erasure); a stream handed over (a claim) keeps its first owner here, and no old
-    version of a claim is redacted."""
+    erasure); a stream handed over (a claim) keeps its first owner here, and a claim's
+    redaction asks for none (its Created names its first holder)."""
     owned = stream_owners.c
     found = conn.execute(
         select(owned.originator_id, owned.user_id)
@@ -432,7 +529,7 @@ def _owners(conn: Connection, stream_ids: list[UUID]) -> dict[UUID, UUID]:
 def leave_no_redacted_values(db: Database) -> None:
     """After redacting: no page this database reaches keeps the replaced payloads (nor
     the orders', connections', feeds', deliveries', users' and link tokens' rows' dropped
-    clear columns, nor the users' snapshots that revision 0042 deleted): `Database.rewrite`
+    clear columns, nor the snapshots that revisions 0042 and 0046 deleted): `Database.rewrite`
     of their tables."""
     tables = (stored_events, orders, connections, resource_feeds, webhook_deliveries, users)
     db.rewrite(*(t.name for t in (*tables, link_tokens, snapshots)))
