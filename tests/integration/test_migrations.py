@@ -37,6 +37,7 @@ from healthledger.adapters.persistence.engine.schema import health_data, metadat
 from healthledger.adapters.persistence.eventstore.chain import CHANGED
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.persistence.health_data.store import open_block
+from healthledger.adapters.persistence.integrity.read_model_check import check_read_models
 from healthledger.adapters.persistence.keys.master_key import FileKeySource
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
@@ -266,6 +267,11 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         # Nor does any page of the database (the log, the users rows, the snapshots: the
         # start rewrote what it redacted and what revision 0015 dropped), where reachable.
         assert holding(places(service, required=False), b"legacy-") == []
+        # The users rows hold the log's sealed values: rebuilt from the log, they are the
+        # same (the start sealed them anew first, for revision 0015's conversion). Their
+        # environment differs: this test made the key a production key after the fact.
+        rebuilt = check_read_models(service.read_models, service.recorder, service.ledger.mapper)
+        assert [d for d in rebuilt.differences if "sealed_client_user_id" in d.columns] == []
 
         # Every key unwraps under the master key that came with the database, and the
         # health data sealed under them opens: each stored day converted into its block

@@ -38,6 +38,7 @@ from healthledger.adapters.persistence.engine.schema import (
     users,
 )
 from healthledger.adapters.persistence.eventstore.chain import REDACTION_TOPIC
+from healthledger.adapters.persistence.integrity.read_model_check import check_read_models
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER
@@ -227,6 +228,11 @@ def test_old_changes_and_claims_are_redacted_and_still_hold_their_values(
         started = build_service(settings)
     try:
         check_redacted(started, team_id, live, gone)
+        # The users rows rebuilt from the redacted log are the live ones: the live user's
+        # took its change's sealed value (its own was sealed anew by the first start), and
+        # the erased user's change, the placeholder for its value, projects no row.
+        rebuilt = check_read_models(started.read_models, started.recorder, started.ledger.mapper)
+        assert [d for d in rebuilt.differences if d.table == users.name] == []
         # The deleted team's claim: its value removed, no digest to name it by (the team's
         # secret went with its key); its user's report has none to show.
         gone_with_team = claim_of(started, deleted.claim_id)

@@ -32,7 +32,8 @@ value in the same transaction, in the log's order (the last change is the row's)
 `User.ClientUserIdChanged` v1 (both values in clear) and `ClientUserIdClaim.Created` v1 (the
 value in clear), listed by revision 0046, redacted into their version 2: the new value
 sealed with the user's key and the claim of its time named, the claim's value named by the
-team's keyed digest (ADR 0054).
+team's keyed digest (ADR 0054). A redacted change's or Created's sealed client_user_id goes
+to the users row too, unless a later change gave the row its own.
 """
 
 from __future__ import annotations
@@ -267,6 +268,43 @@ def _time_zone_row(user_id: UUID, sealed: str | None) -> Callable[[Connection], 
     return row
 
 
+def _client_user_id_row(user_id: UUID, version: int, sealed: str) -> Callable[[Connection], None]:
+    """In the redaction's transaction: the users row's client_user_id, the log's own sealed
+    value (a rebuild makes the same row; the row's own, sealed by a projection or revision
+    0015's conversion, is the same value under another nonce), unless a later change of
+    the user's client_user_id gave the row its value. The digest stays: the same value."""
+
+    def row(conn: Connection) -> None:
+        c = stored_events.c
+        later = conn.execute(
+            select(c.originator_version)
+            .where(
+                c.originator_id == user_id,
+                c.topic == User.ClientUserIdChanged.TOPIC,
+                c.originator_version > version,
+            )
+            .limit(1)
+        ).first()
+        if later is None:
+            conn.execute(
+                update(users).where(users.c.user_id == user_id).values(sealed_client_user_id=sealed)
+            )
+
+    return row
+
+
+def _in_turn(*steps: Callable[[Connection], None]) -> Callable[[Connection], None] | None:
+    """The steps run one after the other in the redaction's transaction (None: none)."""
+    if not steps:
+        return None
+
+    def run(conn: Connection) -> None:
+        for step in steps:
+            step(conn)
+
+    return run
+
+
 def user_created_sealed(
     mapper: Mapper[UUID],
     record: StoredEvent,
@@ -279,7 +317,8 @@ def user_created_sealed(
     key, or the placeholder for a user erased already (None: nothing in clear, already
     redacted or never set). The claim of its time, derived from the clear client_user_id
     when read (`upcast_v2_v3`), is kept as the record's `claim_id`. A record is redacted
-    once: both values go in the same redaction (ADR 0052)."""
+    once: both values go in the same redaction (ADR 0052). The users row gets the log's
+    sealed values (`_time_zone_row`, `_client_user_id_row`: ADR 0054)."""
     old = mapper.to_domain_event(record)
     assert isinstance(old, User.Created)
     zone, client_user_id = old.fallback_time_zone, old.client_user_id
@@ -294,17 +333,19 @@ def user_created_sealed(
     if zone is not None:
         state.update(fallback_time_zone=None, sealed_fallback_time_zone=sealed(zone))
     if client_user_id is not None:
-        # The users row keeps the sealed value the start gave it (revision 0015's
-        # conversion, or a later change's): only the log's copy is sealed here.
         state.update(client_user_id=None, sealed_client_user_id=sealed(client_user_id))
     stored = mapper.to_stored_event(User.Created(**state))
+    rows = []
+    # The user erased: its row is gone, nothing to give.
+    if seal is not None and zone is not None:
+        rows.append(_time_zone_row(old.originator_id, state["sealed_fallback_time_zone"]))
+    if seal is not None and client_user_id is not None:
+        user_id, version = old.originator_id, old.originator_version
+        rows.append(_client_user_id_row(user_id, version, state["sealed_client_user_id"]))
     return Successor(
         Replacement(position, record.topic, record.state, stored.topic, stored.state),
         REMOVED if seal is None else SEALED,
-        # The user erased: its row is gone, nothing to give. No zone: the row has none.
-        None
-        if seal is None or zone is None
-        else _time_zone_row(old.originator_id, state["sealed_fallback_time_zone"]),
+        _in_turn(*rows),
     )
 
 
@@ -353,8 +394,8 @@ def client_user_id_change_sealed(
     erased already, the old one gone (a version 2 change holds none: the user's earlier
     record holds it), and the claim of its time (derived from the team and the clear value
     when read) kept as `new_claim_id`. None for a version 2 change (nothing in clear). The
-    users row keeps the sealed value the projection or the start gave it, as for a
-    Created (ADR 0054)."""
+    users row gets the log's sealed value, unless a later change gave it its own (ADR
+    0054)."""
     old = mapper.to_domain_event(record)
     assert isinstance(old, User.ClientUserIdChanged)
     value = old.new_client_user_id
@@ -362,17 +403,22 @@ def client_user_id_change_sealed(
         return None
     assert value is not None, "a version 1 change holds its new value in clear"
     seal = keys.sealer(old.originator_id)
+    sealed = ERASED_PLACEHOLDER if seal is None else seal(value)
     state = {
         **vars(old),
         "old_client_user_id": None,
         "new_client_user_id": None,
-        "sealed_new_client_user_id": ERASED_PLACEHOLDER if seal is None else seal(value),
+        "sealed_new_client_user_id": sealed,
         "new_claim_id": ClientUserIdClaim.id_for(keys.team_of(old.originator_id), value),
     }
     stored = mapper.to_stored_event(User.ClientUserIdChanged(**state))
     return Successor(
         Replacement(position, record.topic, record.state, stored.topic, stored.state),
         REMOVED if seal is None else SEALED,
+        # The user erased: its row is gone, nothing to give.
+        None
+        if seal is None
+        else _client_user_id_row(old.originator_id, old.originator_version, sealed),
     )
 
 
