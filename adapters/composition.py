@@ -62,7 +62,10 @@ from healthledger.adapters.persistence.keys.maker_accounts import AccountDigests
 from healthledger.adapters.persistence.keys.maker_webhook_secrets import MakerWebhookSecrets
 from healthledger.adapters.persistence.keys.master_key import master_key_source
 from healthledger.adapters.persistence.keys.order_interpretations import InterpretationDigests
-from healthledger.adapters.persistence.keys.provider_tokens import SqlProviderTokenStore
+from healthledger.adapters.persistence.keys.provider_tokens import (
+    SqlProviderTokenStore,
+    seal_stored_grants,
+)
 from healthledger.adapters.persistence.keys.signing_key import cursor_secret, signing_key_path
 from healthledger.adapters.persistence.leases.erasures import ErasureClaims, OverdueByTheLog
 from healthledger.adapters.persistence.leases.event_destinations import DestinationLeases
@@ -571,6 +574,10 @@ def build_service(
     # up-to-date database), resumably, before anything reads or converts into them; then
     # both tables rewritten, so that no dead row keeps the names (PostgreSQL).
     key_stored_places(db, key_store)
+    # Connections' tokens stored before revision 0047, their maker and OAuth client in
+    # clear: sealed with them under their users' keys (none to do on an up-to-date
+    # database), resumably, before anything reads the tokens; then the tables rewritten.
+    seal_stored_grants(db, key_store)
     # Days stored before revision 0021, one sealed text each: written into their blocks
     # (ADR 0033; none to do on an up-to-date database), resumably, before anything reads.
     convert_stored_days(health_data)

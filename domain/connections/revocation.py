@@ -52,9 +52,11 @@ class OwedRevocation:
     # Which period's tokens (a later period of the same connection has its own).
     stored_at: datetime
     team_id: UUID
-    provider: str
-    client_id: str
-    # None when they cannot be opened any more (the user's key is destroyed).
+    # The maker, the OAuth client and the tokens are sealed together with the user's key
+    # (revision 0047): all three None when they cannot be opened any more (the key is
+    # destroyed).
+    provider: str | None
+    client_id: str | None
     tokens: ProviderTokens | None
     # Attempts made so far.
     attempts: int
@@ -97,7 +99,7 @@ class GrantRevocations:
 
     def _attempt(self, owed: OwedRevocation, now: datetime) -> bool:
         """Whether the tokens can go now."""
-        if owed.tokens is None:
+        if owed.tokens is None or owed.provider is None or owed.client_id is None:
             return True  # erased meanwhile: nothing left to revoke with
         try:
             adapter = self.adapter_for(owed.provider, False)

@@ -20,7 +20,9 @@ from healthledger.adapters.persistence.engine.schema import (
     provider_tokens,
     stored_events,
 )
+from healthledger.adapters.persistence.keys.provider_tokens import sealable_grant
 from healthledger.adapters.persistence.queries.continuous_queries import ContinuousQueryStore
+from healthledger.domain.connections.provider_tokens import ProviderTokens
 from healthledger.domain.connections.raw_payloads import RawAnswer, RawPull
 from healthledger.domain.context import CommandContext
 from healthledger.domain.health_queries.continuous import ContinuousQueryDefinition
@@ -129,16 +131,16 @@ def leave_provider_tokens(service: Service, team: Team, user_id: uuid.UUID) -> N
     """A maker's tokens (sealed with the user's key) that no deregistration reaches: what
     a connection period whose end was not recorded would leave, and what the erasure's
     own deletion and check are there for."""
-    sealed = service.key_store.seal(user_id, {"access_token": "at", "refresh_token": "rt"})
+    sealed = service.key_store.seal(
+        user_id, sealable_grant("polar", "service-client", ProviderTokens("at", refresh_token="rt"))
+    )
     with service.db.write() as conn:
         conn.execute(
             provider_tokens.insert().values(
                 connection_id=uuid.uuid4(),
                 user_id=user_id,
                 team_id=team.team_id,
-                provider="polar",
-                client_id="service-client",
-                sealed_tokens=sealed,
+                sealed_grant=sealed,
                 version=1,
                 stored_at=T0,
             )

@@ -277,10 +277,12 @@ def test_a_person_connects_through_the_maker_with_the_team_s_own_client(
     # The maker's tokens are stored with the connection, sealed with the user's key.
     [row] = token_rows(svc, user_id)
     assert row.connection_id == stream_of_connection(svc, uuid.UUID(user_id), "oura")
-    assert row.client_id == TEAM_CLIENT and row.version == 1
-    opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_tokens)
+    assert row.version == 1
+    # With its maker and the client that obtained it (revision 0047): neither in clear.
+    opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_grant)
     assert opened is not None
-    assert [opened["access_token"], opened["refresh_token"]] == maker.issued
+    assert (opened["provider"], opened["client_id"]) == ("oura", TEAM_CLIENT)
+    assert [opened["tokens"]["access_token"], opened["tokens"]["refresh_token"]] == maker.issued
     assert row.expires_at == svc.clock() + timedelta(seconds=maker.expires_in)
     # ... and nowhere in clear: not in any table, not in the database's files.
     assert len(maker.issued) == 2
@@ -308,7 +310,8 @@ def test_without_custom_credentials_the_service_s_client_signs_in_and_a_page_sho
     assert exchange.client_id == SERVICE_CLIENT
     assert connected(api, home, user_id) == ["oura"]
     [row] = token_rows(svc, user_id)
-    assert row.client_id == SERVICE_CLIENT
+    stored = svc.provider_tokens.current(row.connection_id)
+    assert stored is not None and stored.client_id == SERVICE_CLIENT
 
 
 def test_a_callback_without_the_browser_s_cookie_is_refused_and_its_owner_goes_on(
@@ -496,7 +499,7 @@ def test_the_tokens_go_with_the_connection_and_the_user(
     user_id, token = link(api, home, redirect_url=APP)
     outcome(browser.sign_in(token)[1])
     [row] = token_rows(svc, user_id)
-    sealed = row.sealed_tokens
+    sealed = row.sealed_grant
     # Deleting the user deregisters its connections: their tokens are only kept for the
     # revocation at the maker (test_grant_revocation.py), never used again.
     assert api.delete(f"/v2/user/{user_id}", headers=home.headers).status_code == 200
@@ -528,5 +531,6 @@ def test_a_team_s_deregistration_ends_the_tokens_and_a_reconnection_stores_new_o
     _, again = browser.sign_in(response.json()["link_token"])
     assert again.status_code == 200  # no redirect_url: a page
     [row] = token_rows(svc, user_id)
-    opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_tokens)
-    assert opened is not None and opened["access_token"] == maker.issued[-2]  # the second grant's
+    opened = svc.key_store.open(uuid.UUID(user_id), row.sealed_grant)
+    # The second grant's.
+    assert opened is not None and opened["tokens"]["access_token"] == maker.issued[-2]

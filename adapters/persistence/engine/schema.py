@@ -500,10 +500,12 @@ health_data_days = Table(
 )
 
 # The maker's tokens of each OAuth connection (ADR 0022): not a read model (the log never
-# holds them, and a rebuild leaves them alone). Sealed under the user's key; replaced by a
-# refresh (`version` guards it), deleted when the connection is connected again, and by
-# the user's erasure. `client_id` names the OAuth client that obtained them (a refresh
-# authenticates as it); `expires_at` is the access token's. A deregistration sets
+# holds them, and a rebuild leaves them alone). Sealed under the user's key together with
+# the maker's slug and the OAuth client that obtained them (a refresh authenticates as
+# it), in `sealed_grant`: both name the maker, a health fact (revision 0047; no read
+# selects by them). Replaced by a refresh (`version` guards it), deleted when the
+# connection is connected again, and by the user's erasure. `expires_at` is the access
+# token's. A deregistration sets
 # `revoke_due_at`: the tokens are then only owed a revocation at the maker, and deleted
 # once it is done or given up (domain/connections/revocation.py; `revoke_attempts`).
 provider_tokens = Table(
@@ -512,15 +514,26 @@ provider_tokens = Table(
     Column("connection_id", Uuid, primary_key=True),
     Column("user_id", Uuid, nullable=False, index=True),
     Column("team_id", Uuid, nullable=False),
-    Column("provider", String(64), nullable=False),
-    Column("client_id", String(512), nullable=False),
-    Column("sealed_tokens", Text, nullable=False),
+    Column("sealed_grant", Text, nullable=False),
     Column("expires_at", UTCDateTime),
     Column("version", Integer, nullable=False),
     Column("stored_at", UTCDateTime, nullable=False),
     Column("refreshed_at", UTCDateTime),
     Column("revoke_due_at", UTCDateTime, index=True),
     Column("revoke_attempts", Integer, nullable=False, default=0, server_default="0"),
+)
+
+# The makers and OAuth clients of `provider_tokens` rows written before revision 0047,
+# which held them in clear: moved here by the migration (it has no key to seal with),
+# sealed into their rows' `sealed_grant` and deleted at the service's start, before
+# anything reads the tokens (`keys/provider_tokens.py`, `seal_stored_grants`); empty
+# from then on. No user id: a row is its connection's.
+provider_token_backfill = Table(
+    "provider_token_backfill",
+    metadata,
+    Column("connection_id", Uuid, primary_key=True),
+    Column("provider", String(64), nullable=False),
+    Column("client_id", String(512), nullable=False),
 )
 
 # Lab test orders (issue 14), one row per order: its status now, the statuses it had

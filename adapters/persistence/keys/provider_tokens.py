@@ -1,5 +1,9 @@
 """The maker's tokens of OAuth connections on SQL (the domain's ProviderTokenStore port):
-one row per connection, the tokens sealed together under the user's data key (ADR 0022).
+one row per connection, the tokens sealed together under the user's data key (ADR 0022),
+with the maker's slug and the OAuth client that obtained them (`sealed_grant`): a maker is
+a health fact (freestyle_libre says the person is diabetic), and a client id names its
+maker through the team's settings, so neither is held in clear (issue 29 §1, revision
+0047). No read selects by them: a row is found by its connection or its due time.
 
 A connect hands its tokens over with `kept_with`: they are sealed at once (outside any
 transaction) and held for this thread until the save that records the connection runs
@@ -22,6 +26,7 @@ workers refreshing at once cannot overwrite each other's newer grant with an old
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,7 +36,10 @@ from typing import Any
 from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
-from healthledger.adapters.persistence.engine.schema import provider_tokens
+from healthledger.adapters.persistence.engine.schema import (
+    provider_token_backfill,
+    provider_tokens,
+)
 from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.domain.connections.connection import Connection
 from healthledger.domain.connections.health_data import UserDataGone
@@ -40,6 +48,8 @@ from healthledger.domain.connections.revocation import OwedRevocation
 from healthledger.domain.ledger import Clock
 from sqlalchemy import ColumnElement, delete, insert, select, update
 from sqlalchemy import Connection as SqlConnection
+
+log = logging.getLogger("healthledger.provider_tokens")
 
 # The events that start a connection period, and the one that ends it.
 _STARTS = frozenset({Connection.Created, Connection.Reconnected})
@@ -81,15 +91,15 @@ class SqlProviderTokenStore:
     @contextmanager
     def kept_with(self, connection_id: UUID, grant: GrantToKeep) -> Iterator[None]:
         # Sealed here, before the save's transaction: the writer lock is for SQL.
-        sealed = self.key_store.seal(grant.user_id, grant.tokens.sealable())
+        sealed = self.key_store.seal(
+            grant.user_id, sealable_grant(grant.provider, grant.client_id, grant.tokens)
+        )
         staged = self._staged()
         staged[connection_id] = {
             "connection_id": connection_id,
             "user_id": grant.user_id,
             "team_id": grant.team_id,
-            "provider": grant.provider,
-            "client_id": grant.client_id,
-            "sealed_tokens": sealed,
+            "sealed_grant": sealed,
             "expires_at": grant.tokens.expires_at,
             "version": 1,
             "stored_at": self.clock(),
@@ -147,22 +157,21 @@ class SqlProviderTokenStore:
             ).first()
         if row is None:
             return None
-        tokens = self._opened(row)
-        if tokens is None:
+        opened = self._opened(row)
+        if opened is None:
             return None
         return StoredGrant(
             connection_id=row.connection_id,
             user_id=row.user_id,
             team_id=row.team_id,
-            provider=row.provider,
-            client_id=row.client_id,
-            tokens=tokens,
+            provider=opened.provider,
+            client_id=opened.client_id,
+            tokens=opened.tokens,
             version=row.version,
         )
 
-    def _opened(self, row: Any) -> ProviderTokens | None:
-        opened = self.key_store.open(row.user_id, row.sealed_tokens)
-        return ProviderTokens.from_sealable(opened) if isinstance(opened, dict) else None
+    def _opened(self, row: Any) -> OpenedGrant | None:
+        return opened_grant(self.key_store.open(row.user_id, row.sealed_grant))
 
     def replace(self, stored: StoredGrant, tokens: ProviderTokens, now: datetime) -> bool:
         """Store refreshed tokens in place of `stored`, unless they moved on meanwhile (a
@@ -171,7 +180,7 @@ class SqlProviderTokenStore:
         cipher = self.key_store.cipher(stored.user_id)
         if cipher is None:
             raise UserDataGone()
-        sealed = cipher.seal(tokens.sealable())
+        sealed = cipher.seal(sealable_grant(stored.provider, stored.client_id, tokens))
         t = provider_tokens.c
         with self.db.write() as conn:
             changed = conn.execute(
@@ -182,7 +191,7 @@ class SqlProviderTokenStore:
                     t.revoke_due_at.is_(None),
                 )
                 .values(
-                    sealed_tokens=sealed,
+                    sealed_grant=sealed,
                     expires_at=tokens.expires_at,
                     version=stored.version + 1,
                     refreshed_at=now,
@@ -217,18 +226,22 @@ class SqlProviderTokenStore:
                 ).rowcount
                 if taken == 1:
                     claimed.append(row)
-        return [
-            OwedRevocation(
-                connection_id=row.connection_id,
-                stored_at=row.stored_at,
-                team_id=row.team_id,
-                provider=row.provider,
-                client_id=row.client_id,
-                tokens=self._opened(row),
-                attempts=row.revoke_attempts,
-            )
-            for row in claimed
-        ]
+        return [self._owed(row) for row in claimed]
+
+    def _owed(self, row: Any) -> OwedRevocation:
+        # The user's key is there until its erasure, whose grace period outlasts the
+        # attempts by far; once it is gone, nothing says which maker it was, and nothing
+        # is left to revoke with (the job destroys the row without asking).
+        opened = self._opened(row)
+        return OwedRevocation(
+            connection_id=row.connection_id,
+            stored_at=row.stored_at,
+            team_id=row.team_id,
+            provider=None if opened is None else opened.provider,
+            client_id=None if opened is None else opened.client_id,
+            tokens=None if opened is None else opened.tokens,
+            attempts=row.revoke_attempts,
+        )
 
     def retry_at(self, owed: OwedRevocation, attempts: int, due_at: datetime) -> None:
         with self.db.write() as conn:
@@ -243,6 +256,33 @@ class SqlProviderTokenStore:
             conn.execute(delete(provider_tokens).where(*_period(owed)))
 
 
+@dataclass(frozen=True)
+class OpenedGrant:
+    """What a row's `sealed_grant` holds, opened."""
+
+    provider: str
+    client_id: str
+    tokens: ProviderTokens
+
+
+def sealable_grant(provider: str, client_id: str, tokens: ProviderTokens) -> dict[str, Any]:
+    """A connection's grant as one value to seal: its maker, the OAuth client that
+    obtained it and the tokens."""
+    return {"provider": provider, "client_id": client_id, "tokens": tokens.sealable()}
+
+
+def opened_grant(opened: object) -> OpenedGrant | None:
+    """The grant `sealable_grant` sealed, opened (None when the key is gone: the
+    placeholder, or nothing)."""
+    if not isinstance(opened, dict) or not isinstance(opened.get("tokens"), dict):
+        return None
+    return OpenedGrant(
+        provider=opened["provider"],
+        client_id=opened["client_id"],
+        tokens=ProviderTokens.from_sealable(opened["tokens"]),
+    )
+
+
 def _period(owed: OwedRevocation) -> tuple[ColumnElement[bool], ...]:
     """The row of the ended period `owed` is about (never a later period's tokens)."""
     t = provider_tokens.c
@@ -251,3 +291,74 @@ def _period(owed: OwedRevocation) -> tuple[ColumnElement[bool], ...]:
         t.stored_at == owed.stored_at,
         t.revoke_due_at.is_not(None),
     )
+
+
+# Rows of before revision 0047 sealed a transaction (each opens and seals one grant).
+SEALED_AT_ONCE = 200
+
+
+def seal_stored_grants(db: Database, key_store: KeyStore) -> int:
+    """The `provider_tokens` rows written before revision 0047 (their maker and OAuth
+    client in clear; the migration moved both to `provider_token_backfill`, having no
+    key): each sealed again with its maker and client (`sealable_grant`) under its user's
+    key, or deleted if that key is gone (erased: nothing a key opens is kept), and
+    unlisted, a batch a transaction (a start that stops halfway goes on at the next).
+    Then both tables rewritten: on PostgreSQL the rows of before stay in the tables' files
+    as dead versions, makers and all, until then (`Database.rewrite`); a start that
+    stopped before the rewrite leaves empty tables with pages, rewritten at the next.
+    The rows sealed or deleted; logs counts only."""
+    t, b = provider_tokens.c, provider_token_backfill.c
+    done = 0
+    while True:
+        with db.write() as conn:
+            listed = conn.execute(
+                select(b.connection_id, b.provider, b.client_id, t.user_id, t.sealed_grant)
+                .select_from(
+                    provider_token_backfill.outerjoin(
+                        provider_tokens, t.connection_id == b.connection_id
+                    )
+                )
+                .order_by(b.connection_id)
+                .limit(SEALED_AT_ONCE)
+            ).all()
+            if not listed:
+                break
+            for row in listed:
+                done += _seal_listed(conn, key_store, row)
+            conn.execute(
+                delete(provider_token_backfill).where(
+                    b.connection_id.in_([row.connection_id for row in listed])
+                )
+            )
+        log.info("provider tokens: %d rows of before revision 0047 sealed", done)
+    if done or _has_pages(db):
+        db.rewrite(provider_tokens.name, provider_token_backfill.name)
+    return done
+
+
+def _seal_listed(conn: SqlConnection, key_store: KeyStore, row: Any) -> int:
+    """One listed row sealed with its maker and client (1), deleted (1), or gone (0)."""
+    t = provider_tokens.c
+    if row.user_id is None:
+        return 0  # its row was deleted meanwhile (none is: the start runs first)
+    mine = t.connection_id == row.connection_id
+    cipher = key_store.cipher_on(conn, row.user_id)
+    opened = None if cipher is None else cipher.open(row.sealed_grant)
+    if cipher is None or not isinstance(opened, dict):
+        return int(conn.execute(delete(provider_tokens).where(mine)).rowcount)
+    if isinstance(opened.get("tokens"), dict):
+        return 0  # sealed with its maker already
+    tokens = ProviderTokens.from_sealable(opened)
+    sealed = cipher.seal(sealable_grant(row.provider, row.client_id, tokens))
+    changed = conn.execute(update(provider_tokens).where(mine).values(sealed_grant=sealed))
+    return int(changed.rowcount)
+
+
+def _has_pages(db: Database) -> bool:
+    """Whether the (empty) backfill table still has pages on PostgreSQL: a start that
+    stopped after unlisting and before the rewrite."""
+    if db.is_sqlite:
+        return False
+    with db.read() as conn:
+        size = conn.exec_driver_sql("SELECT pg_relation_size('provider_token_backfill')").scalar()
+    return bool(size)
