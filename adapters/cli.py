@@ -256,18 +256,20 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 def _serve_with_fake_makers(settings: Settings) -> int:
     """`serve --fake-makers`: the fakes in this process, the service pointed at them."""
     from healthledger.adapters.makers.sandbox import refusal, running_fake_makers
-    from healthledger.adapters.server import serve
+    from healthledger.adapters.server import listening, serve
 
     refused = refusal(settings)
     if refused is not None:
         print(f"healthledger: {refused}", file=sys.stderr)
         return 2
-    with running_fake_makers(settings.host) as fakes:
+    # The service's ports are bound before the fakes start: each fake takes a port the
+    # system chooses, which could otherwise be the one the service was told to use.
+    with listening(settings) as listeners, running_fake_makers(settings.host) as fakes:
         for slug, base in fakes.bases.items():
             print(f"fake maker  {slug:<10} {base}", file=sys.stdout, flush=True)
         # The fakes that deliver (Garmin's backfills) post to this service's webhook.
         fakes.call_back(settings.public_base_url)
-        serve(settings.model_copy(update=fakes.settings_updates()))
+        serve(settings.model_copy(update=fakes.settings_updates()), listeners=listeners)
     return 0
 
 

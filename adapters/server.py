@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any, TextIO
 
@@ -89,18 +90,20 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _serve_all(servers: list[_Server], workers: WorkerProcesses | None = None) -> None:
+async def _serve_all(
+    servers: list[tuple[_Server, list[socket.socket]]], workers: WorkerProcesses | None = None
+) -> None:
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
-        for server in servers:
+        for server, _ in servers:
             server.should_exit = True
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
-    serving = [server.serve() for server in servers]
+    serving = [server.serve(sockets=sockets) for server, sockets in servers]
     if workers is not None:
-        serving.append(workers.supervise(lambda: servers[0].should_exit))
+        serving.append(workers.supervise(lambda: servers[0][0].should_exit))
     await asyncio.gather(*serving)
 
 
@@ -144,25 +147,106 @@ def uvicorn_config(settings: Settings, app: Any, port: int) -> uvicorn.Config:
     )
 
 
-def serve(settings: Settings, out: TextIO = sys.stdout) -> None:
+@dataclass
+class Listeners:
+    """The sockets `serve` listens on, bound before the process does anything that takes
+    a port the system chooses: a database connection, the scheduler's requests,
+    `--fake-makers`' fakes (bound to port 0). Each of those gets an ephemeral port, and
+    the configured ports may be ephemeral ones: bound later, the API could find its own
+    port held by its own process. A bound socket is never handed out again."""
+
+    team_api: list[socket.socket]
+    management_api: list[socket.socket]
+    link: list[socket.socket]
+
+
+def bind_sockets(host: str, port: int, what: str) -> list[socket.socket]:
+    """The sockets uvicorn's `loop.create_server(host=, port=)` would bind (one for each
+    address `host` resolves to, SO_REUSEADDR, IPv6 sockets IPv6 only), bound now; uvicorn
+    listens on them when it starts. A port that cannot be had refuses the start."""
+    infos = socket.getaddrinfo(
+        host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+    )
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                # Bound, not yet listening (uvicorn listens when it starts: until then a
+                # client is refused at once rather than kept waiting). Bound is enough: the
+                # system hands out no bound port, to port 0 or to a connection.
+                sock.bind(address)
+            except OSError as exc:
+                # asyncio's wording ("address already in use"), which the logs had before.
+                reason = (exc.strerror or str(exc)).lower()
+                raise ServeRefused(f"the {what} cannot listen on {host}:{port}: {reason}") from exc
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+@contextlib.contextmanager
+def listening(settings: Settings) -> Iterator[Listeners]:
+    """Every port `serve` listens on, bound for the block (see `Listeners`)."""
+    with contextlib.ExitStack() as stack:
+
+        def bound(port: int, what: str) -> list[socket.socket]:
+            sockets = bind_sockets(settings.host, port, what)
+            for sock in sockets:
+                stack.callback(sock.close)
+            return sockets
+
+        if settings.workers == 1:
+            team_api = bound(settings.team_api_port, "team API")
+        else:
+            # The workers accept on one socket (WorkerProcesses), bound as uvicorn does.
+            team_api = [uvicorn_config(settings, None, settings.team_api_port).bind_socket()]
+            stack.callback(team_api[0].close)
+        yield Listeners(
+            team_api=team_api,
+            management_api=bound(settings.management_api_port, "management API"),
+            link=bound(settings.link_port, "link page"),
+        )
+
+
+def serve(settings: Settings, out: TextIO = sys.stdout, listeners: Listeners | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, on `listeners` (`listening(settings)`'s) or on
+    sockets bound here first, before the service connects to its database."""
     refused = refusal(settings)
     if refused is not None:
         raise ServeRefused(refused)
     configure_logging(settings)
+    with contextlib.ExitStack() as stack:
+        if listeners is None:
+            listeners = stack.enter_context(listening(settings))
+        _serve_on(settings, out, listeners)
+
+
+def _serve_on(settings: Settings, out: TextIO, listeners: Listeners) -> None:
     # Migrations and the first-run bootstrap happen here, once, before any worker starts.
     service = build_service(settings)
     announce_bootstrap(service, out)
     scheduler = start_scheduler(service)
     apps = [
-        (create_management_api(service), settings.management_api_port),
-        (create_link_app(service), settings.link_port),
+        (create_management_api(service), settings.management_api_port, listeners.management_api),
+        (create_link_app(service), settings.link_port, listeners.link),
     ]
     workers = None
     if settings.workers == 1:
-        apps.insert(0, (create_team_api(service), settings.team_api_port))
+        apps.insert(0, (create_team_api(service), settings.team_api_port, listeners.team_api))
     else:
-        workers = WorkerProcesses(settings, settings.team_api_port, run_team_api_worker)
-    servers = [_Server(uvicorn_config(settings, app, port)) for app, port in apps]
+        workers = WorkerProcesses(
+            settings, settings.team_api_port, run_team_api_worker, sock=listeners.team_api[0]
+        )
+    servers = [
+        (_Server(uvicorn_config(settings, app, port)), sockets) for app, port, sockets in apps
+    ]
     try:
         asyncio.run(_serve_all(servers, workers))
     finally:
@@ -180,12 +264,22 @@ class WorkerProcesses:
     """`settings.workers` processes serving one port, whose socket is bound here: started,
     restarted when one dies, stopped (SIGTERM, then SIGKILL after WORKER_STOP_SECONDS)."""
 
-    def __init__(self, settings: Settings, port: int, target: WorkerTarget) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        port: int,
+        target: WorkerTarget,
+        *,
+        sock: socket.socket | None = None,
+    ) -> None:
         self.settings = settings
         self.target = target
         # Bound once, by the primary, and handed to every worker (as uvicorn and gunicorn
-        # do): the workers accept on the same listening socket.
-        self.socket = uvicorn_config(settings, None, port).bind_socket()
+        # do): the workers accept on the same listening socket. `serve` binds it first of
+        # all (`listening`) and gives it here.
+        if sock is None:
+            sock = uvicorn_config(settings, None, port).bind_socket()
+        self.socket = sock
         # Spawned, not forked: the primary's service holds connections and threads.
         self.context = multiprocessing.get_context("spawn")
         self.processes: list[BaseProcess] = [self.start() for _ in range(settings.workers)]
