@@ -7,7 +7,6 @@ On both databases, with a real local receiver."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -18,11 +17,13 @@ import pytest
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.engine.schema import stored_events, teams, webhook_deliveries
 from healthledger.adapters.settings import Settings
+from healthledger.adapters.webhooks import dispatcher as dispatching
 from healthledger.adapters.webhooks.dispatcher import Dispatcher, PostResult, attempt_recorder
 from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.deliveries import WebhookDelivery
 from sqlalchemy import func, select
 
+from tests.clocks import Stopwatch
 from tests.receivers import Receiver, http_receiver
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
@@ -203,36 +204,49 @@ def withdrawn_attempts(svc: Service) -> int:
 
 
 def test_a_round_starts_only_what_it_has_time_to_post(
-    settings: Settings, clock: Clock, receiver: Receiver
+    settings: Settings, clock: Clock, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backlog to a slow receiver: once POSTs are timed, a round claims and starts only
     what its senders can post before its time runs out, so no attempt is started and then
     withdrawn (two events for nothing, which under a backlog made every round mostly
-    such pairs)."""
-    # A round may post for lease / 2 - timeout = 1 s; each POST takes 0.3 s.
+    such pairs).
+
+    The dispatcher's time is a stopwatch that only the POSTs move on (3 s each), so that
+    how long the database takes to claim and record, on a loaded machine too, changes
+    nothing: what is tested is the rounds' pacing, not the machine's speed (CI once saw
+    a round's claim outlast its whole window on real time)."""
+    # A round may post for lease / 2 - timeout = 10 s; each POST takes 3 s.
     paced = settings.model_copy(
-        update={"webhook_lease": timedelta(seconds=4), "webhook_timeout": timedelta(seconds=1)}
+        update={"webhook_lease": timedelta(seconds=40), "webhook_timeout": timedelta(seconds=10)}
     )
+    watch = Stopwatch()
+    monkeypatch.setattr(dispatching, "time", watch.as_time_module())
     svc = build_service(paced, clock=clock)
     try:
         svc.bootstrap()
-        receiver.slow_seconds = 0.3
-        queue_deliveries(svc, receiver, users=6, path="slow")
+        queue_deliveries(svc, receiver, users=6)
         queued = len(delivery_rows(svc))
+        assert queued == 12
         dispatcher = svc.dispatcher
         dispatcher.senders = 1
+        post = dispatcher.client.post
+
+        def slow_post(*args: Any, **kwargs: Any) -> Any:
+            answer = post(*args, **kwargs)
+            watch.advance(3.0)
+            return answer
+
+        monkeypatch.setattr(dispatcher.client, "post", slow_post)
         # The first round knows no pace: it starts all it claimed, posts what fits in its
-        # second and withdraws the rest.
-        first = dispatcher.send_due()
-        assert 0 < first < queued
-        withdrawn = withdrawn_attempts(svc)
-        assert withdrawn > 0
-        assert dispatcher.post_seconds is not None and dispatcher.post_seconds >= 0.3
-        paced_round = dispatcher.round_size(500)
-        assert paced_round < queued - first  # a backlog bigger than a round
-        while dispatcher.send_due():
-            pass
-        assert withdrawn_attempts(svc) == withdrawn, "a paced round withdrew a started attempt"
+        # window (started at 0, 3, 6 and 9 s) and withdraws the rest.
+        assert dispatcher.send_due() == 4
+        assert withdrawn_attempts(svc) == queued - 4
+        assert dispatcher.post_seconds == 3.0
+        # Paced: three POSTs a round (one sender, 10 s), fewer than the backlog.
+        assert dispatcher.round_size(500) == 3
+        sent = [dispatcher.send_due() for _ in range(4)]
+        assert sent == [3, 3, 2, 0]
+        assert withdrawn_attempts(svc) == queued - 4, "a paced round withdrew a started attempt"
         posts = posts_by_message(receiver)
         assert len(posts) == queued and set(posts.values()) == {1}
         assert {(r.status, r.attempts) for r in delivery_rows(svc)} == {("succeeded", 1)}
@@ -248,10 +262,15 @@ def test_rounds_whose_starts_outlast_their_window_shrink_until_they_post(
     """On a database so loaded that recording a round's starts takes longer than the
     round may post for, every attempt of the round is withdrawn unposted: claiming as
     many again each round would never post anything (the livelock seen under ten kills).
-    The next rounds claim half, until their starts leave time to post; then all is sent."""
+    The next rounds claim half, until their starts leave time to post; then all is sent.
+    The load is the dispatcher's stopwatch moved on, not sleeps: the database's real
+    time, on a loaded machine, must not decide which round posts."""
+    # A round may post for lease / 2 - timeout = 10 s.
     paced = settings.model_copy(
-        update={"webhook_lease": timedelta(seconds=4), "webhook_timeout": timedelta(seconds=1)}
+        update={"webhook_lease": timedelta(seconds=40), "webhook_timeout": timedelta(seconds=10)}
     )
+    watch = Stopwatch()
+    monkeypatch.setattr(dispatching, "time", watch.as_time_module())
     svc = build_service(paced, clock=clock)
     try:
         svc.bootstrap()
@@ -262,11 +281,11 @@ def test_rounds_whose_starts_outlast_their_window_shrink_until_they_post(
 
         def loaded_start(*args: Any, **kwargs: Any) -> dict[UUID, int]:
             rows = args[1] if len(args) > 1 else kwargs["rows"]
-            time.sleep(0.2 * len(rows))  # a round's window is 1 s
+            watch.advance(2.0 * len(rows))  # a round's window is 10 s
             return recorded(*args, **kwargs)
 
         monkeypatch.setattr(dispatcher, "start", loaded_start)
-        assert dispatcher.send_due() == 0  # all withdrawn: the starts took 1.6 s
+        assert dispatcher.send_due() == 0  # all withdrawn: the starts took 16 s
         assert withdrawn_attempts(svc) == queued
         assert dispatcher.round_size(500) == queued // 2
         for _ in range(6):
