@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
@@ -33,12 +35,6 @@ def need(binary: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def answering(port: int) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +17,11 @@ from pathlib import Path
 import httpx
 from healthledger.adapters.settings import Settings
 
+from tests.ports import free_port
+
 # The keys a first run prints (once, on the console).
 KEY = re.compile(r"team API key\s+(hlk_\S+)")
 MANAGEMENT_KEY = re.compile(r"management key\s+(hlm_\S+)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager
