@@ -39,13 +39,18 @@ def utc_now() -> datetime:
 
 @runtime_checkable
 class KeepsSaved(Protocol):
-    """A repository that keeps what a save committed (ADR 0011): `keep_saved` after the
-    commit, in the save's unit of work (True if it kept them), `forget` if the save
-    failed."""
+    """A repository that keeps what a save committed (ADR 0011): `saving` before the
+    commit (no copy from before it is handed out until `saved`), `keep_saved` after it,
+    in the save's unit of work (True if it kept them), `forget` if the save failed, and
+    `saved` once the save is over, whatever became of it."""
+
+    def saving(self, aggregate_ids: Iterable[UUID]) -> None: ...
 
     def keep_saved(self, aggregates: Sequence[Any]) -> bool: ...
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None: ...
+
+    def saved(self, aggregate_ids: Iterable[UUID]) -> None: ...
 
 
 @runtime_checkable
@@ -135,19 +140,28 @@ class Ledger(Application[UUID]):
                 raise TypeError(f"the ledger saves mutable aggregates and events, not {obj!r}")
         keeper = self.keeper
         with self.unit_of_work():
+            # From the commit until what it saved is kept, another thread's unit of work
+            # can read the head this commit left (on PostgreSQL, the same epoch as
+            # before it): the copies kept from before the commit are not handed out.
+            if keeper is not None:
+                keeper.saving(aggregates)
             try:
-                recordings = self.events.put(
-                    events, tracking=tracking, aggregate_events=events, **kwargs
-                )
-            except BaseException:
-                # Nothing kept may stand for what was not committed.
+                try:
+                    recordings = self.events.put(
+                        events, tracking=tracking, aggregate_events=events, **kwargs
+                    )
+                except BaseException:
+                    # Nothing kept may stand for what was not committed.
+                    if keeper is not None:
+                        keeper.forget(aggregates)
+                    raise
+                # What was saved is the freshest copy there is: a repository that keeps
+                # aggregates known current keeps it now, committed, before the unit of
+                # work ends (with a mark its persistence vouches for: ADR 0011, ADR 0020).
+                kept = keeper is not None and keeper.keep_saved(list(aggregates.values()))
+            finally:
                 if keeper is not None:
-                    keeper.forget(aggregates)
-                raise
-            # What was saved is the freshest copy there is: a repository that keeps
-            # aggregates known current keeps it now, committed, before the unit of work
-            # ends (with a mark its persistence vouches for: ADR 0011, ADR 0020).
-            kept = keeper is not None and keeper.keep_saved(list(aggregates.values()))
+                    keeper.saved(aggregates)
             # Otherwise the saved aggregates go to eventsourcing's cache, from which
             # loads fast-forward.
             cache = self.repository.cache

@@ -7,9 +7,11 @@ seen by the next command."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -17,12 +19,13 @@ from eventsourcing.persistence import IntegrityError
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
 from healthledger.adapters.settings import Settings
-from healthledger.domain.context import CommandContext
+from healthledger.domain.context import SCHEDULER, CommandContext
 from healthledger.domain.errors import UserNotFound, UserScheduledForDeletion
 from healthledger.domain.users.user import ACTIVE, PENDING_ERASURE, ClientUserIdClaim, User
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
+from tests.clocks import Clock
 from tests.conftest import Team
 
 
@@ -245,3 +248,48 @@ def test_a_save_that_fails_leaves_nothing_of_itself_kept(
         assert service.ledger.find(refused.id) is None
     assert isinstance(claim, ClientUserIdClaim)
     assert claim.holder == first.id and claim.version == 1
+
+
+def test_a_command_run_while_a_commit_of_this_process_is_being_kept_reads_the_commit(
+    settings: Settings, ctx: CommandContext
+) -> None:
+    """A save of this process commits, then keeps what it saved as known current. On
+    PostgreSQL another thread's command runs meanwhile (the units of work take no lock),
+    and the chain's head it reads is the one this process's commit left: the same epoch
+    as the copy kept before the commit, which it must not be handed (CI once saw an undo
+    told GracePeriodEnded of a user that the read model already said was erased). Here
+    the other command runs exactly there: from a commit listener of the erasure, which
+    the recorder calls after the commit and before the save keeps its aggregates."""
+    clock = Clock()
+    service = build_service(settings, clock=clock)
+    try:
+        created = service.bootstrap()
+        assert created is not None
+        team_id = created.team_id
+        user = service.users.create_user(ctx, team_id, client_user_id="erased-meanwhile")
+        service.users.delete_user(ctx, team_id, user.id)  # kept: pending erasure
+        clock.advance(timedelta(days=8))
+        answers: list[BaseException | User] = []
+        done = threading.Event()
+
+        def undo() -> None:
+            try:
+                answers.append(service.users.undo_deletion(ctx, team_id, user.id))
+            except BaseException as exc:  # the answer, whatever it is
+                answers.append(exc)
+            done.set()
+
+        def on_commit(events: Sequence[Any]) -> None:
+            if any(isinstance(e, User.Erased) and e.originator_id == user.id for e in events):
+                threading.Thread(target=undo).start()
+                # SQLite's units of work share one lock: the undo waits for this one.
+                if not service.db.is_sqlite:
+                    assert done.wait(30), "the other thread's command did not end"
+
+        service.recorder.add_commit_listener(on_commit)
+        assert service.users.erase_user(CommandContext.system(SCHEDULER), user.id)
+        assert done.wait(30)
+        [answer] = answers
+        assert isinstance(answer, UserNotFound), answer
+    finally:
+        service.close()

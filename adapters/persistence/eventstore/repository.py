@@ -14,7 +14,11 @@ Why it is right: the mark is read before the load, or before the save's commit (
 by the commit itself, on PostgreSQL), it is stored with, so a change by another writer
 after it changes the mark and forces the fast-forward; this ledger's own saves run in a
 unit of work and keep what they committed before it ends (on SQLite, under the same lock
-as every marked get). A mark of None (no unit of work, or a log this process cannot
+as every marked get). On PostgreSQL, whose units take no lock, another thread's get can
+run between a save's commit and its keeping, with the mark the commit left (the same
+epoch as before it, the commit being this process's own): so from before the commit
+until the save is over, its aggregates have no kept copy, and a get keeps none of them
+(`saving`, `saved`); it reads the log. A mark of None (no unit of work, or a log this process cannot
 follow) always takes the fast-forward. A stale copy could only cost a command a version
 conflict, never a wrong write: the event store refuses it.
 """
@@ -22,7 +26,7 @@ conflict, never a wrong write: the event store refuses it.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from copy import deepcopy
@@ -69,6 +73,9 @@ class KnownCurrentRepository(Repository[UUID]):
         self.current: OrderedDict[UUID, tuple[Hashable, int, Any]] = OrderedDict()
         self.shared = shared
         self.lock: AbstractContextManager[Any] = threading.Lock() if shared else nullcontext()
+        # The aggregates a save of this ledger is committing now (how many saves of each):
+        # none is handed out or kept by a get until the saves are over (`saving`).
+        self.in_flight: Counter[UUID] = Counter()
 
     def get(
         self,
@@ -90,7 +97,7 @@ class KnownCurrentRepository(Repository[UUID]):
         mark = self.log_mark() if plain else None
         if mark is not None:
             with self.lock:
-                entry = self.current.get(aggregate_id)
+                entry = None if aggregate_id in self.in_flight else self.current.get(aggregate_id)
                 if entry is not None and entry[0] == mark:
                     self.current.move_to_end(aggregate_id)
             if entry is not None and entry[0] == mark:
@@ -100,7 +107,7 @@ class KnownCurrentRepository(Repository[UUID]):
             # eventsourcing's get: from its cache, fast-forwarded, or from the log. The
             # caller's own object, kept as a saved one is (`keep_saved`).
             aggregate: Any = super().get(aggregate_id)
-            self.keep(mark, aggregate)
+            self.keep(mark, aggregate, loaded=True)
             return aggregate
         return super().get(
             aggregate_id,
@@ -145,10 +152,14 @@ class KnownCurrentRepository(Repository[UUID]):
             self.keep(mark, aggregate)
         return True
 
-    def keep(self, mark: Hashable, aggregate: Any) -> None:
-        """Keep `aggregate` as known current at `mark`, the most recently used."""
+    def keep(self, mark: Hashable, aggregate: Any, *, loaded: bool = False) -> None:
+        """Keep `aggregate` as known current at `mark`, the most recently used. One
+        `loaded` (by a get) is not kept while a save of it is committing: it may have
+        been read before the commit, and the mark after it can be the same."""
         version = aggregate.version
         with self.lock:
+            if loaded and aggregate.id in self.in_flight:
+                return
             current = self.current
             entry = current.get(aggregate.id)
             if entry is not None and entry[0] == mark and entry[1] > version:
@@ -159,6 +170,24 @@ class KnownCurrentRepository(Repository[UUID]):
             current.move_to_end(aggregate.id)
             if len(current) > self.maxsize:
                 current.popitem(last=False)
+
+    def saving(self, aggregate_ids: Iterable[UUID]) -> None:
+        """A save of these aggregates is about to commit: their kept copies are dropped,
+        and none is kept by a get, until `saved` (the save's `keep_saved` keeps them)."""
+        with self.lock:
+            for aggregate_id in aggregate_ids:
+                self.in_flight[aggregate_id] += 1
+                self.current.pop(aggregate_id, None)
+
+    def saved(self, aggregate_ids: Iterable[UUID]) -> None:
+        """The save that `saving` announced is over (kept, or failed and forgotten)."""
+        with self.lock:
+            for aggregate_id in aggregate_ids:
+                left = self.in_flight[aggregate_id] - 1
+                if left > 0:
+                    self.in_flight[aggregate_id] = left
+                else:
+                    del self.in_flight[aggregate_id]
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
         with self.lock:
