@@ -22,6 +22,11 @@ from tests.ports import free_port
 # The keys a first run prints (once, on the console).
 KEY = re.compile(r"team API key\s+(hlk_\S+)")
 MANAGEMENT_KEY = re.compile(r"management key\s+(hlm_\S+)")
+# How long a server may take to answer before the test calls it hung: a guard against a
+# start that never ends, not a measure of speed (the wait ends when the server answers).
+# A start takes 10-15 s on this two-core machine alone (migrations, the zip codes read
+# for the labs' areas), and took up to 41 s with the cores loaded: 30 s failed tests.
+START_TIMEOUT = 120
 
 
 @contextmanager
@@ -62,7 +67,7 @@ def running_server(
     # Before the wait: a server that does not start fails on its own message, not here.
     output: list[str] = []
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT
         for url in (f"{base}/openapi.json", f"{management}/openapi.json", f"{link}/"):
             while True:
                 assert process.poll() is None, process.stdout.read() if process.stdout else ""
