@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -63,6 +62,7 @@ from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     DATA,
     SIGNED_HEADS,
     Written,
+    started,
     verified,
     written,
 )
@@ -89,15 +89,6 @@ SEALED_WINDOWS = {
     ResourceFeed.PullSucceeded.TOPIC: {"oldest_day", "newest_day"},
     ResourceFeed.DailySynced.TOPIC: {"created_days", "updated_days", "session"},
 }
-
-
-@pytest.fixture
-def started(written: Written) -> Iterator[Service]:  # noqa: F811
-    """The service of this code started on the database 1809f39 wrote."""
-    with freeze_time(written.now):
-        built = build_service(written.settings())
-    yield built
-    built.close()
 
 
 def pages(service: Service) -> dict[str, bytes]:
@@ -150,7 +141,7 @@ def test_the_fixture_holds_the_erased_users_device_in_clear(written: Written) ->
 
 def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
     written: Written,  # noqa: F811
-    started: Service,
+    started: Service,  # noqa: F811
 ) -> None:
     service = started
     report = verified(service, SIGNED_HEADS)
@@ -251,7 +242,7 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
 
 def test_after_the_start_no_page_nor_answer_names_the_erased_users_device(
     written: Written,  # noqa: F811
-    started: Service,
+    started: Service,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -314,7 +305,7 @@ def test_after_the_start_no_page_nor_answer_names_the_erased_users_device(
 
 def test_the_audit_of_a_live_user_shows_its_connection_sealed(
     written: Written,  # noqa: F811
-    started: Service,
+    started: Service,  # noqa: F811
 ) -> None:
     service = started
     # main-0's oura connection: its audit shows the facts as sealed values, as it shows

@@ -23,7 +23,6 @@ import gzip
 import json
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -63,6 +62,7 @@ from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     DATA,
     SIGNED_HEADS,
     Written,
+    started,
     verified,
     written,
 )
@@ -92,20 +92,17 @@ PULLS_AND_SYNCS = (
 )
 
 
+@pytest.fixture
+def service(started: Service) -> Service:  # noqa: F811
+    return started
+
+
 def redacted_on(service: Service) -> int:
     """The records the start redacted on the fixture: REDACTED, the deliveries' and the
     pulls' and syncs', and the users' time zones."""
     pulls = sum(len(records_of(service, topic)) for topic in PULLS_AND_SYNCS)
     deliveries = len(records_of(service, WebhookDelivery.Created.TOPIC))
     return REDACTED + deliveries + pulls + ZONES_REDACTED
-
-
-@pytest.fixture
-def service(written: Written) -> Iterator[Service]:  # noqa: F811
-    with freeze_time(written.now):
-        built = build_service(written.settings())
-    yield built
-    built.close()
 
 
 def needles(service: Service) -> list[bytes]:

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.compliance.audit import stream_history
-from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.composition import Service
 from healthledger.adapters.http.team_api import create_team_api
 from healthledger.adapters.persistence.engine.schema import lab_tests, stored_events
 from healthledger.domain.labs.lab_tests import LabTest
@@ -319,16 +317,7 @@ def test_as_of_answers_the_name_and_state_the_test_had_then(
 
 # The database main wrote at 1809f39, on each backend (test_todays_main.py's fixture).
 written = test_todays_main.written
-
-
-@pytest.fixture
-def migrated(written: Written) -> Iterator[Service]:
-    """The database main wrote at 1809f39, migrated by the service's start (revision 0029
-    among others)."""
-    with freeze_time(written.now):
-        built = build_service(written.settings())
-    yield built
-    built.close()
+migrated = test_todays_main.started
 
 
 def test_the_lab_tests_of_a_database_of_before_are_active_and_can_be_changed(

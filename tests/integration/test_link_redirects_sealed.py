@@ -23,7 +23,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -60,6 +59,7 @@ from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     DATA,
     SIGNED_HEADS,
     Written,
+    started,
     verified,
     written,
 )
@@ -490,15 +490,6 @@ def test_old_tokens_makers_are_redacted_and_go_with_their_user(
 # -- the database main wrote at 1809f39 -------------------------------------------------------
 
 
-@pytest.fixture
-def started(written: Written) -> Iterator[Service]:  # noqa: F811
-    """The service of this code started on the database 1809f39 wrote."""
-    with freeze_time(written.now):
-        built = build_service(written.settings())
-    yield built
-    built.close()
-
-
 def test_the_fixture_holds_a_redirect_url_in_clear(written: Written) -> None:  # noqa: F811
     # What the next test shows gone was there: main-6's token's URL in clear in its
     # Issued event and in its link_tokens row (bytea, so hex, in the PostgreSQL dump).
@@ -517,7 +508,7 @@ def test_the_fixture_holds_a_redirect_url_in_clear(written: Written) -> None:  #
 
 def test_the_start_seals_1809f39s_redirect_urls_and_the_chain_verifies(
     written: Written,  # noqa: F811
-    started: Service,
+    started: Service,  # noqa: F811
 ) -> None:
     service = started
     assert verified(service, SIGNED_HEADS).startswith("ok: ")

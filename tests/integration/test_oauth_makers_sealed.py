@@ -64,6 +64,7 @@ from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     DATA,
     SIGNED_HEADS,
     Written,
+    started,
     verified,
     written,
 )
@@ -146,8 +147,8 @@ def test_new_flows_and_sign_ins_hold_their_maker_only_sealed_and_work_as_before(
         assert done.json()["state"] == "success", done.text
 
     # The records hold no maker in clear (their bytes); the domain reads them opened.
-    (started,) = states(svc, OAuthFlow.Started.TOPIC)
-    no_maker_in(started, "oura")
+    (flow_started,) = states(svc, OAuthFlow.Started.TOPIC)
+    no_maker_in(flow_started, "oura")
     (challenged,) = states(svc, CredentialSignIn.Challenged.TOPIC)
     no_maker_in(challenged, MAKER)
     assert states(svc, OAuthFlow.StartedV1.TOPIC) == []
@@ -206,7 +207,7 @@ def old_records(service: Service, token: LinkToken) -> tuple[Any, Any]:
     ctx = CommandContext(actor=f"link_token:{token.id}", request_id=f"req-{uuid4().hex[:8]}")
     now = datetime.now(UTC)
     flow = OAuthFlow.start(ctx, now, token, MAKER, "binding-secret")
-    (started,) = flow.collect_events()
+    (flow_started,) = flow.collect_events()
     sealed_challenge = service.key_store.seal(token.user_id, "maker-challenge")
     sign_in = CredentialSignIn.challenge(
         ctx,
@@ -221,7 +222,7 @@ def old_records(service: Service, token: LinkToken) -> tuple[Any, Any]:
     )
     (challenged,) = sign_in.collect_events()
     return (
-        OAuthFlow.StartedV1(**vars(started)),
+        OAuthFlow.StartedV1(**vars(flow_started)),
         CredentialSignIn.ChallengedV1(**vars(challenged)),
     )
 
@@ -348,15 +349,6 @@ def test_old_flows_and_sign_ins_are_redacted_and_their_makers_go_with_their_user
 # -- the database main wrote at 1809f39 -------------------------------------------------------
 
 
-@pytest.fixture
-def on_1809f39(written: Written) -> Iterator[Service]:  # noqa: F811
-    """The service of this code started on the database 1809f39 wrote."""
-    with freeze_time(written.now):
-        built = build_service(written.settings())
-    yield built
-    built.close()
-
-
 def test_the_fixture_holds_an_oauth_flows_maker_in_clear(written: Written) -> None:  # noqa: F811
     # What the next test shows sealed was there: main-6's flow, at oura, in clear.
     if written.url.startswith("sqlite"):
@@ -371,9 +363,9 @@ def test_the_fixture_holds_an_oauth_flows_maker_in_clear(written: Written) -> No
 
 def test_the_start_seals_1809f39s_oauth_flow_and_the_chain_verifies(
     written: Written,  # noqa: F811
-    on_1809f39: Service,
+    started: Service,  # noqa: F811
 ) -> None:
-    service = on_1809f39
+    service = started
     assert verified(service, SIGNED_HEADS).startswith("ok: ")
     assert records_of(service, OAuthFlow.StartedV1.TOPIC) == []
     (record,) = records_of(service, OAuthFlow.Started.TOPIC)

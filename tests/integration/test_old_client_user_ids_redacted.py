@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import io
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -59,6 +58,7 @@ from tests.integration.test_notice_windows_sealed import states
 from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     SIGNED_HEADS,
     Written,
+    started,
     verified,
     written,
 )
@@ -365,17 +365,9 @@ def check_the_claims_work(service: Service, team_id: UUID, live: UUID) -> None:
 # -- the database main wrote at 1809f39 -------------------------------------------------------
 
 
-@pytest.fixture
-def started(written: Written) -> Iterator[Service]:  # noqa: F811
-    with freeze_time(written.now):
-        built = build_service(written.settings())
-    yield built
-    built.close()
-
-
 def test_1809f39s_changes_and_claims_of_version_2_are_left_as_they_are(
     written: Written,  # noqa: F811
-    started: Service,
+    started: Service,  # noqa: F811
 ) -> None:
     # 1809f39 recorded them with the value sealed and by digest: listed by revision 0046,
     # none needed a redaction, and none is left pending.

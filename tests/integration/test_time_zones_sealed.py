@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from tests.integration.test_todays_main import (  # noqa: F401  (fixtures)
     DATA,
     SIGNED_HEADS,
     Written,
+    started,
     verified,
     written,
 )
@@ -124,14 +124,6 @@ def on_disk(service: Service) -> dict[str, bytes]:
     return places
 
 
-@pytest.fixture
-def started(written: Written) -> Iterator[Service]:  # noqa: F811
-    with freeze_time(written.now):
-        built = build_service(written.settings())
-    yield built
-    built.close()
-
-
 def test_the_fixture_holds_the_zones_in_clear(written: Written) -> None:  # noqa: F811
     # What this file shows sealed was there in clear, as 1809f39 wrote it.
     if written.url.startswith("sqlite"):
@@ -144,7 +136,7 @@ def test_the_fixture_holds_the_zones_in_clear(written: Written) -> None:  # noqa
 
 def test_the_start_seals_the_zones_of_before_and_the_chain_verifies(
     written: Written,  # noqa: F811
-    started: Service,
+    started: Service,  # noqa: F811
 ) -> None:
     service = started
     assert verified(service, SIGNED_HEADS).startswith("ok: ")
@@ -220,7 +212,7 @@ def created_records(service: Service) -> dict[UUID, dict[str, Any]]:
 
 def test_after_the_erasure_the_users_zone_reads_as_erased(
     written: Written,  # noqa: F811
-    started: Service,
+    started: Service,  # noqa: F811
 ) -> None:
     service = started
     main_2 = written.user("main-2")

@@ -133,11 +133,18 @@ def written(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Written]
 
 
 @pytest.fixture
-def service(written: Written) -> Iterator[Service]:
+def started(written: Written) -> Iterator[Service]:
+    """The service of this code started on the database main wrote at 1809f39 (each test
+    file of an old database's start imports it)."""
     with freeze_time(written.now):
         built = build_service(written.settings())
     yield built
     built.close()
+
+
+@pytest.fixture
+def service(started: Service) -> Service:
+    return started
 
 
 def verified(service: Service, signed_heads: int) -> str:
