@@ -79,7 +79,10 @@ from healthledger.adapters.persistence.projections.erasure import (
 )
 from healthledger.adapters.persistence.projections.orders import fill_interpretations
 from healthledger.adapters.persistence.projections.read_models import ReadModels
-from healthledger.adapters.persistence.projections.users import seal_client_user_ids
+from healthledger.adapters.persistence.projections.users import (
+    resync_sealed_values,
+    seal_client_user_ids,
+)
 from healthledger.adapters.persistence.queries.connections import ConnectionQueries
 from healthledger.adapters.persistence.queries.continuous_queries import ContinuousQueryStore
 from healthledger.adapters.persistence.queries.deletion_cascade import deletion_targets
@@ -551,6 +554,13 @@ def build_service(
         db, Redactor(db, recorder, ledger.mapper, clock), ledger.mapper, redaction_keys
     ):
         leave_no_redacted_values(db)
+    # Users rows an earlier start's redaction left a value sealed apart from the log's
+    # (revision 0048): given the log's own where it is the same value, so that a rebuild
+    # from the log makes them (none to do on an up-to-date database), after the records
+    # are redacted.
+    resync_sealed_values(
+        db, user_of=lambda user_id: _user_or_none(ledger, user_id), open_sealed=key_store.open
+    )
     # Orders rows written before revision 0019, which dropped their interpretation in
     # clear: sealed again from their Completed events, and digested (none to do on an
     # up-to-date database); then no page keeps the dropped values.

@@ -536,6 +536,17 @@ provider_token_backfill = Table(
     Column("client_id", String(512), nullable=False),
 )
 
+# The users whose rows an earlier start left sealed values of under another nonce than
+# the log's (revision 0048: a redacted Created, change of client_user_id or of settings in
+# their stream): the start gives each row the log's own where it opens to the same value,
+# and deletes the listing (`projections/users.py`, `resync_sealed_values`); empty from then
+# on. Not a read model: a rebuild leaves it alone.
+user_row_resyncs = Table(
+    "user_row_resyncs",
+    metadata,
+    Column("user_id", Uuid, primary_key=True),
+)
+
 # Lab test orders (issue 14), one row per order: its status now, the statuses it had
 # (`events`: a line `<instant>\t<status>` each, appended by SQL), and what the answers
 # render. The patient's details and address, the

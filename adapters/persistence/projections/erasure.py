@@ -123,6 +123,9 @@ KEPT = {
     # Users whose rows of health data and raw payloads the start keys (revision 0039,
     # ADR 0047): it empties the table before anything runs; a user id, nothing else.
     "place_digest_backfill": "users whose rows the start keys, emptied there",
+    # Users whose rows' sealed values the start gives the log's (revision 0048, ADR 0054):
+    # it empties the table before anything runs; a user id, nothing else.
+    "user_row_resyncs": "users whose rows the start re-syncs, emptied there",
 }
 
 if set(DELETED) | {QUEUED_DELIVERIES} != set(ERASURE_REMOVES):

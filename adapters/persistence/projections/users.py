@@ -8,10 +8,12 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
+from cryptography.exceptions import InvalidTag
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
     pending_erasures,
     team_api_keys,
+    user_row_resyncs,
     users,
 )
 from healthledger.adapters.persistence.engine.statements import (
@@ -372,6 +374,79 @@ def seal_client_user_ids(
     if dropped_clear:
         leave_no_dropped_values(db)
     return converted
+
+
+# -- rows an earlier start sealed under another nonce than the log's (revision 0048) ------
+
+RESYNC_BATCH = 500
+# The users row's sealed columns a redaction in place gave the log's values to.
+RESYNCED = ("sealed_client_user_id", "sealed_fallback_time_zone")
+
+
+def resync_sealed_values(
+    db: Database,
+    user_of: Callable[[UUID], User | None],
+    open_sealed: Callable[[UUID, str], Any],
+    batch: int = RESYNC_BATCH,
+) -> int:
+    """At start, for the users revision 0048 listed: each row's sealed client_user_id and
+    time zone set to the log's own (the user's, as its events hold them: what a rebuild
+    writes) where the row's opens to the same value under another nonce, as revision
+    0042's redaction (and 0046's, before its code gave the row the record's value) left
+    it (ADR 0054). A row whose value opens to another, or not at all, is left as it is:
+    `verify --read-models` names it (the log cannot say which is right). Several
+    processes may run it at once: a row is set only while it holds the value read.
+    Returns the rows set; on an up-to-date database, one query that finds none."""
+    resynced = 0
+    listing = user_row_resyncs.outerjoin(users, users.c.user_id == user_row_resyncs.c.user_id)
+    while True:
+        with db.read() as conn:
+            listed = conn.execute(
+                select(user_row_resyncs.c.user_id, *(users.c[name] for name in RESYNCED))
+                .select_from(listing)
+                .order_by(user_row_resyncs.c.user_id)
+                .limit(batch)
+            ).all()
+        if not listed:
+            break
+        changes: list[tuple[UUID, str, str | None, str]] = []
+        for user_id, *row in listed:
+            user = user_of(UUID(str(user_id)))
+            if user is None:
+                continue  # erased: its row is gone
+            zone = user.sealed_fallback_time_zone
+            log = (user.sealed_client_user_id, None if zone is None else zone[0])
+            for name, own, logs in zip(RESYNCED, row, log, strict=True):
+                if _same_value(open_sealed, user.id, own, logs):
+                    assert logs is not None  # for the type checker: a value opened
+                    changes.append((user.id, name, own, logs))
+        with db.write() as conn:
+            for user_id, name, own, logs in changes:
+                resynced += conn.execute(
+                    update(users)
+                    .where(users.c.user_id == user_id, users.c[name] == own)
+                    .values({name: logs})
+                ).rowcount
+            conn.execute(
+                delete(user_row_resyncs).where(
+                    user_row_resyncs.c.user_id.in_([user_id for user_id, *_ in listed])
+                )
+            )
+    return resynced
+
+
+def _same_value(
+    open_sealed: Callable[[UUID, str], Any], user_id: UUID, own: str | None, logs: str | None
+) -> bool:
+    """Whether the row's sealed text and the log's differ as ciphertexts only: both open,
+    with the user's key, to the same value."""
+    if own is None or logs is None or own == logs:
+        return False
+    try:
+        opened = [open_sealed(user_id, sealed) for sealed in (own, logs)]
+    except (InvalidTag, ValueError):
+        return False  # not sealed with the user's key (changed by hand): left for the check
+    return opened[0] is not None and opened[0] == opened[1]
 
 
 def leave_no_dropped_values(db: Database) -> None:
