@@ -107,7 +107,9 @@ def main() -> int:
     team = f"http://127.0.0.1:{team_port}"
     management = f"http://127.0.0.1:{management_port}"
     try:
-        deadline = time.monotonic() + 60
+        # A hang guard, not a pace: a start on the loaded machine took over 60 s (the
+        # tests' running_server waits as long).
+        deadline = time.monotonic() + 120
         for base in (team, management):
             while True:
                 assert server.poll() is None, (workdir / "server.log").read_text()
