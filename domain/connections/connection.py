@@ -119,11 +119,32 @@ class Connection(Audited, created_event_name="Created"):
             connection.deregistered_at = self.timestamp
             connection.error_details = None
 
-    class DemoFailuresConfigured(Event):
-        """Ours: the demo device will fail these resources' pulls (see the demo adapter)."""
+    class DemoFailuresConfiguredV1(Event):
+        """Ours, as recorded before the failures were sealed: the resources the demo device
+        fails in clear (a resource names health data: a demo glucose monitor's "glucose").
+        Recorded no more; the service's start redacts those stored into
+        `DemoFailuresConfigured` (revision 0049, ADR 0028, ADR 0032). It names no user:
+        the stream's owner is given."""
 
         TOPIC = "healthledger:Connection.DemoFailuresConfigured.v1"
         ANNOUNCES = ()
+        SUPERSEDED_BY = "healthledger:Connection.DemoFailuresConfigured.v2"
+        failures: dict[str, Any]
+
+        def apply(self, connection: Connection) -> None:
+            connection.demo_failures = self.failures
+
+    class DemoFailuresConfigured(Event):
+        """Ours: the demo device will fail these resources' pulls (see the demo adapter).
+        The failures are stored sealed with the user's key, whom it names for that
+        (SEALED_FACTS, ADR 0032): the domain reads them in clear; once the key is gone
+        they read as none (an erased user's connection pulls nothing anyway)."""
+
+        TOPIC = "healthledger:Connection.DemoFailuresConfigured.v2"
+        ANNOUNCES = ()
+        SEALED_FACTS = {"failures": {}}
+        PERSONAL_FIELDS = tuple(SEALED_FACTS)
+        user_id: UUID
         failures: dict[str, Any]
 
         def apply(self, connection: Connection) -> None:
@@ -270,7 +291,7 @@ class Connection(Audited, created_event_name="Created"):
     def configure_demo_failures(
         self, ctx: CommandContext, now: datetime, failures: dict[str, Any]
     ) -> None:
-        self.record(ctx, now, self.DemoFailuresConfigured, failures=failures)
+        self.record(ctx, now, self.DemoFailuresConfigured, user_id=self.user_id, failures=failures)
 
     def error(self, ctx: CommandContext, now: datetime, error_type: str, message: str) -> None:
         if self.status == CONNECTED:

@@ -606,7 +606,10 @@ def test_every_sealed_field_shows_by_the_key_that_sealed_it(
     # is shown sealed in the user's audit by test_link_redirects_sealed.py (revision 0044).
     # An OAuth flow's maker (the story signs in with a password, not through a maker's
     # OAuth page): test_oauth_makers_sealed.py (revision 0045).
+    # A demo device's injected failures (the story's devices fail nothing):
+    # test_demo_failures_sealed.py (revision 0049).
     elsewhere = {
+        ("Connection.DemoFailuresConfigured", "failures"),
         ("LinkToken.Consumed", "provider"),
         ("OAuthFlow.Started", "provider"),
         ("NoticeReceipt.Delivered", "sealed_delivery"),

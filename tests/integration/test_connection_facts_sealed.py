@@ -163,8 +163,9 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
     windows = sum(topics.get(topic, 0) for topic in SEALED_WINDOWS)
     assert topics[ResourceFeed.PullScheduled.TOPIC] and topics[ResourceFeed.DailySynced.TOPIC]
     # ... and the two link tokens' Issued (revision 0043) and the one Consumed (revision
-    # 0044: test_link_redirects_sealed.py), and main-6's OAuth flow's Started (revision
-    # 0045: test_oauth_makers_sealed.py).
+    # 0044: test_link_redirects_sealed.py), main-6's OAuth flow's Started (revision
+    # 0045: test_oauth_makers_sealed.py) and main-1's DemoFailuresConfigured (revision
+    # 0049: test_demo_failures_sealed.py).
     assert redacted == (
         2
         + topics[Connection.Created.TOPIC]
@@ -172,9 +173,11 @@ def test_the_start_seals_connections_and_feeds_and_the_chain_verifies(
         + deliveries
         + windows
         # The users' time zones (revision 0042), the link tokens' Issued (revision 0043)
-        # and Consumed (revision 0044), the OAuth flow's Started (revision 0045).
+        # and Consumed (revision 0044), the OAuth flow's Started (revision 0045), the
+        # demo failures (revision 0049).
         + ZONES_REDACTED
         + 2
+        + 1
         + 1
         + 1
     )

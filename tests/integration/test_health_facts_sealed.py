@@ -79,9 +79,10 @@ CONTROL = "Metabolic"
 # their 54 feeds' Created (ADR 0032), every webhook delivery's Created (ADR 0028: 96
 # on SQLite, 99 on PostgreSQL, whose fixture's run announced a little more), and every
 # feed's pulls and syncs (revision 0034), its 2 link tokens' Issued (revision 0043) and
-# the one Consumed (its maker in clear: revision 0044), and main-6's one OAuth flow's
-# Started (its maker in clear: revision 0045).
-REDACTED = 2 + 4 + 54 + 2 + 1 + 1
+# the one Consumed (its maker in clear: revision 0044), main-6's one OAuth flow's
+# Started (its maker in clear: revision 0045), and main-1's demo device's one
+# DemoFailuresConfigured (the resource it fails in clear: revision 0049).
+REDACTED = 2 + 4 + 54 + 2 + 1 + 1 + 1
 # The users' records that held a time zone in clear (revision 0042): the Created of each
 # of the fixture's 10 users (every one made with a zone) and main-1's change of zone.
 ZONES_REDACTED = 10 + 1
@@ -253,6 +254,7 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
             LinkToken.ConsumedV1.TOPIC,
             OAuthFlow.StartedV1.TOPIC,
             CredentialSignIn.ChallengedV1.TOPIC,
+            Connection.DemoFailuresConfiguredV1.TOPIC,
         }
     )
     assert superseded[Order.CreatedV1.TOPIC] == Order.Created.TOPIC
@@ -270,6 +272,10 @@ def test_every_old_version_is_redacted_into_the_version_that_replaced_it() -> No
     assert superseded[LinkToken.ConsumedV1.TOPIC] == LinkToken.Consumed.TOPIC
     assert superseded[OAuthFlow.StartedV1.TOPIC] == OAuthFlow.Started.TOPIC
     assert superseded[CredentialSignIn.ChallengedV1.TOPIC] == CredentialSignIn.Challenged.TOPIC
+    assert (
+        superseded[Connection.DemoFailuresConfiguredV1.TOPIC]
+        == Connection.DemoFailuresConfigured.TOPIC
+    )
 
 
 def test_the_fixture_holds_the_test_in_clear(written: Written) -> None:  # noqa: F811

@@ -1504,3 +1504,56 @@ def test_an_orders_created_event_of_class_version_2_loads_placed_without_the_new
     aggregate = FOUND["Order"]()
     aggregate.collect_events()
     assert loaded(MAPPER, record).mutate(None) == aggregate
+
+
+# A demo device's failures (not a founding event; revision 0049): version 2 stores them
+# sealed and names the user whose key seals; version 1 held them in clear, naming no user.
+DEMO_FAILURES = {"glucose": {"code": "provider_unavailable", "times": 2}}
+DEMO_FAILURES_CONFIGURED_V2 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa","request_id":"req-golden",'
+    '"user_id":{"_type_":"uuid_hex","_data_":"11111111222243338444000000000002"},'
+    '"sealed_facts":"sealed:{\\"failures\\":{\\"glucose\\":{\\"code\\":'
+    '\\"provider_unavailable\\",\\"times\\":2}}}"}'
+)
+DEMO_FAILURES_CONFIGURED_V1 = (
+    '{"timestamp":{"_type_":"datetime_iso","_data_":"2026-03-01T12:00:00.123456+00:00"},'
+    '"actor":"team_api_key:00000000-0000-4000-8000-0000000000aa","request_id":"req-golden",'
+    '"failures":{"glucose":{"code":"provider_unavailable","times":2}}}'
+)
+
+
+def test_a_demo_devices_failures_are_stored_sealed_and_their_v1_loads_them_in_clear() -> None:
+    connection = cast(Connection, FOUND["Connection"]())
+    connection.configure_demo_failures(CTX, T, DEMO_FAILURES)
+    _, configured = connection.collect_events()
+    record = SEALING_MAPPER.to_stored_event(configured)
+    assert record.topic == "healthledger:Connection.DemoFailuresConfigured.v2"
+    assert record.state.decode() == DEMO_FAILURES_CONFIGURED_V2
+    old = StoredEvent(
+        record.originator_id,
+        record.originator_version,
+        "healthledger:Connection.DemoFailuresConfigured.v1",
+        DEMO_FAILURES_CONFIGURED_V1.encode(),
+    )
+    old_version = SEALING_MAPPER.to_domain_event(old)
+    assert isinstance(old_version, Connection.DemoFailuresConfiguredV1)
+    assert record.topic == old_version.SUPERSEDED_BY
+    # Either version, replayed onto the connection: the failures the demo device reads.
+    for stored_event in (record, old):
+        replayed = cast(Connection, FOUND["Connection"]())
+        replayed.collect_events()
+        loaded(SEALING_MAPPER, stored_event).mutate(replayed)
+        assert replayed.demo_failures == DEMO_FAILURES
+
+    class NoKey(ReadableFactKeys):
+        def open_fact(self, user_id: UUID, sealed: str) -> Any | None:
+            return None
+
+    # Once the key is gone: no failures.
+    keyless = FactSealingMapper(stock_transcoder())
+    keyless.facts = NoKey()
+    replayed = cast(Connection, FOUND["Connection"]())
+    replayed.collect_events()
+    loaded(keyless, record).mutate(replayed)
+    assert replayed.demo_failures == {}

@@ -22,7 +22,9 @@ the person: revision 0043), `LinkToken.IssuedV2` and `ConsumedV1` (the maker the
 linking, or connected, in clear: revision 0044; a consumption names no user, the stream's
 owner is given); `OAuthFlow.StartedV1` and `CredentialSignIn.ChallengedV1` (the maker an
 OAuth flow was started for, or a password maker's sign-in asked a code of, in clear:
-revision 0045; no read model holds either).
+revision 0045; no read model holds either); `Connection.DemoFailuresConfiguredV1` (the
+resources a demo device fails in clear: revision 0049; it names no user, the stream's
+owner is given; no read model holds it).
 
 Sealed in place (`SEALED_IN_PLACE`: the same topic, an older class version or an older
 shape of its payload): `User.Created` before version 4 and `User.SettingsChanged` whose
@@ -466,6 +468,7 @@ SUCCESSORS = {
     LinkToken.ConsumedV1.TOPIC: sealed_facts_successor,
     OAuthFlow.StartedV1.TOPIC: sealed_facts_successor,
     CredentialSignIn.ChallengedV1.TOPIC: sealed_facts_successor,
+    ProviderConnection.DemoFailuresConfiguredV1.TOPIC: sealed_facts_successor,
 }
 
 # Per topic whose current class seals what its older payloads held in clear (the same
