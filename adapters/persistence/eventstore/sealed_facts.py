@@ -13,10 +13,9 @@ placeholder itself (what a redaction of an erased user's old record writes, ADR 
 Mostly founding events hold such facts (a connection's, a feed's, a link token's, an
 OAuth flow's, a sign-in's, a delivery's), besides a few later ones (a reconnection, a
 feed's pulls and syncs, a maker's notice, a demo device's failures), so a replay opens a
-few values per stream, and the aggregate
-cache (ADR 0011) keeps the result. An event keeps its
-sealed form in `sealed_facts` beside the opened facts (set on the event being recorded,
-too): what the read models hold, copied from the log.
+few values per stream, and the aggregate cache (ADR 0011) keeps the result. An event
+keeps its sealed form in `sealed_facts` beside the opened facts (set on the event being
+recorded, too): what the read models hold, copied from the log.
 """
 
 from __future__ import annotations
