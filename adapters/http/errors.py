@@ -12,6 +12,7 @@ from uuid import UUID
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from healthledger.adapters.http.cursors import InvalidCursor
 from healthledger.adapters.persistence.engine.outages import unavailable
@@ -59,7 +60,7 @@ from healthledger.domain.labs.unmatched_results import (
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match, Mount
 
 log = logging.getLogger("healthledger.http")
 
@@ -213,6 +214,34 @@ def _loosened(template: str) -> re.Pattern[str]:
     )
 
 
+def _paths(request: Request) -> dict[str, Any]:
+    """The `paths` of the app's OpenAPI document, as its documented routes give them.
+
+    Made from the routes, not asked of `app.openapi()`: that caches the document on the
+    app, and the routes are built once per process and shared by every app made of them
+    (ADR 0024), so one document serves them all instead of one per app. Keyed by the
+    routes' identities (included routers do not hash); the entry holds the routes, so
+    that an identity is not reused while it is a key."""
+    # Without what each app adds for its own documents (its static files, the document's
+    # own routes), which no OpenAPI document describes.
+    routes = tuple(
+        route
+        for route in request.app.router.routes
+        if getattr(route, "include_in_schema", True) and not isinstance(route, Mount)
+    )
+    key = tuple(map(id, routes))
+    known = _DOCUMENTED.get(key)
+    if known is None:
+        paths = get_openapi(title="", version="", routes=list(routes)).get("paths", {})
+        known = _DOCUMENTED[key] = (routes, paths)
+        while len(_DOCUMENTED) > 8:
+            _DOCUMENTED.pop(next(iter(_DOCUMENTED)))
+    return known[1]
+
+
+_DOCUMENTED: dict[tuple[int, ...], tuple[tuple[BaseRoute, ...], dict[str, Any]]] = {}
+
+
 def allowed_methods(request: Request) -> str:
     """The methods of the resource at the request's path, for a 405's `Allow` (the router
     names only those of the first route whose path matched).
@@ -235,7 +264,7 @@ def allowed_methods(request: Request) -> str:
         if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
             served.append(method)
     documented: dict[int, set[str]] = {}
-    for template, operations in request.app.openapi().get("paths", {}).items():
+    for template, operations in _paths(request).items():
         if _loosened(template).fullmatch(path):
             methods = documented.setdefault(template.count("{"), set())
             methods.update(method.upper() for method in operations)
@@ -338,7 +367,7 @@ def malformed_ids(request: Request) -> list[dict[str, Any]]:
     nothing but a wrong path."""
     path, method = request.scope["path"], request.scope["method"].lower()
     method = "get" if method == "head" else method
-    for template, operations in request.app.openapi().get("paths", {}).items():
+    for template, operations in _paths(request).items():
         found = _loosened(template).fullmatch(path)
         if found is None or method not in operations:
             continue
