@@ -78,6 +78,10 @@ KILLS = 10
 # Load through both processes before each kill (seconds), from this many client threads.
 LOAD_BEFORE_KILL = 1.0
 LOAD_THREADS = 2
+# Each load thread's pause between one user's requests and the next user's: unpaced, the
+# two threads kept both cores busy, and each successor took ~14 s to start beside them
+# (the kills' phase was most of the test's 3 to 5 minutes).
+LOAD_PAUSE = 0.2
 # Webhook sends: a receiver that takes a while, so that kills find leases held.
 RECEIVER_SECONDS = 0.3
 TIMEOUTS = {
@@ -338,6 +342,7 @@ class Load:
                     self.connect(client, 1 - side, user_id)
                 if number % 2 == 0:
                     self.delete(client, 1 - side, user_id)
+                self.stopping.wait(LOAD_PAUSE)
 
 
 # -- reading the database ---------------------------------------------------------------
@@ -578,9 +583,13 @@ def test_two_processes_under_load_and_ten_kills_behave_like_one(
             for thread in threads:
                 thread.join(timeout=60)
         killing_seconds = time.monotonic() - began - contested_seconds
-        # The load's messages wait for the slow receiver (RECEIVER_SECONDS each): how many
-        # there are grows with the time the ten successors take to start, so the wait is
-        # longer than between phases (87 s of 90 were needed at 8a93b11 on the CI machine).
+        # The kills are over: the receiver need no longer hold posts long enough for a kill
+        # to find leases held, and the load's backlog drains without the wait.
+        receiver.slow_seconds = 0.0
+        # The load's messages waited for the slow receiver (RECEIVER_SECONDS each) until
+        # now: how many are left grows with the time the ten successors took to start, so
+        # the wait may be longer than between phases (87 s of 90 were needed at 8a93b11 on
+        # the CI machine, with the receiver slow to the end).
         wait_settled(observing, load.processes, timeout=300)
 
         # Nothing acknowledged is lost: live users answer, deleted ones were erased once.
@@ -749,7 +758,9 @@ def test_serve_refuses_several_workers_on_sqlite(tmp_path: Path) -> None:
 
 # Connections per phase (each of PULL_RESOURCES: their pulls run together, so that two
 # workers claiming one connection's pulls at once is the common case, not a rare one).
-PULL_CONNECTIONS = 100
+# 150 pulls a phase: both processes take part and the kill finds pulls in progress, at
+# half the CPU of the 100 connections this began with.
+PULL_CONNECTIONS = 50
 PULL_PROVIDER = "oura"
 PULL_RESOURCES = ("activity", "body", "sleep")
 # Long enough that no live process is overtaken on a loaded machine (a connection's pulls
