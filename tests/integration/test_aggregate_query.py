@@ -926,7 +926,10 @@ def test_bad_queries_are_422_naming_where(client: TestClient, beta: Team, user_i
 
 
 def test_bad_timeframes_are_422(client: TestClient, beta: Team, user_id: str) -> None:
-    future = problem(post(client, beta, user_id, SIMPLE, anchor=TODAY + timedelta(days=1)))
+    # Tomorrow as of the test itself, not of the module's import: a run that crosses
+    # midnight would otherwise ask about today.
+    tomorrow = datetime.now(UTC).date() + timedelta(days=1)
+    future = problem(post(client, beta, user_id, SIMPLE, anchor=tomorrow))
     assert future["loc"] == ["body", "timeframe", "anchor"] and "future" in future["msg"]
     for value in (0, -1):
         found = problem(post(client, beta, user_id, SIMPLE, past={"value": value, "unit": "day"}))

@@ -469,7 +469,8 @@ def test_an_impossible_date_is_422(
 @pytest.mark.parametrize(
     "value",
     [
-        pytest.param((date.today() + timedelta(days=1)).isoformat(), id="tomorrow"),
+        # Resolved when the test runs (a date at collection is today after midnight).
+        pytest.param("tomorrow", id="tomorrow"),
         pytest.param("2999-01-01", id="far-future"),
         pytest.param("1899-12-31", id="before-1900"),
     ],
@@ -477,6 +478,8 @@ def test_an_impossible_date_is_422(
 def test_an_unreal_birth_date_is_422(
     service: Service, client: TestClient, team: Team, user: dict[str, Any], value: str
 ) -> None:
+    if value == "tomorrow":
+        value = (date.today() + timedelta(days=1)).isoformat()
     with nothing_changes(service, client, team, user["user_id"]):
         created = client.post(
             "/v2/user",

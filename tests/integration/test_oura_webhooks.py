@@ -228,6 +228,7 @@ def test_a_notification_syncs_its_window_and_announces_each_change_once(
     receiver.received.clear()
     oura.requests.clear()
     day = clock().date() - timedelta(days=1)
+    workouts_before = {w["id"] for w in oura.workouts(AVA, day)}
     oura.revise("ava", day)  # Oura tells us: one notification per data type
     assert [s.status for s in oura.webhooks.sent] == [200] * 6
     # Answered before any sync: Oura was asked nothing yet.
@@ -264,7 +265,13 @@ def test_a_notification_syncs_its_window_and_announces_each_change_once(
     events = daily_events(receiver)
     assert events, "the revised day was announced"
     assert len(events) == len(set(events)), "each change announced once"
-    assert {e[0].rsplit(".", 1)[1] for e in events} == {"updated"}
+    # What the day held is updated; a workout the revision added (the fake's revised
+    # day can hold more workouts than before, by the day's draw) is created.
+    added = {w["id"] for w in oura.workouts(AVA, day)} - workouts_before
+    others = [e[0] for e in events if not e[0].startswith("daily.data.workouts.")]
+    assert {t.rsplit(".", 1)[1] for t in others} == {"updated"}
+    created = [e for e in events if e[0] == "daily.data.workouts.created"]
+    assert len(created) == len(added)
     assert {e[1] for e in events} == {str(day)}
     # What was announced is what the API answers now.
     sleep = api.get(
