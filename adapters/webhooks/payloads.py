@@ -36,10 +36,12 @@ from healthledger.adapters.answers.appointments import appointment_answer
 from healthledger.adapters.answers.orders import OrderAnswers, OrderRow, UsersKey
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import users
+from healthledger.adapters.persistence.health_data.blocks import period_of
 from healthledger.adapters.persistence.health_data.store import SqlHealthDataStore
 from healthledger.adapters.persistence.keys.key_store import KeyStore
 from healthledger.adapters.persistence.queries.delivery_types import delivery_types
 from healthledger.domain.connections.connection import Connection
+from healthledger.domain.connections.health_data import StoredDay
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.connections.sessions import SESSION_RESOURCES, sessions_of
 from healthledger.domain.connections.summaries import (
@@ -221,22 +223,35 @@ class Payloads:
     def preloaded(self, rows: Sequence[Any]) -> Iterator[None]:
         """Within it, on this thread, the bodies of these deliveries' rows are built from
         their users' rows and streams read at once (two queries), not two reads per
-        message: a broker's round builds hundreds (issue 35). What was read is what a
-        read per message at the start of the round would have read."""
+        message: a broker's round builds hundreds (issue 35); and the stored days that
+        daily data messages carry are read once per feed and month (one block opened),
+        not once per message: a pull's round announces a month of days of each
+        resource. What was read is what a read per message at the start of the round
+        would have read."""
         user_ids = list({row.user_id for row in rows if row.user_id is not None})
+        wanted: dict[tuple[UUID, date], tuple[date, date]] = {}
+        for row in rows:
+            if row.user_id is not None and row.day is not None:
+                place = (row.source_id, period_of(row.day))
+                first, last = wanted.get(place, (row.day, row.day))
+                wanted[place] = (min(first, row.day), max(last, row.day))
         recorder = self.ledger.events.recorder
-        if not user_ids or not isinstance(recorder, ReadsManyStreams):
-            yield
-            return
-        with self.db.read() as conn:
-            found = conn.execute(
-                select(users.c.user_id, users.c.sealed_client_user_id).where(
-                    users.c.user_id.in_(user_ids)
-                )
-            ).all()
-        streams = recorder.select_streams(user_ids)
+        found: Sequence[Any] = ()
+        streams: Mapping[UUID, Sequence[Any]] | None = None
+        if user_ids and isinstance(recorder, ReadsManyStreams):
+            with self.db.read() as conn:
+                found = conn.execute(
+                    select(users.c.user_id, users.c.sealed_client_user_id).where(
+                        users.c.user_id.in_(user_ids)
+                    )
+                ).all()
+            streams = recorder.select_streams(user_ids)
         self._round.preloaded = _Preloaded(
-            frozenset(user_ids), {r.user_id: r.sealed_client_user_id for r in found}, streams
+            frozenset(user_ids) if streams is not None else frozenset(),
+            {r.user_id: r.sealed_client_user_id for r in found},
+            streams or {},
+            wanted,
+            {},
         )
         try:
             yield
@@ -338,12 +353,9 @@ class Payloads:
             }
         # Daily data: the day's stored data, as it is now (a later sync may have updated it).
         assert isinstance(event, ResourceFeed.DailySynced) and day is not None
-        stored = self.health_data.read_range(
-            user_id, day, day, resources=[stream.resource], provider=stream.provider
-        )
-        if not stored:
+        found = self._stored_day(user_id, stream, day)
+        if found is None:
             return None  # erased since (or never stored)
-        (found,) = stored
         day_data = DayData(
             user_id=user_id,
             provider=stream.provider,
@@ -355,15 +367,38 @@ class Payloads:
         )
         return daily_data(day_data, found.value, event.session)
 
+    def _stored_day(self, user_id: UUID, feed: ResourceFeed, day: date) -> StoredDay | None:
+        """The feed's stored day, as it is now; within `preloaded`, the days of the
+        round's messages of its month read at once, at the first of them."""
+        preloaded: _Preloaded | None = getattr(self._round, "preloaded", None)
+        place = (feed.id, period_of(day))
+        span = None if preloaded is None else preloaded.wanted.get(place)
+        if preloaded is None or span is None or not span[0] <= day <= span[1]:
+            stored = self.health_data.read_range(
+                user_id, day, day, resources=[feed.resource], provider=feed.provider
+            )
+            return stored[0] if stored else None
+        days = preloaded.days.get(place)
+        if days is None:
+            stored = self.health_data.read_range(
+                user_id, *span, resources=[feed.resource], provider=feed.provider
+            )
+            days = preloaded.days[place] = {found.day: found for found in stored}
+        return days.get(day)
+
 
 @dataclass(frozen=True)
 class _Preloaded:
-    """A round's users (`user_ids`), the sealed client_user_id of each that has a row
-    (a live one), and their streams' stored events."""
+    """A round's users (`user_ids`; none when the log cannot read many streams at
+    once), the sealed client_user_id of each that has a row (a live one), and their
+    streams' stored events; the first and last day of its daily data messages per feed
+    and month (`wanted`), and the stored days of those read so far (`days`)."""
 
     user_ids: frozenset[UUID]
     rows: dict[UUID, str | None]
     streams: Mapping[UUID, Sequence[Any]]
+    wanted: Mapping[tuple[UUID, date], tuple[date, date]]
+    days: dict[tuple[UUID, date], dict[date, StoredDay]]
 
 
 _LIFECYCLE_TYPES = frozenset(LIFECYCLE_EVENT_TYPES.values())

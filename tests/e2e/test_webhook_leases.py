@@ -256,6 +256,60 @@ def test_a_round_starts_only_what_it_has_time_to_post(
 
 # The sender's pacing is the same on both databases: its rounds are what is tested.
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("jump", [-5.0, 3.0e8], ids=["backwards", "a-decade"])
+def test_a_latency_no_post_can_take_does_not_pace_the_rounds(
+    settings: Settings,
+    clock: Clock,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    jump: float,
+) -> None:
+    """A clock that jumps between a POST's two readings (a test's frozen clock read by
+    one of them and not the other, as freezegun does in a sender's thread) gives a
+    latency below nothing or above the lease: it is no measure of the receiver, and
+    taken as one it sized every later round at one POST each."""
+    watch = Stopwatch()
+    monkeypatch.setattr(dispatching, "time", watch.as_time_module())
+    svc = build_service(settings, clock=clock)
+    try:
+        svc.bootstrap()
+        queue_deliveries(svc, receiver, users=3)
+        queued = len(delivery_rows(svc))
+        dispatcher = svc.dispatcher
+        dispatcher.senders = 1
+        post = dispatcher.client.post
+        jumped: list[float] = []
+
+        def jumping_post(*args: Any, **kwargs: Any) -> Any:
+            answer = post(*args, **kwargs)
+            if not jumped:  # the first POST's end reads the jumped clock
+                watch.advance(jump)
+                jumped.append(jump)
+                return answer
+            watch.advance(0.5)
+            return answer
+
+        monkeypatch.setattr(dispatcher.client, "post", jumping_post)
+        if jump > 0:
+            # Past the round's window: the first POST alone is sent, the rest withdrawn.
+            assert dispatcher.send_due() == 1
+        else:
+            assert dispatcher.send_due() == queued
+        assert dispatcher.post_seconds == (None if jump > 0 else 0.5)
+        while dispatcher.send_due():
+            pass
+        assert dispatcher.post_seconds == 0.5
+        # Paced by the true half second a POST: (lease / 2 - timeout) / 0.5 a round.
+        window = (settings.webhook_lease / 2 - settings.webhook_timeout).total_seconds()
+        assert dispatcher.per_sender() == int(window / 0.5)
+        posts = posts_by_message(receiver)
+        assert len(posts) == queued and set(posts.values()) == {1}
+    finally:
+        svc.close()
+
+
+# The sender's pacing is the same on both databases: its rounds are what is tested.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_rounds_whose_starts_outlast_their_window_shrink_until_they_post(
     settings: Settings, clock: Clock, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

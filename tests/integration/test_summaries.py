@@ -10,18 +10,22 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from unittest.mock import patch
 from uuid import UUID
 
 import pytest
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
+from healthledger.adapters.persistence.engine.schema import webhook_deliveries
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.domain.connections.providers import PullTarget
 from healthledger.domain.connections.summaries import summary_id
 from healthledger.domain.context import CommandContext
+from sqlalchemy import select
 
 from tests.conftest import Team, create_user
+from tests.delivery_rows import with_types
 from tests.integration.api_calls import connect
 from tests.receivers import Receiver, http_receiver
 
@@ -305,3 +309,46 @@ def test_the_webhooks_carry_the_getters_objects_one_session_per_event(
             } - at_pull
             ids = [d["provider_id"] for d in announced]
             assert sorted(ids) == sorted(added), resource
+
+
+def test_a_rounds_daily_messages_read_each_feeds_month_once_and_carry_what_each_read_would(
+    service: Service, client: TestClient, team: Team, receiver: Receiver
+) -> None:
+    service.webhooks.create(CTX, team.team_id, "sandbox", url=receiver.url("ok"))
+    user = pulled_user(service, client, team, "oura")
+    with freeze_time(T0):
+        service.jobs.dispatch_webhooks()  # the pull's own messages
+    receiver.received.clear()
+    later = T0 + timedelta(days=3)
+    for n in (1, 2, 3):  # three daily syncs, announced in one round
+        with freeze_time(T0 + timedelta(days=n)):
+            service.pulls.sync_due()
+    payloads = service.dispatcher.payloads
+    store = payloads.health_data
+    reads: list[tuple[Any, ...]] = []
+    read_range = store.read_range
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append((*args, kwargs.get("resources"), kwargs.get("provider")))
+        return read_range(*args, **kwargs)
+
+    with freeze_time(later), patch.object(store, "read_range", counted):
+        service.jobs.dispatch_webhooks()
+    bodies = {
+        json.loads(r.body)["data"].get("id") or r.body: r.body
+        for r in receiver.on("ok")
+        if json.loads(r.body)["event_type"].startswith("daily.data.")
+    }
+    # Days of each resource: many messages, one read of each feed's month.
+    places = [(r[1].replace(day=1), tuple(r[3])) for r in reads]
+    assert len(reads) == len(set(places)) and len(reads) * 2 < len(bodies), (reads, len(bodies))
+    assert all(r[0] == UUID(user) for r in reads)
+    # Each body is what a read of its own day (no round) builds now.
+    with service.db.read() as conn:
+        rows = conn.execute(select(webhook_deliveries)).all()
+    daily = [row for row in with_types(service, rows) if row.day is not None]
+    assert len(daily) >= len(bodies)
+    sent = {r.body for r in receiver.on("ok")}
+    with freeze_time(later):
+        for row in daily:
+            assert payloads.of_delivery(row, row.event_type) in sent, row.event_type
