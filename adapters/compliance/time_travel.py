@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from healthledger.adapters.persistence.engine.schema import stream_owners
 from healthledger.adapters.persistence.engine.schema import team_api_keys as team_api_key_table
 from healthledger.adapters.persistence.engine.schema import teams as team_table
 from healthledger.adapters.persistence.eventstore.recorder import LedgerRecorder
+from healthledger.adapters.persistence.eventstore.sealed_facts import keys_preloaded
 from healthledger.adapters.persistence.projections.connections import ATTEMPT_FAILED
 from healthledger.adapters.persistence.projections.read_models import ReadModels
 from healthledger.adapters.persistence.projections.stream_owners import (
@@ -511,6 +513,12 @@ class ReadsAsOf:
         self.users: dict[UUID, User | None] = {}
         self.connections: dict[UUID, list[Connection]] = {}
 
+    def keys_of(self, user_ids: Sequence[UUID]) -> AbstractContextManager[None]:
+        """Within it, the facts of these users' streams replayed (connections' and feeds'
+        providers, resources and windows: ADR 0032) open with their keys read once, not
+        one key read and unwrap per sealed fact of every event replayed."""
+        return keys_preloaded(self.service.ledger.mapper, user_ids)
+
     # -- users -------------------------------------------------------------------------
 
     def load(self, team_id: UUID, user_id: UUID) -> User:
@@ -839,11 +847,12 @@ class ReadsAsOf:
         """The user's connections that were not deregistered, in the read model's order."""
         if user_id not in self.connections:
             ids = self.owned([user_id], CONNECTION)
-            found = [
-                c
-                for c in aggregates_as_of(self.service, ids, self.instant)
-                if isinstance(c, Connection) and c.is_live
-            ]
+            with self.keys_of([user_id]):
+                found = [
+                    c
+                    for c in aggregates_as_of(self.service, ids, self.instant)
+                    if isinstance(c, Connection) and c.is_live
+                ]
             self.connections[user_id] = sorted(found, key=lambda c: (c.connected_at, c.provider))
         return self.connections[user_id]
 
@@ -899,11 +908,12 @@ class ReadsAsOf:
     def feeds_of(self, user_ids: Sequence[UUID], provider: str | None) -> list[FeedRow]:
         """The pulls of the users' live connections (feeds with a pull scheduled)."""
         live = {row.connection_id for row in self.connection_rows(user_ids, provider)}
-        rows = [
-            FeedRow.of(f)
-            for f in aggregates_as_of(self.service, self.owned(user_ids, PULL), self.instant)
-            if isinstance(f, ResourceFeed) and f.connection_id in live and f.status is not None
-        ]
+        with self.keys_of(user_ids):
+            rows = [
+                FeedRow.of(f)
+                for f in aggregates_as_of(self.service, self.owned(user_ids, PULL), self.instant)
+                if isinstance(f, ResourceFeed) and f.connection_id in live and f.status is not None
+            ]
         return sorted(rows, key=lambda f: (f.user_id, f.provider, f.resource))
 
     def live_providers_of(
@@ -925,26 +935,26 @@ class ReadsAsOf:
             if provider is None or c.provider == provider
         }
         rows = []
-        for feed_id, version in versions_at(
-            self.service, self.owned(user_ids, PULL), self.instant
-        ).items():
-            feed = self.service.ledger.find(feed_id, version=version)
-            if not isinstance(feed, ResourceFeed) or feed.connection_id not in live:
-                continue
-            attempt_at, attempt_status = self.last_attempt(feed_id, version)
-            rows.append(
-                ResourceRow(
-                    user_id=feed.user_id,
-                    provider=feed.provider,
-                    resource=feed.resource,
-                    status=feed.status,
-                    connection_status=live[feed.connection_id].status,
-                    last_attempt_at=attempt_at,
-                    last_attempt_status=attempt_status,
-                    oldest_day=feed.oldest_day,
-                    newest_day=feed.newest_day,
+        versions = versions_at(self.service, self.owned(user_ids, PULL), self.instant)
+        with self.keys_of(user_ids):
+            for feed_id, version in versions.items():
+                feed = self.service.ledger.find(feed_id, version=version)
+                if not isinstance(feed, ResourceFeed) or feed.connection_id not in live:
+                    continue
+                attempt_at, attempt_status = self.last_attempt(feed_id, version)
+                rows.append(
+                    ResourceRow(
+                        user_id=feed.user_id,
+                        provider=feed.provider,
+                        resource=feed.resource,
+                        status=feed.status,
+                        connection_status=live[feed.connection_id].status,
+                        last_attempt_at=attempt_at,
+                        last_attempt_status=attempt_status,
+                        oldest_day=feed.oldest_day,
+                        newest_day=feed.newest_day,
+                    )
                 )
-            )
         return sorted(rows, key=lambda f: (f.user_id, f.provider, f.resource))
 
     def last_attempt(self, feed_id: UUID, version: int) -> tuple[datetime | None, str | None]:
