@@ -196,16 +196,20 @@ class Ledger(Application[UUID]):
         except AggregateNotFoundError:
             return None
 
-    def find_many(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, Aggregate]:
-        """The latest of each of these aggregates that exists, read from the store in two
-        queries (the newest snapshots, the events), whatever their number: what a batch
-        (a sweep's erasures) loads. Recorders that cannot read many streams at once are
-        read one aggregate at a time."""
+    def find_many(
+        self, aggregate_ids: Sequence[UUID], versions: Mapping[UUID, int] | None = None
+    ) -> dict[UUID, Aggregate]:
+        """The latest of each of these aggregates that exists (or, of those `versions`
+        names, the aggregate at that version: a read as of an instant), read from the
+        store in two queries (the snapshots, the events), whatever their number: what a
+        batch (a sweep's erasures, a page read as of an instant) loads. Recorders that
+        cannot read many streams at once are read one aggregate at a time."""
+        versions = versions or {}
         events, snapshots = self.events.recorder, self.snapshots
         if not isinstance(events, ReadsManyStreams) or (
             snapshots is not None and not isinstance(snapshots.recorder, ReadsManyStreams)
         ):
-            found = {aggregate_id: self.find(aggregate_id) for aggregate_id in aggregate_ids}
+            found = {i: self.find(i, version=versions.get(i)) for i in aggregate_ids}
             return {key: aggregate for key, aggregate in found.items() if aggregate is not None}
         taken: Mapping[UUID, Sequence[Any]] = {}
         if snapshots is not None:
@@ -216,12 +220,19 @@ class Ledger(Application[UUID]):
         for aggregate_id in aggregate_ids:
             aggregate: Any = None
             after = 0
-            newest = taken.get(aggregate_id)
-            if newest and snapshots is not None:
-                snapshot: Any = snapshots.mapper.to_domain_event(newest[-1])
+            upto = versions.get(aggregate_id)
+            held = [
+                snap
+                for snap in taken.get(aggregate_id, ())
+                if upto is None or snap.originator_version <= upto
+            ]
+            if held and snapshots is not None:
+                snapshot: Any = snapshots.mapper.to_domain_event(held[-1])
                 aggregate, after = snapshot.mutate(None), snapshot.originator_version
             to_domain_event = self.mapper.to_domain_event
             for event in stored.get(aggregate_id, ()):
+                if upto is not None and event.originator_version > upto:
+                    break
                 if event.originator_version > after:
                     # What `project_aggregate` does, without its runtime protocol check
                     # per event (which costs more than the event's own mutation).

@@ -219,13 +219,11 @@ def versions_at(service: Service, ids: Iterable[UUID], instant: datetime) -> dic
 
 
 def aggregates_as_of(service: Service, ids: Iterable[UUID], instant: datetime) -> list[Aggregate]:
-    """The aggregates of `ids` whose streams had begun at `instant`, as they were then."""
-    found = []
-    for aggregate_id, version in versions_at(service, ids, instant).items():
-        aggregate = service.ledger.find(aggregate_id, version=version)
-        if aggregate is not None:
-            found.append(aggregate)
-    return found
+    """The aggregates of `ids` whose streams had begun at `instant`, as they were then
+    (read at once: `Ledger.find_many` at their versions of then)."""
+    versions = versions_at(service, ids, instant)
+    found = service.ledger.find_many(list(versions), versions)
+    return [found[aggregate_id] for aggregate_id in versions if aggregate_id in found]
 
 
 def key_owner(aggregate: Aggregate) -> UUID:
@@ -937,8 +935,9 @@ class ReadsAsOf:
         rows = []
         versions = versions_at(self.service, self.owned(user_ids, PULL), self.instant)
         with self.keys_of(user_ids):
+            feeds = self.service.ledger.find_many(list(versions), versions)
             for feed_id, version in versions.items():
-                feed = self.service.ledger.find(feed_id, version=version)
+                feed = feeds.get(feed_id)
                 if not isinstance(feed, ResourceFeed) or feed.connection_id not in live:
                     continue
                 attempt_at, attempt_status = self.last_attempt(feed_id, version)
