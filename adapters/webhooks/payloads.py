@@ -27,7 +27,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 from uuid import UUID
@@ -222,12 +222,12 @@ class Payloads:
     @contextmanager
     def preloaded(self, rows: Sequence[Any]) -> Iterator[None]:
         """Within it, on this thread, the bodies of these deliveries' rows are built from
-        their users' rows and streams read at once (two queries), not two reads per
-        message: a broker's round builds hundreds (issue 35); and the stored days that
-        daily data messages carry are read once per feed and month (one block opened),
-        not once per message: a pull's round announces a month of days of each
-        resource. What was read is what a read per message at the start of the round
-        would have read."""
+        their users' rows read at once, and their users' streams read at once at the
+        first lifecycle message (two queries), not two reads per message: a broker's
+        round builds hundreds (issue 35); and the stored days that daily data messages
+        carry are read once per feed and month (one block opened), not once per message:
+        a sync's round announces days of each resource. What was read is what a read per
+        message at the first of them would have read."""
         user_ids = list({row.user_id for row in rows if row.user_id is not None})
         wanted: dict[tuple[UUID, date], tuple[date, date]] = {}
         for row in rows:
@@ -235,23 +235,19 @@ class Payloads:
                 place = (row.source_id, period_of(row.day))
                 first, last = wanted.get(place, (row.day, row.day))
                 wanted[place] = (min(first, row.day), max(last, row.day))
-        recorder = self.ledger.events.recorder
         found: Sequence[Any] = ()
-        streams: Mapping[UUID, Sequence[Any]] | None = None
-        if user_ids and isinstance(recorder, ReadsManyStreams):
+        many = isinstance(self.ledger.events.recorder, ReadsManyStreams)
+        if user_ids and many:
             with self.db.read() as conn:
                 found = conn.execute(
                     select(users.c.user_id, users.c.sealed_client_user_id).where(
                         users.c.user_id.in_(user_ids)
                     )
                 ).all()
-            streams = recorder.select_streams(user_ids)
         self._round.preloaded = _Preloaded(
-            frozenset(user_ids) if streams is not None else frozenset(),
+            frozenset(user_ids) if many else frozenset(),
             {r.user_id: r.sealed_client_user_id for r in found},
-            streams or {},
             wanted,
-            {},
         )
         try:
             yield
@@ -274,6 +270,12 @@ class Payloads:
         """The user's event at `version`."""
         preloaded: _Preloaded | None = getattr(self._round, "preloaded", None)
         if preloaded is not None and user_id in preloaded.user_ids:
+            if preloaded.streams is None:
+                # A user's stream can be long (its history): read only for a round that
+                # announces a lifecycle event, its users' streams in one query.
+                recorder = self.ledger.events.recorder
+                assert isinstance(recorder, ReadsManyStreams)
+                preloaded.streams = recorder.select_streams(list(preloaded.user_ids))
             for stored in preloaded.streams.get(user_id, ()):
                 if stored.originator_version == version:
                     return self.ledger.mapper.to_domain_event(stored)
@@ -387,18 +389,18 @@ class Payloads:
         return days.get(day)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Preloaded:
     """A round's users (`user_ids`; none when the log cannot read many streams at
-    once), the sealed client_user_id of each that has a row (a live one), and their
-    streams' stored events; the first and last day of its daily data messages per feed
-    and month (`wanted`), and the stored days of those read so far (`days`)."""
+    once), the sealed client_user_id of each that has a row (a live one); the first
+    and last day of its daily data messages per feed and month (`wanted`); and, once
+    read, its users' streams' stored events and the stored days of `wanted`."""
 
     user_ids: frozenset[UUID]
     rows: dict[UUID, str | None]
-    streams: Mapping[UUID, Sequence[Any]]
     wanted: Mapping[tuple[UUID, date], tuple[date, date]]
-    days: dict[tuple[UUID, date], dict[date, StoredDay]]
+    streams: Mapping[UUID, Sequence[Any]] | None = None
+    days: dict[tuple[UUID, date], dict[date, StoredDay]] = field(default_factory=dict)
 
 
 _LIFECYCLE_TYPES = frozenset(LIFECYCLE_EVENT_TYPES.values())
