@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -203,6 +204,28 @@ def withdrawn_attempts(svc: Service) -> int:
         )
 
 
+@contextmanager
+def stopwatch_service(
+    settings: Settings,
+    clock: Clock,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    users: int,
+) -> Iterator[tuple[Service, Stopwatch, int]]:
+    """A service whose dispatcher times its rounds and POSTs by a stopwatch that only the
+    test moves on (the machine's speed decides nothing), with two deliveries queued for
+    each of `users` users: the service, the stopwatch and how many were queued."""
+    watch = Stopwatch()
+    monkeypatch.setattr(dispatching, "time", watch.as_time_module())
+    svc = build_service(settings, clock=clock)
+    try:
+        svc.bootstrap()
+        queue_deliveries(svc, receiver, users=users)
+        yield svc, watch, len(delivery_rows(svc))
+    finally:
+        svc.close()
+
+
 def test_a_round_starts_only_what_it_has_time_to_post(
     settings: Settings, clock: Clock, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,13 +242,8 @@ def test_a_round_starts_only_what_it_has_time_to_post(
     paced = settings.model_copy(
         update={"webhook_lease": timedelta(seconds=40), "webhook_timeout": timedelta(seconds=10)}
     )
-    watch = Stopwatch()
-    monkeypatch.setattr(dispatching, "time", watch.as_time_module())
-    svc = build_service(paced, clock=clock)
-    try:
-        svc.bootstrap()
-        queue_deliveries(svc, receiver, users=6)
-        queued = len(delivery_rows(svc))
+    stopwatched = stopwatch_service(paced, clock, receiver, monkeypatch, users=6)
+    with stopwatched as (svc, watch, queued):
         assert queued == 12
         dispatcher = svc.dispatcher
         dispatcher.senders = 1
@@ -250,8 +268,6 @@ def test_a_round_starts_only_what_it_has_time_to_post(
         posts = posts_by_message(receiver)
         assert len(posts) == queued and set(posts.values()) == {1}
         assert {(r.status, r.attempts) for r in delivery_rows(svc)} == {("succeeded", 1)}
-    finally:
-        svc.close()
 
 
 # The sender's pacing is the same on both databases: its rounds are what is tested.
@@ -268,13 +284,8 @@ def test_a_latency_no_post_can_take_does_not_pace_the_rounds(
     one of them and not the other, as freezegun does in a sender's thread) gives a
     latency below nothing or above the lease: it is no measure of the receiver, and
     taken as one it sized every later round at one POST each."""
-    watch = Stopwatch()
-    monkeypatch.setattr(dispatching, "time", watch.as_time_module())
-    svc = build_service(settings, clock=clock)
-    try:
-        svc.bootstrap()
-        queue_deliveries(svc, receiver, users=3)
-        queued = len(delivery_rows(svc))
+    stopwatched = stopwatch_service(settings, clock, receiver, monkeypatch, users=3)
+    with stopwatched as (svc, watch, queued):
         dispatcher = svc.dispatcher
         dispatcher.senders = 1
         post = dispatcher.client.post
@@ -304,8 +315,6 @@ def test_a_latency_no_post_can_take_does_not_pace_the_rounds(
         assert dispatcher.per_sender() == int(window / 0.5)
         posts = posts_by_message(receiver)
         assert len(posts) == queued and set(posts.values()) == {1}
-    finally:
-        svc.close()
 
 
 # The sender's pacing is the same on both databases: its rounds are what is tested.
@@ -323,13 +332,8 @@ def test_rounds_whose_starts_outlast_their_window_shrink_until_they_post(
     paced = settings.model_copy(
         update={"webhook_lease": timedelta(seconds=40), "webhook_timeout": timedelta(seconds=10)}
     )
-    watch = Stopwatch()
-    monkeypatch.setattr(dispatching, "time", watch.as_time_module())
-    svc = build_service(paced, clock=clock)
-    try:
-        svc.bootstrap()
-        queue_deliveries(svc, receiver, users=4)
-        queued = len(delivery_rows(svc))
+    stopwatched = stopwatch_service(paced, clock, receiver, monkeypatch, users=4)
+    with stopwatched as (svc, watch, queued):
         dispatcher = svc.dispatcher
         recorded = dispatcher.start
 
@@ -348,5 +352,3 @@ def test_rounds_whose_starts_outlast_their_window_shrink_until_they_post(
         posts = posts_by_message(receiver)
         assert len(posts) == queued and set(posts.values()) == {1}
         assert {(r.status, r.attempts) for r in delivery_rows(svc)} == {("succeeded", 1)}
-    finally:
-        svc.close()
