@@ -905,8 +905,10 @@ class ReadsAsOf:
 
     def feeds_of(self, user_ids: Sequence[UUID], provider: str | None) -> list[FeedRow]:
         """The pulls of the users' live connections (feeds with a pull scheduled)."""
-        live = {row.connection_id for row in self.connection_rows(user_ids, provider)}
+        # The page's keys read once for its connections and feeds alike (a user's own
+        # `keys_of` within it adds no query).
         with self.keys_of(user_ids):
+            live = {row.connection_id for row in self.connection_rows(user_ids, provider)}
             rows = [
                 FeedRow.of(f)
                 for f in aggregates_as_of(self.service, self.owned(user_ids, PULL), self.instant)
@@ -926,15 +928,15 @@ class ReadsAsOf:
         users' live connections (a pull scheduled or not), with its connection's status
         and its last attempt, which the read model keeps and the aggregate does not: it
         comes from the feed's own events up to the instant, newest first."""
-        live = {
-            c.id: c
-            for user_id in user_ids
-            for c in self.live_connections(user_id)
-            if provider is None or c.provider == provider
-        }
         rows = []
         versions = versions_at(self.service, self.owned(user_ids, PULL), self.instant)
         with self.keys_of(user_ids):
+            live = {
+                c.id: c
+                for user_id in user_ids
+                for c in self.live_connections(user_id)
+                if provider is None or c.provider == provider
+            }
             feeds = self.service.ledger.find_many(list(versions), versions)
             for feed_id, version in versions.items():
                 feed = feeds.get(feed_id)

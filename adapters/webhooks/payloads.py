@@ -376,17 +376,20 @@ class Payloads:
         place = (feed.id, period_of(day))
         span = None if preloaded is None else preloaded.wanted.get(place)
         if preloaded is None or span is None or not span[0] <= day <= span[1]:
-            stored = self.health_data.read_range(
-                user_id, day, day, resources=[feed.resource], provider=feed.provider
-            )
-            return stored[0] if stored else None
+            return self._stored_days(user_id, feed, (day, day)).get(day)
         days = preloaded.days.get(place)
         if days is None:
-            stored = self.health_data.read_range(
-                user_id, *span, resources=[feed.resource], provider=feed.provider
-            )
-            days = preloaded.days[place] = {found.day: found for found in stored}
+            days = preloaded.days[place] = self._stored_days(user_id, feed, span)
         return days.get(day)
+
+    def _stored_days(
+        self, user_id: UUID, feed: ResourceFeed, span: tuple[date, date]
+    ) -> dict[date, StoredDay]:
+        """The feed's stored days of span's first..last, by day."""
+        stored = self.health_data.read_range(
+            user_id, *span, resources=[feed.resource], provider=feed.provider
+        )
+        return {found.day: found for found in stored}
 
 
 @dataclass
