@@ -10,14 +10,16 @@ confirmations, and commit-to-publish latency, against the machine's local Rabbit
    broker's confirmation, record the outcomes). Baseline in the same run: the same bodies
    published one after another with confirmations by a plain loop: pika's
    BlockingConnection with confirm_delivery (persistent, mandatory), and nats-py's
-   `js.publish` with a Nats-Msg-Id. Target: at least 50% of the loop's rate.
+   `js.publish` with a Nats-Msg-Id. Target: at least 50% of the loop's rate, as the
+   median of `--repeat` pairs (one pair's ratio swung from 0.28 to 0.60 on a quiet
+   machine, the loop's rate from 1,600 to 3,200 a second).
 2. **Latency.** The service's own scheduler runs (as `serve` runs it); users are deleted
    one after another, and for each `user.deleted` the time from its event (recorded in
    the committing transaction) to the message's arrival at a consumer of the broker is
    taken: median and 99th percentile. Target: median under 200 ms.
 
     .venv/bin/python bench/destinations.py [--messages 2000] [--latency-events 200]
-        [--database-url postgresql+psycopg://...]
+        [--repeat 5] [--database-url postgresql+psycopg://...]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import nats
 import pika
 from healthledger.adapters.composition import Service, build_service, start_scheduler
 from healthledger.adapters.persistence.engine.schema import teams, webhook_deliveries
+from healthledger.adapters.server import settle_heap
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.webhooks.event_destinations import NATS, RABBITMQ, Route
@@ -67,6 +70,7 @@ def new_service(workdir: Path, name: str, database_url: str | None) -> Service:
         )
     )
     service.bootstrap()
+    settle_heap()  # as `serve` does once it has started
     return service
 
 
@@ -174,8 +178,10 @@ def churn(service: Service, count: int, prefix: str) -> None:
         service.users.undo_deletion(CTX, team, user.id)
 
 
-def throughput(kind: str, messages: int, workdir: Path, database_url: str | None) -> dict[str, Any]:
-    service = new_service(workdir, f"throughput-{kind}", database_url)
+def throughput(
+    kind: str, messages: int, workdir: Path, database_url: str | None, run: int = 0
+) -> dict[str, Any]:
+    service = new_service(workdir, f"throughput-{kind}-{run}", database_url)
     try:
         team = team_of(service)
         service.event_destinations.create(
@@ -186,7 +192,7 @@ def throughput(kind: str, messages: int, workdir: Path, database_url: str | None
             connection=connection_of(kind),
             routes=[Route("user.", target_of(kind, "ours"))],
         )
-        churn(service, messages, f"t-{kind}")
+        churn(service, messages, f"t-{kind}-{run}")
         started = time.perf_counter()
         while service.jobs.dispatch_webhooks():
             pass
@@ -308,6 +314,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--latency-events", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=5, help="throughput pairs per kind")
     parser.add_argument("--database-url", default=None, help="PostgreSQL (default: SQLite)")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
@@ -323,14 +330,22 @@ def main() -> int:
         print("\n1. Throughput with confirmations (messages per second)")
         print(f"{'kind':<10}{'messages':>10}{'ours/s':>10}{'loop/s':>10}{'ratio':>8}")
         for kind in (RABBITMQ, NATS):
-            with url() as database_url:
-                found = throughput(kind, args.messages, workdir, database_url)
-            ratio = found["ours_per_s"] / found["loop_per_s"]
-            ok = ok and ratio >= 0.5 and found["not_published"] == 0
-            print(
-                f"{kind:<10}{found['messages']:>10}{found['ours_per_s']:>10.0f}"
-                f"{found['loop_per_s']:>10.0f}{ratio:>8.2f}"
-            )
+            ratios = []
+            for run in range(args.repeat):
+                with url() as database_url:
+                    found = throughput(kind, args.messages, workdir, database_url, run)
+                ratio = found["ours_per_s"] / found["loop_per_s"]
+                ratios.append(ratio)
+                ok = ok and found["not_published"] == 0
+                print(
+                    f"{kind:<10}{found['messages']:>10}{found['ours_per_s']:>10.0f}"
+                    f"{found['loop_per_s']:>10.0f}{ratio:>8.2f}"
+                )
+            # One pair swings widely (the broker's pace as much as ours): the median of
+            # pairs, each ours then its loop, is the figure.
+            median = statistics.median(ratios)
+            ok = ok and median >= 0.5
+            print(f"{kind:<10}{'median of ' + str(len(ratios)):>30}{median:>8.2f}")
         print("\n2. Commit to arrival at a consumer (the scheduler running, as in serve)")
         print(f"{'kind':<10}{'events':>8}{'arrived':>9}{'median ms':>11}{'p99 ms':>9}")
         for kind in (RABBITMQ, NATS):

@@ -8,6 +8,7 @@ from the bound sockets: the tests cannot lose them the way the servers could."""
 from __future__ import annotations
 
 import errno
+import gc
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -139,3 +140,49 @@ def test_a_port_held_elsewhere_refuses_the_start_and_lets_go_of_the_others(
     )
     # The team API's socket, bound before, is closed again.
     assert len(bound) == 1 and bound_ports(bound) == []
+
+
+def test_serve_freezes_its_heap_once_its_apps_are_built_and_before_it_serves(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """ADR 0056: what `serve` built at its start is out of the collector's passes while it
+    serves; what it makes after is not."""
+    steps: list[str] = []
+    real_create_link_app = server.create_link_app
+
+    def create_link_app(service: Any) -> Any:
+        steps.append("apps built")  # the last of the three apps `serve` builds
+        return real_create_link_app(service)
+
+    def settle_heap() -> None:
+        steps.append("heap frozen")
+
+    async def serve_all(*_args: Any) -> None:
+        steps.append("serving")
+        raise Stop
+
+    monkeypatch.setattr(server, "create_link_app", create_link_app)
+    monkeypatch.setattr(server, "settle_heap", settle_heap)
+    monkeypatch.setattr(server, "_serve_all", serve_all)
+    settings = Settings.model_validate(
+        {
+            **LOCAL,
+            "database_url": f"sqlite:///{tmp_path / 'serve.db'}",
+            "master_key_file": tmp_path / "keys" / "master.key",
+        }
+    )
+    with pytest.raises(Stop):
+        serve(settings)
+    assert steps == ["apps built", "heap frozen", "serving"]
+
+    # What `settle_heap` does: a heap frozen (the suite's own freeze put aside meanwhile).
+    monkeypatch.undo()
+    frozen_by_the_suite = gc.get_freeze_count()
+    gc.unfreeze()
+    try:
+        server.settle_heap()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        if frozen_by_the_suite:
+            gc.freeze()

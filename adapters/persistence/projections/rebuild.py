@@ -193,7 +193,7 @@ def frozen_heap() -> Iterator[None]:
     keep promoting them, and its full passes follow: each walked the whole heap (the
     service's modules, SQLAlchemy's and the application's objects) for garbage that is
     only ever in the page. Frozen, that heap is skipped: a rebuild 10% faster (ADR 0026).
-    A process that froze its heap itself (a preforking server's parent, the test suite)
+    A process that froze its heap itself (`serve`: `settle_heap`; the test suite)
     keeps its freeze as it is."""
     if gc.get_freeze_count():
         yield
