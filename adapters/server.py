@@ -54,7 +54,7 @@ def settle_heap() -> None:
     compiled statements: some 200,000 objects) lives until it stops: moved out of the
     garbage collector's reach (`gc.freeze`, as `frozen_heap` does for a rebuild: ADR
     0026), so that its full passes, which any busy stretch of writes sets off, walk only
-    what was made since. They were 8 to 16% of the event publisher's time (ADR 0056)."""
+    what was made since. They were 5 to 14% of the event publisher's time (ADR 0056)."""
     gc.collect()
     gc.freeze()
 
