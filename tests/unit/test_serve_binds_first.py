@@ -148,11 +148,11 @@ def test_serve_freezes_its_heap_once_its_apps_are_built_and_before_it_serves(
     """ADR 0056: what `serve` built at its start is out of the collector's passes while it
     serves; what it makes after is not."""
     steps: list[str] = []
-    real_create_link_app = server.create_link_app
+    real_create_team_api = server.create_team_api
 
-    def create_link_app(service: Any) -> Any:
-        steps.append("apps built")  # the last of the three apps `serve` builds
-        return real_create_link_app(service)
+    def create_team_api(service: Any) -> Any:
+        steps.append("apps built")  # the last of the three apps one process builds
+        return real_create_team_api(service)
 
     def settle_heap() -> None:
         steps.append("heap frozen")
@@ -161,7 +161,7 @@ def test_serve_freezes_its_heap_once_its_apps_are_built_and_before_it_serves(
         steps.append("serving")
         raise Stop
 
-    monkeypatch.setattr(server, "create_link_app", create_link_app)
+    monkeypatch.setattr(server, "create_team_api", create_team_api)
     monkeypatch.setattr(server, "settle_heap", settle_heap)
     monkeypatch.setattr(server, "_serve_all", serve_all)
     settings = Settings.model_validate(
