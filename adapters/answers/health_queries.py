@@ -38,7 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from healthledger.adapters.persistence.health_data.batches import HealthDataBatches
 from healthledger.adapters.persistence.health_data.blocks import DAY, OFFSET, Block
-from healthledger.domain.connections.summaries import SOURCE_TYPES, UNKNOWN_SOURCE_TYPE, summary_id
+from healthledger.domain.connections.summaries import SOURCE_TYPES, UNKNOWN_SOURCE_TYPE
+from healthledger.domain.connections.summary_ids import SummaryIds
 from healthledger.domain.health_queries import where as where_language
 from healthledger.domain.health_queries.query import (
     MAX_ROWS,
@@ -529,7 +530,8 @@ class HealthQueries:
                         span,
                         ranks(table),
                         data.blocks,
-                        user_id,
+                        # A user with no key has no blocks, and so no ids to derive.
+                        None if data.cipher is None else data.cipher.summary_ids,
                     )
             opened.open_seconds = timer.perf_counter() - started
             yield opened
@@ -545,7 +547,7 @@ class HealthQueries:
         span: Window,
         ranks: ProviderRanks,
         blocks: Callable[[str, date, date, Collection[str]], Iterator[tuple[str, Block]]],
-        user_id: UUID,
+        ids: SummaryIds | None,
     ) -> OpenedTable:
         source = SOURCES[table.name]
         reads: dict[str, Any] = {}
@@ -569,7 +571,8 @@ class HealthQueries:
             if block.items.num_rows == 0:
                 continue
             providers.add(provider)
-            items = _arrow_items(block, table.resource, user_id, provider, ranks(provider), per_day)
+            assert ids is not None  # a block is opened with the key the ids come with
+            items = _arrow_items(block, table.resource, ids, provider, ranks(provider), per_day)
             layouts.setdefault(items.schema.to_string(show_field_metadata=True), []).append(items)
         window = [_naive(span.start), _naive(span.end)]
         parts, params = [], []
@@ -592,7 +595,7 @@ class HealthQueries:
 
 
 def _arrow_items(
-    block: Block, resource: str, user_id: UUID, provider: str, rank: int, per_day: list[str]
+    block: Block, resource: str, ids: SummaryIds, provider: str, rank: int, per_day: list[str]
 ) -> pa.Table:
     """The block's items, with their provider, source type and rank (constant columns:
     one dictionary entry each), and the day's columns `per_day` names."""
@@ -620,7 +623,7 @@ def _arrow_items(
             [
                 pa.array(
                     [
-                        str(summary_id(user_id, provider, resource, d.isoformat()))
+                        str(ids.summary(provider, resource, d.isoformat()))
                         for d in block.days["day"].to_pylist()
                     ],
                     pa.string(),

@@ -7,7 +7,7 @@
   time_start to time_end as the client's columns (ClientFacingStream: `time` in unix
   seconds, `heartrate` in bpm, one value per instant).
 
-The id is the one the summary getters and the webhooks answer (`summaries.summary_id`);
+The id is the one the summary getters and the webhooks answer (`summary_ids.SummaryIds`);
 the session index (`health_data/sessions.py`) leads from it to the user and the stored
 day. The samples are the same provider's, read from the stored blocks as the timeseries
 getters read them, as of `as_of` when given.

@@ -32,6 +32,7 @@ from healthledger.adapters.operations.source_priorities import summary_order
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.domain.connections.providers import PullTarget
 from healthledger.domain.connections.summaries import DayData, json_default, summary_objects
+from healthledger.domain.connections.summary_ids import SummaryIds
 from healthledger.domain.errors import InvalidRequest, SummaryNotFound
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,6 +68,8 @@ def _example(resource: str, provider: str, trim: int | None = None) -> dict[str,
             "type": "ring" if provider == "oura" else "multiple_sources",
             "app_id": None,
         },
+        # The document's example user has no key: the unkeyed ids (ADR 0057).
+        ids=SummaryIds(user, None),
     )
     found = json.loads(json.dumps(summary_objects(it, value)[0], default=json_default))
     if trim is not None:  # long per-stage lists, shortened for the document

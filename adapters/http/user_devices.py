@@ -2,12 +2,12 @@
 clients): one device per live connection, described from what we know of its maker (the
 catalog's name, the kind of device it records with). The makers we read report no device
 model, version or serial with the data we pull, so those fields are null rather than
-guessed. A device's id is stable for the user and provider (uuid5), so a client can keep
-it; with `as_of`, the devices of the connections live then."""
+guessed. A device's id is stable for the user and provider (`SummaryIds.device`: keyed by
+the user's key, ADR 0057), so a client can keep it; with `as_of`, the devices of the
+connections live then."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -21,12 +21,10 @@ from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.operations import users as operations
 from healthledger.domain.connections.summaries import SOURCE_TYPES, UNKNOWN_SOURCE_TYPE
+from healthledger.domain.connections.summary_ids import SummaryIds
 from pydantic import BaseModel, ConfigDict
 
 router = APIRouter(route_class=LedgerRoute, tags=["users"])
-
-# The namespace of device ids (uuid5 of the user and the provider).
-_DEVICE_NAMESPACE = UUID("6c1b7e5a-3f0d-5a8e-b2c4-9d7e1f0a3b6c")
 
 
 class Device(BaseModel):
@@ -60,18 +58,20 @@ class Device(BaseModel):
     device_id: str | None
 
 
-def device_id(user_id: UUID, provider: str) -> UUID:
-    return uuid.uuid5(_DEVICE_NAMESPACE, f"{user_id}\x1f{provider}")
-
-
 def devices_of(
     service: Service, team_id: UUID, user_id: UUID, as_of: datetime | None = None
 ) -> list[Device]:
     """The live user's devices, one per connection not deregistered (404 otherwise)."""
     providers = operations.user_providers(service, team_id, user_id, as_of=as_of)["providers"]
+    if not providers:
+        return []
+    # A live user with connections has a key (their facts are sealed with it); one with
+    # none has no other ids than the unkeyed ones it always had.
+    cipher = service.key_store.cipher(user_id)
+    ids = SummaryIds(user_id, None) if cipher is None else cipher.summary_ids
     return [
         Device(
-            id=device_id(user_id, p["slug"]),
+            id=ids.device(p["slug"]),
             user_id=user_id,
             provider=p["slug"],
             source_type=SOURCE_TYPES.get(p["slug"], UNKNOWN_SOURCE_TYPE),

@@ -50,7 +50,6 @@ from healthledger.domain.connections.summaries import (
     DescribeProvider,
     json_default,
     source_context,
-    summary_id,
     summary_object,
     summary_objects,
 )
@@ -366,6 +365,7 @@ class Payloads:
             created_at=found.stored_at,
             updated_at=found.updated_at,
             source=source_context(stream.provider, rules, self.describe),
+            ids=found.ids,
         )
         return daily_data(day_data, found.value, event.session)
 
@@ -468,7 +468,7 @@ def _workout_stream(it: DayData, samples: Any) -> dict[str, Any]:
     # in `data`, as every timeseries event carries them.
     provider_id = f"{it.day.isoformat()}-workout_stream"
     return {
-        "workout_id": str(summary_id(it.user_id, it.provider, "workout_stream", provider_id)),
+        "workout_id": str(it.ids.summary(it.provider, "workout_stream", provider_id)),
         "provider_id": provider_id,
         "data": samples,
         "source": it.source,

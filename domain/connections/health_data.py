@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from healthledger.domain.connections.raw_payloads import RawPull
+from healthledger.domain.connections.summary_ids import SummaryIds
 from healthledger.domain.errors import LedgerError
 
 
@@ -36,7 +37,8 @@ class StoreResult:
 @dataclass(frozen=True)
 class StoredDay:
     """One stored (provider, resource, day) of a user, opened: its JSON text as stored,
-    and when it was first stored and last changed."""
+    when it was first stored and last changed, and the user's summary ids (which come
+    with the key that opened it)."""
 
     provider: str
     resource: str
@@ -45,6 +47,8 @@ class StoredDay:
     plaintext: bytes
     stored_at: datetime
     updated_at: datetime
+    # Derived from the key, not part of what was stored: two reads of a day are equal.
+    ids: SummaryIds = field(compare=False, repr=False)
 
     @cached_property
     def value(self) -> Any:

@@ -66,25 +66,27 @@ def legacy_sign_in_id(token_id: UUID, provider: str) -> UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"healthledger:credential-sign-in:{token_id}:{provider}")
 
 
-def _keyed(digest: UsersDigest, label: bytes) -> UUID:
-    # Version 4 bits: a keyed id is not told apart from a random one.
+def keyed_uuid(digest: UsersDigest, label: bytes) -> UUID:
+    """128 bits of the keyed digest of `label`, shaped as a version-4 UUID: a keyed id is
+    not told apart from a random one (stream ids here; summary and device ids,
+    `summary_ids.py`)."""
     return uuid.UUID(hex=digest(label)[:32], version=4)
 
 
 def keyed_connection_id(digest: UsersDigest, provider: str) -> UUID:
     """The id of a user's connection of `provider`, keyed by the user's data key."""
-    return _keyed(digest, b"connection-id\x1f" + provider.encode())
+    return keyed_uuid(digest, b"connection-id\x1f" + provider.encode())
 
 
 def keyed_feed_id(digest: UsersDigest, connection_id: UUID, resource: str) -> UUID:
     """The id of a connection's feed of `resource`, keyed by the user's data key."""
-    return _keyed(digest, b"feed-id\x1f" + connection_id.bytes + resource.encode())
+    return keyed_uuid(digest, b"feed-id\x1f" + connection_id.bytes + resource.encode())
 
 
 def keyed_sign_in_id(digest: UsersDigest, token_id: UUID, provider: str) -> UUID:
     """The id of the credential sign-in of a link token and a provider, keyed by the
     token's user's data key."""
-    return _keyed(digest, b"sign-in-id\x1f" + token_id.bytes + provider.encode())
+    return keyed_uuid(digest, b"sign-in-id\x1f" + token_id.bytes + provider.encode())
 
 
 class StreamIds:

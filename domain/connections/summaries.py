@@ -15,7 +15,6 @@ event's time, a getter's the request's. From 2024-07-31 it has no `name`, `logo`
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
@@ -24,6 +23,7 @@ from uuid import UUID
 
 from healthledger.domain.connections.providers import SUMMARY_RESOURCES
 from healthledger.domain.connections.sessions import SESSION_RESOURCES, sessions_of
+from healthledger.domain.connections.summary_ids import SummaryIds
 from healthledger.domain.webhooks.deprecation_calendar import Rules
 
 # slug -> {"name", "slug", "logo"}
@@ -88,7 +88,6 @@ SOURCE_TYPES: dict[str, str] = {
 # Sleep stages as the client's sleep cycle codes them (-1 unknown, 1 deep, 2 light, 3 rem,
 # 4 awake); the demo stores the names.
 _STAGE_CODES = {"deep": 1, "light": 2, "rem": 3, "awake": 4}
-_SUMMARY_NAMESPACE = uuid.UUID("0d5f0c1e-8a61-5b7e-9c2f-4e3a1b6d7c80")
 
 
 def source_context(provider: str, rules: Rules, describe: DescribeProvider) -> dict[str, Any]:
@@ -117,6 +116,8 @@ class DayData:
     created_at: datetime
     updated_at: datetime
     source: dict[str, Any]
+    # The user's summary ids (keyed, or as before for a user whose key predates them).
+    ids: SummaryIds
 
 
 def summary_objects(it: DayData, value: Any) -> list[dict[str, Any]]:
@@ -141,7 +142,7 @@ def summary_object(it: DayData, value: Mapping[str, Any], session: str | None) -
     key = it.day.isoformat() if session is None else session
     summary.update(
         {
-            "id": str(summary_id(it.user_id, it.provider, it.resource, key)),
+            "id": str(it.ids.summary(it.provider, it.resource, key)),
             "user_id": str(it.user_id),
             "provider": it.provider,
             "calendar_date": it.day.isoformat(),
@@ -162,7 +163,7 @@ def summary_object(it: DayData, value: Mapping[str, Any], session: str | None) -
         summary["source_type"] = it.source["type"]
     if it.resource == "sleep_cycle":
         # The night's sleep summary has the same day: the cycle points at it.
-        summary["sleep_id"] = str(summary_id(it.user_id, it.provider, "sleep", it.day.isoformat()))
+        summary["sleep_id"] = str(it.ids.summary(it.provider, "sleep", it.day.isoformat()))
         summary["stage_type"] = [_stage_code(s) for s in summary.get("stage_type", [])]
     if it.resource == "workouts" and isinstance(summary.get("sport"), str):
         # The client's sport is an object; providers give the sport's slug. Its id is ours,
@@ -188,13 +189,6 @@ def own_source(source: dict[str, Any], value: Mapping[str, Any]) -> dict[str, An
     if not isinstance(own, Mapping):
         return source
     return {**source, **{k: own[k] for k in ("type", "app_id") if own.get(k) is not None}}
-
-
-def summary_id(user_id: UUID, provider: str, resource: str, key: str) -> UUID:
-    """A summary's public id: stable for the same user, provider, resource and day (or
-    session), so an `updated` event names the object its `created` event announced, and a
-    getter answers it with that id."""
-    return uuid.uuid5(_SUMMARY_NAMESPACE, f"{user_id}\x1f{provider}\x1f{resource}\x1f{key}")
 
 
 def stable_int(text: str) -> int:

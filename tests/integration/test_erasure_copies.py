@@ -29,8 +29,9 @@ from tests.conftest import Team
 from tests.integration.populated import DEMOGRAPHICS
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-# nonce (12) + the AES-256 data key (32) + the GCM tag (16)
-WRAPPED_KEY_BYTES = 60
+# nonce (12) + the AES-256 data key (32, and a user's key since ADR 0057 its format byte
+# before it) + the GCM tag (16)
+WRAPPED_KEY_SIZES = (60, 61)
 
 
 def master_key(settings: Settings) -> bytes:
@@ -52,21 +53,23 @@ def database_files(service: Service) -> dict[str, bytes]:
 
 def unwrappable(files: dict[str, bytes], key: bytes, user_ids: list[UUID]) -> set[UUID]:
     """The users whose wrapped data key is somewhere in `files`: every window of the size
-    of a wrapped key, at every offset, tried with the master key and each user's AAD."""
+    of a wrapped key (of either format), at every offset, tried with the master key and
+    each user's AAD."""
     master = AESGCM(key)
     aads = {user_id: data_key_aad(user_id) for user_id in user_ids}
     found: set[UUID] = set()
     for content in files.values():
         view = memoryview(content)
-        for offset in range(len(content) - WRAPPED_KEY_BYTES + 1):
-            window = view[offset : offset + WRAPPED_KEY_BYTES]
-            nonce, sealed = bytes(window[:12]), bytes(window[12:])
-            for user_id, aad in aads.items():
-                try:
-                    master.decrypt(nonce, sealed, aad)
-                except InvalidTag:
-                    continue
-                found.add(user_id)
+        for size in WRAPPED_KEY_SIZES:
+            for offset in range(len(content) - size + 1):
+                window = view[offset : offset + size]
+                nonce, sealed = bytes(window[:12]), bytes(window[12:])
+                for user_id, aad in aads.items():
+                    try:
+                        master.decrypt(nonce, sealed, aad)
+                    except InvalidTag:
+                        continue
+                    found.add(user_id)
     return found
 
 

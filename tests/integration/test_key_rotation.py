@@ -70,6 +70,13 @@ def birth_date_of(service: Service, user_id: UUID) -> Any:
     return service.key_store.open(user_id, user.sealed_birth_date[0])
 
 
+def sleep_id(service: Service, user_id: UUID) -> UUID:
+    """A summary id of the user's (keyed by its key: ADR 0057)."""
+    cipher = service.key_store.cipher(user_id)
+    assert cipher is not None and cipher.summary_ids.keyed
+    return cipher.summary_ids.summary("oura", "sleep", "2026-03-01")
+
+
 def cli(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
     monkeypatch.setenv("HEALTHLEDGER_DATABASE_URL", settings.database_url)
     monkeypatch.setenv("HEALTHLEDGER_MASTER_KEY_FILE", str(settings.master_key_file))
@@ -88,6 +95,7 @@ def test_rotate_master_rewraps_every_data_key_and_replaces_the_key_file(
 ) -> None:
     users = make_users(service, team.team_id, ctx, 5)
     before = wrapped_keys(service)
+    ids_before = {u: sleep_id(service, u) for u in users}
     old = file_key(settings.master_key_file)
     # Rewrapped two at a time: the batches are exercised.
     monkeypatch.setattr(key_store_module, "REWRAP_BATCH", 2)
@@ -124,6 +132,8 @@ def test_rotate_master_rewraps_every_data_key_and_replaces_the_key_file(
     try:
         assert birth_date_of(fresh, added) == "1980-01-01"
         assert all(birth_date_of(fresh, u) is not None for u in users)
+        # The rewrapped keys keep their format: the users' summary ids do not change.
+        assert {u: sleep_id(fresh, u) for u in users} == ids_before
     finally:
         fresh.close()
 

@@ -19,12 +19,12 @@ from healthledger.adapters.persistence.engine.schema import session_index, sessi
 from healthledger.adapters.persistence.health_data.sessions import index_stored_sessions
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.domain.connections.providers import PullTarget
-from healthledger.domain.connections.summaries import summary_id
 from healthledger.domain.context import CommandContext
 from sqlalchemy import delete, func, insert, select
 
 from tests.conftest import Team, create_user
 from tests.integration.api_calls import connect
+from tests.integration.test_summaries import ids_of
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 FIRST = T0.date() - timedelta(days=14)
@@ -227,7 +227,7 @@ def test_as_of_answers_the_session_as_stored_then(
     )[later_day]
     with freeze_time(T0 + timedelta(hours=1)):
         service.health_data.store(UUID(oura), "oura", {"sleep": {later_day: night}})
-    later_id = str(summary_id(UUID(oura), "oura", "sleep", later_day.isoformat()))
+    later_id = str(ids_of(service, oura).summary("oura", "sleep", later_day.isoformat()))
     later = f"/v2/timeseries/sleep/{later_id}/stream"
     with freeze_time(T0 + timedelta(hours=2)):
         before = client.get(

@@ -20,7 +20,7 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.schema import webhook_deliveries
 from healthledger.adapters.providers.demo import DemoProvider
 from healthledger.domain.connections.providers import PullTarget
-from healthledger.domain.connections.summaries import summary_id
+from healthledger.domain.connections.summary_ids import SummaryIds
 from healthledger.domain.context import CommandContext
 from sqlalchemy import select
 
@@ -68,20 +68,29 @@ def get(client: TestClient, team: Team, path: str, **params: Any) -> Any:
     return response.json()
 
 
+def ids_of(service: Service, user: str) -> SummaryIds:
+    """The user's summary ids, as its key derives them (keyed: ADR 0057)."""
+    cipher = service.key_store.cipher(UUID(user))
+    assert cipher is not None
+    return cipher.summary_ids
+
+
 @pytest.fixture
 def oura(service: Service, client: TestClient, team: Team) -> str:
     return pulled_user(service, client, team, "oura")
 
 
 def test_each_summary_getter_answers_the_production_shape_with_the_stored_values(
-    client: TestClient, team: Team, oura: str
+    service: Service, client: TestClient, team: Team, oura: str
 ) -> None:
+    ids = ids_of(service, oura)
+    assert ids.keyed  # a user created now
     for resource in ("sleep", "activity", "sleep_cycle"):
         found = get(client, team, f"/v2/summary/{resource}/{oura}", start_date=DAY.isoformat())
         assert list(found) == [KEYS[resource]]
         (summary,) = found[KEYS[resource]]
         stored = demo(oura, "oura", resource, DAY)
-        assert summary["id"] == str(summary_id(UUID(oura), "oura", resource, DAY.isoformat()))
+        assert summary["id"] == str(ids.summary("oura", resource, DAY.isoformat()))
         assert (summary["user_id"], summary["calendar_date"]) == (oura, DAY.isoformat())
         assert summary["provider"] == "oura"
         assert datetime.fromisoformat(summary["created_at"]) == T0
@@ -90,7 +99,7 @@ def test_each_summary_getter_answers_the_production_shape_with_the_stored_values
             # The stages as the client codes them, and the night's sleep it belongs to.
             assert len(summary["stage_type"]) == len(stored["stage_type"])
             assert set(summary["stage_type"]) <= {1, 2, 3, 4}
-            assert summary["sleep_id"] == str(summary_id(UUID(oura), "oura", "sleep", str(DAY)))
+            assert summary["sleep_id"] == str(ids.summary("oura", "sleep", str(DAY)))
             continue
         for field, value in stored.items():
             assert summary[field] == value, (resource, field)
@@ -123,6 +132,7 @@ def test_workouts_and_meals_are_one_object_per_session(
     service: Service, client: TestClient, team: Team
 ) -> None:
     user = pulled_user(service, client, team, "apple_health_kit")
+    ids = ids_of(service, user)
     start = T0.date() - timedelta(days=20)
     for resource in ("workouts", "meal"):
         found = get(
@@ -137,9 +147,7 @@ def test_workouts_and_meals_are_one_object_per_session(
         assert len({s["id"] for s in found}) == len(found)
         for summary, item in zip(found, expected, strict=True):
             assert summary["provider_id"] == item["id"]
-            assert summary["id"] == str(
-                summary_id(UUID(user), "apple_health_kit", resource, item["id"])
-            )
+            assert summary["id"] == str(ids.summary("apple_health_kit", resource, item["id"]))
     meal = found[0]
     assert meal["energy"]["unit"] == "kcal" and meal["macros"]["carbs"] > 0
 

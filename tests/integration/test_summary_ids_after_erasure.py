@@ -1,18 +1,24 @@
-"""Summary and device ids are uuid5s of the user's id and the maker's slug (issue 29 §1):
-after the erasure, does any stored byte let one holding the user's id test a guess?
+"""Summary and device ids after the erasure (issue 29 §1): does any stored byte let one
+holding the user's id test a guess of which makers the person had?
 
-A summary's id is `uuid5(user, provider, resource, day or session)` (`summary_id`), a
-device's `uuid5(user, provider)` (`device_id`): while the user lives anyone with the id
-tries the catalog's few dozen slugs against them. They are an oracle after the erasure
-only if one is still stored then. This test, on SQLite and PostgreSQL, erases a user with
-summaries of three makers (sleep, its cycles, activity, workouts, glucose...) and their
-devices, every webhook delivered, and finds none of the guesses, for each maker and each
-resource the catalog knows, over every day the pulls reached (and every session key the
-API answered), in any stored byte: SQLite's file and WAL; on PostgreSQL every page of
-every table of the schema (log, chain, redactions, read models, their indexes and TOAST
-tables, dead rows included) and each table's file. Before the erasure the same search
-finds the session index's ids. It found them after the erasure too on PostgreSQL until
-the sweep rewrote the index (ADR 0049)."""
+A user whose key predates keyed ids (ADR 0057) has the uuid5s it was always answered:
+`uuid5(user, provider, resource, day or session)` for a summary, `uuid5(user, provider)`
+for a device. While such a user lives, anyone with the id tries the catalog's few dozen
+slugs against them; they are an oracle after the erasure only if one is still stored
+then. A user created since has ids keyed by its data key: no guess is any of them, so the
+session index's rows (which PostgreSQL's WAL, replicas and backups keep as inserted) name
+nothing one can test, even before the erasure.
+
+This test, on SQLite and PostgreSQL, for a user of each kind (one of before made as the
+code of before made keys), erases a user with summaries of three makers (sleep, its
+cycles, activity, workouts, glucose...) and their devices, every webhook delivered, and
+finds none of the guesses, for each maker and each resource the catalog knows, over every
+day the pulls reached (and every session key the API answered), in any stored byte:
+SQLite's file and WAL; on PostgreSQL every page of every table of the schema (log, chain,
+redactions, read models, their indexes and TOAST tables, dead rows included) and each
+table's file. Before the erasure the same search finds the session index's ids of the
+user of before (found after the erasure too on PostgreSQL until the sweep rewrote the
+index, ADR 0049), and none of the keyed user's, whose ids it finds as they are."""
 
 from __future__ import annotations
 
@@ -22,14 +28,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, date, datetime, timedelta
 from uuid import UUID
 
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from healthledger.adapters.composition import Service
 from healthledger.adapters.http.summaries import LISTS
 from healthledger.adapters.http.team_api import create_team_api
-from healthledger.adapters.http.user_devices import device_id
 from healthledger.adapters.persistence.engine.schema import metadata
-from healthledger.domain.connections.summaries import summary_id
+from healthledger.adapters.persistence.keys import key_store as key_store_module
+from healthledger.domain.connections.summary_ids import legacy_device_id, legacy_summary_id
 from healthledger.domain.context import CommandContext
 
 from tests.conftest import Team
@@ -56,10 +64,10 @@ def guesses(
     keys = [d.isoformat() for d in days] + list(sessions)
     tried: dict[UUID, str] = {}
     for slug, entry in service.catalog.items():
-        tried[device_id(user_id, slug)] = f"device {slug}"
+        tried[legacy_device_id(user_id, slug)] = f"device {slug}"
         for resource in (*entry.supported_resources, *ID_RESOURCES):
             for key in keys:
-                tried[summary_id(user_id, slug, resource, key)] = f"{slug}/{resource}/{key}"
+                tried[legacy_summary_id(user_id, slug, resource, key)] = f"{slug}/{resource}/{key}"
     return tried
 
 
@@ -121,11 +129,18 @@ def answered_ids(items: Iterable[Mapping[str, object]]) -> Iterator[tuple[str, s
             yield str(item["sleep_id"]), ""
 
 
-def test_no_summary_or_device_id_is_stored_after_the_erasure(
-    service: Service, team: Team, ctx: CommandContext
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "made-before-keyed-ids"])
+def test_no_summary_or_device_id_can_be_tested_after_the_erasure(
+    service: Service, team: Team, ctx: CommandContext, keyed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     headers = team.headers
     start = datetime.now(UTC) + timedelta(hours=1)
+    if not keyed:
+        # A user of before: its key made as the code of before made every key (the AES
+        # key's 32 bytes alone, format 1).
+        monkeypatch.setattr(
+            key_store_module, "new_data_key", lambda keyed_ids: AESGCM.generate_key(bit_length=256)
+        )
     with (
         http_receiver() as receiver,
         freeze_time(start) as frozen,
@@ -133,6 +148,8 @@ def test_no_summary_or_device_id_is_stored_after_the_erasure(
     ):
         made = client.post("/v2/user", json={"client_user_id": "ids-1"}, headers=headers)
         user = UUID(made.json()["user_id"])
+        cipher = service.key_store.cipher(user)
+        assert cipher is not None and cipher.summary_ids.keyed is keyed
         environment = service.dispatcher.environment_of(user)
         assert environment is not None
         service.webhooks.create(ctx, team.team_id, environment, url=receiver.url("ok"))
@@ -173,14 +190,23 @@ def test_no_summary_or_device_id_is_stored_after_the_erasure(
         days = [first + timedelta(days=n) for n in range((start.date() - first).days + 2)]
         tried = guesses(service, user, days, {key for key in ids.values() if key})
         assert len(tried) > 50_000
-        # The guesses reach every id the service answered: a guess is what it derives.
-        missed = {i for i in ids if UUID(i) not in tried}
-        assert missed == set(), missed
         assert len(ids) > 100
+        missed = {i for i in ids if UUID(i) not in tried}
         # While the user lives, the session index holds its sleeps' and workouts' ids in
-        # clear (revision 0030): the search finds them.
+        # clear (revision 0030).
         living = held(every_stored_byte(service), tried)
-        assert any("/sleep/" in name for name, _ in living), living[:5]
+        if keyed:
+            # No guess is any id the service answered; the ids it stores are found as
+            # they are, not by guessing.
+            assert missed == set(ids)
+            assert living == []
+            answered = {UUID(i): f"answered {i}" for i in ids}
+            assert held(every_stored_byte(service), answered) != []
+        else:
+            # The guesses reach every id the service answered: a guess is what it
+            # derives. And the search finds the index's.
+            assert missed == set(), missed
+            assert any("/sleep/" in name for name, _ in living), living[:5]
 
         frozen.tick(60)
         assert client.delete(f"/v2/user/{user}", headers=headers).status_code == 200
@@ -188,6 +214,8 @@ def test_no_summary_or_device_id_is_stored_after_the_erasure(
         assert service.jobs.sweep_erasures() == 1
         while service.jobs.dispatch_webhooks():
             pass
-    # No stored byte holds any guess, in any spelling, live or dead row.
+    # No stored byte holds any guess, in any spelling, live or dead row; and the key that
+    # derived the keyed ids is gone.
     assert held(every_stored_byte(service), tried) == []
+    assert service.key_store.cipher(user) is None
     assert service.chain.verify().ok

@@ -13,12 +13,14 @@ import pytest
 from healthledger.adapters.persistence.health_data import known_reads
 from healthledger.adapters.persistence.health_data.known_reads import KnownReads
 from healthledger.domain.connections.health_data import StoredDay
+from healthledger.domain.connections.summary_ids import SummaryIds
 
 NOW = datetime(2026, 3, 2, tzinfo=UTC)
+USER = UUID("0f8b3c52-6a1e-4d7f-9b20-3c5e8a1d2f47")
 
 
 def day(text: bytes = b"[1,2,3]") -> StoredDay:
-    return StoredDay("oura", "heartrate", date(2026, 3, 2), text, NOW, NOW)
+    return StoredDay("oura", "heartrate", date(2026, 3, 2), text, NOW, NOW, SummaryIds(USER, None))
 
 
 def asked(user_id: UUID) -> tuple[object, ...]:

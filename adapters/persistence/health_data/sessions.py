@@ -1,8 +1,9 @@
 """The session index (revision 0030, docs/data.md#sessions): from a sleep's or a
 workout's public id to the user, provider, resource and day that hold it.
 
-A summary's id is a uuid5 of (user, provider, resource, key) (`summaries.summary_id`): it
-cannot be turned back into what names it. The store writes one row per session in the
+A summary's id (`summary_ids.SummaryIds`: keyed by the user's key, or a uuid5 of the
+user, provider, resource and key for a user whose key predates keyed ids) cannot be
+turned back into what names it. The store writes one row per session in the
 transaction that stores its day (`SqlHealthDataStore.store`): the user and its team in
 clear, the rest sealed under the user's key and bound to the session id, so that a row
 moved to another id does not open. Sessions stored before the revision are indexed at
@@ -34,7 +35,6 @@ from healthledger.adapters.persistence.keys.key_store import (
     canonical_json,
 )
 from healthledger.domain.connections.sessions import SESSION_RESOURCES, sessions_of
-from healthledger.domain.connections.summaries import summary_id
 from sqlalchemy import Connection, Insert, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -77,7 +77,7 @@ def index_rows(
     """The index's rows of `places`, each sealed under the user's key."""
     rows = []
     for place in places:
-        session_id = summary_id(user_id, place.provider, place.resource, place.key)
+        session_id = cipher.summary_ids.summary(place.provider, place.resource, place.key)
         locator = {
             "provider": place.provider,
             "resource": place.resource,
@@ -119,13 +119,15 @@ def write_index(conn: Connection, is_sqlite: bool, rows: list[dict[str, Any]]) -
 
 
 def leave_no_erased_sessions(db: Database) -> None:
-    """After a sweep's erasures: no page of the index keeps an erased user's rows. Their
-    ids are uuid5s of the user, maker, resource and day, so one holding the user's id
-    (in clear after the erasure) tries the catalog's slugs against them and learns which
-    makers the person had (ADR 0049). SQLite: secure_delete overwrote the rows, and the
-    sweep's checkpoint after each batch took the WAL's pages (`vacuum_key_store`). On
-    PostgreSQL a deleted row stays in the table's and its primary key's pages until
-    overwritten (a plain VACUUM frees the space, it does not clear it): rewritten."""
+    """After a sweep's erasures: no page of the index keeps an erased user's rows. The
+    ids of a user whose key predates keyed ids (ADR 0057) are uuid5s of the user, maker,
+    resource and day, so one holding the user's id (in clear after the erasure) tries
+    the catalog's slugs against them and learns which makers the person had (ADR 0049);
+    a keyed id tells nothing once its key is gone, but the rewrite does not tell them
+    apart. SQLite: secure_delete overwrote the rows, and the sweep's checkpoint after
+    each batch took the WAL's pages (`vacuum_key_store`). On PostgreSQL a deleted row
+    stays in the table's and its primary key's pages until overwritten (a plain VACUUM
+    frees the space, it does not clear it): rewritten."""
     if not db.is_sqlite:
         db.rewrite(session_index.name)
 

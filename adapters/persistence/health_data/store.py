@@ -182,6 +182,7 @@ def opened_days(
             plaintext=text,
             stored_at=stored_at,
             updated_at=updated_at,
+            ids=cipher.summary_ids,
         )
         for row in rows
         for day, text, stored_at, updated_at in open_block(

@@ -34,6 +34,7 @@ from healthledger.adapters.persistence.keys.master_key import (
     master_key_id,
     new_master_key,
 )
+from healthledger.domain.connections.summary_ids import SummaryIds
 from healthledger.domain.ledger import Clock
 from sqlalchemy import (
     Connection,
@@ -56,6 +57,23 @@ from sqlalchemy.sql import ClauseElement
 log = logging.getLogger("healthledger.key_store")
 
 _SEALED_PREFIX = "v1."
+# A data key's material as wrapped: the 32-byte AES key alone (format 1, the keys made
+# before ADR 0057), or this format byte and the key (format 2, every key made since):
+# its user's summary and device ids are keyed (`domain/connections/summary_ids.py`). The
+# format travels inside the wrap, so the master key's rotation keeps it and nothing
+# outside the key says which ids a user has.
+_KEYED_IDS_FORMAT = b"\x02"
+_AES_KEY_BYTES = 32
+
+
+def new_data_key(keyed_ids: bool) -> bytes:
+    """The material of a new data key: format 2 (keyed summary and device ids) for a user
+    being created, format 1 for a key made later for one who had none (it may have been
+    answered unkeyed ids, its devices', which must not change) or for no user."""
+    key = AESGCM.generate_key(bit_length=8 * _AES_KEY_BYTES)
+    return _KEYED_IDS_FORMAT + key if keyed_ids else key
+
+
 _NONCE_BYTES = 12
 # Data keys rewrapped per round trip in a rotation (all of them in one transaction).
 REWRAP_BATCH = 500
@@ -66,10 +84,18 @@ class UserCipher:
     in as associated data), and digests them for change detection without opening."""
 
     def __init__(self, user_id: UUID, data_key: bytes) -> None:
+        keyed_ids = len(data_key) == _AES_KEY_BYTES + 1 and data_key[:1] == _KEYED_IDS_FORMAT
+        if keyed_ids:
+            data_key = data_key[1:]
+        elif len(data_key) != _AES_KEY_BYTES:
+            raise ValueError("a data key of an unknown format")
         self._aad = user_id.bytes
         self._aead = AESGCM(data_key)
         # A separate key for digests: the data key itself is used for one purpose only.
         self._digest_key = hashlib.sha256(b"healthledger-digest-key:" + data_key).digest()
+        # The user's summary and device ids: keyed under the digest key for a key of
+        # format 2, the unkeyed ids it has always had for an older one.
+        self.summary_ids = SummaryIds(user_id, self.digest if keyed_ids else None)
 
     def seal(self, value: Any) -> str:
         return self.seal_bytes(canonical_json(value))
@@ -266,7 +292,7 @@ class KeyStore:
         the transaction that records the user's first events stores it, so a create
         commits once (a key stored on its own is a second durable commit). Only for an
         id nobody else knows yet: no other process can seal for it meanwhile."""
-        self.new_keys[user_id] = AESGCM.generate_key(bit_length=256)
+        self.new_keys[user_id] = new_data_key(keyed_ids=True)
 
     def store_new_keys(self, conn: Connection, events: Sequence[Any]) -> None:
         """Inside the recording transaction (`on_record`): store the new key of each user
@@ -457,7 +483,7 @@ class KeyStore:
         )
 
     def _create_data_key(self, user_id: UUID) -> bytes:
-        data_key = AESGCM.generate_key(bit_length=256)
+        data_key = new_data_key(keyed_ids=False)
         for _attempt in range(3):
             master = self.master
             values = self._insert_key(user_id, master.wrap(user_id, data_key), master)

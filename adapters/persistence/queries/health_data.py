@@ -267,6 +267,7 @@ class HealthDataQueries:
                 created_at=stored.stored_at,
                 updated_at=stored.updated_at,
                 source=sources[stored.provider],
+                ids=stored.ids,
             )
             found.extend(summary_objects(it, stored.value))
         return found
