@@ -21,7 +21,7 @@ from healthledger.adapters.http.requests import LedgerRoute
 from healthledger.adapters.http.service_dependency import CurrentService
 from healthledger.adapters.operations import users as operations
 from healthledger.domain.connections.summaries import SOURCE_TYPES, UNKNOWN_SOURCE_TYPE
-from healthledger.domain.connections.summary_ids import SummaryIds
+from healthledger.domain.connections.summary_ids import ERASED_ID
 from pydantic import BaseModel, ConfigDict
 
 router = APIRouter(route_class=LedgerRoute, tags=["users"])
@@ -65,13 +65,13 @@ def devices_of(
     providers = operations.user_providers(service, team_id, user_id, as_of=as_of)["providers"]
     if not providers:
         return []
-    # A live user with connections has a key (their facts are sealed with it); one with
-    # none has no other ids than the unkeyed ones it always had.
+    # A user with connections has a key (their facts are sealed with it); none is left
+    # only for an erased user read as of before its erasure, whose devices' ids cannot be
+    # derived any more (nor its makers named: placeholders).
     cipher = service.key_store.cipher(user_id)
-    ids = SummaryIds(user_id, None) if cipher is None else cipher.summary_ids
     return [
         Device(
-            id=ids.device(p["slug"]),
+            id=ERASED_ID if cipher is None else cipher.summary_ids.device(p["slug"]),
             user_id=user_id,
             provider=p["slug"],
             source_type=SOURCE_TYPES.get(p["slug"], UNKNOWN_SOURCE_TYPE),

@@ -28,6 +28,10 @@ from uuid import UUID
 
 from healthledger.domain.connections.stream_ids import UsersDigest, keyed_uuid
 
+# The id answered in place of one that can no longer be derived: a device of an erased
+# user read as of an instant before its erasure (its key is gone, its maker a placeholder).
+ERASED_ID = uuid.UUID(int=0)
+
 # The namespaces of the unkeyed ids (users whose keys predate keyed ids).
 _SUMMARY_NAMESPACE = uuid.UUID("0d5f0c1e-8a61-5b7e-9c2f-4e3a1b6d7c80")
 _DEVICE_NAMESPACE = uuid.UUID("6c1b7e5a-3f0d-5a8e-b2c4-9d7e1f0a3b6c")
