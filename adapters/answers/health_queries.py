@@ -623,7 +623,7 @@ def _arrow_items(
             [
                 pa.array(
                     [
-                        str(ids.summary(provider, resource, d.isoformat()))
+                        str(ids.summary(provider, resource, d, d.isoformat()))
                         for d in block.days["day"].to_pylist()
                     ],
                     pa.string(),

@@ -468,7 +468,7 @@ def _workout_stream(it: DayData, samples: Any) -> dict[str, Any]:
     # in `data`, as every timeseries event carries them.
     provider_id = f"{it.day.isoformat()}-workout_stream"
     return {
-        "workout_id": str(it.ids.summary(it.provider, "workout_stream", provider_id)),
+        "workout_id": str(it.ids.summary(it.provider, "workout_stream", it.day, provider_id)),
         "provider_id": provider_id,
         "data": samples,
         "source": it.source,

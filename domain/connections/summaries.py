@@ -142,7 +142,7 @@ def summary_object(it: DayData, value: Mapping[str, Any], session: str | None) -
     key = it.day.isoformat() if session is None else session
     summary.update(
         {
-            "id": str(it.ids.summary(it.provider, it.resource, key)),
+            "id": str(it.ids.summary(it.provider, it.resource, it.day, key)),
             "user_id": str(it.user_id),
             "provider": it.provider,
             "calendar_date": it.day.isoformat(),
@@ -163,7 +163,7 @@ def summary_object(it: DayData, value: Mapping[str, Any], session: str | None) -
         summary["source_type"] = it.source["type"]
     if it.resource == "sleep_cycle":
         # The night's sleep summary has the same day: the cycle points at it.
-        summary["sleep_id"] = str(it.ids.summary(it.provider, "sleep", it.day.isoformat()))
+        summary["sleep_id"] = str(it.ids.summary(it.provider, "sleep", it.day, it.day.isoformat()))
         summary["stage_type"] = [_stage_code(s) for s in summary.get("stage_type", [])]
     if it.resource == "workouts" and isinstance(summary.get("sport"), str):
         # The client's sport is an object; providers give the sport's slug. Its id is ours,

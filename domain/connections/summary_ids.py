@@ -15,7 +15,10 @@ the user's digest key over the names, shaped as a version-4 UUID (`stream_ids.ke
 as the keyed stream ids). They are as stable as before (the key never changes while the
 user exists; a master key rotation rewraps the same key) and, once the key is destroyed,
 no one can recompute or test them. A user whose key is older keeps the uuid5s it has been
-answered with: an id a customer holds must not change.
+answered with: an id a customer holds must not change. Its days from the cut-over on
+(revision 0050: a week after the revision ran, days no one can have been answered yet)
+take keyed ids too; a session's id goes by the day it is stored under. Devices' ids are
+never stored: an older user's stay as they were.
 
 Every derivation of these ids is here (`SummaryIds`); a user's comes with its key
 (`UserCipher.summary_ids`).
@@ -24,6 +27,7 @@ Every derivation of these ids is here (`SummaryIds`); a user's comes with its ke
 from __future__ import annotations
 
 import uuid
+from datetime import date
 from uuid import UUID
 
 from healthledger.domain.connections.stream_ids import UsersDigest, keyed_uuid
@@ -49,29 +53,35 @@ def legacy_device_id(user_id: UUID, provider: str) -> UUID:
 
 
 class SummaryIds:
-    """One user's summary and device ids: keyed by the user's digest (`digest`), or the
-    unkeyed ones for a user whose key predates keyed ids (`digest` None)."""
+    """One user's summary and device ids. `digest`: the user's keyed digest (None: every id
+    unkeyed). `keyed_from`: with a digest, the first day whose summary ids are keyed, for a
+    user whose key predates keyed ids (the cut-over); None: every id keyed."""
 
-    __slots__ = ("_digest", "user_id")
+    __slots__ = ("_digest", "_keyed_from", "user_id")
 
-    def __init__(self, user_id: UUID, digest: UsersDigest | None) -> None:
+    def __init__(
+        self, user_id: UUID, digest: UsersDigest | None, keyed_from: date | None = None
+    ) -> None:
         self.user_id = user_id
         self._digest = digest
+        self._keyed_from = keyed_from
 
     @property
     def keyed(self) -> bool:
-        return self._digest is not None
+        """Whether every id is keyed (a user created since ADR 0057)."""
+        return self._digest is not None and self._keyed_from is None
 
-    def summary(self, provider: str, resource: str, key: str) -> UUID:
-        """The id of the user's summary of `resource` from `provider`, named by `key`: the
-        day's iso date for a daily summary, the provider's id for a session."""
-        if self._digest is None:
+    def summary(self, provider: str, resource: str, day: date, key: str) -> UUID:
+        """The id of the user's summary of `resource` from `provider` stored under `day`,
+        named by `key`: the day's iso date for a daily summary, the provider's id for a
+        session."""
+        if self._digest is None or (self._keyed_from is not None and day < self._keyed_from):
             return legacy_summary_id(self.user_id, provider, resource, key)
         label = "\x1f".join((provider, resource, key)).encode()
         return keyed_uuid(self._digest, b"summary-id\x1f" + label)
 
     def device(self, provider: str) -> UUID:
         """The id of the user's device of `provider` (one per connection)."""
-        if self._digest is None:
+        if self._digest is None or self._keyed_from is not None:
             return legacy_device_id(self.user_id, provider)
         return keyed_uuid(self._digest, b"device-id\x1f" + provider.encode())

@@ -74,7 +74,7 @@ def sleep_id(service: Service, user_id: UUID) -> UUID:
     """A summary id of the user's (keyed by its key: ADR 0057)."""
     cipher = service.key_store.cipher(user_id)
     assert cipher is not None and cipher.summary_ids.keyed
-    return cipher.summary_ids.summary("oura", "sleep", "2026-03-01")
+    return cipher.summary_ids.summary("oura", "sleep", date(2026, 3, 1), "2026-03-01")
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:

@@ -227,7 +227,7 @@ def test_as_of_answers_the_session_as_stored_then(
     )[later_day]
     with freeze_time(T0 + timedelta(hours=1)):
         service.health_data.store(UUID(oura), "oura", {"sleep": {later_day: night}})
-    later_id = str(ids_of(service, oura).summary("oura", "sleep", later_day.isoformat()))
+    later_id = str(ids_of(service, oura).summary("oura", "sleep", later_day, later_day.isoformat()))
     later = f"/v2/timeseries/sleep/{later_id}/stream"
     with freeze_time(T0 + timedelta(hours=2)):
         before = client.get(

@@ -14,15 +14,23 @@ from unittest.mock import patch
 from uuid import UUID
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fastapi.testclient import TestClient
 from freezegun import freeze_time
-from healthledger.adapters.composition import Service
-from healthledger.adapters.persistence.engine.schema import webhook_deliveries
+from healthledger.adapters.composition import Service, build_service
+from healthledger.adapters.http.team_api import create_team_api
+from healthledger.adapters.persistence.engine.schema import keyed_ids_cut_over, webhook_deliveries
+from healthledger.adapters.persistence.keys import key_store as key_store_module
 from healthledger.adapters.providers.demo import DemoProvider
+from healthledger.adapters.settings import Settings
 from healthledger.domain.connections.providers import PullTarget
-from healthledger.domain.connections.summary_ids import SummaryIds
+from healthledger.domain.connections.summary_ids import (
+    SummaryIds,
+    legacy_device_id,
+    legacy_summary_id,
+)
 from healthledger.domain.context import CommandContext
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 
 from tests.conftest import Team, create_user
 from tests.delivery_rows import with_types
@@ -90,7 +98,7 @@ def test_each_summary_getter_answers_the_production_shape_with_the_stored_values
         assert list(found) == [KEYS[resource]]
         (summary,) = found[KEYS[resource]]
         stored = demo(oura, "oura", resource, DAY)
-        assert summary["id"] == str(ids.summary("oura", resource, DAY.isoformat()))
+        assert summary["id"] == str(ids.summary("oura", resource, DAY, DAY.isoformat()))
         assert (summary["user_id"], summary["calendar_date"]) == (oura, DAY.isoformat())
         assert summary["provider"] == "oura"
         assert datetime.fromisoformat(summary["created_at"]) == T0
@@ -99,7 +107,7 @@ def test_each_summary_getter_answers_the_production_shape_with_the_stored_values
             # The stages as the client codes them, and the night's sleep it belongs to.
             assert len(summary["stage_type"]) == len(stored["stage_type"])
             assert set(summary["stage_type"]) <= {1, 2, 3, 4}
-            assert summary["sleep_id"] == str(ids.summary("oura", "sleep", str(DAY)))
+            assert summary["sleep_id"] == str(ids.summary("oura", "sleep", DAY, str(DAY)))
             continue
         for field, value in stored.items():
             assert summary[field] == value, (resource, field)
@@ -147,7 +155,8 @@ def test_workouts_and_meals_are_one_object_per_session(
         assert len({s["id"] for s in found}) == len(found)
         for summary, item in zip(found, expected, strict=True):
             assert summary["provider_id"] == item["id"]
-            assert summary["id"] == str(ids.summary("apple_health_kit", resource, item["id"]))
+            day = date.fromisoformat(summary["calendar_date"])
+            assert summary["id"] == str(ids.summary("apple_health_kit", resource, day, item["id"]))
     meal = found[0]
     assert meal["energy"]["unit"] == "kcal" and meal["macros"]["carbs"] > 0
 
@@ -360,3 +369,55 @@ def test_a_rounds_daily_messages_read_each_feeds_month_once_and_carry_what_each_
     with freeze_time(later):
         for row in daily:
             assert payloads.of_delivery(row, row.event_type) in sent, row.event_type
+
+
+def test_an_older_users_days_from_the_cut_over_on_take_keyed_ids(
+    settings: Settings, service: Service, team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADR 0057: a user whose key predates keyed ids keeps the ids it was answered, and
+    its days from the cut-over on (revision 0050) take keyed ones, wherever an id is made:
+    the getters, the sleep a cycle names, the session index."""
+    # A user of before: its key made as the code of before made every key (format 1).
+    monkeypatch.setattr(
+        key_store_module, "new_data_key", lambda keyed_ids: AESGCM.generate_key(bit_length=256)
+    )
+    # The cut-over (the revision writes a week after it ran) on a day of the pulls'
+    # history, before anything of the user is stored (a test's emptied schema has none);
+    # another process reads it.
+    with service.db.write() as conn:
+        conn.execute(delete(keyed_ids_cut_over))
+        conn.execute(insert(keyed_ids_cut_over).values(id=1, keyed_from=DAY))
+    fresh = build_service(settings)
+    assert fresh.key_store.keyed_ids_from == DAY
+    try:
+        with TestClient(create_team_api(fresh)) as client:
+            user = pulled_user(fresh, client, team, "oura")
+            ids = ids_of(fresh, user)
+            assert not ids.keyed
+            window = {"start_date": DAY - timedelta(days=5), "end_date": T0.date()}
+            answered: dict[str, list[dict[str, Any]]] = {}
+            for resource in ("sleep", "sleep_cycle", "workouts"):
+                found = get(client, team, f"/v2/summary/{resource}/{user}", **window)
+                answered[resource] = found[KEYS[resource]]
+                days = {date.fromisoformat(s["calendar_date"]) for s in answered[resource]}
+                assert min(days) < DAY <= max(days), resource
+                for summary in answered[resource]:
+                    day = date.fromisoformat(summary["calendar_date"])
+                    key = summary.get("provider_id") or summary["calendar_date"]
+                    old = str(legacy_summary_id(UUID(user), "oura", resource, key))
+                    # Up to the cut-over the id it would have had; from it on, keyed.
+                    assert (summary["id"] == old) is (day < DAY), (resource, day)
+                    assert summary["id"] == str(ids.summary("oura", resource, day, key))
+            # A cycle names its night's sleep by the sleep's own id, on either side.
+            sleeps = {s["calendar_date"]: s["id"] for s in answered["sleep"]}
+            for cycle in answered["sleep_cycle"]:
+                assert cycle["sleep_id"] == sleeps[cycle["calendar_date"]]
+            # The session index leads from a keyed id to its night, as from an old one.
+            for day in (DAY - timedelta(days=1), DAY):
+                stream = get(client, team, f"/v2/timeseries/sleep/{sleeps[str(day)]}/stream")
+                assert stream["heartrate"], day
+            # Devices' ids are never stored: an older user's stay as they were.
+            (device,) = get(client, team, f"/v2/user/{user}/device")
+            assert device["id"] == str(legacy_device_id(UUID(user), "oura"))
+    finally:
+        fresh.close()

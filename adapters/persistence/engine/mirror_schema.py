@@ -102,7 +102,10 @@ mirror_master_key_rotations = Table(
     Column("master_key_id", String(16), nullable=False),
 )
 
-MIRROR_KEY_TABLES = KeyTables(keys=mirror_user_keys, rotations=mirror_master_key_rotations)
+# The mirror derives no summary ids: no cut-over (ADR 0057).
+MIRROR_KEY_TABLES = KeyTables(
+    keys=mirror_user_keys, rotations=mirror_master_key_rotations, cut_over=None
+)
 
 MIRROR_TABLES = EventTables(
     events=mirror_stored_events, snapshots=mirror_snapshots, tracking=mirror_tracking

@@ -148,6 +148,15 @@ user_data_keys = Table(
     Column("created_at", UTCDateTime, nullable=False),
 )
 
+# One row (revision 0050): the first day whose summary ids are keyed for users whose data
+# keys predate keyed ids (ADR 0057), a week after the revision ran.
+keyed_ids_cut_over = Table(
+    "keyed_ids_cut_over",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("keyed_from", Date, nullable=False),
+)
+
 # One row per rotation of the master key (`KeyStore.rotate_master_key`): the id of the
 # key it put in place (never the key), which tells a process holding an older key to
 # read it again, and when: an erasure's horizon is the first rotation after it.

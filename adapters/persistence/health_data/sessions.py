@@ -77,7 +77,9 @@ def index_rows(
     """The index's rows of `places`, each sealed under the user's key."""
     rows = []
     for place in places:
-        session_id = cipher.summary_ids.summary(place.provider, place.resource, place.key)
+        session_id = cipher.summary_ids.summary(
+            place.provider, place.resource, place.day, place.key
+        )
         locator = {
             "provider": place.provider,
             "resource": place.resource,

@@ -13,8 +13,8 @@ import os
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, cast
 from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
@@ -23,6 +23,7 @@ from eventsourcing.persistence import IntegrityError
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
     UTCDateTime,
+    keyed_ids_cut_over,
     master_key_rotations,
     user_data_keys,
 )
@@ -83,7 +84,9 @@ class UserCipher:
     """Seals and opens values under one user's data key (AES-256-GCM, the user id bound
     in as associated data), and digests them for change detection without opening."""
 
-    def __init__(self, user_id: UUID, data_key: bytes) -> None:
+    def __init__(self, user_id: UUID, data_key: bytes, keyed_from: date | None = None) -> None:
+        """`keyed_from`: for a key of format 1, the first day whose summary ids are keyed
+        (revision 0050's cut-over; None: none is)."""
         keyed_ids = len(data_key) == _AES_KEY_BYTES + 1 and data_key[:1] == _KEYED_IDS_FORMAT
         if keyed_ids:
             data_key = data_key[1:]
@@ -94,8 +97,13 @@ class UserCipher:
         # A separate key for digests: the data key itself is used for one purpose only.
         self._digest_key = hashlib.sha256(b"healthledger-digest-key:" + data_key).digest()
         # The user's summary and device ids: keyed under the digest key for a key of
-        # format 2, the unkeyed ids it has always had for an older one.
-        self.summary_ids = SummaryIds(user_id, self.digest if keyed_ids else None)
+        # format 2; for an older one, the unkeyed ids it has been answered, and keyed ones
+        # for the days from the cut-over on.
+        if keyed_ids:
+            self.summary_ids = SummaryIds(user_id, self.digest)
+        else:
+            digest = None if keyed_from is None else self.digest
+            self.summary_ids = SummaryIds(user_id, digest, keyed_from)
 
     def seal(self, value: Any) -> str:
         return self.seal_bytes(canonical_json(value))
@@ -142,6 +150,9 @@ class KeyTables:
 
     keys: Table = user_data_keys
     rotations: Table = master_key_rotations
+    # The day from which older users' summary ids are keyed (revision 0050); None: no such
+    # day (the mirror derives no ids).
+    cut_over: Table | None = keyed_ids_cut_over
 
 
 SERVICE_KEY_TABLES = KeyTables()
@@ -226,6 +237,9 @@ def open_master_key(
     return key
 
 
+# The cut-over before it is read (`KeyStore.keyed_ids_from`).
+_NOT_READ = object()
+
 # Why a new user's key was not stored with its events (another process rotated the master
 # key meanwhile): the create tries again, with the rotated master key.
 KEY_REFUSED = "the master key was rotated: store the new key again"
@@ -254,6 +268,7 @@ class KeyStore:
         # keys are committed, before `master` is replaced.
         self.rotating_to: MasterKey | None = None
         self.reload_lock = threading.Lock()
+        self._keyed_ids_from: object = _NOT_READ
         # Every create runs it (a new user's key): compiled once (ADR 0014).
         self.insert_key = CompiledStatement(self.insert_key_statement(tables, db.is_sqlite))
         # PostgreSQL: that the key was stored, checked on the server with the create's
@@ -276,13 +291,29 @@ class KeyStore:
         # (`store_new_keys`), and dropped once it commits (`forget_stored_keys`).
         self.new_keys: dict[UUID, bytes] = {}
 
+    def _cipher(self, user_id: UUID, data_key: bytes) -> UserCipher:
+        return UserCipher(user_id, data_key, self.keyed_ids_from)
+
+    @property
+    def keyed_ids_from(self) -> date | None:
+        """The first day whose summary ids are keyed for a user whose key predates keyed
+        ids (revision 0050's cut-over, ADR 0057); None without one. Read once: it never
+        changes."""
+        if self._keyed_ids_from is _NOT_READ:
+            found = None
+            if self.tables.cut_over is not None:
+                with self.db.read() as conn:
+                    found = conn.execute(select(self.tables.cut_over.c.keyed_from)).scalar()
+            self._keyed_ids_from = found
+        return cast("date | None", self._keyed_ids_from)
+
     # -- PersonalDataVault ----------------------------------------------------------------
 
     def seal(self, user_id: UUID, value: Any) -> str:
         new_key = self.new_keys.get(user_id)
         if new_key is not None:
-            return UserCipher(user_id, new_key).seal(value)
-        cipher = self.cipher(user_id) or UserCipher(user_id, self._create_data_key(user_id))
+            return self._cipher(user_id, new_key).seal(value)
+        cipher = self.cipher(user_id) or self._cipher(user_id, self._create_data_key(user_id))
         return cipher.seal(value)
 
     # -- a new user's key, stored with its first events (the domain's KeepsNewKeys) ----
@@ -337,11 +368,11 @@ class KeyStore:
         projects inside the transaction that records (or rebuilds) it."""
         new_key = self.new_keys.get(user_id)
         if new_key is not None:
-            return UserCipher(user_id, new_key).open(sealed)
+            return self._cipher(user_id, new_key).open(sealed)
         wrapped = self._wrapped(conn, user_id)
         if wrapped is None:
             return None
-        return UserCipher(user_id, self._unwrap(user_id, wrapped)).open(sealed)
+        return self._cipher(user_id, self._unwrap(user_id, wrapped)).open(sealed)
 
     def opener_on(
         self, conn: Connection, user_ids: Collection[UUID]
@@ -366,7 +397,7 @@ class KeyStore:
                 key = wrapped.get(user_id)
                 if key is None:
                     return None  # erased: the key is gone, and with it the data
-                cipher = ciphers[user_id] = UserCipher(user_id, self._unwrap(user_id, key))
+                cipher = ciphers[user_id] = self._cipher(user_id, self._unwrap(user_id, key))
             return cipher.open(sealed)
 
         return open_preloaded
@@ -376,7 +407,7 @@ class KeyStore:
         (never had sealed data, or was erased). Never creates a key: what stores data in
         bulk for an existing user must not mint a key for an erased one."""
         data_key = self._data_key(user_id)
-        return None if data_key is None else UserCipher(user_id, data_key)
+        return None if data_key is None else self._cipher(user_id, data_key)
 
     def service_cipher(self, key_id: UUID) -> UserCipher:
         """The cipher of a key the service keeps for itself under a fixed id that is no
@@ -384,7 +415,7 @@ class KeyStore:
         made at its first use (several processes at once: the first stored wins). Call it
         outside a write transaction: making the key writes."""
         data_key = self._data_key(key_id) or self._create_data_key(key_id)
-        return UserCipher(key_id, data_key)
+        return self._cipher(key_id, data_key)
 
     def cipher_on(self, conn: Connection, user_id: UUID) -> UserCipher | None:
         """`cipher`, reading the key on the caller's connection: a read that checks the
@@ -395,7 +426,7 @@ class KeyStore:
     def cipher_of(self, user_id: UUID, wrapped: bytes | None) -> UserCipher | None:
         """The cipher of a wrapped data key the caller read from `tables.keys` (with
         other columns, in one query); None for none."""
-        return None if wrapped is None else UserCipher(user_id, self._unwrap(user_id, wrapped))
+        return None if wrapped is None else self._cipher(user_id, self._unwrap(user_id, wrapped))
 
     def users_digest(self, user_id: UUID) -> Callable[[bytes], str] | None:
         """The keyed digest under the user's data key (a new user's key too, before its
@@ -403,7 +434,7 @@ class KeyStore:
         feed's stream ids are derived with (domain/connections/stream_ids.py)."""
         new_key = self.new_keys.get(user_id)
         if new_key is not None:
-            return UserCipher(user_id, new_key).digest
+            return self._cipher(user_id, new_key).digest
         cipher = self.cipher(user_id)
         return None if cipher is None else cipher.digest
 
