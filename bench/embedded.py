@@ -27,7 +27,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from healthledger.adapters.composition import Service, build_service
-from healthledger.adapters.persistence.keys.key_store import UserCipher
+from healthledger.adapters.persistence.keys.key_store import UserCipher, new_data_key
 from healthledger.adapters.settings import Settings
 from healthledger.domain.context import CommandContext
 from healthledger.domain.users.client_user_ids import client_user_id_digest
@@ -281,8 +281,8 @@ _FLOOR_EVENT = (
     "VALUES (?, ?, ?, ?, ?)"
 )
 _FLOOR_USER = (
-    "INSERT INTO users (user_id, team_id, client_user_id, status, created_on, version) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO users (user_id, team_id, sealed_client_user_id, client_user_id_digest,"
+    " status, created_on, version) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _FLOOR_KEY = "INSERT INTO user_data_keys (user_id, wrapped_key, created_at) VALUES (?, ?, ?)"
 
@@ -315,16 +315,19 @@ def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callab
         client_user_id = f"floor-{i}"
         now = datetime.now(UTC)
         user_id = uuid.uuid4()
-        data_key = AESGCM.generate_key(bit_length=256)
+        data_key = new_data_key(keyed_ids=True)
         nonce = os.urandom(12)
         wrapped = nonce + master.encrypt(nonce, data_key, user_id.bytes)
         digest = client_user_id_digest(team_secret, client_user_id)
+        # The users row holds the value only sealed, and the team's digest of it
+        # (revision 0015), as the service's does.
+        sealed = UserCipher(user_id, data_key).seal(client_user_id)
         user = User.register(
             ctx,
             now,
             user_id=user_id,
             team_id=team_id,
-            sealed_client_user_id=UserCipher(user_id, data_key).seal(client_user_id),
+            sealed_client_user_id=sealed,
             claim_id=ClientUserIdClaim.id_for_digest(digest),
             sealed_fallback_time_zone=None,
             sealed_birth_date=None,
@@ -351,7 +354,7 @@ def floor_side(directory: Path, warmup: int) -> tuple[sqlite3.Connection, Callab
             )
         conn.execute(
             _FLOOR_USER,
-            (user_id.hex, team_id.hex, client_user_id, "active", _sqlite_text(now), 1),
+            (user_id.hex, team_id.hex, sealed, digest, "active", _sqlite_text(now), 1),
         )
         conn.execute("COMMIT")
 
