@@ -887,17 +887,19 @@ def build_service(
         rules_at,
         timeout=settings.webhook_timeout,
         lease=settings.webhook_lease,
-        routed_destinations=event_destination_queries.routed,
     )
     publisher = EventPublisher(
         dispatcher,
         event_destinations,
         DestinationLeases(db),
-        webhook_queries,
         clock,
         timeout=settings.webhook_timeout,
         lease=settings.webhook_lease,
     )
+    # Deliveries to event destinations recorded before their cursors (revision 0051):
+    # dropped as superseded, their messages published by the cursors (ADR 0055; none to
+    # do on an up-to-date database).
+    publisher.supersede_queued()
     health_data_queries = HealthDataQueries(
         db, key_store, describe, rules_at, clock, known=known_reads
     )

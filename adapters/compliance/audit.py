@@ -31,6 +31,7 @@ from healthledger.adapters.persistence.projections.stream_owners import (
 from healthledger.adapters.persistence.queries.audit import AuditQueries, Position
 from healthledger.domain.context import AttributedEvent, attributed
 from healthledger.domain.personal_data import ERASED_PLACEHOLDER, SEALED_PLACEHOLDER
+from healthledger.domain.webhooks.publish_rounds import PublishRound
 
 _BASE_FIELDS = {
     "originator_id",
@@ -48,9 +49,10 @@ _BATCH = 500
 
 
 def _event_types() -> dict[str, str]:
-    """Every event a user's audit can hold, by name (`User.Deleted`), with its topic."""
+    """Every event a user's audit can hold, by name (`User.Deleted`), with its topic: its
+    streams', and the event destinations' rounds that published about it (ADR 0055)."""
     found: dict[str, str] = {}
-    for aggregate in OWNED_STREAMS:
+    for aggregate in (*OWNED_STREAMS, PublishRound):
         for value in vars(aggregate).values():
             topic = vars(value).get("TOPIC") if isinstance(value, type) else None
             if isinstance(topic, str):
@@ -210,6 +212,7 @@ def user_audit(
         if len(rows) < batch:
             break
     _name_recipients(service, [entry for _, entry in found])
+    _own_counts_only(user_id, [entry for _, entry in found])
     if limit is not None and len(found) > limit:
         return AuditPage([entry for _, entry in found[:limit]], found[limit - 1][0])
     return AuditPage([entry for _, entry in found], None)
@@ -227,6 +230,16 @@ def _name_recipients(service: Service, entries: Sequence[AuditEntry]) -> None:
         if known is not None:
             entry.changes["recipient"] = "event_destination"
             entry.changes["recipient_kind"] = known["kind"]
+
+
+def _own_counts_only(user_id: UUID, entries: Sequence[AuditEntry]) -> None:
+    """An event destination's round (ADR 0055) counts the messages of every user it
+    published about: the user's audit shows the user's own count only."""
+    own = str(user_id)
+    for entry in entries:
+        users = entry.changes.get("users")
+        if entry.event.startswith("PublishRound.") and isinstance(users, dict):
+            entry.changes["users"] = {own: users[own]} if own in users else {}
 
 
 def history(service: Service, user_id: UUID) -> list[AuditEntry]:

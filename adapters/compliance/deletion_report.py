@@ -69,6 +69,7 @@ from healthledger.domain.users.user import ERASED, User
 from healthledger.domain.webhooks.announcements import USER_ERASED
 from healthledger.domain.webhooks.deliveries import PENDING, SUCCEEDED, WebhookDelivery
 from healthledger.domain.webhooks.event_destinations import EventDestination
+from healthledger.domain.webhooks.publish_rounds import PublishRound
 from sqlalchemy import func, select
 
 if TYPE_CHECKING:
@@ -134,6 +135,8 @@ _DATA_FACTS = frozenset(
         WebhookDelivery.AttemptStarted,
         WebhookDelivery.AttemptWithdrawn,
         WebhookDelivery.AttemptMade,
+        PublishRound.Started,
+        PublishRound.Finished,
     )
 )
 _DECODED = _USER_FACTS | _CONNECTION_FACTS | _ORDER_FACTS | _DATA_FACTS
@@ -189,11 +192,13 @@ RECIPIENTS_NOTE = (
 )
 EVENT_DESTINATIONS_NOTE = (
     "Every event destination (the team's RabbitMQ or NATS JetStream) that was sent data "
-    "about the user, counted as the webhook endpoints are: publishes made, acknowledged "
-    "by the broker, and started with no recorded outcome (possibly received). A "
-    "destination is named by its id, kind and broker (host and port; none once deleted). "
-    "Webhooks and event destinations are the only ways data about a user leaves the "
-    "service, besides the API's answers to the team."
+    "about the user, from the destination's publishing rounds that named the user: the "
+    "user's messages they were to publish (deliveries), those of rounds that finished "
+    "(publishes), how many the broker acknowledged, the first and the last; a round "
+    "started with no recorded outcome counts its messages as outcome unknown (possibly "
+    "received). A destination is named by its id, kind and broker (host and port; none "
+    "once deleted). Webhooks and event destinations are the only ways data about a user "
+    "leaves the service, besides the API's answers to the team."
 )
 PROOF_SCOPE = (
     "Each event's hash covers its stream, version, topic, time and the SHA-256 of its "
@@ -286,7 +291,7 @@ def deletion_report(
             events, decoded, decoded, reason_of=_reason_opener(service, user.id), erased=erased
         ),
         "categories": _categories(service, user, decoded, topics, checks),
-        "recipients": _recipients(service, decoded),
+        "recipients": _recipients(service, user.id, decoded),
         "erasure": (
             _erasure_section(
                 service,
@@ -789,10 +794,11 @@ def _health_data(
     ]
 
 
-def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
+def _recipients(service: Service, user_id: UUID, decoded: Sequence[Any]) -> dict[str, Any]:
     """Every webhook endpoint sent data about the user, from the deliveries' histories:
     deliveries, POSTs made, acknowledged (2xx), first and last of each, and the attempts
-    started whose outcome is unknown (possibly sent)."""
+    started whose outcome is unknown (possibly sent). Every event destination, from its
+    rounds that were to publish about the user (ADR 0055), counted alike."""
     endpoint_of: dict[UUID, UUID] = {}
     found: dict[UUID, dict[str, Any]] = {}
     # Per delivery, its attempts started and not completed (nor withdrawn), with the time.
@@ -800,20 +806,7 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
     for e in decoded:
         if isinstance(e, WebhookDelivery.Created | WebhookDelivery.CreatedV1):
             endpoint_of[e.originator_id] = e.endpoint_id
-            entry = found.setdefault(
-                e.endpoint_id,
-                {
-                    "endpoint_id": str(e.endpoint_id),
-                    "origin": None,
-                    "deliveries": 0,
-                    "posts": 0,
-                    "acknowledged": 0,
-                    "first_sent_at": None,
-                    "last_sent_at": None,
-                    "first_acknowledged_at": None,
-                    "last_acknowledged_at": None,
-                },
-            )
+            entry = found.setdefault(e.endpoint_id, _new_recipient(e.endpoint_id))
             entry["deliveries"] += 1
         elif isinstance(e, WebhookDelivery.AttemptStarted) and e.originator_id in endpoint_of:
             open_attempts.setdefault(e.originator_id, {})[e.attempt] = instant(e.timestamp)
@@ -830,6 +823,11 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
                 entry["acknowledged"] += 1
                 entry["first_acknowledged_at"] = entry["first_acknowledged_at"] or at
                 entry["last_acknowledged_at"] = at
+    # An event destination's rounds (ADR 0055): a round finished published what the
+    # broker acknowledged of the user's messages; one never finished, all of them possibly.
+    by_round = _rounds_about(str(user_id), decoded)
+    for destination_id, rounds in by_round.items():
+        found[destination_id] = _round_entry(destination_id, str(user_id), rounds)
     # Deliveries to an event destination (issue 35) are its messages to a broker.
     destinations = service.event_destination_queries.among(list(found))
     if found:
@@ -843,8 +841,8 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
         for endpoint_id, entry in found.items():
             entry["origin"] = _origin(urls.get(endpoint_id))
             entry["received"] = entry["posts"] > 0
-            entry["outcome_unknown"] = 0
-            entry["first_possibly_sent_at"] = None
+            entry.setdefault("outcome_unknown", 0)
+            entry.setdefault("first_possibly_sent_at", None)
         for delivery_id, started in open_attempts.items():
             for at in started.values():
                 entry = found[endpoint_of[delivery_id]]
@@ -866,6 +864,68 @@ def _recipients(service: Service, decoded: Sequence[Any]) -> dict[str, Any]:
             "destinations": sorted(brokers, key=_first_sent),
         },
     }
+
+
+def _new_recipient(recipient_id: UUID) -> dict[str, Any]:
+    """A recipient's entry before anything is counted (an endpoint's or a destination's
+    id under `endpoint_id`)."""
+    return {
+        "endpoint_id": str(recipient_id),
+        "origin": None,
+        "deliveries": 0,
+        "posts": 0,
+        "acknowledged": 0,
+        "first_sent_at": None,
+        "last_sent_at": None,
+        "first_acknowledged_at": None,
+        "last_acknowledged_at": None,
+    }
+
+
+def _rounds_about(user: str, decoded: Sequence[Any]) -> dict[UUID, list[tuple[Any, Any | None]]]:
+    """Per event destination, its rounds that were to publish about the user: each
+    round's `Started` with its `Finished` (None: never finished, outcome unknown)."""
+    started: dict[UUID, Any] = {}
+    finished: dict[UUID, Any] = {}
+    for e in decoded:
+        if isinstance(e, PublishRound.Started) and user in e.users:
+            started[e.originator_id] = e
+        elif isinstance(e, PublishRound.Finished):
+            finished[e.originator_id] = e
+    by_destination: dict[UUID, list[tuple[Any, Any | None]]] = {}
+    for round_id, start in started.items():
+        by_destination.setdefault(start.destination_id, []).append((start, finished.get(round_id)))
+    return by_destination
+
+
+def _round_entry(
+    destination_id: UUID, user: str, rounds: Sequence[tuple[Any, Any | None]]
+) -> dict[str, Any]:
+    """A recipient entry of an event destination from its rounds about the user: the
+    messages the rounds were to publish (deliveries), those of finished rounds
+    (publishes, `posts`), those the broker acknowledged, the first and last of each; a
+    round never finished counts its messages as outcome unknown (possibly sent)."""
+    entry = _new_recipient(destination_id)
+    entry.update(outcome_unknown=0, first_possibly_sent_at=None)
+    for start, end in sorted(rounds, key=lambda r: r[0].timestamp):
+        planned = start.users[user]
+        entry["deliveries"] += planned
+        if end is None:
+            at = instant(start.timestamp)
+            entry["outcome_unknown"] += planned
+            first = entry["first_possibly_sent_at"]
+            entry["first_possibly_sent_at"] = at if first is None else min(first, at)
+            continue
+        at = instant(end.timestamp)
+        entry["posts"] += planned
+        entry["first_sent_at"] = entry["first_sent_at"] or at
+        entry["last_sent_at"] = at
+        acknowledged = end.users.get(user, 0)
+        if acknowledged:
+            entry["acknowledged"] += acknowledged
+            entry["first_acknowledged_at"] = entry["first_acknowledged_at"] or at
+            entry["last_acknowledged_at"] = at
+    return entry
 
 
 def _first_sent(entry: dict[str, Any]) -> tuple[bool, str]:

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -54,7 +53,7 @@ from healthledger.domain.context import (
 )
 from healthledger.domain.ledger import Clock, Ledger
 from healthledger.domain.users.user import User
-from healthledger.domain.webhooks.announcements import USER_ERASED, announcements
+from healthledger.domain.webhooks.announcements import USER_ERASED, Announcement, announcements
 from healthledger.domain.webhooks.deliveries import (
     DELIVERY_TIMEOUT,
     FAILING_TOO_LONG,
@@ -64,7 +63,7 @@ from healthledger.domain.webhooks.deliveries import (
 )
 from healthledger.domain.webhooks.endpoints import ENDPOINT_GONE
 from healthledger.domain.webhooks.endpoints import FAILING_TOO_LONG as DISABLED_FAILING
-from healthledger.domain.webhooks.event_destinations import EventDestination, Route, route_for
+from healthledger.domain.webhooks.event_destinations import EventDestination
 from healthledger.domain.webhooks.event_types import subscribed
 from healthledger.domain.webhooks.management import WebhookEndpoints
 from sqlalchemy import select
@@ -94,13 +93,28 @@ MAX_CLAIM = 500
 # Tries to record one attempt against other writers of the same delivery (a redelivery,
 # a sender whose lease ran out) before it is logged as lost.
 RECORD_TRIES = 5
-# The event destinations' deliveries the outbox of this process recorded lately, kept as
-# saved for the publisher's start (`Dispatcher.start`), at most this many.
-KEPT_FOR_PUBLISHER = 5_000
 
 
-# A team environment's event destinations with their routing tables (issue 35).
-RoutedDestinations = Callable[[UUID, str], list[tuple[UUID, list[Route]]]]
+@dataclass(frozen=True)
+class Announced:
+    """A public event announced by the event at `position` in the log."""
+
+    position: int
+    event: Any
+    found: Announcement
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A stretch of the log after a position, up to `upto` (`read` announcing events in
+    it): the public events it announces, their users, and the users' keyed digests
+    (what message ids are derived with; none for a user whose key is gone)."""
+
+    upto: int
+    read: int
+    messages: list[Announced]
+    people: set[UUID]
+    digests: dict[UUID, UsersDigest]
 
 
 @dataclass(frozen=True)
@@ -127,7 +141,6 @@ class Dispatcher:
         senders: int = 16,
         lease: timedelta = DEFAULT_LEASE,
         leases: DeliveryLeases | None = None,
-        routed_destinations: RoutedDestinations | None = None,
     ) -> None:
         if lease < LEASE_TIMEOUTS * timeout:
             raise ValueError(f"a delivery's lease must be at least {LEASE_TIMEOUTS} POST timeouts")
@@ -142,10 +155,6 @@ class Dispatcher:
         self.timeout = timeout
         self.lease = lease
         self.leases = leases or DeliveryLeases(recorder.db)
-        # A team environment's event destinations and their routing tables (issue 35):
-        # the outbox records their deliveries beside the endpoints'; the brokers'
-        # publisher (`adapters/brokers/publisher.py`) sends them.
-        self.routed_destinations = routed_destinations
         # This sender's name on its leases (and in its records' request ids): the process
         # and this dispatcher, so that an operator can tell whose claim a lease is.
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -164,12 +173,6 @@ class Dispatcher:
             ),
         )
         self._environments: dict[UUID, str] = {}
-        # The event destinations' deliveries this outbox recorded, as saved (oldest
-        # first): the publisher's start records on them instead of reading and decoding
-        # them again (`start`). One another writer changed since fails that save, which
-        # then goes one by one on fresh copies (`record`).
-        self._recorded: dict[UUID, WebhookDelivery] = {}
-        self._recorded_lock = threading.Lock()
         # How long a POST has taken lately (seconds, a moving average of the rounds'
         # posts; None before the first): what bounds a round's claim (`round_size`).
         self.post_seconds: float | None = None
@@ -185,60 +188,23 @@ class Dispatcher:
     def follow(self, limit: int = 500) -> int:
         """Record the deliveries of the next notifications; how many were read."""
         position = self.recorder.max_tracking_id(TRACKING_NAME) or 0
-        last = self.recorder.max_notification_id() or 0
-        if last <= position:
+        stretch = self.announced_after(position, limit)
+        if stretch is None:
             return 0
-        notifications = self.recorder.select_notifications(
-            position, limit, stop=last, topics=ANNOUNCING_TOPICS, inclusive_of_start=False
-        )
-        # Every id up to `last` that is not returned is an event that announces nothing
-        # (ids are committed in order on both databases), so the position can pass it.
-        upto = notifications[-1].id if len(notifications) == limit else last
         ctx = CommandContext.system(SCHEDULER)
         now = self.clock()
         deliveries: list[WebhookDelivery] = []
-        # The event destinations among the round's recipients.
-        destinations: set[UUID] = set()
-        # A team environment's endpoints and destinations, each with whether it receives
-        # an event type, read once per round (a round is one transaction).
-        endpoints: dict[tuple[UUID, str, bool], list[tuple[UUID, Callable[[str], bool]]]] = {}
-        events = [attributed(self.ledger.mapper.to_domain_event(n)) for n in notifications]
-        # The round's streams, and its users' environments and keys, read at once (a few
-        # queries a round instead of some per event: issue 35's publishing rate). Each
-        # stream as its first event made it: what an announcement reads of it (whose it
-        # is, its team, its resource) never changes after, and one event is decoded per
-        # stream instead of its whole history.
-        streams = self.ledger.founded_many(list(dict.fromkeys(e.originator_id for e in events)))
-        announced = [
-            (notification, event, found)
-            for notification, event in zip(notifications, events, strict=True)
-            for found in announcements(
-                event,
-                streams.get(event.originator_id),
-                self.rules_at(event.timestamp),
-                self.payloads.is_critical,
-            )
-        ]
-        people = {found.user_id for *_, found in announced if found.user_id is not None}
-        self._remember_environments(people)
-        # The users' keyed digests the message ids are derived with, once per user a round.
-        digests = self._users_digests(people)
-        for notification, event, found in announced:
-            if found.user_id is None:
-                # A team-level type: to the team environment's endpoints only (never
-                # its event destinations), its message id keyed with no user's key.
-                environment = found.environment
-            else:
-                environment = self.environment_of(found.user_id)
-                if environment is None and found.event_type == USER_ERASED:
-                    # The one message about an erased user: it carries nothing
-                    # personal, and it tells a receiver's mirror to forget the user.
-                    environment = self.environment_at_creation(found.user_id)
+        # A team environment's endpoints, each with whether it receives an event type,
+        # read once per round (a round is one transaction).
+        endpoints: dict[tuple[UUID, str], list[tuple[UUID, Callable[[str], bool]]]] = {}
+        for message in stretch.messages:
+            found = message.found
+            environment = self.environment_for(found)
             if environment is None:
                 continue
-            key = (found.team_id, environment, found.user_id is None)
+            key = (found.team_id, environment)
             if key not in endpoints:
-                endpoints[key] = self.recipients(*key, destinations=destinations)
+                endpoints[key] = self.recipients(*key)
             for endpoint_id, receives in endpoints[key]:
                 if not receives(found.event_type):
                     continue
@@ -250,57 +216,81 @@ class Dispatcher:
                         team_id=found.team_id,
                         user_id=found.user_id,
                         event_type=found.event_type,
-                        source_id=event.originator_id,
-                        source_version=event.originator_version,
-                        source_timestamp=event.timestamp,
+                        source_id=message.event.originator_id,
+                        source_version=message.event.originator_version,
+                        source_timestamp=message.event.timestamp,
                         day=found.day,
-                        log_position=notification.id,
+                        log_position=message.position,
                         users_digest=(
-                            None if found.user_id is None else digests.get(found.user_id)
+                            None if found.user_id is None else stretch.digests.get(found.user_id)
                         ),
                     )
                 )
         try:
             # Each delivery's type sealed with its user's key, the round's keys read once.
-            with keys_preloaded(self.ledger.mapper, people):
-                self.ledger.save(*deliveries, tracking=Tracking(TRACKING_NAME, upto))
+            with keys_preloaded(self.ledger.mapper, stretch.people):
+                self.ledger.save(*deliveries, tracking=Tracking(TRACKING_NAME, stretch.upto))
         except IntegrityError:
             return 0  # another dispatcher recorded this stretch of the log first
-        self._keep_recorded(d for d in deliveries if d.endpoint_id in destinations)
-        return len(notifications) or 1
+        return stretch.read or 1
 
-    def _keep_recorded(self, deliveries: Iterable[WebhookDelivery]) -> None:
-        kept = self._recorded
-        with self._recorded_lock:
-            for delivery in deliveries:
-                kept[delivery.id] = delivery
-            while len(kept) > KEPT_FOR_PUBLISHER:
-                del kept[next(iter(kept))]
+    def announced_after(self, position: int, limit: int = 500) -> Stretch | None:
+        """The public events announced by the next `limit` announcing notifications after
+        `position` (None: the log ends there): what the outbox records deliveries of, and
+        what an event destination's publisher publishes (ADR 0055)."""
+        last = self.recorder.max_notification_id() or 0
+        if last <= position:
+            return None
+        notifications = self.recorder.select_notifications(
+            position, limit, stop=last, topics=ANNOUNCING_TOPICS, inclusive_of_start=False
+        )
+        # Every id up to `last` that is not returned is an event that announces nothing
+        # (ids are committed in order on both databases), so the position can pass it.
+        upto = notifications[-1].id if len(notifications) == limit else last
+        events = [attributed(self.ledger.mapper.to_domain_event(n)) for n in notifications]
+        # The stretch's streams, and its users' environments and keys, read at once (a
+        # few queries a round instead of some per event: issue 35's publishing rate).
+        # Each stream as its first event made it: what an announcement reads of it (whose
+        # it is, its team, its resource) never changes after, and one event is decoded
+        # per stream instead of its whole history.
+        streams = self.ledger.founded_many(list(dict.fromkeys(e.originator_id for e in events)))
+        messages = [
+            Announced(notification.id, event, found)
+            for notification, event in zip(notifications, events, strict=True)
+            for found in announcements(
+                event,
+                streams.get(event.originator_id),
+                self.rules_at(event.timestamp),
+                self.payloads.is_critical,
+            )
+        ]
+        people = {m.found.user_id for m in messages if m.found.user_id is not None}
+        self._remember_environments(people)
+        # The users' keyed digests the message ids are derived with, once per user.
+        digests = self._users_digests(people)
+        return Stretch(upto, len(notifications), messages, people, digests)
+
+    def environment_for(self, found: Announcement) -> str | None:
+        """The team environment an announced event goes to: a team-level type's own, a
+        user's environment; None for a user erased, but for `user.erased` itself (it
+        carries nothing personal, and it tells a receiver's mirror to forget the user)."""
+        if found.user_id is None:
+            return found.environment
+        environment = self.environment_of(found.user_id)
+        if environment is None and found.event_type == USER_ERASED:
+            environment = self.environment_at_creation(found.user_id)
+        return environment
 
     def recipients(
-        self,
-        team_id: UUID,
-        environment: str,
-        endpoints_only: bool = False,
-        *,
-        destinations: set[UUID] | None = None,
+        self, team_id: UUID, environment: str
     ) -> list[tuple[UUID, Callable[[str], bool]]]:
-        """The team environment's enabled endpoints and live event destinations, each
-        with whether it receives an event type (its filters; a destination's routes).
-        `endpoints_only`: for a team-level type, which no destination is sent.
-        `destinations`, if given, gets the destinations' ids."""
-        found: list[tuple[UUID, Callable[[str], bool]]] = [
+        """The team environment's enabled endpoints, each with whether it receives an
+        event type (its filters). Event destinations follow the log themselves (ADR
+        0055)."""
+        return [
             (endpoint_id, partial(subscribed, filter_types))
             for endpoint_id, filter_types in self.queries.enabled_endpoints(team_id, environment)
         ]
-        if self.routed_destinations is not None and not endpoints_only:
-            routed = self.routed_destinations(team_id, environment)
-            found.extend(
-                (destination_id, partial(_routed, routes)) for destination_id, routes in routed
-            )
-            if destinations is not None:
-                destinations.update(destination_id for destination_id, _routes in routed)
-        return found
 
     def _users_digests(self, user_ids: Collection[UUID]) -> dict[UUID, UsersDigest]:
         """The users' keyed digests a message id is derived with (ADR 0028), their keys
@@ -580,62 +570,37 @@ class Dispatcher:
         wait = retry_after(response.headers.get("retry-after"), self.clock())
         return PostResult(code, latency, f"http_{code}", wait)
 
-    def start(
-        self,
-        ctx: CommandContext,
-        rows: Sequence[Any],
-        saved: dict[UUID, WebhookDelivery] | None = None,
-    ) -> dict[UUID, int]:
+    def start(self, ctx: CommandContext, rows: Sequence[Any]) -> dict[UUID, int]:
         """Record an attempt started on each of these deliveries that is still pending, in
         one transaction (one by one if it meets another writer); per delivery whose start
-        was recorded, the attempt's number. Only those may be posted. `saved`, if given,
-        gets those deliveries as saved: what `record(..., known=saved)` records the
-        outcomes on without reading them again. An event destination's delivery this
-        process's outbox recorded is started on as the outbox saved it (not read again);
-        one changed since by another writer goes one by one on a fresh copy."""
+        was recorded, the attempt's number. Only those may be posted."""
         if not rows:
             return {}
         now = self.clock()
         numbers: dict[UUID, int] = {}
-        recorded: dict[UUID, WebhookDelivery] = {}
 
         def record(delivery: WebhookDelivery) -> bool:
             if delivery.status != PENDING:
                 return False
             numbers[delivery.id] = delivery.start_attempt(ctx, now)
-            recorded[delivery.id] = delivery  # the last copy recorded on is the one saved
             return True
 
-        kept = self._recorded
-        with self._recorded_lock:
-            known = {r.delivery_id: kept.pop(r.delivery_id) for r in rows if r.delivery_id in kept}
-        started = self.record([(row, record) for row in rows], known)
-        if saved is not None:
-            saved.update((delivery_id, recorded[delivery_id]) for delivery_id in started)
+        started = self.record([(row, record) for row in rows])
         return {delivery_id: numbers[delivery_id] for delivery_id in started}
 
-    def record(
-        self,
-        records: Sequence[tuple[Any, Callable[[WebhookDelivery], bool]]],
-        known: Mapping[UUID, WebhookDelivery] | None = None,
-    ) -> set[UUID]:
+    def record(self, records: Sequence[tuple[Any, Callable[[WebhookDelivery], bool]]]) -> set[UUID]:
         """Record the batch in one transaction. If another writer recorded one of its
         deliveries meanwhile (a sender whose lease ran out, a redelivery, an erasure), each
         is recorded on its own, on a fresh copy, so that no POST made goes unrecorded. The
-        deliveries on which something was recorded. `known`: deliveries as this process
-        last saved them (`start`), recorded on as they are: one changed since by another
-        writer fails the batch's save (a version conflict), which then goes one by one."""
+        deliveries on which something was recorded."""
         batch = []
-        known = known or {}
-        # The batch's other deliveries in two queries (streams and snapshots), not one
-        # each: a round of a broker's publisher records hundreds at once (issue 35).
-        found: dict[UUID, Any] = dict(known)
-        missing = [row.delivery_id for row, _record in records if row.delivery_id not in known]
-        if missing:
-            # Their types opened with their users' keys, read once for the batch.
-            people = {row.user_id for row, _record in records if row.user_id is not None}
-            with keys_preloaded(self.ledger.mapper, people):
-                found.update(self.ledger.find_many(missing))
+        # The batch's deliveries in two queries (streams and snapshots), not one each,
+        # their types opened with their users' keys, read once for the batch.
+        people = {row.user_id for row, _record in records if row.user_id is not None}
+        with keys_preloaded(self.ledger.mapper, people):
+            found: dict[UUID, Any] = dict(
+                self.ledger.find_many([row.delivery_id for row, _record in records])
+            )
         for row, record in records:
             delivery = found.get(row.delivery_id)
             if isinstance(delivery, WebhookDelivery) and record(delivery):
@@ -718,10 +683,6 @@ def drop_recorder(
         return True
 
     return record
-
-
-def _routed(routes: Sequence[Route], event_type: str) -> bool:
-    return route_for(routes, event_type) is not None
 
 
 def _ms(started: float) -> float:

@@ -41,6 +41,9 @@ class BrokerTarget:
     connection: dict[str, Any]
     secret: str | None
     routes: list[Route]
+    # Whose messages it publishes (ADR 0055: the publisher picks them from the log).
+    team_id: UUID
+    environment: str
 
     @property
     def port(self) -> int:
@@ -194,6 +197,8 @@ class EventDestinations:
             dict(found.connection),
             secret,
             [Route(**r) for r in found.routes],
+            found.team_id,
+            found.environment,
         )
 
     def disable(

@@ -5,8 +5,14 @@ What a consumer reads: the webhooks' envelope and body, the keyed message id (AM
 `message_id`, JetStream's `Nats-Msg-Id`), routed by the longest matching prefix, each
 user's messages in the order of the log. Then: the broker killed mid-stream and started
 again, the service restarted mid-stream, two services publishing at once, a secret
-rotation, an erased user's messages dropped, a destination failing for 5 days disabled,
-and the test-send route.
+rotation, an erased user's messages skipped (counted in the rounds, only `user.erased`
+published), a destination failing for 5 days disabled, and the test-send route.
+
+A destination follows the log by a cursor (ADR 0055): no record per message. What the
+broker is to hold comes from a witness instead, a webhook endpoint of the same team
+environment that takes every type: the outbox records it the same messages (ids, types,
+users, log positions, bodies), by other code than the publisher's. How they went out is
+read from the destination's rounds (`PublishRound`) and its cursor's row.
 """
 
 from __future__ import annotations
@@ -36,11 +42,17 @@ from healthledger.adapters.compliance.report_rendering import render_html
 from healthledger.adapters.compliance.report_verification import verify_report
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.http.management_api import create_management_api
-from healthledger.adapters.persistence.engine.schema import webhook_deliveries
+from healthledger.adapters.persistence.engine.schema import (
+    event_destination_cursors,
+    event_destinations,
+    stored_events,
+    webhook_deliveries,
+)
 from healthledger.adapters.persistence.leases.event_destinations import DestinationLeases
 from healthledger.adapters.settings import Settings
+from healthledger.domain.audited import Audited
 from healthledger.domain.context import CommandContext
-from healthledger.domain.webhooks.deliveries import PENDING, SUCCEEDED, WebhookDelivery
+from healthledger.domain.webhooks.deliveries import PENDING, SUCCEEDED
 from healthledger.domain.webhooks.event_destination_management import BrokerTarget
 from healthledger.domain.webhooks.event_destinations import (
     FAILING_TOO_LONG,
@@ -48,6 +60,12 @@ from healthledger.domain.webhooks.event_destinations import (
     RABBITMQ,
     EventDestination,
     Route,
+    route_for,
+)
+from healthledger.domain.webhooks.publish_rounds import (
+    PublishRound,
+    round_id_of,
+    tracking_name_of,
 )
 from sqlalchemy import select
 
@@ -55,7 +73,7 @@ from tests.brokers import NATS_SERVER, RABBITMQ_SERVER, NatsServer, RabbitNode, 
 from tests.clocks import Clock
 from tests.delivery_rows import with_types
 from tests.e2e.webhook_team import endpoint, the_team
-from tests.receivers import http_receiver
+from tests.receivers import Receiver, http_receiver
 from tests.recorded import logged_events
 
 CTX = CommandContext(actor="test:actor", request_id="req-destinations")
@@ -275,42 +293,131 @@ def users(svc: Service, count: int, prefix: str = "u") -> list[UUID]:
     ]
 
 
-def rows(svc: Service, destination_id: UUID) -> list[Any]:
-    d = webhook_deliveries.c
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver that answers 200: the witness endpoint's (`witness`)."""
+    with http_receiver() as found:
+        yield found
+
+
+def witness(svc: Service, receiver: Receiver) -> UUID:
+    """A webhook endpoint of the destinations' team environment that takes every type.
+    The webhooks carry the same messages as the brokers (ids, types, users, bodies), and
+    the outbox records one delivery each, by other code than the publisher's: what the
+    broker is to hold is read from them (`expected`)."""
+    return endpoint(svc, receiver.url("witness"))[0]
+
+
+def created_at(svc: Service, destination_id: UUID) -> int:
+    """The log position of the destination's creation: it publishes what comes after."""
+    e = stored_events.c
     with svc.db.read() as conn:
-        return with_types(
-            svc,
+        return int(
             conn.execute(
-                select(webhook_deliveries)
-                .where(d.endpoint_id == destination_id)
-                .order_by(d.log_position, d.message_id)
-            ).all(),
+                select(e.notification_id).where(
+                    e.originator_id == destination_id, e.originator_version == 1
+                )
+            ).scalar_one()
         )
 
 
-def settle(svc: Service, clock: Clock, rounds: int = 40) -> None:
-    """Dispatch until nothing of the destinations is pending, moving the clock past each
-    retry's delay."""
-    for _ in range(rounds):
+def expected(svc: Service, witness_id: UUID, destination_id: UUID) -> list[Any]:
+    """The messages the destination is to publish, in the order of the log: the witness's
+    deliveries about users (a team-level type never goes to a broker), of a type the
+    destination's routes take, announced after its creation. Each was delivered (the
+    witness answers 200), so none is missing."""
+    d = webhook_deliveries.c
+    with svc.db.read() as conn:
+        found = with_types(
+            svc,
+            conn.execute(
+                select(webhook_deliveries)
+                .where(d.endpoint_id == witness_id)
+                .order_by(d.log_position, d.message_id)
+            ).all(),
+        )
+    start = created_at(svc, destination_id)
+    taken = [
+        r
+        for r in found
+        if r.user_id is not None
+        and r.log_position > start
+        and r.event_type is not None
+        and route_for(ROUTES, r.event_type) is not None
+    ]
+    assert taken, "the witness was told something"
+    assert {r.status for r in taken} == {SUCCEEDED}
+    return taken
+
+
+def position(svc: Service, destination_id: UUID) -> int:
+    """Where the destination's cursor is in the log."""
+    return DestinationLeases(svc.db).position(destination_id, tracking_name_of(destination_id))
+
+
+def cursor_of(svc: Service, destination_id: UUID) -> Any:
+    """The destination's row of `event_destination_cursors`."""
+    found = DestinationLeases(svc.db).cursor(destination_id)
+    assert found is not None
+    return found
+
+
+def rounds(svc: Service, destination_id: UUID) -> list[list[Audited.Event]]:
+    """Each of the destination's publish rounds, in number order: its Started, then its
+    Finished unless the round is open (its process died before recording it)."""
+    return [
+        logged_events(svc.ledger, round_id_of(destination_id, number))
+        for number in range(1, cursor_of(svc, destination_id).rounds + 1)
+    ]
+
+
+def finished(svc: Service, destination_id: UUID) -> list[PublishRound.Finished]:
+    """The rounds' outcomes (of the finished ones)."""
+    return [
+        e
+        for events in rounds(svc, destination_id)
+        for e in events
+        if isinstance(e, PublishRound.Finished)
+    ]
+
+
+def caught_up(svc: Service) -> bool:
+    """Every live destination's cursor is at the log's end with no failure outstanding,
+    and no webhook delivery is pending."""
+    d = webhook_deliveries.c
+    c = event_destination_cursors.c
+    dest = event_destinations.c
+    last = svc.dispatcher.recorder.max_notification_id() or 0
+    with svc.db.read() as conn:
+        if conn.execute(select(d.delivery_id).where(d.status == PENDING)).first() is not None:
+            return False
+        cursors = conn.execute(
+            select(c.destination_id, c.attempts)
+            .join(event_destinations, dest.destination_id == c.destination_id)
+            .where(dest.paused_reason.is_(None), dest.deleted_at.is_(None))
+        ).all()
+    return all(row.attempts == 0 and position(svc, row.destination_id) >= last for row in cursors)
+
+
+def settle(svc: Service, clock: Clock, tries: int = 40) -> None:
+    """Dispatch until every destination's cursor has caught up with the log and no
+    webhook delivery is pending, moving the clock past each retry's delay."""
+    for _ in range(tries):
         svc.jobs.dispatch_webhooks()
-        d = webhook_deliveries.c
-        with svc.db.read() as conn:
-            pending = conn.execute(select(d.delivery_id).where(d.status == PENDING)).first()
-        if pending is None:
+        if caught_up(svc):
             return
         clock.advance(timedelta(hours=11))
-    raise AssertionError("deliveries still pending")
+    raise AssertionError("destinations or deliveries still behind")
 
 
 def check_stream(
-    svc: Service, destination_id: UUID, received: Sequence[tuple[str, str, str, dict[str, Any]]]
+    svc: Service, expected: Sequence[Any], received: Sequence[tuple[str, str, str, dict[str, Any]]]
 ) -> None:
-    """Every delivery reached the broker (copies only of the same message id, as at least
-    once allows), routed by the longest prefix, with the webhook's body, and each user's
-    messages on one routing key in the order of the log."""
-    expected = rows(svc, destination_id)
-    assert {r.status for r in expected} == {SUCCEEDED}
+    """Every expected message reached the broker (copies only of the same message id, as
+    at least once allows), routed by the longest prefix, with the webhook's body, and each
+    user's messages on one routing key in the order of the log."""
     by_id = {r.message_id: r for r in expected}
+    assert len(by_id) == len(expected)
     assert {m[1] for m in received} == set(by_id)
     routes = list(ROUTES)
     per_key_user: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -339,9 +446,10 @@ def check_stream(
 
 
 def test_a_consumer_reads_the_webhook_messages_routed_by_the_longest_prefix(
-    svc: Service, clock: Clock, broker: Consumer
+    svc: Service, clock: Clock, broker: Consumer, receiver: Receiver
 ) -> None:
     destination_id = destination(svc, broker)
+    witness_id = witness(svc, receiver)
     people = users(svc, 3)
     for person in people:
         churn(svc, person, 3)
@@ -349,19 +457,33 @@ def test_a_consumer_reads_the_webhook_messages_routed_by_the_longest_prefix(
     received = broker.read()
     assert len(received) == 3 * 6
     assert {m[0] for m in received} == {"hl.users", "hl.undone"}
-    check_stream(svc, destination_id, received)
+    check_stream(svc, expected(svc, witness_id, destination_id), received)
     # The message ids are the webhooks' keyed ids (msg_ + 32 hex), one per event.
     assert all(m[1].startswith("msg_") and len(m[1]) == 36 for m in received)
-    # A JetStream duplicate or an AMQP copy carries the same id: published again, the
-    # stream keeps one (JetStream's window) or the consumer drops it by id.
+    # The rounds say so: every message published once, each user's six, none failed.
+    outcomes = finished(svc, destination_id)
+    assert sum(f.published for f in outcomes) == 3 * 6
+    assert {f.error for f in outcomes} == {None}
+    per_user: dict[str, int] = defaultdict(int)
+    for outcome in outcomes:
+        for user_id, count in outcome.users.items():
+            per_user[user_id] += count
+    assert per_user == {str(person): 6 for person in people}
+    # Caught up: nothing more to publish (the cursor is at the log's end).
     assert svc.jobs.dispatch_webhooks() == 0
+    assert len(finished(svc, destination_id)) == len(outcomes)
 
 
 def test_the_broker_killed_mid_stream_and_started_again_loses_and_reorders_nothing(
-    svc: Service, clock: Clock, broker: Consumer, request: pytest.FixtureRequest
+    svc: Service,
+    clock: Clock,
+    broker: Consumer,
+    receiver: Receiver,
+    request: pytest.FixtureRequest,
 ) -> None:
     process = request.getfixturevalue("rabbit" if broker.kind == RABBITMQ else "nats_server")
     destination_id = destination(svc, broker)
+    witness_id = witness(svc, receiver)
     people = users(svc, 10)
     for person in people:
         churn(svc, person, 10)
@@ -375,15 +497,26 @@ def test_the_broker_killed_mid_stream_and_started_again_loses_and_reorders_nothi
     for person in people:  # more while the broker is down
         churn(svc, person, 2)
     svc.jobs.dispatch_webhooks()
-    queued = rows(svc, destination_id)
-    waiting = [r for r in queued if r.status == PENDING]
-    assert 20 <= len(queued) - len(waiting) < 200, "killed mid-stream"
-    assert waiting, "the broker was down: messages wait"
+    queued = expected(svc, witness_id, destination_id)
+    assert len(queued) == 10 * 24
+    published = sum(f.published for f in finished(svc, destination_id))
+    assert 20 <= published < len(queued), "killed mid-stream"
+    # The broker was down: the cursor waits before the first message not acknowledged,
+    # failing since the kill, its retry on the schedule.
+    assert position(svc, destination_id) < queued[-1].log_position
+    failing = cursor_of(svc, destination_id)
+    assert failing.attempts >= 1 and failing.failing_since is not None
+    assert failing.last_error is not None
     process.start()
     settle(svc, clock)
     received = broker.read()
-    check_stream(svc, destination_id, received)
+    check_stream(svc, queued, received)
     assert len({m[1] for m in received}) == 10 * 24
+    if broker.kind == NATS:
+        assert len(received) == 10 * 24  # once per id: nothing acknowledged went again
+    # Each message acknowledged once, over the rounds.
+    assert sum(f.published for f in finished(svc, destination_id)) == 10 * 24
+    assert cursor_of(svc, destination_id).failing_since is None
 
 
 class KilledAfter:
@@ -441,12 +574,14 @@ class DiesAfter:
 
 
 def test_the_service_restarted_mid_stream_publishes_the_rest_under_the_same_ids(
-    dest_settings: Settings, clock: Clock, broker: Consumer
+    dest_settings: Settings, clock: Clock, broker: Consumer, receiver: Receiver
 ) -> None:
     first = build_service(dest_settings, clock=clock)
     first.bootstrap()
     destination_id = destination(first, broker)
-    for person in users(first, 3):
+    witness_id = witness(first, receiver)
+    people = users(first, 3)
+    for person in people:
         churn(first, person, 4)
     dying = DiesAfter(7)
     first.dispatcher.follow()
@@ -454,7 +589,6 @@ def test_the_service_restarted_mid_stream_publishes_the_rest_under_the_same_ids(
         first.dispatcher,
         first.event_destinations,
         DestinationLeases(first.db),
-        first.webhook_queries,
         clock,
         timeout=timedelta(seconds=5),
         lease=timedelta(seconds=40),
@@ -469,28 +603,41 @@ def test_the_service_restarted_mid_stream_publishes_the_rest_under_the_same_ids(
     try:
         settle(second, clock)
         received = broker.read()
-        check_stream(second, destination_id, received)
+        check_stream(second, expected(second, witness_id, destination_id), received)
         ids = [m[1] for m in received]
         assert len(set(ids)) == 3 * 8
         if broker.kind == NATS:
             assert len(ids) == 3 * 8  # JetStream dropped the 7 published again
         else:
             assert len(ids) == 3 * 8 + 7  # AMQP delivers them twice, same ids
-        # The dead round had recorded its 24 attempts as started (possibly sent): each
-        # counts, and the new process's publish is the second.
-        assert {r.attempts for r in rows(second, destination_id)} == {2}
+        # The dead process's round stays started, its outcome unknown (possibly
+        # published: 7 were); the new process's round publishes the same stretch again.
+        dead, *later = rounds(second, destination_id)
+        (started,) = dead
+        assert isinstance(started, PublishRound.Started)
+        assert started.users == {str(person): 8 for person in people}
+        assert later, "published again by a round of the new process"
+        again = later[0][0]
+        assert isinstance(again, PublishRound.Started)
+        assert again.after == started.after and again.upto >= started.upto
+        assert again.users == started.users
+        outcomes = finished(second, destination_id)
+        assert len(outcomes) == len(later)
+        assert sum(f.published for f in outcomes) == 3 * 8
+        assert {f.error for f in outcomes} == {None}
     finally:
         second.close()
 
 
 def test_two_services_publish_each_message_once(
-    dest_settings: Settings, clock: Clock, broker: Consumer
+    dest_settings: Settings, clock: Clock, broker: Consumer, receiver: Receiver
 ) -> None:
     one = build_service(dest_settings, clock=clock)
     one.bootstrap()
     two = build_service(dest_settings, clock=clock)
     try:
         destination_id = destination(one, broker)
+        witness_id = witness(one, receiver)
         people = users(one, 6)
         for person in people:
             churn(one, person, 5)
@@ -511,10 +658,14 @@ def test_two_services_publish_each_message_once(
         assert errors == []
         settle(one, clock)
         received = broker.read()
-        check_stream(one, destination_id, received)
+        check_stream(one, expected(one, witness_id, destination_id), received)
         assert len(received) == len({m[1] for m in received}) == 6 * 10
-        for row in rows(one, destination_id):
-            assert row.attempts == 1, row
+        # One publisher at a time: every round finished, and each message was published
+        # by one round only.
+        assert all(len(events) == 2 for events in rounds(one, destination_id))
+        outcomes = finished(one, destination_id)
+        assert sum(f.published for f in outcomes) == 6 * 10
+        assert {f.error for f in outcomes} == {None}
     finally:
         one.close()
         two.close()
@@ -523,6 +674,9 @@ def test_two_services_publish_each_message_once(
 def test_an_erased_users_queued_messages_are_dropped(
     svc: Service, clock: Clock, broker: Consumer
 ) -> None:
+    """Paused, the destination publishes nothing while the user is erased; resumed, its
+    cursor meets the user's messages with no body to build: skipped and counted in the
+    rounds, and only `user.erased` (nothing personal) reaches the broker."""
     destination_id = destination(svc, broker)
     team = the_team(svc)
     kept, erased = users(svc, 2)
@@ -531,7 +685,10 @@ def test_an_erased_users_queued_messages_are_dropped(
     churn(svc, erased, 2)
     svc.users.delete_user(CTX, team, erased)
     clock.advance(timedelta(days=8))
-    svc.jobs.dispatch_webhooks()  # recorded, held while paused
+    svc.jobs.dispatch_webhooks()  # held while paused: the cursor waits
+    assert broker.count() == 0
+    assert rounds(svc, destination_id) == []
+    assert position(svc, destination_id) == created_at(svc, destination_id)
     assert svc.users.erase_user(CTX, erased)
     svc.event_destinations.set_paused(CTX, team, "sandbox", destination_id, False)
     settle(svc, clock)
@@ -542,10 +699,11 @@ def test_an_erased_users_queued_messages_are_dropped(
         "user.deleted",
         "user.deletion_undone",
     ]
-    dropped = [
-        r for r in rows(svc, destination_id) if r.user_id == erased and r.status != SUCCEEDED
-    ]
-    assert len(dropped) == 5 and {r.status for r in dropped} == {"dropped"}
+    # The erased user's 2 x (deleted, restored) and deleted: skipped, counted.
+    outcomes = finished(svc, destination_id)
+    assert sum(f.skipped_erased for f in outcomes) == 5
+    assert sum(f.published for f in outcomes) == 3
+    assert {f.error for f in outcomes} == {None}
 
 
 def test_a_destination_failing_for_5_days_is_disabled_and_keeps_its_messages(
@@ -613,15 +771,25 @@ def test_a_destination_failing_for_5_days_is_disabled_and_keeps_its_messages(
         ).all()
     assert len(team_level) == 2 and {r.status for r in team_level} == {SUCCEEDED}
     assert every in {r.endpoint_id for r in team_level}
-    assert {r.status for r in rows(svc, destination_id)} == {PENDING}  # kept, not failed
+    # Its messages kept, not given up: the cursor has not moved since the creation, each
+    # round failed with nothing published, and its row says since when.
+    assert position(svc, destination_id) == created_at(svc, destination_id)
+    outcomes = finished(svc, destination_id)
+    assert len(outcomes) >= 2
+    assert {(f.published, f.error) for f in outcomes} == {(0, "connection_error")}
+    failing = cursor_of(svc, destination_id)
+    assert failing.failing_since == event.failing_since
+    assert failing.attempts == len(outcomes)
     # Pointed at the broker again and resumed: everything goes out, in order.
     svc.event_destinations.update(
         CTX, the_team(svc), "sandbox", destination_id, {"connection": connection_of(broker)}
     )
     svc.event_destinations.set_paused(CTX, the_team(svc), "sandbox", destination_id, False)
-    # Due at once on the resume, not at their next retry (up to 10 h away).
+    # Due at once on the resume, not at their next retry (up to 10 h away). The "every"
+    # endpoint was told the same messages.
     svc.jobs.dispatch_webhooks()
-    check_stream(svc, destination_id, broker.read())
+    check_stream(svc, expected(svc, every, destination_id), broker.read())
+    assert cursor_of(svc, destination_id).failing_since is None
 
 
 NATS_USERS = """
@@ -640,6 +808,7 @@ def test_a_secret_rotated_while_messages_flow_loses_and_reorders_nothing(
     svc: Service,
     clock: Clock,
     broker: Consumer,
+    receiver: Receiver,
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -677,6 +846,7 @@ def test_a_secret_rotated_while_messages_flow_loses_and_reorders_nothing(
     destination_id = destination(
         svc, consumer, connection=connection_of(consumer, username=user), secret="old-secret"
     )
+    witness_id = witness(svc, receiver)
     team = the_team(svc)
     people = users(svc, 4, "rot")
     for person in people:
@@ -697,17 +867,16 @@ def test_a_secret_rotated_while_messages_flow_loses_and_reorders_nothing(
     for person in people:
         churn(svc, person, 1)
     settle(svc, clock)
-    check_stream(svc, destination_id, consumer.read())
-    attempts = [
-        e
-        for row in rows(svc, destination_id)
-        for e in svc.ledger.events.get(row.delivery_id)
-        if isinstance(e, WebhookDelivery.AttemptMade)
-    ]
-    refused = [e for e in attempts if e.error is not None]
-    assert "authentication_failed" in {e.error for e in refused}
-    assert all(e.timestamp < rotated_at for e in refused)
-    assert len([e for e in attempts if e.timestamp >= rotated_at]) == 16  # each once
+    received = consumer.read()
+    check_stream(svc, expected(svc, witness_id, destination_id), received)
+    assert len(received) == len({m[1] for m in received}) == 4 * 8
+    outcomes = finished(svc, destination_id)
+    refused = [f for f in outcomes if f.error is not None]
+    assert "authentication_failed" in {f.error for f in refused}
+    assert all(f.timestamp < rotated_at and f.published == 0 for f in refused)
+    # Once rotated: the 8 refused and the 8 after, each published once.
+    assert sum(f.published for f in outcomes if f.timestamp >= rotated_at) == 16
+    assert sum(f.published for f in outcomes) == 4 * 8
 
 
 def test_test_send_publishes_one_message_and_says_why_not(
@@ -755,21 +924,28 @@ def test_the_audit_and_the_deletion_report_list_the_destination_as_a_recipient(
 ) -> None:
     destination_id = destination(svc, broker)
     team = the_team(svc)
-    person = users(svc, 1)[0]
+    person, other = users(svc, 2)
     churn(svc, person, 2)
+    churn(svc, other, 1)
     settle(svc, clock)
     svc.users.delete_user(CTX, team, person)
     clock.advance(timedelta(days=8))
     assert svc.users.erase_user(CTX, person)
     settle(svc, clock)
-    entries = [e for e in history(svc, person) if e.event == "WebhookDelivery.Created"]
-    assert len(entries) == 6  # 2 x (deleted, undone), deleted, erased
+    # The user's audit lists the destination's rounds that published about the user
+    # (ADR 0055), each with the user's own count only (never another user's id).
+    entries = [e for e in history(svc, person) if e.event.startswith("PublishRound.")]
+    started = [e for e in entries if e.event == "PublishRound.Started"]
+    finished = [e for e in entries if e.event == "PublishRound.Finished"]
+    assert started and len(finished) == len(started)
     for entry in entries:
-        assert entry.changes["endpoint_id"] == destination_id
-        assert (entry.changes["recipient"], entry.changes["recipient_kind"]) == (
-            "event_destination",
-            broker.kind,
-        )
+        assert entry.changes["destination_id"] == destination_id
+        assert set(entry.changes["users"]) <= {str(person)}
+    # 2 x (deleted, undone), then erased: the deletion's message found the user erased
+    # when its round came (nothing to build it from), skipped and never published.
+    assert sum(e.changes["users"][str(person)] for e in started) == 5
+    assert sum(e.changes["users"].get(str(person), 0) for e in finished) == 5
+    assert sum(e.changes["skipped_erased"] for e in finished) >= 1
     report = deletion_report(svc, person, CTX)
     assert verify_report(report) == []
     recipients = report["recipients"]
@@ -778,10 +954,11 @@ def test_the_audit_and_the_deletion_report_list_the_destination_as_a_recipient(
     assert listed["destination_id"] == str(destination_id)
     assert listed["kind"] == broker.kind
     assert listed["broker"] == f"{broker.kind}://127.0.0.1:{broker.port}"
-    # Every publish acknowledged (user.erased's, recorded after the report's horizon of the
-    # user's own events, may not be among them).
-    assert listed["deliveries"] == 6
-    assert 5 <= listed["publishes"] == listed["acknowledged"] <= 6
+    # Every publish acknowledged (user.erased's, published after the report's horizon of
+    # the user's own events, may not be among them).
+    assert 4 <= listed["deliveries"] <= 5
+    assert listed["publishes"] == listed["acknowledged"] == listed["deliveries"]
+    assert listed["outcome_unknown"] == 0
     assert listed["received"] is True
     html = render_html(report)
     assert str(destination_id) in html and "Event destination" in html
@@ -806,12 +983,13 @@ service.close()
 
 
 def test_two_service_processes_publish_each_message_once(
-    dest_settings: Settings, clock: Clock, broker: Consumer
+    dest_settings: Settings, clock: Clock, broker: Consumer, receiver: Receiver
 ) -> None:
     svc = build_service(dest_settings, clock=clock)
     svc.bootstrap()
     try:
         destination_id = destination(svc, broker)
+        witness_id = witness(svc, receiver)
         for person in users(svc, 5, "proc"):
             churn(svc, person, 6)
         processes = [
@@ -829,10 +1007,15 @@ def test_two_service_processes_publish_each_message_once(
         ]
         for process in processes:
             assert process.wait(timeout=120) == 0
+        assert caught_up(svc), "the processes published everything"
         received = broker.read()
-        check_stream(svc, destination_id, received)
+        check_stream(svc, expected(svc, witness_id, destination_id), received)
         assert len(received) == len({m[1] for m in received}) == 5 * 12
-        for row in rows(svc, destination_id):
-            assert row.attempts == 1, row
+        # One process at a time per destination: every round finished, each message
+        # published by one round only.
+        assert all(len(events) == 2 for events in rounds(svc, destination_id))
+        outcomes = finished(svc, destination_id)
+        assert sum(f.published for f in outcomes) == 5 * 12
+        assert {f.error for f in outcomes} == {None}
     finally:
         svc.close()

@@ -1,9 +1,8 @@
-"""A round's records on its deliveries without reading them again (issue 35's publishing
-rate): the outcomes are recorded on the copies the round's `start` saved, and a copy
-another writer changed meanwhile loses its batch's save to the conflict and is recorded
-one by one on a fresh copy; the facts a round seals and opens use its users' keys read
-once (`StoredKeys.preloaded`), and a user without a key (erased) still gets none. On
-both databases."""
+"""A round's records on its deliveries in one batch: the batch's deliveries are read at
+once, and when another writer changed one of them meanwhile the batch's save loses to
+the conflict and each is recorded one by one on a fresh copy, nothing lost; the facts a
+round seals and opens use its users' keys read once (`StoredKeys.preloaded`), and a user
+without a key (erased) still gets none. On both databases."""
 
 from __future__ import annotations
 
@@ -56,27 +55,32 @@ def rows(service: Service) -> Sequence[Any]:
         ).all()
 
 
-def test_outcomes_are_recorded_on_the_started_copies_and_a_changed_one_on_a_fresh_copy(
-    service: Service, team: Team, receiver: Receiver
+def test_a_batch_that_meets_another_writer_is_recorded_one_by_one_on_fresh_copies(
+    service: Service, team: Team, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queued(service, team, receiver, users=3)
     found = rows(service)
     assert len(found) == 6
-    saved: dict[UUID, WebhookDelivery] = {}
-    attempts = service.dispatcher.start(CTX, found, saved)
-    assert set(saved) == set(attempts) == {row.delivery_id for row in found}
-    assert {delivery.attempts for delivery in saved.values()} == {1}
-    # Another writer records on one of them meanwhile (a late outcome of a sender whose
-    # lease ran out): the round's copy of it is stale now.
+    attempts = service.dispatcher.start(CTX, found)
+    assert set(attempts) == {row.delivery_id for row in found}
+    # Another writer records on one of them between the batch's read and its save (a
+    # late outcome of a sender whose lease ran out): the batch's copy of it is stale.
     late = found[0]
     now = service.clock()
-    assert service.dispatcher.record(
-        [(late, attempt_recorder(CTX, now, PostResult(500, 1.0, "http_500")))]
-    ) == {late.delivery_id}
+    real_find_many = service.ledger.find_many
+
+    def read_then_overtaken(ids: Sequence[UUID]) -> Any:
+        copies = real_find_many(ids)
+        monkeypatch.setattr(service.ledger, "find_many", real_find_many)
+        assert service.dispatcher.record(
+            [(late, attempt_recorder(CTX, now, PostResult(500, 1.0, "http_500")))]
+        ) == {late.delivery_id}
+        return copies
+
+    monkeypatch.setattr(service.ledger, "find_many", read_then_overtaken)
     succeeded = PostResult(None, 1.0, None)
     recorded = service.dispatcher.record(
-        [(row, attempt_recorder(CTX, now, succeeded, attempts[row.delivery_id])) for row in found],
-        saved,
+        [(row, attempt_recorder(CTX, now, succeeded, attempts[row.delivery_id])) for row in found]
     )
     # None lost: the stale copy's batch went one by one, the late outcome kept.
     assert recorded == {row.delivery_id for row in found}

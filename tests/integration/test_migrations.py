@@ -163,7 +163,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
     state = schema_state(db.url)
     assert state.current is None and state.before_migrations and not state.up_to_date
     done = upgrade(db.url)
-    assert (done.before, done.stamped, done.after) == (None, "0001", "0050")
+    assert (done.before, done.stamped, done.after) == (None, "0001", "0051")
     assert [r.revision for r in done.applied] == [
         "0002",
         "0003",
@@ -211,6 +211,7 @@ def test_a_database_written_before_migrations_is_stamped_and_keeps_every_event_k
         "0048",
         "0049",
         "0050",
+        "0051",
     ]
     environments = db.execute("SELECT environment, count(*) FROM users GROUP BY environment")
     assert [tuple(row) for row in environments] == [("production", 5)]
@@ -409,13 +410,13 @@ def test_migrate_on_the_command_line_stamps_a_database_written_before_migrations
 
     assert main(["migrate", "--status"]) == 0
     status = capsys.readouterr().out
-    assert "written before migrations" in status and "head      0050" in status
+    assert "written before migrations" in status and "head      0051" in status
     assert schema_state(legacy.database.url).before_migrations  # --status changed nothing
 
     assert main(["migrate"]) == 0
     assert "stamped   0001" in capsys.readouterr().out
     assert main(["migrate"]) == 0
-    assert "nothing to apply: already at 0050" in capsys.readouterr().out
+    assert "nothing to apply: already at 0051" in capsys.readouterr().out
     assert main(["migrate", "--status"]) == 0
     assert "pending   none" in capsys.readouterr().out
 
@@ -476,6 +477,7 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
         "0048",
         "0049",
         "0050",
+        "0051",
     ]
 
     done = upgrade(empty_database.url)
@@ -512,8 +514,9 @@ def test_an_empty_database_is_migrated_from_nothing_to_the_metadata(
             "0048",
             "0049",
             "0050",
+            "0051",
         ],
-        "0050",
+        "0051",
     )
     assert schema_differences(empty_database.url, SERVICE, metadata) == []
     assert {t.name for t in metadata.sorted_tables} | {"alembic_version"} == (
@@ -555,7 +558,7 @@ def test_refuse_keeps_the_service_from_starting_with_pending_migrations(
         "0001, 0002, 0003, 0004, 0005, 0013, 0010, 0007, 0012, 0006, 0014, 0015, 0016, 0017, 0018,"
         " 0019, 0020, 0021, 0022, 0023, 0024, 0025, 0026, 0027, 0028, 0029, 0030, 0031,"
         " 0032, 0033, 0034, 0035, 0036, 0037, 0038, 0039, 0040, 0041, 0042, 0043, 0044, 0045, 0046,"
-        " 0047, 0048, 0049, 0050"
+        " 0047, 0048, 0049, 0050, 0051"
     )
     assert f"pending migrations ({pending})" in refused
     assert "`healthledger migrate`" in refused

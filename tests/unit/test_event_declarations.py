@@ -37,7 +37,7 @@ from tests.recorded import audited
 def test_every_aggregate_of_the_domain_is_audited_and_declares_its_stream() -> None:
     aggregates = audited_aggregates()
     # The receiver's MirroredUser is the only aggregate of its own kind (no actor).
-    assert len(aggregates) == 30
+    assert len(aggregates) == 31
     for aggregate in aggregates:
         assert "USER_STREAM" in vars(aggregate), aggregate
         check_declarations(aggregate)  # what the class's definition checked

@@ -762,6 +762,26 @@ event_destination_leases = Table(
     Column("expires_at", UTCDateTime, nullable=False),
 )
 
+# Each event destination's cursor over the log (ADR 0055): a read model of its
+# `PublishRound` streams (how many rounds were started, the failures since the last
+# success). Its position is the event store's `tracking` row named `tracking_name`,
+# written in the transaction of each round that moves it (the followers' exactly-once
+# guard), and alone past a stretch of the log that held nothing for it; none yet: the
+# cursor starts at the log position of the destination's creation.
+event_destination_cursors = Table(
+    "event_destination_cursors",
+    metadata,
+    Column("destination_id", Uuid, primary_key=True),
+    Column("tracking_name", String(64), nullable=False),
+    Column("rounds", Integer, nullable=False),
+    # The message ids past the position that a failed round had acknowledged.
+    Column("acknowledged_past", JSON, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("failing_since", UTCDateTime),
+    Column("last_error", String(128)),
+)
+
 # Which streams belong to which user: the user's own, its claim, connections, pulls
 # (resource feeds), link tokens and the webhook deliveries about it (see
 # projections/stream_owners.py). Ids only, no personal value: a user's erasure leaves
@@ -774,7 +794,9 @@ stream_owners = Table(
     Column("user_id", Uuid, primary_key=True),
     Column("originator_id", Uuid, primary_key=True),
     Column("team_id", Uuid, nullable=False),
-    # user, claim, connection, pull, link_token, webhook_delivery, oauth_flow
+    # user, claim, connection, pull, link_token, webhook_delivery, oauth_flow, ...; and
+    # publish_round: an event destination's round that published about the user (ADR
+    # 0055), a stream of no one user, listed for each it names.
     Column("kind", String(32), nullable=False),
     # The time of the first event of the stream that named the user.
     Column("first_seen_at", UTCDateTime, nullable=False),
@@ -857,6 +879,7 @@ READ_MODEL_TABLES = (
     deprecation_cut_overs,
     webhook_deliveries,
     event_destinations,
+    event_destination_cursors,
     stream_owners,
     orders,
     lab_tests,

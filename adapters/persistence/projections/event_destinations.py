@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthledger.adapters.persistence.engine.schema import event_destinations, webhook_deliveries
+from healthledger.adapters.persistence.engine.schema import (
+    event_destination_cursors,
+    event_destinations,
+)
 from healthledger.adapters.persistence.projections import handles
 from healthledger.domain.teams.teams import Team
-from healthledger.domain.webhooks.deliveries import PENDING
 from healthledger.domain.webhooks.event_destinations import PAUSED_BY_CALLER, EventDestination
-from sqlalchemy import Connection, insert, update
+from healthledger.domain.webhooks.publish_rounds import PublishRound, tracking_name_of
+from sqlalchemy import Connection, func, insert, update
 
 
 @handles(EventDestination.Created)
@@ -25,6 +28,16 @@ def destination_created(conn: Connection, e: EventDestination.Created) -> None:
             routes=list(e.routes),
             paused_reason=PAUSED_BY_CALLER if e.paused else None,
             created_on=e.timestamp,
+        )
+    )
+    conn.execute(
+        insert(event_destination_cursors).values(
+            destination_id=e.originator_id,
+            tracking_name=tracking_name_of(e.originator_id),
+            rounds=0,
+            acknowledged_past=[],
+            attempts=0,
+            next_attempt_at=e.timestamp,
         )
     )
 
@@ -45,14 +58,42 @@ def destination_paused(
 @handles(EventDestination.Resumed)
 def destination_resumed(conn: Connection, e: EventDestination.Resumed) -> None:
     _update(conn, e, paused_reason=None)
-    # Its kept messages are due at once, not at their next retry (up to 10 h away after a
-    # destination disabled for failing): the publisher selects them by this row.
-    d = webhook_deliveries.c
+    # Its cursor is due at once, not at its next retry (up to 10 h away after a
+    # destination disabled for failing): the publisher claims by this row.
+    c = event_destination_cursors.c
     conn.execute(
-        update(webhook_deliveries)
-        .where(d.endpoint_id == e.originator_id, d.status == PENDING)
-        .where(d.next_attempt_at > e.timestamp)
+        update(event_destination_cursors)
+        .where(c.destination_id == e.originator_id, c.next_attempt_at > e.timestamp)
         .values(next_attempt_at=e.timestamp)
+    )
+
+
+@handles(PublishRound.Started)
+def round_started(conn: Connection, e: PublishRound.Started) -> None:
+    c = event_destination_cursors.c
+    conn.execute(
+        update(event_destination_cursors)
+        .where(c.destination_id == e.destination_id)
+        .values(rounds=e.number)
+    )
+
+
+@handles(PublishRound.Finished)
+def round_finished(conn: Connection, e: PublishRound.Finished) -> None:
+    """A failure counts and keeps the first failure's time; a success clears both (the
+    position is the round's tracking, saved with it)."""
+    c = event_destination_cursors.c
+    failed = e.error is not None
+    conn.execute(
+        update(event_destination_cursors)
+        .where(c.destination_id == e.destination_id)
+        .values(
+            acknowledged_past=list(e.acknowledged_past),
+            attempts=e.attempt if failed else 0,
+            next_attempt_at=e.next_attempt_at or e.timestamp,
+            failing_since=func.coalesce(c.failing_since, e.timestamp) if failed else None,
+            last_error=e.error,
+        )
     )
 
 

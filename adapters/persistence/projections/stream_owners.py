@@ -28,6 +28,7 @@ from healthledger.domain.connections.connection import Connection as ProviderCon
 from healthledger.domain.connections.resource_feeds import ResourceFeed
 from healthledger.domain.users.user import User
 from healthledger.domain.webhooks.deliveries import WebhookDelivery
+from healthledger.domain.webhooks.publish_rounds import PublishRound
 from sqlalchemy import Connection, and_, bindparam, exists, insert, select
 
 # The aggregates whose streams belong to a user, and the kind each is listed as (a
@@ -65,6 +66,10 @@ USER = OWNED_STREAMS[User]
 CONNECTION = OWNED_STREAMS[ProviderConnection]
 PULL = OWNED_STREAMS[ResourceFeed]
 WEBHOOK_DELIVERY = OWNED_STREAMS[WebhookDelivery]
+# An event destination's round (ADR 0055) belongs to no one user: it is listed for each
+# user whose messages it was to publish, so that the user's audit and deletion report
+# find it (as recipients), and it stays after the erasure as every row here does.
+PUBLISH_ROUND = "publish_round"
 
 COLUMNS = ("user_id", "originator_id", "team_id", "kind", "first_seen_at")
 INSERT_OWNERS = CompiledStatement(insert_of(stream_owners, COLUMNS))
@@ -97,8 +102,9 @@ STREAM_HANDED = CompiledStatement(
 
 
 def names_owners(event_class: type) -> bool:
-    """Whether events of this class found or hand over a stream a user owns."""
-    return event_class in FOUNDING or event_class in HANDING
+    """Whether events of this class found or hand over a stream a user owns (or list a
+    round for the users it names)."""
+    return event_class in FOUNDING or event_class in HANDING or event_class is PublishRound.Started
 
 
 def owner_of(founding: Any) -> UUID | None:
@@ -114,6 +120,18 @@ def project(conn: Connection, events: Sequence[DomainEventProtocol[Any]]) -> Non
     streams, its own and its claim's)."""
     founded: list[dict[str, Any]] = []
     for event in events:
+        if isinstance(event, PublishRound.Started):
+            founded.extend(
+                {
+                    "user_id": UUID(user_id),
+                    "originator_id": event.originator_id,
+                    "team_id": event.team_id,
+                    "kind": PUBLISH_ROUND,
+                    "first_seen_at": event.timestamp,
+                }
+                for user_id in event.users
+            )
+            continue
         kind = FOUNDING.get(type(event))
         if kind is not None:
             e: Any = event

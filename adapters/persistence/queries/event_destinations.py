@@ -8,7 +8,6 @@ from uuid import UUID
 
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import event_destinations
-from healthledger.domain.webhooks.event_destinations import Route, routes_of
 from sqlalchemy import select
 
 
@@ -28,19 +27,6 @@ class EventDestinationQueries:
                     .order_by(c.created_on, c.destination_id)
                 ).scalars()
             )
-
-    def routed(self, team_id: UUID, environment: str) -> list[tuple[UUID, list[Route]]]:
-        """Each live destination of the team environment with its routing table, the
-        outbox's fan-out. A paused one is included: its messages are kept for its resume."""
-        c = event_destinations.c
-        with self.db.read() as conn:
-            rows = conn.execute(
-                select(c.destination_id, c.routes)
-                .where(c.team_id == team_id, c.environment == environment)
-                .where(c.deleted_at.is_(None))
-                .order_by(c.created_on, c.destination_id)
-            ).all()
-        return [(row.destination_id, routes_of(row.routes)) for row in rows]
 
     def among(self, ids: Collection[UUID]) -> dict[UUID, dict[str, Any]]:
         """Which of these recipients of deliveries are event destinations (deleted ones
