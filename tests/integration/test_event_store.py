@@ -20,6 +20,7 @@ from healthledger.adapters.composition import Service
 from healthledger.adapters.persistence.engine.database import Database
 from healthledger.adapters.persistence.engine.schema import (
     READ_MODEL_TABLES,
+    event_destination_cursors,
     event_destinations,
     lab_tests,
     maker_notices,
@@ -170,14 +171,16 @@ def test_read_models_rebuilt_by_todays_code_are_the_previous_mains(legacy_copy: 
     # stream_owners came after the legacy file (migration 0005): test_audit.py holds its
     # rebuild from this log to what that migration backfills from it. Lab tests and
     # orders (issue 14) came after it too, and its log holds none; so did the makers'
-    # notices (migration 0017), the event destinations (migration 0020, issue 35) and the
-    # unmatched lab results (migration 0032, issue 33).
+    # notices (migration 0017), the event destinations (migration 0020, issue 35) and
+    # their cursors (migration 0051, ADR 0055), and the unmatched lab results (migration
+    # 0032, issue 33).
     newer = (
         stream_owners,
         orders,
         lab_tests,
         maker_notices,
         event_destinations,
+        event_destination_cursors,
         unmatched_results,
     )
     tables = [t for t in READ_MODEL_TABLES if t not in newer]
