@@ -814,15 +814,8 @@ def _recipients(service: Service, user_id: UUID, decoded: Sequence[Any]) -> dict
             open_attempts.get(e.originator_id, {}).pop(e.attempt, None)
         elif isinstance(e, WebhookDelivery.AttemptMade) and e.originator_id in endpoint_of:
             open_attempts.get(e.originator_id, {}).pop(e.attempt, None)
-            entry = found[endpoint_of[e.originator_id]]
-            at = instant(e.timestamp)
-            entry["posts"] += 1
-            entry["first_sent_at"] = entry["first_sent_at"] or at
-            entry["last_sent_at"] = at
-            if e.outcome == "success":
-                entry["acknowledged"] += 1
-                entry["first_acknowledged_at"] = entry["first_acknowledged_at"] or at
-                entry["last_acknowledged_at"] = at
+            acknowledged = 1 if e.outcome == "success" else 0
+            _sent(found[endpoint_of[e.originator_id]], 1, acknowledged, instant(e.timestamp))
     # An event destination's rounds (ADR 0055): a round finished published what the
     # broker acknowledged of the user's messages; one never finished, all of them possibly.
     by_round = _rounds_about(str(user_id), decoded)
@@ -841,14 +834,9 @@ def _recipients(service: Service, user_id: UUID, decoded: Sequence[Any]) -> dict
         for endpoint_id, entry in found.items():
             entry["origin"] = _origin(urls.get(endpoint_id))
             entry["received"] = entry["posts"] > 0
-            entry.setdefault("outcome_unknown", 0)
-            entry.setdefault("first_possibly_sent_at", None)
         for delivery_id, started in open_attempts.items():
             for at in started.values():
-                entry = found[endpoint_of[delivery_id]]
-                entry["outcome_unknown"] += 1
-                first = entry["first_possibly_sent_at"]
-                entry["first_possibly_sent_at"] = at if first is None else min(first, at)
+                _possibly_sent(found[endpoint_of[delivery_id]], 1, at)
         for entry in found.values():
             entry["possibly_received"] = entry["received"] or entry["outcome_unknown"] > 0
     endpoints = [e for i, e in found.items() if i not in destinations]
@@ -879,7 +867,27 @@ def _new_recipient(recipient_id: UUID) -> dict[str, Any]:
         "last_sent_at": None,
         "first_acknowledged_at": None,
         "last_acknowledged_at": None,
+        "outcome_unknown": 0,
+        "first_possibly_sent_at": None,
     }
+
+
+def _sent(entry: dict[str, Any], posts: int, acknowledged: int, at: str) -> None:
+    """Count `posts` messages sent at `at` (in time order), `acknowledged` of them."""
+    entry["posts"] += posts
+    entry["first_sent_at"] = entry["first_sent_at"] or at
+    entry["last_sent_at"] = at
+    if acknowledged:
+        entry["acknowledged"] += acknowledged
+        entry["first_acknowledged_at"] = entry["first_acknowledged_at"] or at
+        entry["last_acknowledged_at"] = at
+
+
+def _possibly_sent(entry: dict[str, Any], count: int, at: str) -> None:
+    """Count `count` messages started at `at` with no recorded outcome."""
+    entry["outcome_unknown"] += count
+    first = entry["first_possibly_sent_at"]
+    entry["first_possibly_sent_at"] = at if first is None else min(first, at)
 
 
 def _rounds_about(user: str, decoded: Sequence[Any]) -> dict[UUID, list[tuple[Any, Any | None]]]:
@@ -906,25 +914,13 @@ def _round_entry(
     (publishes, `posts`), those the broker acknowledged, the first and last of each; a
     round never finished counts its messages as outcome unknown (possibly sent)."""
     entry = _new_recipient(destination_id)
-    entry.update(outcome_unknown=0, first_possibly_sent_at=None)
     for start, end in sorted(rounds, key=lambda r: r[0].timestamp):
         planned = start.users[user]
         entry["deliveries"] += planned
         if end is None:
-            at = instant(start.timestamp)
-            entry["outcome_unknown"] += planned
-            first = entry["first_possibly_sent_at"]
-            entry["first_possibly_sent_at"] = at if first is None else min(first, at)
+            _possibly_sent(entry, planned, instant(start.timestamp))
             continue
-        at = instant(end.timestamp)
-        entry["posts"] += planned
-        entry["first_sent_at"] = entry["first_sent_at"] or at
-        entry["last_sent_at"] = at
-        acknowledged = end.users.get(user, 0)
-        if acknowledged:
-            entry["acknowledged"] += acknowledged
-            entry["first_acknowledged_at"] = entry["first_acknowledged_at"] or at
-            entry["last_acknowledged_at"] = at
+        _sent(entry, planned, end.users.get(user, 0), instant(end.timestamp))
     return entry
 
 

@@ -35,6 +35,8 @@ from healthledger.adapters.brokers.clients import (
     lanes_of,
 )
 from healthledger.adapters.brokers.publisher import EventPublisher
+from healthledger.adapters.compliance.deletion_report import deletion_report
+from healthledger.adapters.compliance.report_verification import verify_report
 from healthledger.adapters.composition import Service, build_service
 from healthledger.adapters.persistence.engine.schema import webhook_deliveries
 from healthledger.adapters.persistence.leases.event_destinations import DestinationLeases
@@ -388,6 +390,50 @@ def test_a_failed_round_is_retried_on_the_schedule_not_before(
     assert cursor is not None
     assert (cursor.attempts, cursor.failing_since, cursor.last_error) == (0, None, None)
     assert position(svc, destination_id) > start
+
+
+class Dies(BaseException):
+    """The publishing process dies mid-round (after the broker took the messages)."""
+
+
+def test_the_deletion_report_counts_a_round_never_finished_as_possibly_sent(
+    svc: Service, home: Team, clock: Clock
+) -> None:
+    """A round whose process died after publishing and before its record is "outcome
+    unknown, possibly sent" for each user it named (issue 30's rule for a webhook's open
+    attempt); the next round's publishes are counted as acknowledged."""
+    destination_id = destination(svc, home)
+    person, other = churned(svc, home, 2)
+    broker = FakeBroker()
+    publishing = publisher(svc, clock, broker)
+
+    def dying(messages: Sequence[Message], deadline: float) -> Published:
+        FakeBroker.publish(broker, messages, deadline)
+        raise Dies()
+
+    broker.publish = dying  # type: ignore[method-assign]
+    with pytest.raises(Dies):
+        publishing.publish_due()
+    [open_round] = rounds(svc, destination_id)
+    assert [type(e) for e in open_round] == [PublishRound.Started]
+    report = deletion_report(svc, person, CTX)
+    assert verify_report(report) == []
+    [listed] = report["recipients"]["event_destinations"]["destinations"]
+    assert listed["destination_id"] == str(destination_id)
+    assert (listed["deliveries"], listed["publishes"], listed["acknowledged"]) == (2, 0, 0)
+    assert listed["outcome_unknown"] == 2
+    assert listed["first_possibly_sent_at"] is not None
+    assert (listed["received"], listed["possibly_received"]) == (False, True)
+    # The lease of the dead process runs out; the next round publishes the stretch again.
+    del broker.publish
+    clock.advance(timedelta(minutes=5))
+    assert publishing.publish_due() == 4
+    [listed] = deletion_report(svc, person, CTX)["recipients"]["event_destinations"]["destinations"]
+    assert (listed["deliveries"], listed["publishes"], listed["acknowledged"]) == (4, 2, 2)
+    assert (listed["outcome_unknown"], listed["received"]) == (2, True)
+    # The other user's report counts its own messages only.
+    [theirs] = deletion_report(svc, other, CTX)["recipients"]["event_destinations"]["destinations"]
+    assert (theirs["deliveries"], theirs["acknowledged"]) == (4, 2)
 
 
 def test_the_outbox_reads_each_stream_as_its_first_event_made_it(
